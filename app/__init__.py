@@ -1,0 +1,1 @@
+"""replayscope dashboard (Dash) and the ``replayscope`` command line."""

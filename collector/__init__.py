@@ -1,0 +1,1 @@
+"""replayscope collector: ingest API, store, rollups, queries, alerts, metrics, importers."""

@@ -1,0 +1,5 @@
+"""Runner subcommands of ``replayscope``."""
+
+
+def add_parsers(sub) -> None:
+    """Register this package's subcommands on ``sub``."""

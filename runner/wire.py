@@ -1,0 +1,265 @@
+"""Wire contract v1: the one definition of replayscope's run record and events.
+
+The runner writes it, the importers produce it, the collector validates it
+(``collector.schemas`` builds its API models from the tables below). Fields may be
+added; the ones here may not change meaning. Pure Python: no torch, no pydantic, so
+every side of the wire can import it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+WIRE_VERSION = 1
+
+MODES = ("graph", "padded", "eager")
+STEP_STAGES = ("decode", "prefill", "verify", "mixed")
+CAPTURE_STAGES = ("decode", "prefill", "verify")
+CAPTURE_STATUSES = ("ok", "failed")
+RUN_END_STATUSES = ("finished", "failed", "interrupted")
+RUN_STATUSES = ("running",) + RUN_END_STATUSES
+SOURCES = ("runner", "library", "vllm-log", "sglang-log", "sglang-metrics")
+
+# Why a step ran eager. Closed vocabulary, from the seeds' §4 tables and the engines'
+# code; extend deliberately (collector/explanations.py must explain every entry).
+REASONS = (
+    "prefill",            # variable-length input: a graph records fixed shapes
+    "batch_too_large",    # batch size above the largest captured size
+    "not_captured",       # padding off and this exact size was not captured
+    "lora_not_captured",  # a LoRA adapter with no captured graph variant
+    "grammar_switch",     # grammar mask state changed; the graph does not hold it
+    "spec_shape",         # speculative verify width differs from the captured one
+    "capture_failed",     # the graph that would serve this size failed to capture
+    "graphs_disabled",    # graphs off for the run (backend disabled / enforce-eager)
+    "unknown",            # imported data: the engine did not say why
+)
+# A caller of the runner library may name a reason of its own; it is recorded as is,
+# behind this prefix, and shown as the caller's own words.
+CUSTOM_REASON_PREFIX = "custom:"
+CUSTOM_REASON_MAX_CHARS = 120
+
+EVENT_KINDS = ("phase", "capture", "step", "step_counts", "degrade", "parity", "run_end", "heartbeat")
+
+_ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+_NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
+
+
+class WireError(ValueError):
+    """A record that breaks the contract; ``field`` names the offending field."""
+
+    def __init__(self, field: str, message: str):
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    type: str                      # "str" | "int" | "float" | "bool" | "object" | "reason"
+    required: bool = True
+    nullable: bool = False
+    choices: tuple[str, ...] | None = None
+    minimum: float | None = None
+    max_chars: int = 4096
+    pattern: re.Pattern[str] | None = None
+    doc: str = ""
+
+
+def _f(type_: str, **kw: Any) -> FieldSpec:
+    return FieldSpec(type_, **kw)
+
+
+RUN_FIELDS: dict[str, FieldSpec] = {
+    "run_id": _f("str", pattern=_ID_PATTERN, max_chars=128, doc="unique id of the run"),
+    "name": _f("str", max_chars=200, doc="human name of the run"),
+    "source": _f("str", choices=SOURCES, doc="who produced the run"),
+    "started_at": _f("float", minimum=0, doc="unix seconds"),
+    "backend": _f("str", max_chars=64, doc="cuda, compile, static, disabled, or an engine's mode"),
+    "model": _f("str", max_chars=300),
+    "device": _f("str", max_chars=200),
+    "torch_version": _f("str", required=False, nullable=True, max_chars=64),
+    "config": _f("object", required=False, doc="capture sizes, max bs, padding, compile, workload"),
+    "wire_version": _f("int", required=False, minimum=1),
+}
+
+COMMON_EVENT_FIELDS: dict[str, FieldSpec] = {
+    "seq": _f("int", minimum=0, doc="unique per run; a repeated seq is a retry"),
+    "ts": _f("float", minimum=0, doc="unix seconds"),
+    "kind": _f("str", choices=EVENT_KINDS),
+}
+
+EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
+    "phase": {
+        "phase": _f("str", pattern=_NAME_PATTERN, max_chars=64,
+                    doc="load_weights, warmup, compile, capture, kv_cache, engine_init, ..."),
+        "duration_s": _f("float", minimum=0),
+        "start_ts": _f("float", required=False, nullable=True, minimum=0,
+                       doc="when the phase began; ts - duration_s when absent"),
+        "mem_bytes": _f("int", required=False, nullable=True),
+    },
+    "capture": {
+        "graph_bs": _f("int", minimum=1),
+        "stage": _f("str", choices=CAPTURE_STAGES),
+        "duration_s": _f("float", minimum=0),
+        "pool_bytes": _f("int", required=False, nullable=True, minimum=0, doc="graph pool size after"),
+        "pool_delta_bytes": _f("int", required=False, nullable=True, doc="may be negative"),
+        "status": _f("str", choices=CAPTURE_STATUSES),
+        "error": _f("str", required=False, nullable=True, max_chars=4000),
+        "variant": _f("str", required=False, nullable=True, max_chars=64,
+                      doc="what the graph was captured with, e.g. compile"),
+    },
+    "step": {
+        "stage": _f("str", choices=STEP_STAGES),
+        "mode": _f("str", choices=MODES),
+        "raw_bs": _f("int", minimum=1),
+        "graph_bs": _f("int", nullable=True, minimum=1, doc="null when eager"),
+        "num_tokens": _f("int", minimum=0),
+        "padded_tokens": _f("int", minimum=0),
+        "reason": _f("reason", nullable=True, doc="one of REASONS when eager, else null"),
+        "duration_s": _f("float", nullable=True, minimum=0),
+    },
+    # Engines that report aggregates (vLLM's --cudagraph-metrics table, SGLang's
+    # counters) arrive as counts of steps rather than one event per step.
+    "step_counts": {
+        "stage": _f("str", choices=STEP_STAGES),
+        "mode": _f("str", choices=MODES),
+        "reason": _f("reason", nullable=True),
+        "count": _f("int", minimum=1),
+        "num_tokens": _f("int", minimum=0),
+        "padded_tokens": _f("int", minimum=0),
+        "duration_s": _f("float", required=False, nullable=True, minimum=0),
+        "interval_s": _f("float", required=False, nullable=True, minimum=0),
+    },
+    "degrade": {
+        "from": _f("str", max_chars=64),
+        "to": _f("str", max_chars=64),
+        "error": _f("str", nullable=True, max_chars=4000),
+        "graph_bs": _f("int", required=False, nullable=True, minimum=1),
+    },
+    "parity": {
+        "graph_bs": _f("int", minimum=1),
+        "max_abs_diff": _f("float", minimum=0),
+        "rel_err": _f("float", minimum=0),
+        "tolerance": _f("float", required=False, nullable=True, minimum=0),
+    },
+    "run_end": {
+        "status": _f("str", choices=RUN_END_STATUSES),
+        "error": _f("str", required=False, nullable=True, max_chars=4000),
+    },
+    "heartbeat": {},
+}
+
+
+def is_valid_reason(value: str) -> bool:
+    if value in REASONS:
+        return True
+    if value.startswith(CUSTOM_REASON_PREFIX):
+        text = value[len(CUSTOM_REASON_PREFIX):]
+        return 0 < len(text) <= CUSTOM_REASON_MAX_CHARS and text.isprintable()
+    return False
+
+
+def custom_reason(text: str) -> str:
+    """The wire form of a caller's own reason (``custom:<text>``)."""
+    reason = CUSTOM_REASON_PREFIX + text
+    if not is_valid_reason(reason):
+        raise WireError("reason", f"a custom reason is 1-{CUSTOM_REASON_MAX_CHARS} printable characters")
+    return reason
+
+
+def reason_label(reason: str | None) -> str | None:
+    """A bounded label for a reason: custom reasons collapse to ``custom``."""
+    if reason is None:
+        return None
+    return "custom" if reason.startswith(CUSTOM_REASON_PREFIX) else reason
+
+
+def _check_value(name: str, spec: FieldSpec, value: Any) -> None:
+    if value is None:
+        if not spec.nullable:
+            raise WireError(name, "must not be null")
+        return
+    if spec.type in ("str", "reason"):
+        if not isinstance(value, str):
+            raise WireError(name, "must be a string")
+        if len(value) > spec.max_chars:
+            raise WireError(name, f"longer than {spec.max_chars} characters")
+        if spec.type == "reason" and not is_valid_reason(value):
+            raise WireError(name, f"{value!r} is not a known reason ({', '.join(REASONS)}) "
+                                  f"nor '{CUSTOM_REASON_PREFIX}<text>'")
+        if spec.choices is not None and value not in spec.choices:
+            raise WireError(name, f"{value!r} is not one of {', '.join(spec.choices)}")
+        if spec.pattern is not None and not spec.pattern.match(value):
+            raise WireError(name, f"{value!r} does not match {spec.pattern.pattern}")
+        return
+    if spec.type == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise WireError(name, "must be an integer")
+        if abs(value) > 2**62:
+            raise WireError(name, "out of range")
+    elif spec.type == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise WireError(name, "must be a number")
+        if not math.isfinite(value):
+            raise WireError(name, "must be finite")
+    elif spec.type == "bool":
+        if not isinstance(value, bool):
+            raise WireError(name, "must be true or false")
+        return
+    elif spec.type == "object":
+        if not isinstance(value, dict):
+            raise WireError(name, "must be an object")
+        return
+    if spec.minimum is not None and value < spec.minimum:
+        raise WireError(name, f"must be >= {spec.minimum:g}")
+
+
+def _check_fields(record: Any, specs: dict[str, FieldSpec]) -> None:
+    if not isinstance(record, dict):
+        raise WireError("(record)", "must be a JSON object")
+    for name, spec in specs.items():
+        if name not in record:
+            if spec.required:
+                raise WireError(name, "is required")
+            continue
+        _check_value(name, spec, record[name])
+
+
+def validate_run(record: Any) -> None:
+    """Raise WireError unless ``record`` is a valid run record."""
+    _check_fields(record, RUN_FIELDS)
+
+
+def validate_event(event: Any) -> None:
+    """Raise WireError unless ``event`` is a valid event; checks cross-field rules too."""
+    _check_fields(event, COMMON_EVENT_FIELDS)
+    kind = event["kind"]
+    _check_fields(event, EVENT_FIELDS[kind])
+    if kind == "step":
+        _check_step_modes(event)
+    elif kind == "step_counts":
+        if event["mode"] == "eager" and event.get("reason") is None:
+            raise WireError("reason", "an eager step needs a reason")
+        if event["mode"] != "eager" and event.get("reason") is not None:
+            raise WireError("reason", "only eager steps carry a reason")
+
+
+def _check_step_modes(event: dict[str, Any]) -> None:
+    mode, raw_bs, graph_bs = event["mode"], event["raw_bs"], event["graph_bs"]
+    if mode == "eager":
+        if graph_bs is not None:
+            raise WireError("graph_bs", "must be null for an eager step")
+        if event["reason"] is None:
+            raise WireError("reason", "an eager step needs a reason")
+        return
+    if event["reason"] is not None:
+        raise WireError("reason", "only eager steps carry a reason")
+    if graph_bs is None:
+        raise WireError("graph_bs", f"is required for a {mode} step")
+    if mode == "graph" and graph_bs != raw_bs:
+        raise WireError("graph_bs", "a graph step replays a graph of exactly raw_bs")
+    if mode == "padded" and graph_bs <= raw_bs:
+        raise WireError("graph_bs", "a padded step replays a graph larger than raw_bs")
