@@ -1,0 +1,321 @@
+"""Ingest: the one door into the store for runs and their events.
+
+Every event is validated with ``runner.wire.validate_event`` before anything is
+written; one invalid event rejects the batch (``InvalidBatch``) and nothing is written.
+A batch is one transaction: raw rows, rollups and the run's bookkeeping commit together
+or not at all. A repeated ``(run_id, seq)`` is a retry and is skipped, so rollups never
+count an event twice. The hot path uses Core ``exec_driver_sql`` executemany with
+positional tuples, not the ORM.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from collector import tables as t
+from collector.rollups import Accumulator
+from collector.store import Store, StoreUnavailable
+from runner.errors import ReplayscopeError
+from runner.wire import WireError, validate_event, validate_run
+
+MAX_CONFIG_DEPTH = 16
+
+
+class InvalidRun(ReplayscopeError):
+    def __init__(self, field: str, message: str):
+        super().__init__(f"run record: {field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class InvalidBatch(ReplayscopeError):
+    """A batch rejected as a whole; ``index`` is the offending event (None: the batch)."""
+
+    def __init__(self, index: int | None, field: str, message: str):
+        where = "batch" if index is None else f"event {index}"
+        super().__init__(f"{where}: {field}: {message}")
+        self.index = index
+        self.field = field
+        self.message = message
+
+
+class UnknownRun(ReplayscopeError):
+    def __init__(self, run_id: str):
+        super().__init__(f"unknown run {run_id!r}: POST the run record to /v1/runs first")
+        self.run_id = run_id
+
+
+@dataclass
+class IngestResult:
+    accepted: int
+    duplicates: int
+    # What was accepted, for Prometheus (not part of equality).
+    source: str = field(default="", compare=False)
+    step_counts: dict = field(default_factory=dict, compare=False)   # (stage, mode, reason) -> n
+    padded_tokens: int = field(default=0, compare=False)
+    capture_durations: list = field(default_factory=list, compare=False)
+    pool_bytes: int | None = field(default=None, compare=False)
+
+
+# Column order of each event table's fast INSERT, and how an event maps onto it.
+_STEP_COLS = ("run_pk", "seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens",
+              "padded_tokens", "reason", "duration_s")
+_OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
+    # kind: (table, columns after run_pk, event keys for those columns)
+    "phase": (t.phases, ("seq", "ts", "phase", "start_ts", "duration_s", "mem_bytes"),
+              ("seq", "ts", "phase", "start_ts", "duration_s", "mem_bytes")),
+    "capture": (t.captures, ("seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
+                             "pool_delta_bytes", "status", "error", "variant"),
+                ("seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
+                 "pool_delta_bytes", "status", "error", "variant")),
+    "step_counts": (t.step_counts, ("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
+                                    "padded_tokens", "duration_s", "interval_s"),
+                    ("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
+                     "padded_tokens", "duration_s", "interval_s")),
+    "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs"),
+                ("seq", "ts", "from", "to", "error", "graph_bs")),
+    "parity": (t.parity_checks, ("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance"),
+               ("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
+    "run_end": (t.run_marks, ("seq", "ts", "kind", "status", "error"),
+                ("seq", "ts", "kind", "status", "error")),
+    "heartbeat": (t.run_marks, ("seq", "ts", "kind", "status", "error"),
+                  ("seq", "ts", "kind", "status", "error")),
+}
+_SEQ_TABLES = (t.steps, t.phases, t.captures, t.step_counts, t.degrades, t.parity_checks, t.run_marks)
+
+
+def _json_depth(value: Any, limit: int, depth: int = 0) -> int:
+    if depth > limit:
+        return depth
+    if isinstance(value, dict):
+        return max((_json_depth(v, limit, depth + 1) for v in value.values()), default=depth + 1)
+    if isinstance(value, list):
+        return max((_json_depth(v, limit, depth + 1) for v in value), default=depth + 1)
+    return depth
+
+
+def _db_unavailable(error: Exception) -> StoreUnavailable:
+    text = str(getattr(error, "orig", error)).strip().splitlines()[0]
+    return StoreUnavailable(f"the store cannot take writes right now ({text}); nothing was written, retry later")
+
+
+def ingest_run(store: Store, record: Any, *, now: float | None = None) -> dict:
+    """Register a run; posting the same run again changes nothing. Returns the run row."""
+    try:
+        validate_run(record)
+    except WireError as error:
+        raise InvalidRun(error.field, error.message) from None
+    config = record.get("config")
+    if config is not None and _json_depth(config, MAX_CONFIG_DEPTH) > MAX_CONFIG_DEPTH:
+        raise InvalidRun("config", f"nested deeper than {MAX_CONFIG_DEPTH} levels")
+    now = time.time() if now is None else now
+    row = {
+        "run_id": record["run_id"], "name": record["name"], "source": record["source"],
+        "backend": record["backend"], "model": record["model"], "device": record["device"],
+        "torch_version": record.get("torch_version"), "config": config,
+        "wire_version": record.get("wire_version", 1), "started_at": float(record["started_at"]),
+        "status": "running", "created_at": now, "last_seen_at": now,
+    }
+    try:
+        with store.write() as conn:
+            existing = conn.execute(sa.select(t.runs.c.id).where(t.runs.c.run_id == row["run_id"])).first()
+            if existing is None:
+                conn.execute(t.runs.insert(), row)
+                created = True
+            else:
+                created = False
+    except sa_exc.IntegrityError:
+        created = False   # a concurrent post of the same run won the race
+    except sa_exc.OperationalError as error:
+        raise _db_unavailable(error) from None
+    return {"run_id": row["run_id"], "created": created}
+
+
+def validate_batch(events: Any) -> list:
+    """Raise InvalidBatch unless every event is valid; returns the list."""
+    if not isinstance(events, list):
+        raise InvalidBatch(None, "events", "must be a list of events")
+    for index, event in enumerate(events):
+        try:
+            validate_event(event)
+        except WireError as error:
+            raise InvalidBatch(index, error.field, error.message) from None
+    return events
+
+
+def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None = None) -> IngestResult:
+    """Validate then store one batch of a run's events, all or nothing."""
+    validate_batch(events)
+    now = time.time() if now is None else now
+    for attempt in range(3):
+        try:
+            with store.write() as conn:
+                return _write_batch(store, conn, run_id, events, now)
+        except sa_exc.IntegrityError:
+            # A concurrent writer stored some of these seqs first: retry, now as duplicates.
+            if attempt == 2:
+                raise
+        except sa_exc.OperationalError as error:
+            raise _db_unavailable(error) from None
+    raise AssertionError("unreachable")
+
+
+def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
+    lo, hi = min(seqs), max(seqs)
+    if hi - lo <= 4 * len(seqs) + 64:
+        parts = [sa.select(tb.c.seq).where(tb.c.run_pk == run_pk, tb.c.seq.between(lo, hi))
+                 for tb in _SEQ_TABLES]
+        return {r[0] for r in conn.execute(sa.union_all(*parts))}
+    found: set[int] = set()
+    for i in range(0, len(seqs), 500):
+        chunk = seqs[i:i + 500]
+        parts = [sa.select(tb.c.seq).where(tb.c.run_pk == run_pk, tb.c.seq.in_(chunk))
+                 for tb in _SEQ_TABLES]
+        found.update(r[0] for r in conn.execute(sa.union_all(*parts)))
+    return found
+
+
+def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> IngestResult:
+    run = conn.execute(
+        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.status, t.runs.c.end_seq,
+                  t.runs.c.last_event_ts).where(t.runs.c.run_id == run_id)
+    ).first()
+    if run is None:
+        raise UnknownRun(run_id)
+    run_pk = run.id
+    result = IngestResult(accepted=0, duplicates=0, source=run.source)
+    if not events:
+        conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(last_seen_at=now))
+        return result
+
+    existing = _existing_seqs(conn, run_pk, [e["seq"] for e in events])
+    seen = existing
+    step_rows: list[tuple] = []
+    other_rows: dict[str, list[tuple]] = {}
+    acc = Accumulator()
+    counts = result.step_counts
+    padded_total = 0
+    max_ts = run.last_event_ts or 0.0
+    run_end = None
+    duplicates = 0
+    add_step = acc.add_step
+    for e in events:
+        seq = e["seq"]
+        if seq in seen:
+            duplicates += 1
+            continue
+        seen.add(seq)
+        ts = e["ts"]
+        if ts > max_ts:
+            max_ts = ts
+        kind = e["kind"]
+        if kind == "step":
+            stage, mode, reason = e["stage"], e["mode"], e["reason"]
+            padded = e["padded_tokens"]
+            step_rows.append((run_pk, seq, ts, stage, mode, e["raw_bs"], e["graph_bs"],
+                              e["num_tokens"], padded, reason, e["duration_s"]))
+            add_step(ts, stage, mode, reason, e["raw_bs"], e["num_tokens"], padded, e["duration_s"])
+            key = (stage, mode, reason)
+            counts[key] = counts.get(key, 0) + 1
+            padded_total += padded
+            continue
+        table, cols, keys = _OTHER[kind]
+        other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))
+        if kind == "step_counts":
+            acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
+                           e["padded_tokens"], e.get("duration_s"))
+            key = (e["stage"], e["mode"], e.get("reason"))
+            counts[key] = counts.get(key, 0) + e["count"]
+            padded_total += e["padded_tokens"]
+        elif kind == "capture":
+            result.capture_durations.append(e["duration_s"])
+            if e.get("pool_bytes") is not None:
+                result.pool_bytes = e["pool_bytes"]
+        elif kind == "run_end":
+            if run_end is None or seq > run_end["seq"]:
+                run_end = e
+
+    if step_rows:
+        conn.exec_driver_sql(store.insert_sql(t.steps, _STEP_COLS), step_rows)
+    for kind, rows in other_rows.items():
+        table, cols, _keys = _OTHER[kind]
+        conn.exec_driver_sql(store.insert_sql(table, ("run_pk",) + cols), rows)
+    if acc:
+        acc.flush(conn, run_pk)
+
+    values: dict[str, Any] = {"last_seen_at": now}
+    if max_ts and max_ts != run.last_event_ts:
+        values["last_event_ts"] = max_ts
+    if run_end is not None and (run.end_seq is None or run_end["seq"] > run.end_seq):
+        values.update(status=run_end["status"], ended_at=run_end["ts"], end_seq=run_end["seq"],
+                      error=run_end.get("error"))
+    elif run.status == "interrupted" and run.end_seq is None and duplicates < len(events):
+        values.update(status="running", ended_at=None)   # the heartbeat timeout was wrong
+    conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(**values))
+    result.accepted = len(events) - duplicates
+    result.duplicates = duplicates
+    result.padded_tokens = padded_total
+    return result
+
+
+def ingest_jsonl(store: Store, path: str | Path, *, batch_size: int = 5000) -> IngestResult:
+    """Load a runner ``--events`` file: the run record first, then one event per line."""
+    path = Path(path)
+    try:
+        handle = path.open("r", encoding="utf-8")
+    except OSError as error:
+        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+    total = IngestResult(accepted=0, duplicates=0)
+    with handle:
+        run_id = None
+        batch: list = []
+        lines: list[int] = []
+        for lineno, line in enumerate(handle, start=1):
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
+            if run_id is None:
+                if not isinstance(record, dict) or record.get("kind") != "run":
+                    raise ReplayscopeError(f'{path}:{lineno}: the first line must be the run record ({{"kind": "run", ...}})')
+                record = {k: v for k, v in record.items() if k != "kind"}
+                try:
+                    ingest_run(store, record)
+                except InvalidRun as error:
+                    raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
+                run_id = record["run_id"]
+                continue
+            batch.append(record)
+            lines.append(lineno)
+            if len(batch) >= batch_size:
+                _add(total, _ingest_file_batch(store, run_id, batch, path, lines))
+                batch, lines = [], []
+        if run_id is None:
+            raise ReplayscopeError(f"{path}: empty, no run record")
+        if batch:
+            _add(total, _ingest_file_batch(store, run_id, batch, path, lines))
+    total.source = ""
+    return total
+
+
+def _ingest_file_batch(store, run_id, batch, path, lines):
+    try:
+        return ingest_events(store, run_id, batch)
+    except InvalidBatch as error:
+        line = lines[error.index] if error.index is not None else lines[0]
+        raise ReplayscopeError(f"{path}:{line}: {error.field}: {error.message}") from None
+
+
+def _add(total: IngestResult, part: IngestResult) -> None:
+    total.accepted += part.accepted
+    total.duplicates += part.duplicates

@@ -1,0 +1,253 @@
+"""The read model: what the API, the dashboard and the CLI show, from one place.
+
+Plain functions of ``(store, ...)`` returning JSON-ready dicts and lists. Counts come
+from the rollups (``collector.rollups``), never from scanning raw steps, so they stay
+fast on runs of millions of steps. A function about one run returns ``[]`` (or ``None``
+for ``run_summary``) when the run is unknown.
+
+Definitions: ``eager_ratio`` = eager steps / all steps (every stage);
+``padded_ratio`` = padded_tokens / (num_tokens + padded_tokens), the share of the
+computed tokens that were padding; ``share`` in ``reason_breakdown`` is the reason's
+share of the run's eager steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from collector.rollups import BUCKETS_S, NO_REASON, WHOLE_RUN
+from collector.store import Store
+from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollups as br,
+                              captures as cap, degrades as deg, parity_checks as par,
+                              phases as ph, runs, step_rollups as sr)
+from runner.wire import MODES
+
+_RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
+             runs.c.device, runs.c.status, runs.c.started_at, runs.c.ended_at)
+_NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
+TIMELINE_MAX_POINTS = 720
+
+
+def _ratio(part: float, whole: float) -> float:
+    return part / whole if whole else 0.0
+
+
+def _run_pk(conn, run_id: str) -> int | None:
+    return conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
+
+
+def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
+    """Per run: modes, steps, tokens, capture time and firing alerts."""
+    out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
+                "capture_total_s": 0.0, "alerts_firing": 0} for pk in run_pks}
+    if not run_pks:
+        return out
+    rows = conn.execute(
+        sa.select(sr.c.run_pk, sr.c.mode, sa.func.sum(sr.c.steps), sa.func.sum(sr.c.num_tokens),
+                  sa.func.sum(sr.c.padded_tokens))
+        .where(sr.c.bucket_s == WHOLE_RUN, sr.c.run_pk.in_(run_pks))
+        .group_by(sr.c.run_pk, sr.c.mode))
+    for pk, mode, n, tokens, padded in rows:
+        o = out[pk]
+        o["modes"][mode] = int(n)
+        o["steps"] += int(n)
+        o["num_tokens"] += int(tokens)
+        o["padded_tokens"] += int(padded)
+    for pk, total in conn.execute(
+            sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s))
+            .where(cap.c.run_pk.in_(run_pks)).group_by(cap.c.run_pk)):
+        out[pk]["capture_total_s"] = float(total or 0.0)
+    for pk, n in conn.execute(
+            sa.select(ae.c.run_pk, sa.func.count())
+            .where(ae.c.status == "firing", ae.c.run_pk.in_(run_pks)).group_by(ae.c.run_pk)):
+        out[pk]["alerts_firing"] = int(n)
+    for o in out.values():
+        o["eager_ratio"] = _ratio(o["modes"]["eager"], o["steps"])
+        o["padded_ratio"] = _ratio(o["padded_tokens"], o["num_tokens"] + o["padded_tokens"])
+    return out
+
+
+def _run_dict(row, totals: dict[str, Any]) -> dict[str, Any]:
+    d = {c.name: row._mapping[c.name] for c in _RUN_COLS if c.name != "id"}
+    d.update(totals)
+    return d
+
+
+def list_runs(store: Store, limit: int = 500) -> list[dict]:
+    """The newest runs first, each with its step totals."""
+    with store.read() as conn:
+        rows = conn.execute(sa.select(*_RUN_COLS).order_by(runs.c.started_at.desc(), runs.c.id.desc())
+                            .limit(limit)).all()
+        totals = _totals(conn, [r.id for r in rows])
+    return [_run_dict(r, totals[r.id]) for r in rows]
+
+
+def run_summary(store: Store, run_id: str) -> dict | None:
+    """One run: the ``list_runs`` keys plus config, torch_version, reasons, last_event_ts.
+
+    Extra keys: ``error`` (from run_end), ``last_seen_at`` (collector clock).
+    """
+    with store.read() as conn:
+        row = conn.execute(sa.select(*_RUN_COLS, runs.c.config, runs.c.torch_version,
+                                     runs.c.last_event_ts, runs.c.last_seen_at, runs.c.error)
+                           .where(runs.c.run_id == run_id)).first()
+        if row is None:
+            return None
+        totals = _totals(conn, [row.id])[row.id]
+        reasons = conn.execute(
+            sa.select(sr.c.reason, sa.func.sum(sr.c.steps))
+            .where(sr.c.run_pk == row.id, sr.c.bucket_s == WHOLE_RUN, sr.c.reason != NO_REASON)
+            .group_by(sr.c.reason).order_by(sa.func.sum(sr.c.steps).desc(), sr.c.reason)).all()
+    d = _run_dict(row, totals)
+    d.update(config=row.config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
+             last_seen_at=row.last_seen_at, error=row.error,
+             reasons={reason: int(n) for reason, n in reasons})
+    return d
+
+
+def choose_bucket_s(span_s: float, max_points: int = TIMELINE_MAX_POINTS) -> int:
+    """The smallest readable bucket that keeps a timeline under ``max_points`` points."""
+    for bucket in _NICE_BUCKETS_S:
+        if span_s / bucket <= max_points:
+            return bucket
+    return _NICE_BUCKETS_S[-1]
+
+
+def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
+                  stage: str | None = None) -> list[dict]:
+    """Steps per mode per time bucket: ``t`` (bucket start, unix s), graph, padded, eager,
+    eager_ratio; extra key ``steps``. Buckets without steps are left out."""
+    with store.read() as conn:
+        run = conn.execute(sa.select(runs.c.id, runs.c.started_at, runs.c.last_event_ts)
+                           .where(runs.c.run_id == run_id)).first()
+        if run is None:
+            return []
+        if bucket_s is None:
+            bucket_s = choose_bucket_s(max(0.0, (run.last_event_ts or run.started_at) - run.started_at))
+        bucket_s = max(1, int(bucket_s))
+        source = max(b for b in BUCKETS_S if bucket_s % b == 0)
+        tb = sr.c.t if bucket_s == source else (sr.c.t / bucket_s) * bucket_s
+        tb = tb.label("tb")
+        query = (sa.select(tb, sr.c.mode, sa.func.sum(sr.c.steps))
+                 .where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
+        if stage is not None:
+            query = query.where(sr.c.stage == stage)
+        rows = conn.execute(query.group_by(tb, sr.c.mode).order_by(tb)).all()
+    out: list[dict] = []
+    current: dict | None = None
+    for t, mode, n in rows:
+        if current is None or current["t"] != float(t):
+            current = {"t": float(t), "graph": 0, "padded": 0, "eager": 0}
+            out.append(current)
+        current[mode] = int(n)
+    for point in out:
+        point["steps"] = point["graph"] + point["padded"] + point["eager"]
+        point["eager_ratio"] = _ratio(point["eager"], point["steps"])
+    return out
+
+
+def reason_breakdown(store: Store, run_id: str) -> list[dict]:
+    """Eager steps per reason, most steps first: reason, steps, duration_s, share."""
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return []
+        total = sa.func.sum(sr.c.steps)
+        rows = conn.execute(
+            sa.select(sr.c.reason, total, sa.func.sum(sr.c.duration_s))
+            .where(sr.c.run_pk == pk, sr.c.bucket_s == WHOLE_RUN, sr.c.mode == "eager")
+            .group_by(sr.c.reason).order_by(total.desc(), sr.c.reason)).all()
+    eager = sum(int(n) for _r, n, _d in rows)
+    return [{"reason": reason or None, "steps": int(n), "duration_s": float(d or 0.0),
+             "share": _ratio(int(n), eager)} for reason, n, d in rows]
+
+
+def batch_histogram(store: Store, run_id: str, stage: str | None = None) -> list[dict]:
+    """Steps per (raw_bs, mode): raw_bs, mode, steps, num_tokens, padded_tokens."""
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return []
+        query = (sa.select(br.c.raw_bs, br.c.mode, sa.func.sum(br.c.steps), sa.func.sum(br.c.num_tokens),
+                           sa.func.sum(br.c.padded_tokens))
+                 .where(br.c.run_pk == pk))
+        if stage is not None:
+            query = query.where(br.c.stage == stage)
+        rows = conn.execute(query.group_by(br.c.raw_bs, br.c.mode).order_by(br.c.raw_bs, br.c.mode)).all()
+    return [{"raw_bs": int(bs), "mode": mode, "steps": int(n), "num_tokens": int(tok),
+             "padded_tokens": int(pad)} for bs, mode, n, tok, pad in rows]
+
+
+def step_time_by_mode(store: Store, run_id: str) -> list[dict]:
+    """Step time per (stage, mode): stage, mode, steps, total_s, mean_s (over timed steps)."""
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return []
+        rows = conn.execute(
+            sa.select(sr.c.stage, sr.c.mode, sa.func.sum(sr.c.steps), sa.func.sum(sr.c.duration_s),
+                      sa.func.sum(sr.c.timed_steps))
+            .where(sr.c.run_pk == pk, sr.c.bucket_s == WHOLE_RUN)
+            .group_by(sr.c.stage, sr.c.mode).order_by(sr.c.stage, sr.c.mode)).all()
+    return [{"stage": stage, "mode": mode, "steps": int(n), "total_s": float(total or 0.0),
+             "mean_s": (float(total) / int(timed)) if timed else None}
+            for stage, mode, n, total, timed in rows]
+
+
+def _event_rows(store: Store, run_id: str, table: sa.Table, rename: dict[str, str] | None = None) -> list[dict]:
+    rename = rename or {}
+    cols = [c for c in table.columns if c.name != "run_pk"]
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return []
+        rows = conn.execute(sa.select(*cols).where(table.c.run_pk == pk).order_by(table.c.seq)).all()
+    return [{rename.get(k, k): v for k, v in r._mapping.items()} for r in rows]
+
+
+def captures(store: Store, run_id: str) -> list[dict]:
+    """Capture events in seq order, as stored (wire field names)."""
+    return _event_rows(store, run_id, cap)
+
+
+def phases(store: Store, run_id: str) -> list[dict]:
+    """Startup phases in seq order, as stored."""
+    return _event_rows(store, run_id, ph)
+
+
+def degrades(store: Store, run_id: str) -> list[dict]:
+    """Degradation-ladder steps in seq order (``from``/``to`` as on the wire)."""
+    return _event_rows(store, run_id, deg, {"from_state": "from", "to_state": "to"})
+
+
+def parity(store: Store, run_id: str) -> list[dict]:
+    """Parity checks in seq order, as stored."""
+    return _event_rows(store, run_id, par)
+
+
+def alert_rules(store: Store) -> list[dict]:
+    """Every alert rule, by name."""
+    with store.read() as conn:
+        rows = conn.execute(sa.select(ar).order_by(ar.c.name)).mappings().all()
+    return [dict(r) for r in rows]
+
+
+def alert_events(store: Store, run_id: str | None = None, limit: int = 200) -> list[dict]:
+    """Alert history, newest first: id, rule_id, rule_name, run_id, run_name, status,
+    threshold, started_at, ended_at, peak, value, steps, reason."""
+    query = (sa.select(ae.c.id, ae.c.rule_id, ae.c.rule_name, runs.c.run_id, runs.c.name.label("run_name"),
+                       ae.c.status, ae.c.threshold, ae.c.started_at, ae.c.ended_at, ae.c.peak, ae.c.value,
+                       ae.c.steps, ae.c.reason)
+             .join(runs, runs.c.id == ae.c.run_pk)
+             .order_by(ae.c.started_at.desc(), ae.c.id.desc()).limit(limit))
+    if run_id is not None:
+        query = query.where(runs.c.run_id == run_id)
+    with store.read() as conn:
+        return [dict(r) for r in conn.execute(query).mappings()]
+
+
+def run_exists(store: Store, run_id: str) -> bool:
+    with store.read() as conn:
+        return _run_pk(conn, run_id) is not None

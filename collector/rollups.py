@@ -1,0 +1,153 @@
+"""Step rollups: per run and time bucket, counts and sums by stage, mode and reason.
+
+Buckets are 1 s and 60 s of the event's ``ts``; bucket 0 is the whole run (``t`` = 0),
+which is what run summaries and reason breakdowns read. ``batch_rollups`` keeps per-run
+totals by (stage, raw_bs, mode) for the batch-size histogram. Both raw ``step`` events
+and ``step_counts`` aggregates (importers) feed them; ingest adds each accepted event
+exactly once, in the same transaction as the raw rows, so rollups equal the raw data.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from collector.tables import batch_rollups, step_counts, step_rollups, steps
+
+BUCKETS_S = (1, 60)
+WHOLE_RUN = 0
+NO_REASON = ""   # rollup key for "no reason" (non-eager steps)
+
+# key -> [steps, num_tokens, padded_tokens, duration_s, timed_steps]
+RollupMap = dict[tuple[int, str, str, str], list]
+BatchMap = dict[tuple[str, int, str], list]
+
+
+class Accumulator:
+    """Collects one batch's steps in memory; ``flush`` upserts the sums."""
+
+    __slots__ = ("seconds", "batches")
+
+    def __init__(self) -> None:
+        self.seconds: RollupMap = {}   # (second, stage, mode, reason) -> sums
+        self.batches: BatchMap = {}    # (stage, raw_bs, mode) -> sums
+
+    def add_step(self, ts: float, stage: str, mode: str, reason: str | None, raw_bs: int,
+                 num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
+        key = (math.floor(ts), stage, mode, reason or NO_REASON)
+        timed = duration_s is not None
+        dur = duration_s if timed else 0.0
+        acc = self.seconds.get(key)
+        if acc is None:
+            self.seconds[key] = [1, num_tokens, padded_tokens, dur, 1 if timed else 0]
+        else:
+            acc[0] += 1
+            acc[1] += num_tokens
+            acc[2] += padded_tokens
+            acc[3] += dur
+            acc[4] += timed
+        bkey = (stage, raw_bs, mode)
+        bacc = self.batches.get(bkey)
+        if bacc is None:
+            self.batches[bkey] = [1, num_tokens, padded_tokens, dur]
+        else:
+            bacc[0] += 1
+            bacc[1] += num_tokens
+            bacc[2] += padded_tokens
+            bacc[3] += dur
+
+    def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
+                   num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
+        key = (math.floor(ts), stage, mode, reason or NO_REASON)
+        timed = duration_s is not None
+        acc = self.seconds.setdefault(key, [0, 0, 0, 0.0, 0])
+        acc[0] += count
+        acc[1] += num_tokens
+        acc[2] += padded_tokens
+        acc[3] += duration_s if timed else 0.0
+        acc[4] += count if timed else 0
+
+    def __bool__(self) -> bool:
+        return bool(self.seconds)
+
+    def rollup_rows(self, run_pk: int) -> list[dict]:
+        """Rows for every bucket size, derived from the per-second sums."""
+        levels: dict[tuple[int, int, str, str, str], list] = {}
+        for (second, stage, mode, reason), acc in self.seconds.items():
+            for bucket in BUCKETS_S + (WHOLE_RUN,):
+                t = 0 if bucket == WHOLE_RUN else second - second % bucket
+                key = (bucket, t, stage, mode, reason)
+                cur = levels.get(key)
+                if cur is None:
+                    levels[key] = list(acc)
+                else:
+                    for i in range(5):
+                        cur[i] += acc[i]
+        return [
+            {"run_pk": run_pk, "bucket_s": b, "t": t, "stage": s, "mode": m, "reason": r,
+             "steps": a[0], "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3],
+             "timed_steps": a[4]}
+            for (b, t, s, m, r), a in levels.items()
+        ]
+
+    def batch_rows(self, run_pk: int) -> list[dict]:
+        return [
+            {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "steps": a[0],
+             "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3]}
+            for (s, bs, m), a in self.batches.items()
+        ]
+
+    def flush(self, conn: Connection, run_pk: int) -> None:
+        _upsert_add(conn, step_rollups, self.rollup_rows(run_pk),
+                    ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
+        if self.batches:
+            _upsert_add(conn, batch_rollups, self.batch_rows(run_pk),
+                        ("steps", "num_tokens", "padded_tokens", "duration_s"))
+
+
+def _upsert_add(conn: Connection, table: sa.Table, rows: list[dict], sums: tuple[str, ...]) -> None:
+    """INSERT rows, adding to the sums of rows whose key exists (one executemany)."""
+    if not rows:
+        return
+    name = conn.dialect.name
+    if name == "sqlite":
+        from sqlalchemy.dialects.sqlite import insert
+    elif name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert
+    else:  # pragma: no cover - other dialects are not supported for writes
+        raise NotImplementedError(f"rollups need sqlite or postgresql, not {name}")
+    stmt = insert(table)
+    keys = [c.name for c in table.primary_key.columns]
+    stmt = stmt.on_conflict_do_update(
+        index_elements=keys,
+        set_={col: table.c[col] + stmt.excluded[col] for col in sums},
+    )
+    conn.execute(stmt, rows)
+
+
+def accumulate(step_events: Iterable[dict], count_events: Iterable[dict]) -> Accumulator:
+    acc = Accumulator()
+    for e in step_events:
+        acc.add_step(e["ts"], e["stage"], e["mode"], e["reason"], e["raw_bs"], e["num_tokens"],
+                     e["padded_tokens"], e["duration_s"])
+    for e in count_events:
+        acc.add_counts(e["ts"], e["stage"], e["mode"], e.get("reason"), e["count"],
+                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"))
+    return acc
+
+
+def rebuild(conn: Connection, run_pk: int) -> None:
+    """Recompute one run's rollups from its raw steps and step counts."""
+    conn.execute(step_rollups.delete().where(step_rollups.c.run_pk == run_pk))
+    conn.execute(batch_rollups.delete().where(batch_rollups.c.run_pk == run_pk))
+    acc = Accumulator()
+    for r in conn.execute(sa.select(steps).where(steps.c.run_pk == run_pk)).mappings():
+        acc.add_step(r["ts"], r["stage"], r["mode"], r["reason"], r["raw_bs"], r["num_tokens"],
+                     r["padded_tokens"], r["duration_s"])
+    for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
+        acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
+                       r["padded_tokens"], r["duration_s"])
+    acc.flush(conn, run_pk)

@@ -1,0 +1,187 @@
+"""The collector store: one SQLAlchemy engine, tuned for SQLite, behind a schema check.
+
+``Store(url)`` only builds the engine. ``Store.open(url, upgrade=False)`` also checks the
+schema revision against the migrations shipped in the package and refuses a store that
+is behind (``SchemaBehind``), naming the command that fixes it; ``upgrade=True`` runs
+the Alembic upgrade itself (what the embedded default does on first start).
+
+SQLite gets WAL, ``synchronous=NORMAL`` and a busy timeout on every connection, and
+write transactions start with ``BEGIN IMMEDIATE`` behind a process-wide lock, so writers
+queue instead of failing half way on a lock upgrade.
+"""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection, Engine
+
+from runner.errors import ReplayscopeError
+
+DEFAULT_URL = "sqlite:///replayscope.db"
+MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+
+
+class SchemaBehind(ReplayscopeError):
+    """The store's schema is older than this replayscope; the message names the fix."""
+
+
+class SchemaAhead(ReplayscopeError):
+    """The store was migrated by a newer replayscope than this one."""
+
+
+class StoreUnavailable(ReplayscopeError):
+    """The database cannot take a write right now (locked, disk full, unreachable)."""
+
+
+def _alembic_config(url: str):
+    from alembic.config import Config
+
+    config = Config(str(MIGRATIONS_DIR / "alembic.ini"))
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    return config
+
+
+def head_revision() -> str:
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory.from_config(_alembic_config(DEFAULT_URL)).get_current_head()
+
+
+class Store:
+    """A database holding replayscope runs; ``url`` is any SQLAlchemy URL."""
+
+    def __init__(self, url: str = DEFAULT_URL, *, busy_timeout_ms: int = 5000, echo: bool = False):
+        self.url = url
+        self.busy_timeout_ms = busy_timeout_ms
+        url_obj = sa.make_url(url)
+        self.dialect = url_obj.get_backend_name()
+        self.is_sqlite = self.dialect == "sqlite"
+        kwargs: dict = {"echo": echo, "future": True}
+        if self.is_sqlite:
+            kwargs["connect_args"] = {"check_same_thread": False, "timeout": busy_timeout_ms / 1000}
+            if url_obj.database in (None, "", ":memory:"):
+                kwargs["poolclass"] = sa.pool.StaticPool
+        else:
+            kwargs["pool_pre_ping"] = True
+        self.engine: Engine = sa.create_engine(url, **kwargs)
+        self._write_lock = threading.Lock() if self.is_sqlite else None
+        if self.is_sqlite:
+            self._tune_sqlite(self.engine, busy_timeout_ms)
+        self._writer = self.engine.execution_options(replayscope_write=True)
+
+    @staticmethod
+    def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
+        @sa.event.listens_for(engine, "connect")
+        def _on_connect(dbapi_connection, _record):
+            # Let SQLAlchemy's "begin" event issue BEGIN, so writes can be IMMEDIATE.
+            dbapi_connection.isolation_level = None
+            cursor = dbapi_connection.cursor()
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute(f"PRAGMA busy_timeout={int(busy_timeout_ms)}")
+            cursor.execute("PRAGMA temp_store=MEMORY")
+            cursor.execute("PRAGMA cache_size=-65536")
+            cursor.close()
+
+        @sa.event.listens_for(engine, "begin")
+        def _on_begin(conn):
+            write = conn.get_execution_options().get("replayscope_write")
+            conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    # -- construction ---------------------------------------------------------------
+    @classmethod
+    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, **kwargs) -> "Store":
+        """A store whose schema is at head: upgraded when ``upgrade``, else checked."""
+        store = cls(url, **kwargs)
+        try:
+            if upgrade:
+                store.upgrade()
+            else:
+                store.check_schema()
+        except Exception:
+            store.dispose()
+            raise
+        return store
+
+    def dispose(self) -> None:
+        self.engine.dispose()
+
+    # -- schema -------------------------------------------------------------------------
+    def current_revision(self) -> str | None:
+        from alembic.runtime.migration import MigrationContext
+
+        with self.engine.connect() as conn:
+            return MigrationContext.configure(conn).get_current_revision()
+
+    def check_schema(self) -> None:
+        current, head = self.current_revision(), head_revision()
+        if current == head:
+            return
+        from alembic.script import ScriptDirectory
+
+        script = ScriptDirectory.from_config(_alembic_config(self.url))
+        if current is not None and not _known(script, current):
+            raise SchemaAhead(f"the store at {self.safe_url} has schema revision {current}, "
+                              f"newer than this replayscope (head {head}); upgrade replayscope")
+        state = "empty" if current is None else f"at revision {current}"
+        raise SchemaBehind(f"the store at {self.safe_url} is {state}, behind this replayscope "
+                           f"(head {head}); run: replayscope db upgrade --db {self.safe_url}")
+
+    def upgrade(self, revision: str = "head") -> None:
+        from alembic import command
+
+        config = _alembic_config(self.url)
+        with self._write_lock or _nullcontext():
+            with self.engine.begin() as conn:
+                config.attributes["connection"] = conn
+                command.upgrade(config, revision)
+
+    @property
+    def safe_url(self) -> str:
+        return sa.make_url(self.url).render_as_string(hide_password=True)
+
+    # -- connections ----------------------------------------------------------------------
+    @contextmanager
+    def write(self) -> Iterator[Connection]:
+        """One write transaction (all-or-nothing); SQLite writers are serialised."""
+        lock = self._write_lock
+        if lock is not None:
+            lock.acquire()
+        try:
+            with self._writer.begin() as conn:
+                yield conn
+        finally:
+            if lock is not None:
+                lock.release()
+
+    @contextmanager
+    def read(self) -> Iterator[Connection]:
+        with self.engine.connect() as conn:
+            yield conn
+
+    def insert_sql(self, table: sa.Table, columns: tuple[str, ...]) -> str:
+        """Plain INSERT text for ``exec_driver_sql`` executemany with positional tuples."""
+        prep = self.engine.dialect.identifier_preparer
+        style = self.engine.dialect.paramstyle
+        mark = "?" if style in ("qmark", "numeric") else "%s"
+        cols = ", ".join(prep.quote(c) for c in columns)
+        marks = ", ".join([mark] * len(columns))
+        return f"INSERT INTO {prep.format_table(table)} ({cols}) VALUES ({marks})"
+
+
+def _known(script, revision: str) -> bool:
+    try:
+        return script.get_revision(revision) is not None
+    except Exception:
+        return False
+
+
+@contextmanager
+def _nullcontext():
+    yield

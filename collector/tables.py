@@ -1,0 +1,211 @@
+"""SQLAlchemy 2 tables of the collector store.
+
+The schema is created and changed only by ``migrations/versions/``; these tables are
+what the code reads and writes. Runs get an integer surrogate key (``runs.id``) so the
+per-step tables stay narrow; every event table is keyed by ``(run_pk, seq)``, which is
+also how retries are recognised. ``reason`` in rollups is ``''`` for "no reason" so it
+can be part of a primary key on every dialect.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+metadata = sa.MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+        "pk": "pk_%(table_name)s",
+        "ck": "ck_%(table_name)s_%(constraint_name)s",
+    }
+)
+
+_REASON = sa.String(160)
+
+
+def _run_fk() -> sa.Column:
+    return sa.Column("run_pk", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"),
+                     primary_key=True)
+
+
+runs = sa.Table(
+    "runs", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("run_id", sa.String(128), nullable=False, unique=True),
+    sa.Column("name", sa.String(200), nullable=False),
+    sa.Column("source", sa.String(32), nullable=False),
+    sa.Column("backend", sa.String(64), nullable=False),
+    sa.Column("model", sa.String(300), nullable=False),
+    sa.Column("device", sa.String(200), nullable=False),
+    sa.Column("torch_version", sa.String(64)),
+    sa.Column("config", sa.JSON),
+    sa.Column("wire_version", sa.Integer, nullable=False, server_default="1"),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("end_seq", sa.BigInteger),          # seq of the run_end event that set status
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("last_seen_at", sa.Float, nullable=False),   # collector clock
+    sa.Column("last_event_ts", sa.Float),                  # largest event ts (runner clock)
+    sa.Index(None, "started_at"),
+    sa.Index(None, "status", "last_seen_at"),
+)
+
+phases = sa.Table(
+    "phases", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("phase", sa.String(64), nullable=False),
+    sa.Column("start_ts", sa.Float),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("mem_bytes", sa.BigInteger),
+)
+
+captures = sa.Table(
+    "captures", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("graph_bs", sa.Integer, nullable=False),
+    sa.Column("stage", sa.String(16), nullable=False),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("pool_bytes", sa.BigInteger),
+    sa.Column("pool_delta_bytes", sa.BigInteger),
+    sa.Column("status", sa.String(16), nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("variant", sa.String(64)),
+)
+
+steps = sa.Table(
+    "steps", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("stage", sa.String(16), nullable=False),
+    sa.Column("mode", sa.String(8), nullable=False),
+    sa.Column("raw_bs", sa.Integer, nullable=False),
+    sa.Column("graph_bs", sa.Integer),
+    sa.Column("num_tokens", sa.Integer, nullable=False),
+    sa.Column("padded_tokens", sa.Integer, nullable=False),
+    sa.Column("reason", _REASON),
+    sa.Column("duration_s", sa.Float),
+    sqlite_with_rowid=False,
+)
+
+step_counts = sa.Table(
+    "step_counts", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("stage", sa.String(16), nullable=False),
+    sa.Column("mode", sa.String(8), nullable=False),
+    sa.Column("reason", _REASON),
+    sa.Column("count", sa.BigInteger, nullable=False),
+    sa.Column("num_tokens", sa.BigInteger, nullable=False),
+    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
+    sa.Column("duration_s", sa.Float),
+    sa.Column("interval_s", sa.Float),
+)
+
+degrades = sa.Table(
+    "degrades", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("from_state", sa.String(64), nullable=False),
+    sa.Column("to_state", sa.String(64), nullable=False),
+    sa.Column("error", sa.Text),
+    sa.Column("graph_bs", sa.Integer),
+)
+
+parity_checks = sa.Table(
+    "parity_checks", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("graph_bs", sa.Integer, nullable=False),
+    sa.Column("max_abs_diff", sa.Float, nullable=False),
+    sa.Column("rel_err", sa.Float, nullable=False),
+    sa.Column("tolerance", sa.Float),
+)
+
+# run_end and heartbeat events: kept so their seq counts as seen.
+run_marks = sa.Table(
+    "run_marks", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("kind", sa.String(16), nullable=False),
+    sa.Column("status", sa.String(16)),
+    sa.Column("error", sa.Text),
+)
+
+# Step rollups per run and time bucket. bucket_s is 1 or 60; bucket_s 0 is the whole
+# run (t = 0). Both raw steps and step_counts aggregates land here.
+step_rollups = sa.Table(
+    "step_rollups", metadata, _run_fk(),
+    sa.Column("bucket_s", sa.Integer, primary_key=True),
+    sa.Column("t", sa.BigInteger, primary_key=True),
+    sa.Column("stage", sa.String(16), primary_key=True),
+    sa.Column("mode", sa.String(8), primary_key=True),
+    sa.Column("reason", _REASON, primary_key=True),
+    sa.Column("steps", sa.BigInteger, nullable=False),
+    sa.Column("num_tokens", sa.BigInteger, nullable=False),
+    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("timed_steps", sa.BigInteger, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+# Per-run batch-size totals for the histogram (raw steps only: aggregates have no bs).
+batch_rollups = sa.Table(
+    "batch_rollups", metadata, _run_fk(),
+    sa.Column("stage", sa.String(16), primary_key=True),
+    sa.Column("raw_bs", sa.Integer, primary_key=True),
+    sa.Column("mode", sa.String(8), primary_key=True),
+    sa.Column("steps", sa.BigInteger, nullable=False),
+    sa.Column("num_tokens", sa.BigInteger, nullable=False),
+    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
+    sa.Column("duration_s", sa.Float, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+alert_rules = sa.Table(
+    "alert_rules", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.String(100), nullable=False, unique=True),
+    sa.Column("threshold", sa.Float, nullable=False),
+    sa.Column("window_s", sa.Integer, nullable=False),
+    sa.Column("min_steps", sa.Integer, nullable=False),
+    sa.Column("run_pattern", sa.String(200)),     # glob on run name; NULL = all runs
+    sa.Column("stage", sa.String(16), nullable=False),
+    sa.Column("webhook_url", sa.String(2000)),
+    sa.Column("enabled", sa.Boolean, nullable=False),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("updated_at", sa.Float, nullable=False),
+)
+
+alert_events = sa.Table(
+    "alert_events", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("rule_id", sa.Integer, sa.ForeignKey("alert_rules.id", ondelete="SET NULL")),
+    sa.Column("rule_name", sa.String(100), nullable=False),
+    sa.Column("run_pk", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),     # firing | resolved
+    sa.Column("threshold", sa.Float, nullable=False),
+    sa.Column("started_at", sa.Float, nullable=False),
+    sa.Column("ended_at", sa.Float),
+    sa.Column("peak", sa.Float, nullable=False),
+    sa.Column("value", sa.Float, nullable=False),            # latest evaluated ratio
+    sa.Column("steps", sa.BigInteger, nullable=False),       # steps in the window at peak
+    sa.Column("reason", _REASON),                            # dominant eager reason
+    sa.Index(None, "status", "rule_id", "run_pk"),
+    sa.Index(None, "run_pk", "started_at"),
+)
+
+EVENT_TABLES = {
+    "phase": phases,
+    "capture": captures,
+    "step": steps,
+    "step_counts": step_counts,
+    "degrade": degrades,
+    "parity": parity_checks,
+    "run_end": run_marks,
+    "heartbeat": run_marks,
+}
