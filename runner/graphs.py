@@ -1,0 +1,440 @@
+"""The graph runner: capture a step at a plan of batch sizes, then replay, pad or fall back.
+
+This is the public library (``from runner import GraphRunner, StaticInput, CapturePlan``):
+describe the static inputs of your step, give the step callable and a capture plan,
+call ``capture()`` once, then ``step()`` per batch. Each batch goes through the pure
+``dispatch`` and runs one of three ways:
+
+- ``graph``: the batch size was captured; inputs are copied into the static buffers
+  and the graph replays;
+- ``padded``: the next larger captured size replays; pad rows hold each input's
+  ``pad_value`` and outputs are sliced back to the real rows;
+- ``eager``: the step callable runs on the batch as given, with the reason recorded.
+
+Capture never kills the process (seed 004 §4.6): a failed compile falls back to
+capture without compile, a failed capture drops that size, and if nothing captures
+the runner runs eager and says so; each rung is a ``degrade`` event.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import torch
+
+from runner import wire
+from runner.dispatch import BatchShape, Decision, dispatch
+from runner.errors import ReplayscopeError
+from runner.plan import CapturePlan
+from runner.progress import ProgressBar
+
+BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
+
+_capture_state = threading.local()
+
+
+def capturing_size() -> int | None:
+    """The batch size being captured on this thread right now, else None."""
+    return getattr(_capture_state, "size", None)
+
+
+@dataclass(frozen=True)
+class StaticInput:
+    """One input of the step: its shape per batch row, dtype, and the value pad rows hold.
+
+    ``row_shape`` excludes the batch dimension, which sits at ``batch_dim``.
+    """
+
+    name: str
+    row_shape: tuple[int, ...]
+    dtype: torch.dtype
+    pad_value: int | float = 0
+    batch_dim: int = 0
+
+    def full_shape(self, bs: int) -> tuple[int, ...]:
+        shape = list(self.row_shape)
+        shape.insert(self.batch_dim, bs)
+        return tuple(shape)
+
+
+def resolve_backend(backend: str, device: torch.device) -> str:
+    if backend not in BACKENDS:
+        raise ReplayscopeError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    if backend == "auto":
+        return "cuda" if device.type == "cuda" else "static"
+    if backend == "cuda" and device.type != "cuda":
+        raise ReplayscopeError("backend 'cuda' needs a CUDA device; use 'static' or 'auto' on CPU")
+    return backend
+
+
+class _CudaTiming:
+    """A pair of CUDA events around one step, read by the emitter once the GPU passed it."""
+
+    __slots__ = ("start", "end", "pool")
+
+    def __init__(self, pool: list):
+        self.pool = pool
+        self.start = torch.cuda.Event(enable_timing=True)
+        self.end = torch.cuda.Event(enable_timing=True)
+
+    def ready(self) -> bool:
+        return self.end.query()
+
+    def seconds(self) -> float:
+        return self.start.elapsed_time(self.end) / 1000.0
+
+    def release(self) -> None:
+        self.pool.append(self)
+
+
+@dataclass
+class _Captured:
+    size: int
+    call: Callable[[], Any]          # replays (graph) or runs the step on the static views
+    outputs: Any                     # the static outputs that ``call`` fills
+    graph: Any = None
+
+
+@dataclass
+class CaptureReport:
+    captured: list[int] = field(default_factory=list)
+    failed: dict[int, str] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    pool_bytes: int | None = None
+    total_s: float = 0.0
+
+
+def _as_tuple(outputs: Any) -> tuple[torch.Tensor, ...]:
+    return outputs if isinstance(outputs, tuple) else (outputs,)
+
+
+def _slice_rows(outputs: Any, rows: int) -> Any:
+    if isinstance(outputs, tuple):
+        return tuple(o[:rows] for o in outputs)
+    return outputs[:rows]
+
+
+def graph_pool_bytes(pool: Any) -> int | None:
+    """Bytes reserved by one graph memory pool, from the allocator's snapshot."""
+    try:
+        segments = torch.cuda.memory_snapshot()
+    except Exception:
+        return None
+    key = tuple(pool) if pool is not None else None
+    return sum(s["total_size"] for s in segments if tuple(s.get("segment_pool_id", ())) == key)
+
+
+class GraphRunner:
+    """Captures ``step_fn`` per batch size of ``plan`` and runs each batch the best way.
+
+    ``step_fn(**inputs)`` must return a tensor or a tuple of tensors whose first
+    dimension is the batch, and must be capturable: static shapes, no host sync.
+    """
+
+    def __init__(self, step_fn: Callable[..., Any], inputs: Sequence[StaticInput], plan: CapturePlan, *,
+                 backend: str = "auto", device: torch.device | str | None = None,
+                 emitter: Any = None, stage: str = "decode", max_bs: int | None = None,
+                 parity_every: int = 0, parity_tolerance: float | None = None,
+                 warmup_iters: int = 2, pool: Any = None, progress: bool = True):
+        if stage not in wire.CAPTURE_STAGES:
+            raise ReplayscopeError(f"stage must be one of {', '.join(wire.CAPTURE_STAGES)}, got {stage!r}")
+        if not inputs:
+            raise ReplayscopeError("a graph runner needs at least one StaticInput")
+        names = [i.name for i in inputs]
+        if len(set(names)) != len(names):
+            raise ReplayscopeError(f"static input names must be unique: {names}")
+        self.device = torch.device(device) if device is not None else (
+            torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu"))
+        self.backend = resolve_backend(backend, self.device)
+        self.max_bs = plan.max_size if max_bs is None else max_bs
+        if plan.max_size > self.max_bs:
+            raise ReplayscopeError(f"capture size {plan.max_size} is larger than the static buffers "
+                                   f"(max_bs={self.max_bs}); raise max_bs or drop that size")
+        self.step_fn = step_fn
+        self.inputs = tuple(inputs)
+        self.plan = plan.disabled() if self.backend == "disabled" else plan
+        self.emitter = emitter
+        self.stage = stage
+        self.parity_every = parity_every
+        self.parity_tolerance = parity_tolerance
+        self.warmup_iters = warmup_iters
+        self.progress = progress
+        self.on_cuda = self.device.type == "cuda" and self.backend in ("cuda", "compile")
+        self.pool = pool if pool is not None else (torch.cuda.graph_pool_handle() if self.on_cuda else None)
+        self._graphs: dict[int, _Captured] = {}
+        self._buffers: dict[str, torch.Tensor] = {}
+        self._dirty_until = 0     # rows at and above this index hold pad values
+        self._replays = 0
+        self._timings: list[_CudaTiming] = []
+        self.report = CaptureReport()
+
+    # -- capture ------------------------------------------------------------
+    def capture(self) -> CaptureReport:
+        """Capture every planned size, largest first into one shared pool."""
+        if self.backend == "disabled":
+            return self.report
+        self._allocate_buffers()
+        started = time.perf_counter()
+        bar = ProgressBar(len(self.plan.sizes), f"Capturing {self.backend} graphs ({self.stage})",
+                          enabled=self.progress)
+        for size in reversed(self.plan.sizes):
+            self._capture_size(size)
+            status = "failed" if size in self.report.failed else f"{self.report.seconds[size]:.2f}s"
+            bar.update(f"bs={size} {status}")
+        self.report.total_s = time.perf_counter() - started
+        self.report.pool_bytes = graph_pool_bytes(self.pool) if self.on_cuda else None
+        self._emit("phase", phase="capture" if self.stage == "decode" else f"capture_{self.stage}",
+                   duration_s=self.report.total_s, start_ts=time.time() - self.report.total_s,
+                   mem_bytes=self.report.pool_bytes)
+        if not self.plan.captured:
+            self._emit("degrade", **{"from": self.backend, "to": "eager",
+                                     "error": f"no batch size captured for {self.stage}; the run goes eager"})
+        return self.report
+
+    def _allocate_buffers(self) -> None:
+        for spec in self.inputs:
+            self._buffers[spec.name] = torch.full(spec.full_shape(self.max_bs), spec.pad_value,
+                                                  dtype=spec.dtype, device=self.device)
+
+    def _views(self, size: int) -> dict[str, torch.Tensor]:
+        return {s.name: self._buffers[s.name].narrow(s.batch_dim, 0, size) for s in self.inputs}
+
+    def _capture_size(self, size: int) -> None:
+        views = self._views(size)
+        before = graph_pool_bytes(self.pool) if self.on_cuda else None
+        started = time.perf_counter()
+        fn = self.step_fn
+        variant = "static" if not self.on_cuda else "cuda"
+        _capture_state.size = size
+        try:
+            if self.backend == "compile":
+                fn, variant = self._compiled(size, views)
+            if self.on_cuda:
+                captured = self._capture_cuda(size, fn, views)
+            else:
+                outputs = fn(**views)          # a dry run proves the static-buffer contract
+                captured = _Captured(size, lambda f=fn, v=views: f(**v), outputs)
+            self._check_outputs(size, captured.outputs)
+        except ReplayscopeError:
+            raise
+        except Exception as error:  # a capture failure drops this size, never the process
+            self._restore_stream()
+            self.plan = self.plan.with_failed(size)
+            message = _describe(error)
+            self.report.failed[size] = message
+            self.report.seconds[size] = time.perf_counter() - started
+            self._emit("capture", graph_bs=size, stage=self.stage, duration_s=self.report.seconds[size],
+                       pool_bytes=before, pool_delta_bytes=0, status="failed", error=message, variant=variant)
+            self._emit("degrade", **{"from": variant, "to": "eager", "graph_bs": size, "error": message})
+            return
+        finally:
+            _capture_state.size = None
+        self._graphs[size] = captured
+        self.report.captured.append(size)
+        self.report.seconds[size] = time.perf_counter() - started
+        after = graph_pool_bytes(self.pool) if self.on_cuda else None
+        self._emit("capture", graph_bs=size, stage=self.stage, duration_s=self.report.seconds[size],
+                   pool_bytes=after, pool_delta_bytes=None if after is None else after - (before or 0),
+                   status="ok", variant=variant)
+
+    def _compiled(self, size: int, views: dict[str, torch.Tensor]) -> tuple[Callable, str]:
+        """torch.compile for this size; on failure, degrade to the plain step (seed 004 §4.6)."""
+        _raise_recompile_limit(len(self.plan.sizes))
+        started = time.perf_counter()
+        try:
+            compiled = torch.compile(self.step_fn, dynamic=False)
+            compiled(**views)  # compiles now, not inside capture
+            self._emit("phase", phase="compile", duration_s=time.perf_counter() - started,
+                       start_ts=time.time() - (time.perf_counter() - started))
+            return compiled, "compile+cuda" if self.on_cuda else "compile"
+        except Exception as error:
+            message = _describe(error)
+            to = "cuda" if self.on_cuda else "static"
+            self._emit("degrade", **{"from": "compile", "to": to, "graph_bs": size, "error": message})
+            return self.step_fn, to
+
+    def _capture_cuda(self, size: int, fn: Callable, views: dict[str, torch.Tensor]) -> _Captured:
+        current = torch.cuda.current_stream()
+        side = torch.cuda.Stream()
+        side.wait_stream(current)
+        with torch.cuda.stream(side):          # warm up off the default stream, as the docs say
+            for _ in range(self.warmup_iters):
+                fn(**views)
+        current.wait_stream(side)
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            outputs = fn(**views)
+        torch.cuda.synchronize()
+        return _Captured(size, graph.replay, outputs, graph)
+
+    def _restore_stream(self) -> None:
+        # A failed capture leaves the side stream current (torch/cuda/graphs.py).
+        if self.on_cuda:
+            torch.cuda.set_stream(torch.cuda.default_stream(self.device))
+            with contextlib.suppress(Exception):
+                torch.cuda.synchronize()
+
+    def _check_outputs(self, size: int, outputs: Any) -> None:
+        for i, out in enumerate(_as_tuple(outputs)):
+            if not isinstance(out, torch.Tensor):
+                raise ReplayscopeError(f"step output {i} is {type(out).__name__}, not a tensor")
+            if out.dim() == 0 or out.shape[0] != size:
+                raise ReplayscopeError(
+                    f"step output {i} has shape {tuple(out.shape)} for a batch of {size}: the step "
+                    f"changed the batch dimension (outputs must keep the batch first)")
+
+    # -- run ----------------------------------------------------------------
+    def decide(self, shape: BatchShape) -> Decision:
+        return dispatch(shape, self.plan)
+
+    def step(self, inputs: Mapping[str, torch.Tensor], *, stage: str | None = None,
+             reason: str | None = None, num_tokens: int | None = None,
+             adapters: frozenset[int] = frozenset(), grammar_switched: bool = False) -> Any:
+        """Run one batch: decide, then replay, pad or fall back. Returns the real rows' outputs.
+
+        ``reason`` forces eager with a reason only the caller can see: one of
+        ``runner.wire.REASONS`` or free text, recorded as ``custom:<text>``.
+        """
+        if reason is not None and reason not in wire.REASONS:
+            reason = wire.custom_reason(reason)
+        stage = stage or self.stage
+        query_len = self.check_inputs(inputs, allow_query_len_change=stage == "verify")
+        shape = BatchShape(stage, self._batch_size(inputs), query_len, adapters, grammar_switched, reason)
+        return self.run(self.decide(shape), inputs, stage=stage, num_tokens=num_tokens)
+
+    def run(self, decision: Decision, inputs: Mapping[str, torch.Tensor], *, stage: str | None = None,
+            num_tokens: int | None = None, eager_fn: Callable[..., Any] | None = None) -> Any:
+        """Execute a decision and record the step; ``eager_fn`` replaces the step when eager."""
+        raw_bs = self._batch_size(inputs)
+        timing = self._start_timing()
+        if decision.mode == "eager":
+            outputs = (eager_fn or self.step_fn)(**inputs)
+        else:
+            outputs = self._replay(decision.graph_bs, raw_bs, inputs)
+        duration = self._stop_timing(timing)
+        query_len = self.plan.query_len
+        if self.emitter is not None:
+            padded_rows = 0 if decision.graph_bs is None else decision.graph_bs - raw_bs
+            self.emitter.step(stage or self.stage, decision.mode, raw_bs, decision.graph_bs,
+                              raw_bs * query_len if num_tokens is None else num_tokens,
+                              padded_rows * query_len, decision.reason, duration)
+        if decision.mode != "eager" and self.parity_every:
+            self._replays += 1
+            if self._replays % self.parity_every == 0:
+                self._check_parity(decision.graph_bs, inputs, outputs, eager_fn)
+        return outputs
+
+    def _replay(self, graph_bs: int, raw_bs: int, inputs: Mapping[str, torch.Tensor]) -> Any:
+        captured = self._graphs[graph_bs]
+        for spec in self.inputs:
+            buffer = self._buffers[spec.name]
+            buffer.narrow(spec.batch_dim, 0, raw_bs).copy_(inputs[spec.name], non_blocking=True)
+            if self._dirty_until > raw_bs and graph_bs > raw_bs:
+                end = min(self._dirty_until, graph_bs)
+                buffer.narrow(spec.batch_dim, raw_bs, end - raw_bs).fill_(spec.pad_value)
+        if graph_bs > raw_bs:
+            self._dirty_until = raw_bs if self._dirty_until <= graph_bs else self._dirty_until
+        else:
+            self._dirty_until = max(self._dirty_until, raw_bs)
+        result = captured.call()
+        # A graph fills its static outputs; the static stand-in returns fresh ones.
+        return _slice_rows(captured.outputs if captured.graph is not None else result, raw_bs)
+
+    def _batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int:
+        first = self.inputs[0]
+        try:
+            tensor = inputs[first.name]
+        except KeyError:
+            raise ReplayscopeError(f"missing input {first.name!r}; the step takes "
+                                   f"{', '.join(s.name for s in self.inputs)}") from None
+        return tensor.shape[first.batch_dim]
+
+    def check_inputs(self, inputs: Mapping[str, torch.Tensor], *, allow_query_len_change: bool = False) -> int:
+        """Explain, by name, how ``inputs`` break the static-input contract.
+
+        Returns the tokens per request for dispatch: the plan's ``query_len`` when the
+        row shapes match the static inputs. A verify stage may see other row shapes (a
+        different speculative width): then -1, which dispatch sends eager as spec_shape.
+        """
+        unknown = set(inputs) - {s.name for s in self.inputs}
+        if unknown:
+            raise ReplayscopeError(f"unknown inputs {sorted(unknown)}; the step takes "
+                                   f"{', '.join(s.name for s in self.inputs)}")
+        raw_bs = self._batch_size(inputs)
+        rows_match = True
+        for spec in self.inputs:
+            if spec.name not in inputs:
+                raise ReplayscopeError(f"missing input {spec.name!r}")
+            tensor = inputs[spec.name]
+            if tensor.device != self.device and not (tensor.device.type == self.device.type == "cuda"
+                                                     and self.device.index is None):
+                raise ReplayscopeError(f"input {spec.name!r} is on {tensor.device}, the runner's "
+                                       f"static buffers are on {self.device}")
+            if tensor.dtype != spec.dtype:
+                raise ReplayscopeError(f"input {spec.name!r} has dtype {tensor.dtype}, expected {spec.dtype}")
+            if tuple(tensor.shape) != spec.full_shape(raw_bs):
+                same_rank = tensor.dim() == len(spec.row_shape) + 1 and tensor.shape[spec.batch_dim] == raw_bs
+                if not (allow_query_len_change and same_rank):
+                    raise ReplayscopeError(f"input {spec.name!r} has shape {tuple(tensor.shape)}, expected "
+                                           f"{spec.full_shape(raw_bs)} for a batch of {raw_bs}")
+                rows_match = False
+        return self.plan.query_len if rows_match else -1
+
+    # -- parity -------------------------------------------------------------
+    def _check_parity(self, graph_bs: int, inputs: Mapping[str, torch.Tensor], outputs: Any,
+                      eager_fn: Callable[..., Any] | None) -> None:
+        """Run the same inputs eagerly and record how far the graph's outputs are."""
+        graph_out = [o.detach().float().clone() for o in _as_tuple(outputs) if o.is_floating_point()]
+        eager_out = [o.detach().float() for o in _as_tuple((eager_fn or self.step_fn)(**inputs))
+                     if o.is_floating_point()]
+        if not graph_out:
+            return
+        max_abs = max((g - e).abs().max().item() for g, e in zip(graph_out, eager_out))
+        norm = sum(e.norm().item() ** 2 for e in eager_out) ** 0.5
+        diff = sum((g - e).norm().item() ** 2 for g, e in zip(graph_out, eager_out)) ** 0.5
+        rel = diff / norm if norm > 0 else diff
+        self._emit("parity", graph_bs=graph_bs, max_abs_diff=max_abs, rel_err=rel,
+                   tolerance=self.parity_tolerance)
+
+    # -- timing and telemetry -----------------------------------------------
+    def _start_timing(self) -> Any:
+        if self.device.type != "cuda":
+            return time.perf_counter()
+        timing = self._timings.pop() if self._timings else _CudaTiming(self._timings)
+        timing.start.record()
+        return timing
+
+    def _stop_timing(self, timing: Any) -> Any:
+        if isinstance(timing, float):
+            return time.perf_counter() - timing
+        timing.end.record()
+        return timing
+
+    def _emit(self, kind: str, **fields: Any) -> None:
+        if self.emitter is not None:
+            self.emitter.emit(kind, **fields)
+
+
+def _describe(error: BaseException) -> str:
+    """The error and, for CUDA's 'previous error during capture', the original cause."""
+    text = f"{type(error).__name__}: {error}".strip()
+    cause = error.__cause__ or error.__context__
+    if cause is not None and str(cause) not in text:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text[:4000]
+
+
+def _raise_recompile_limit(sizes: int) -> None:
+    """torch.compile(dynamic=False) specialises per shape; past its limit it silently runs eager."""
+    config = torch._dynamo.config
+    for name in ("recompile_limit", "cache_size_limit"):
+        if hasattr(config, name) and getattr(config, name) < sizes + 8:
+            setattr(config, name, sizes + 8)
+    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
+        if hasattr(config, name) and getattr(config, name) < 4 * (sizes + 8):
+            setattr(config, name, 4 * (sizes + 8))
