@@ -37,24 +37,26 @@ def _config_value(config: dict[str, Any], key: str, kind: type = int, default: A
     return value
 
 
-def _rope_from_config(config: dict[str, Any]) -> tuple[float, dict | None]:
+def _rope_from_config(config: dict[str, Any], max_positions: int) -> tuple[float, dict | None]:
     """(rope_theta, rope_scaling) from either layout; rope_scaling None for plain RoPE."""
     params = config.get("rope_parameters")  # transformers 5
-    if params is None:
-        params = dict(config.get("rope_scaling") or {})  # transformers 4
-        if config.get("rope_theta") is not None:
-            params["rope_theta"] = config["rope_theta"]
+    if params is None:  # transformers 4: rope_theta (and partial_rotary_factor) beside rope_scaling
+        params = config.get("rope_scaling") or {}
+        if isinstance(params, dict):
+            params = {**params, **{k: config[k] for k in ("rope_theta", "partial_rotary_factor")
+                                   if config.get(k) is not None}}
     if not isinstance(params, dict):
         raise ReplayscopeError(f"config.json: rope parameters must be an object, got {params!r}")
+    if params.get("partial_rotary_factor") not in (None, 1, 1.0):
+        raise ReplayscopeError("config.json: partial_rotary_factor != 1 is not supported")
     theta = float(params.get("rope_theta") or 10000.0)
-    rope_type = params.get("rope_type", params.get("type", "default")) or "default"
+    rope_type = params.get("rope_type", params.get("type")) or "default"
     if rope_type == "default":
         return theta, None
-    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "type")}
+    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "type", "partial_rotary_factor")}
     scaling["rope_type"] = rope_type
-    if rope_type == "llama3":
-        # HF falls back to max_position_embeddings when the original length is not given
-        scaling.setdefault("original_max_position_embeddings", config.get("max_position_embeddings"))
+    if rope_type == "llama3" and scaling.get("original_max_position_embeddings") is None:
+        scaling["original_max_position_embeddings"] = max_positions  # HF's fallback too
     return theta, scaling
 
 
@@ -73,7 +75,7 @@ def args_from_hf_config(config: dict[str, Any], max_seq_len: int | None = None) 
     max_positions = _config_value(config, "max_position_embeddings", default=DEFAULT_MAX_SEQ_LEN)
     if max_seq_len is None:
         max_seq_len = min(max_positions, DEFAULT_MAX_SEQ_LEN)
-    window = config.get("sliding_window")
+    window = _config_value(config, "sliding_window", default=None)
     uses_window = model_type == "mistral" or (model_type == "qwen2" and config.get("use_sliding_window"))
     if uses_window and window is not None and window < max_seq_len:
         raise ReplayscopeError(f"config.json: sliding_window {window} < max_seq_len {max_seq_len}: "
@@ -81,7 +83,7 @@ def args_from_hf_config(config: dict[str, Any], max_seq_len: int | None = None) 
 
     n_heads = _config_value(config, "num_attention_heads")
     dim = _config_value(config, "hidden_size")
-    theta, scaling = _rope_from_config(config)
+    theta, scaling = _rope_from_config(config, max_positions)
     return ModelArgs(
         vocab_size=_config_value(config, "vocab_size"),
         dim=dim,

@@ -46,9 +46,9 @@ class ModelArgs:
     dim: int = 4096
     n_layers: int = 32
     n_heads: int = 32
-    n_kv_heads: int = -1               # -1: same as n_heads (no GQA)
+    n_kv_heads: int | None = None      # None: same as n_heads (no GQA)
     intermediate_size: int = 11008
-    head_dim: int = -1                 # -1: dim // n_heads
+    head_dim: int | None = None        # None: dim // n_heads
     norm_eps: float = 1e-5
     rope_theta: float = 10000.0
     rope_scaling: dict | None = None   # None or the HF dict: {"rope_type": "llama3", "factor": ...}
@@ -57,9 +57,9 @@ class ModelArgs:
     qkv_bias: bool = False             # Qwen2 has biases on q/k/v
 
     def __post_init__(self) -> None:
-        if self.n_kv_heads == -1:
+        if self.n_kv_heads is None:
             self.n_kv_heads = self.n_heads
-        if self.head_dim == -1:
+        if self.head_dim is None:
             self.head_dim = self.dim // self.n_heads
         if self.n_heads % self.n_kv_heads:
             raise ReplayscopeError(f"n_heads {self.n_heads} is not a multiple of n_kv_heads {self.n_kv_heads}")
@@ -74,10 +74,12 @@ class ModelArgs:
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> ModelArgs:
-        """A copy of the preset called ``name``, with any field overridden."""
+        """A copy of the preset called ``name``, with any field overridden (head_dim is not re-derived)."""
         if name not in PRESETS:
             raise ReplayscopeError(f"unknown model preset {name!r} (known: {', '.join(PRESETS)})")
-        return dataclasses.replace(PRESETS[name], **overrides)
+        preset = PRESETS[name]
+        rope_scaling = dict(preset.rope_scaling) if preset.rope_scaling else None  # callers may edit theirs
+        return dataclasses.replace(preset, **{"rope_scaling": rope_scaling, **overrides})
 
     def num_params(self) -> int:
         """Parameter count, computed from the shape alone (nothing is allocated)."""

@@ -247,6 +247,29 @@ def test_unsupported_rope_type(llama_dir):
         load_checkpoint(llama_dir, "cpu")
 
 
+def test_partial_rotary_factor_is_refused(llama_dir):
+    _edit_config(llama_dir, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                             "partial_rotary_factor": 0.5})
+    with pytest.raises(ReplayscopeError, match=r"partial_rotary_factor != 1 is not supported"):
+        load_checkpoint(llama_dir, "cpu")
+
+
+def test_config_value_of_the_wrong_type(llama_dir):
+    _edit_config(llama_dir, num_hidden_layers="2")
+    with pytest.raises(ReplayscopeError, match=r"config.json: 'num_hidden_layers' must be int, got '2'"):
+        load_checkpoint(llama_dir, "cpu")
+
+
+def test_tied_checkpoint_may_carry_a_copy_of_lm_head(saved, tmp_path):
+    shutil.copytree(saved("llama_tied")[0], tmp_path, dirs_exist_ok=True)
+
+    def add_copy(tensors):
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+
+    _rewrite_weights(tmp_path, add_copy)
+    assert load_checkpoint(tmp_path, "cpu").output is None
+
+
 def test_mistral_sliding_window_shorter_than_max_seq_len_is_refused(saved):
     config = json.loads((saved("mistral")[0] / "config.json").read_text())
     config["sliding_window"] = 16
