@@ -59,8 +59,8 @@ class IngestResult:
     # What was accepted, for Prometheus (not part of equality).
     source: str = field(default="", compare=False)
     step_counts: dict = field(default_factory=dict, compare=False)   # (stage, mode, reason) -> n
-    padded_tokens: int = field(default=0, compare=False)
-    capture_durations: list = field(default_factory=list, compare=False)
+    padded_by_stage: dict = field(default_factory=dict, compare=False)      # stage -> tokens
+    capture_durations: list = field(default_factory=list, compare=False)    # (stage, seconds)
     pool_bytes: int | None = field(default=None, compare=False)
 
 
@@ -201,7 +201,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     other_rows: dict[str, list[tuple]] = {}
     acc = Accumulator()
     counts = result.step_counts
-    padded_total = 0
+    padded = result.padded_by_stage
     max_ts = run.last_event_ts or 0.0
     run_end = None
     duplicates = 0
@@ -218,13 +218,14 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         kind = e["kind"]
         if kind == "step":
             stage, mode, reason = e["stage"], e["mode"], e["reason"]
-            padded = e["padded_tokens"]
+            pad = e["padded_tokens"]
             step_rows.append((run_pk, seq, ts, stage, mode, e["raw_bs"], e["graph_bs"],
-                              e["num_tokens"], padded, reason, e["duration_s"]))
-            add_step(ts, stage, mode, reason, e["raw_bs"], e["num_tokens"], padded, e["duration_s"])
+                              e["num_tokens"], pad, reason, e["duration_s"]))
+            add_step(ts, stage, mode, reason, e["raw_bs"], e["num_tokens"], pad, e["duration_s"])
             key = (stage, mode, reason)
             counts[key] = counts.get(key, 0) + 1
-            padded_total += padded
+            if pad:
+                padded[stage] = padded.get(stage, 0) + pad
             continue
         table, cols, keys = _OTHER[kind]
         other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))
@@ -233,9 +234,10 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
                            e["padded_tokens"], e.get("duration_s"))
             key = (e["stage"], e["mode"], e.get("reason"))
             counts[key] = counts.get(key, 0) + e["count"]
-            padded_total += e["padded_tokens"]
+            if e["padded_tokens"]:
+                padded[e["stage"]] = padded.get(e["stage"], 0) + e["padded_tokens"]
         elif kind == "capture":
-            result.capture_durations.append(e["duration_s"])
+            result.capture_durations.append((e["stage"], e["duration_s"]))
             if e.get("pool_bytes") is not None:
                 result.pool_bytes = e["pool_bytes"]
         elif kind == "run_end":
@@ -261,7 +263,6 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(**values))
     result.accepted = len(events) - duplicates
     result.duplicates = duplicates
-    result.padded_tokens = padded_total
     return result
 
 

@@ -1,0 +1,223 @@
+"""API models, generated from ``runner.wire``'s field tables so OpenAPI shows the real
+event schema. The hot ingest path does not go through these (it validates raw JSON with
+``runner.wire.validate_event``); they document it, and shape the read responses.
+"""
+
+from __future__ import annotations
+
+import keyword
+from typing import Annotated, Any, Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from runner import wire
+from runner.wire import FieldSpec
+
+_REASON_DOC = ("one of " + ", ".join(wire.REASONS) + f", or '{wire.CUSTOM_REASON_PREFIX}<text>' "
+               f"(1-{wire.CUSTOM_REASON_MAX_CHARS} printable characters)")
+
+
+def _annotation(spec: FieldSpec) -> Any:
+    if spec.choices:
+        base: Any = Literal[spec.choices]  # type: ignore[valid-type]
+    else:
+        base = {"str": str, "reason": str, "int": int, "float": float, "bool": bool,
+                "object": dict[str, Any]}[spec.type]
+    return Optional[base] if spec.nullable or not spec.required else base
+
+
+def _field(name: str, spec: FieldSpec, *, all_optional: bool = False) -> tuple[str, tuple[Any, Any]]:
+    kw: dict[str, Any] = {"description": (spec.doc or None) if spec.type != "reason" else
+                          ((spec.doc + "; ") if spec.doc else "") + _REASON_DOC}
+    if spec.minimum is not None and spec.type in ("int", "float"):
+        kw["ge"] = spec.minimum
+    if spec.type in ("str", "reason") and not spec.choices:
+        kw["max_length"] = spec.max_chars
+        if spec.pattern is not None:
+            kw["pattern"] = spec.pattern.pattern
+    py_name = name
+    if keyword.iskeyword(name):
+        py_name, kw["alias"] = name + "_", name
+    required = spec.required and not all_optional
+    annotation = _annotation(spec) if not all_optional else Optional[_annotation(spec)]
+    return py_name, (annotation, Field(... if required else None, **kw))
+
+
+def _title(kind: str) -> str:
+    return "".join(part.capitalize() for part in kind.split("_"))
+
+
+def _event_model(kind: str) -> type[BaseModel]:
+    fields = dict(_field(n, s) for n, s in wire.COMMON_EVENT_FIELDS.items() if n != "kind")
+    fields["kind"] = (Literal[kind], Field(...))  # type: ignore[valid-type]
+    fields.update(_field(n, s) for n, s in wire.EVENT_FIELDS[kind].items())
+    return create_model(f"{_title(kind)}Event", __config__=ConfigDict(extra="allow", populate_by_name=True),
+                        **fields)
+
+
+EVENT_MODELS: dict[str, type[BaseModel]] = {kind: _event_model(kind) for kind in wire.EVENT_KINDS}
+Event = Annotated[Union[tuple(EVENT_MODELS.values())], Field(discriminator="kind")]  # type: ignore[misc]
+
+
+class EventBatch(BaseModel):
+    """``POST /v1/runs/{run_id}/events``: all-or-nothing; a repeated seq is ignored."""
+
+    events: list[Event]  # type: ignore[valid-type]
+
+
+RunRecord = create_model("RunRecord", __config__=ConfigDict(extra="allow"),
+                         **dict(_field(n, s) for n, s in wire.RUN_FIELDS.items()))
+
+
+def _row_model(name: str, kind: str, rename: dict[str, str] | None = None) -> type[BaseModel]:
+    fields = {"seq": (int, ...), "ts": (float, ...)}
+    fields.update(_field(n, s, all_optional=True) for n, s in wire.EVENT_FIELDS[kind].items())
+    return create_model(name, __config__=ConfigDict(populate_by_name=True), **fields)
+
+
+CaptureRow = _row_model("CaptureRow", "capture")
+PhaseRow = _row_model("PhaseRow", "phase")
+DegradeRow = _row_model("DegradeRow", "degrade")
+ParityRow = _row_model("ParityRow", "parity")
+
+
+class IngestResponse(BaseModel):
+    accepted: int
+    duplicates: int
+
+
+class RunCreated(BaseModel):
+    run_id: str
+    created: bool
+
+
+class ModeCounts(BaseModel):
+    graph: int
+    padded: int
+    eager: int
+
+
+class RunListItem(BaseModel):
+    run_id: str
+    name: str
+    source: str
+    backend: str
+    model: str
+    device: str
+    status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
+    started_at: float
+    ended_at: Optional[float]
+    steps: int
+    modes: ModeCounts
+    eager_ratio: float = Field(description="eager steps / all steps")
+    padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
+    num_tokens: int
+    padded_tokens: int
+    capture_total_s: float
+    alerts_firing: int
+
+
+class RunSummary(RunListItem):
+    config: Optional[dict[str, Any]]
+    torch_version: Optional[str]
+    reasons: dict[str, int] = Field(description="eager steps per reason")
+    last_event_ts: Optional[float]
+    last_seen_at: Optional[float]
+    error: Optional[str]
+
+
+class TimelinePoint(BaseModel):
+    t: float = Field(description="bucket start, unix seconds")
+    graph: int
+    padded: int
+    eager: int
+    steps: int
+    eager_ratio: float
+
+
+class ReasonRow(BaseModel):
+    reason: Optional[str]
+    steps: int
+    duration_s: float
+    share: float = Field(description="share of the run's eager steps")
+
+
+class BatchRow(BaseModel):
+    raw_bs: int
+    mode: str
+    steps: int
+    num_tokens: int
+    padded_tokens: int
+
+
+class StepTimeRow(BaseModel):
+    stage: str
+    mode: str
+    steps: int
+    total_s: float
+    mean_s: Optional[float]
+
+
+class AlertRuleIn(BaseModel):
+    """An eager-ratio alert rule; fires when eager/steps over the window > threshold."""
+
+    name: str = Field(max_length=100)
+    threshold: float = Field(ge=0, le=1, description="eager ratio, 0..1")
+    window_s: int = Field(300, ge=1, description="seconds of event time")
+    min_steps: int = Field(100, ge=1, description="steps needed in the window to judge")
+    run_pattern: Optional[str] = Field(None, description="glob on run names; null = all runs")
+    stage: Literal[wire.STEP_STAGES] = "decode"  # type: ignore[valid-type]
+    webhook_url: Optional[str] = Field(None, description="default: REPLAYSCOPE_ALERT_WEBHOOK")
+    enabled: bool = True
+
+
+AlertRulePatch = create_model(
+    "AlertRulePatch",
+    **{name: (Optional[f.annotation], Field(None, description=f.description))  # type: ignore[name-defined]
+       for name, f in AlertRuleIn.model_fields.items()})
+
+
+class AlertRule(AlertRuleIn):
+    id: int
+    created_at: float
+    updated_at: float
+
+
+class AlertEvent(BaseModel):
+    id: int
+    rule_id: Optional[int]
+    rule_name: str
+    run_id: str
+    run_name: str
+    status: Literal["firing", "resolved"]
+    threshold: float
+    started_at: float
+    ended_at: Optional[float]
+    peak: float
+    value: float
+    steps: int
+    reason: Optional[str]
+
+
+class Problem(BaseModel):
+    """An error: ``detail`` is one readable line; batch errors also name index and field."""
+
+    detail: str
+    index: Optional[int] = None
+    field: Optional[str] = None
+
+
+def request_body(model: type[BaseModel]) -> dict:
+    """``openapi_extra`` documenting a body that the route parses itself."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"$ref": f"#/components/schemas/{model.__name__}"}}}}}
+
+
+def add_component_schemas(openapi: dict, models: list[type[BaseModel]]) -> dict:
+    schemas = openapi.setdefault("components", {}).setdefault("schemas", {})
+    for model in models:
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        for name, sub in schema.pop("$defs", {}).items():
+            schemas.setdefault(name, sub)
+        schemas[model.__name__] = schema
+    return openapi

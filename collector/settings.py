@@ -1,0 +1,57 @@
+"""Collector settings, from the environment (``REPLAYSCOPE_*``) or given directly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, fields, replace
+from typing import Mapping
+
+from runner.errors import ReplayscopeError
+
+from collector.store import DEFAULT_URL
+
+
+@dataclass(frozen=True)
+class Settings:
+    db: str = DEFAULT_URL                      # REPLAYSCOPE_DB
+    token: str | None = None                   # REPLAYSCOPE_TOKEN: writes need "Bearer <token>"
+    host: str = "127.0.0.1"                    # REPLAYSCOPE_HOST
+    port: int = 8600                           # REPLAYSCOPE_PORT
+    max_body_bytes: int = 8 * 1024 * 1024      # REPLAYSCOPE_MAX_BODY_BYTES
+    heartbeat_timeout_s: float = 120.0         # REPLAYSCOPE_HEARTBEAT_TIMEOUT_S
+    alert_webhook: str | None = None           # REPLAYSCOPE_ALERT_WEBHOOK (rules may name their own)
+    evaluate_every_s: float = 10.0             # REPLAYSCOPE_EVALUATE_EVERY_S
+    webhook_retries: int = 3
+    webhook_timeout_s: float = 5.0
+    run_services: bool = True                  # start the background services with the app
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Settings":
+        env = os.environ if environ is None else environ
+        values: dict = {}
+        for f in fields(cls):
+            raw = env.get(f"REPLAYSCOPE_{f.name.upper()}")
+            if raw is None or raw == "":
+                continue
+            values[f.name] = _convert(f.name, f.type, raw)
+        settings = replace(cls(), **values)
+        return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _convert(name: str, type_: str, raw: str):
+    try:
+        if type_ == "int":
+            value = int(raw)
+            if value <= 0:
+                raise ValueError
+            return value
+        if type_ == "float":
+            value = float(raw)
+            if not value > 0:
+                raise ValueError
+            return value
+        if type_ == "bool":
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+    except ValueError:
+        raise ReplayscopeError(f"REPLAYSCOPE_{name.upper()}={raw!r}: expected a positive {type_}") from None
+    return raw
