@@ -298,9 +298,10 @@ class Transformer(nn.Module):
         self.output = None if args.tie_embeddings else nn.Linear(args.dim, args.vocab_size, bias=False)
         self.num_slots = 0
         self.max_seq_len = 0
-        self.rope_cos: Tensor | None = None
-        self.rope_sin: Tensor | None = None
-        self.cache_positions: Tensor | None = None
+        # Filled by setup_caches; buffers so that .to() moves them with the weights.
+        self.register_buffer("rope_cos", None, persistent=False)
+        self.register_buffer("rope_sin", None, persistent=False)
+        self.register_buffer("cache_positions", None, persistent=False)
 
     @classmethod
     def empty(cls, args: ModelArgs, device: torch.device | str, dtype: torch.dtype | None = None) -> Transformer:
