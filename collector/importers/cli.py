@@ -1,0 +1,239 @@
+"""``replayscope import vllm|sglang LOGFILE`` and ``replayscope scrape URL``.
+
+Both write through a *sink*: the store directly (``--db URL``, the default
+``sqlite:///replayscope.db``) or a running collector over HTTP (``--collector URL``).
+A log is parsed completely before anything is written, so a bad file changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.parse
+from typing import Any, Callable
+
+from runner.errors import ReplayscopeError
+
+DEFAULT_DB = "sqlite:///replayscope.db"
+BATCH = 500
+
+
+# -- sinks -------------------------------------------------------------------------------
+
+
+class DbSink:
+    """Writes through collector.ingest into the store at ``url``."""
+
+    def __init__(self, url: str):
+        from collector import ingest, store
+
+        self.url = url
+        self._ingest = ingest
+        try:
+            self.store = store.Store.open(url, upgrade=True)
+        except ReplayscopeError:
+            raise
+        except Exception as error:
+            raise ReplayscopeError(f"cannot open the store {url}: {error}") from None
+
+    def write_run(self, record: dict[str, Any]) -> None:
+        self._ingest.ingest_run(self.store, record)
+
+    def write_events(self, run_id: str, events: list[dict[str, Any]]) -> tuple[int, int]:
+        accepted = duplicates = 0
+        for i in range(0, len(events), BATCH):
+            result = self._ingest.ingest_events(self.store, run_id, events[i:i + BATCH])
+            accepted += result.accepted
+            duplicates += result.duplicates
+        return accepted, duplicates
+
+    def close(self) -> None:
+        self.store.dispose()
+
+    def describe(self) -> str:
+        return f"store {self.url}"
+
+
+class CollectorSink:
+    """Posts to a collector's HTTP API (``POST /v1/runs``, ``/v1/runs/{id}/events``)."""
+
+    def __init__(self, url: str, token: str | None = None):
+        self.url = url.rstrip("/")
+        self.token = token
+
+    def _post(self, path: str, payload: Any) -> Any:
+        from runner.http import HttpError, post_json
+
+        try:
+            return post_json(self.url + path, payload, token=self.token, timeout=30.0)
+        except HttpError as error:
+            raise ReplayscopeError(f"collector {self.url}: {error}") from None
+
+    def write_run(self, record: dict[str, Any]) -> None:
+        self._post("/v1/runs", record)
+
+    def write_events(self, run_id: str, events: list[dict[str, Any]]) -> tuple[int, int]:
+        accepted = duplicates = 0
+        for i in range(0, len(events), BATCH):
+            answer = self._post(f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/events",
+                                {"events": events[i:i + BATCH]})
+            if isinstance(answer, dict):
+                accepted += int(answer.get("accepted", 0) or 0)
+                duplicates += int(answer.get("duplicates", 0) or 0)
+        return accepted, duplicates
+
+    def close(self) -> None:
+        pass
+
+    def describe(self) -> str:
+        return f"collector {self.url}"
+
+
+def open_sink(args: argparse.Namespace):
+    if getattr(args, "collector", None):
+        return CollectorSink(args.collector, getattr(args, "token", None))
+    return DbSink(args.db or DEFAULT_DB)
+
+
+# -- import ------------------------------------------------------------------------------
+
+
+def run_import(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
+    from collector.importers import import_log
+
+    result = import_log(args.engine, args.logfile)     # raises before anything is written
+    written: list[dict[str, Any]] = []
+    if not args.dry_run and result.runs:
+        sink = open_sink(args)
+        try:
+            for run in result.runs:
+                sink.write_run(run.run)
+                accepted, duplicates = sink.write_events(run.run["run_id"], run.events)
+                written.append({"run_id": run.run["run_id"], "accepted": accepted, "duplicates": duplicates})
+        finally:
+            sink.close()
+        target = sink.describe()
+    else:
+        target = None
+    if args.json:
+        summary = result.summary()
+        summary["written_to"] = target
+        summary["written"] = written
+        json.dump(summary, out, indent=2, sort_keys=False)
+        out.write("\n")
+        return 0
+    print(f"{args.logfile}: {len(result.runs)} run(s) ({result.source}; ranks merged, "
+          f"see docs/importing.md)", file=out)
+    for run, w in zip(result.runs, written or [None] * len(result.runs)):
+        s = run.summary()
+        steps = s["steps"]
+        mem = s["graph_mem_bytes"]
+        print(f"  {s['run_id']}  {s['status']:<11} {s['backend']:<20} "
+              f"{len(s['phases'])} phases, {len(s['captures'])} captures, "
+              f"capture {s['capture_total_s']:.2f} s"
+              + (f" / {mem / 2**30:.2f} GiB" if mem is not None else "")
+              + f", steps graph {steps['graph']} padded {steps['padded']} eager {steps['eager']}"
+              + (f"  [{w['accepted']} new, {w['duplicates']} already there]" if w else ""), file=out)
+        if s["error"]:
+            print(f"    error: {s['error']}", file=out)
+        for warning in s["warnings"]:
+            print(f"    warning: {warning}", file=out)
+    for warning in result.warnings:
+        print(f"  warning: {warning}", file=out)
+    if target:
+        print(f"written to {target}", file=out)
+    return 0
+
+
+# -- scrape ------------------------------------------------------------------------------
+
+
+def metrics_url(url: str) -> str:
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ReplayscopeError(f"{url!r} is not an http(s) URL")
+    if parts.path in ("", "/"):
+        parts = parts._replace(path="/metrics")
+    return urllib.parse.urlunsplit(parts)
+
+
+def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None] = time.sleep) -> int:
+    out = out or sys.stdout
+    from collector.importers.sglang_metrics import Scraper
+
+    if args.interval <= 0:
+        raise ReplayscopeError("--interval must be more than 0 seconds")
+    if args.count is not None and args.count < 1:
+        raise ReplayscopeError("--count must be at least 1")
+    scraper = Scraper(metrics_url(args.url))
+    first = scraper.poll()                              # unreachable / not Prometheus: raises here
+    sink = open_sink(args)
+    status = "finished"
+    polls = 1
+    try:
+        sink.write_run(scraper.run)
+        sink.write_events(scraper.run["run_id"], first)
+        print(f"scraping {scraper.url} into {sink.describe()} as run {scraper.run['run_id']} "
+              f"every {args.interval:g} s", file=out, flush=True)
+        while args.count is None or polls < args.count:
+            sleep(args.interval)
+            try:
+                events = scraper.poll()
+            except ReplayscopeError as error:
+                print(f"warning: poll {polls + 1}: {error}", file=sys.stderr, flush=True)
+                polls += 1
+                continue
+            polls += 1
+            sink.write_events(scraper.run["run_id"], events)
+            counts = {f"{e['stage']}/{e['mode']}": e["count"] for e in events}
+            print(f"poll {polls}: " + (", ".join(f"{k} +{v}" for k, v in counts.items()) or "no new passes")
+                  + (" (counter reset)" if scraper.resets else ""), file=out, flush=True)
+    except KeyboardInterrupt:
+        status = "interrupted"
+    finally:
+        try:
+            sink.write_events(scraper.run["run_id"], [scraper.end(status)])
+        finally:
+            sink.close()
+    return 0
+
+
+# -- argparse ----------------------------------------------------------------------------
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--db", metavar="URL", default=None,
+                       help=f"write into this store (SQLAlchemy URL; default {DEFAULT_DB})")
+    group.add_argument("--collector", metavar="URL", default=None,
+                       help="post to a running collector instead, e.g. http://127.0.0.1:8000")
+    parser.add_argument("--token", metavar="T", default=None, help="bearer token for --collector")
+
+
+def add_parsers(sub) -> None:
+    """Register ``import`` and ``scrape`` on the ``replayscope`` subcommands."""
+    imp = sub.add_parser("import", help="import a vLLM or SGLang server log",
+                         description="Import a server log: startup phases, captures, failures, "
+                                     "and per-step graph/eager modes where the log has them.")
+    engines = imp.add_subparsers(dest="engine", metavar="ENGINE")
+    engines.required = True
+    for engine, label in (("vllm", "vLLM"), ("sglang", "SGLang")):
+        p = engines.add_parser(engine, help=f"a {label} server log")
+        p.add_argument("logfile", metavar="LOGFILE")
+        _add_target(p)
+        p.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
+        p.add_argument("--dry-run", action="store_true", help="parse only; write nothing")
+        p.set_defaults(handler=run_import)
+
+    scrape = sub.add_parser("scrape", help="poll an SGLang /metrics endpoint into step counts",
+                            description="Poll SGLang's sglang:cuda_graph_passes_total and record the "
+                                        "increase per mode between polls as step counts.")
+    scrape.add_argument("url", metavar="URL", help="the server's /metrics URL (or its base URL)")
+    scrape.add_argument("--interval", type=float, default=15.0, metavar="S", help="seconds between polls")
+    scrape.add_argument("--count", type=int, default=None, metavar="N",
+                        help="stop after N polls (the first is the baseline); default: until Ctrl-C")
+    _add_target(scrape)
+    scrape.set_defaults(handler=run_scrape)
