@@ -1,5 +1,159 @@
-"""Runner subcommands of ``replayscope``."""
+"""``replayscope run``: the built-in decode workload through the graph runner, with telemetry."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from runner.errors import ReplayscopeError
 
 
 def add_parsers(sub) -> None:
     """Register this package's subcommands on ``sub``."""
+    from runner.graphs import BACKENDS
+    from runner.workload import WORKLOADS
+
+    run = sub.add_parser(
+        "run", help="run a transformer decode workload through CUDA graphs, recording every step",
+        description="Run a Llama-family decode workload with continuous batching through the graph "
+                    "runner. Every step's mode (graph, padded, eager) and cause, every capture's "
+                    "duration and pool memory, and the startup phases are written as events.",
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    run.add_argument("--backend", choices=BACKENDS, default="auto",
+                     help="cuda: torch.cuda.CUDAGraph per size; compile: torch.compile per size (then "
+                          "capture on CUDA); static: CPU stand-in with the same static buffers and "
+                          "dispatch, no graph; disabled: eager only; auto: cuda with a GPU, else static")
+    model = run.add_mutually_exclusive_group()
+    model.add_argument("--preset", help="a named model with seeded random weights: tiny, 136m, 1b, 3b "
+                                        "(default tiny when no --model-dir)")
+    model.add_argument("--model-dir", help="a Hugging Face-format checkpoint directory "
+                                           "(config.json + *.safetensors; Llama, Qwen2, Mistral)")
+    run.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed",
+                     help="request mix; mixed has LoRA, grammar and speculative requests and bursts "
+                          "above --max-bs")
+    length = run.add_mutually_exclusive_group()
+    length.add_argument("--steps", type=int, help="stop after this many scheduler iterations (default 500)")
+    length.add_argument("--duration", type=float, help="stop after this many seconds of running")
+    run.add_argument("--max-bs", type=int, default=32, help="largest batch size to capture")
+    run.add_argument("--capture-sizes", help="explicit batch sizes to capture, e.g. 1,2,4,8,16 "
+                                             "(default: 1,2,4,8 then every 8 up to --max-bs)")
+    run.add_argument("--no-padding", action="store_true",
+                     help="send batch sizes without their own graph to eager instead of padding them "
+                          "up to the next captured size")
+    run.add_argument("--compile", action="store_true", help="torch.compile each size before capture")
+    run.add_argument("--lora-graph-adapters", type=int, default=3,
+                     help="LoRA adapters 1..K are held by the captured graphs; others run eager")
+    run.add_argument("--parity-every", type=int, default=0, metavar="N",
+                     help="every N graph replays, also run eager on the same inputs and record the "
+                          "divergence (0: off)")
+    run.add_argument("--seed", type=int, default=0, help="seeds weights and the workload")
+    run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    run.add_argument("--name", help="a human name for the run (default: model-workload-backend)")
+    run.add_argument("--run-id", help="the run's id (default: random)")
+    run.add_argument("--events", metavar="FILE", help="write the run as JSON lines to FILE")
+    run.add_argument("--collector", metavar="URL", help="stream events to a replayscope collector")
+    run.add_argument("--token", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+                     help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
+    run.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
+                                                     "unreachable (default: replayscope-spool-RUN.jsonl)")
+    run.add_argument("--fail-capture", metavar="SIZES",
+                     help="fault injection: make the capture of these sizes fail (a host sync inside "
+                          "capture on CUDA), to exercise the degradation ladder")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(handler=run_command)
+
+
+def config_from_args(args) -> "RunConfig":
+    from runner.engine import RunConfig
+    from runner.plan import parse_capture_sizes
+
+    if args.events and os.path.isdir(args.events):
+        raise ReplayscopeError(f"--events {args.events} is a directory")
+    if args.events and not os.path.isdir(os.path.dirname(os.path.abspath(args.events))):
+        raise ReplayscopeError(f"--events {args.events}: its directory does not exist")
+    sizes = parse_capture_sizes(args.capture_sizes) if args.capture_sizes else None
+    failing = parse_capture_sizes(args.fail_capture) if args.fail_capture else ()
+    return RunConfig(
+        backend=args.backend, preset=None if args.model_dir else (args.preset or "tiny"),
+        model_dir=args.model_dir, workload=args.workload, steps=args.steps, duration_s=args.duration,
+        max_bs=sizes[-1] if sizes else args.max_bs, capture_sizes=sizes, padding=not args.no_padding,
+        compile=args.compile, seed=args.seed, parity_every=args.parity_every,
+        lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
+        run_id=args.run_id, fail_capture_sizes=failing, progress=not args.quiet)
+
+
+def make_sink(args):
+    from runner.emitter import HttpSink, JsonlSink
+
+    sinks = []
+    if args.events:
+        sinks.append(JsonlSink(args.events))
+    if args.collector:
+        if not args.collector.startswith(("http://", "https://")):
+            raise ReplayscopeError(f"--collector {args.collector!r} is not an http(s) URL")
+        sinks.append(HttpSink(args.collector, token=args.token, spool_path=args.spool))
+    if not sinks:
+        return None
+    return sinks[0] if len(sinks) == 1 else TeeSink(sinks)
+
+
+class TeeSink:
+    """Several sinks at once (e.g. --events and --collector)."""
+
+    def __init__(self, sinks):
+        self.sinks = sinks
+
+    def open(self, run):
+        for sink in self.sinks:
+            sink.open(run)
+
+    def write(self, events):
+        for sink in self.sinks:
+            sink.write(events)
+
+    def close(self):
+        for sink in self.sinks:
+            sink.close()
+
+
+def run_command(args) -> int:
+    from runner.emitter import Emitter
+    from runner.engine import DecodeEngine
+
+    config = config_from_args(args)          # every flag is checked before anything is written
+    engine = DecodeEngine(config)
+    sink = make_sink(args)
+    record = engine.run_record()
+    emitter = Emitter(sink, record) if sink is not None else None
+    engine.emitter = emitter
+    if emitter is not None:
+        emitter.start()
+    status, error = "failed", None
+    try:
+        engine.setup()
+        stats = engine.run()
+        status = "finished"
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    except ReplayscopeError as failure:
+        error = str(failure)
+        raise
+    except Exception as failure:
+        error = repr(failure)
+        raise
+    finally:
+        if emitter is not None:
+            emitter.close(status, error=error)
+    print(summary_line(record, engine, stats), file=sys.stderr)
+    return 0
+
+
+def summary_line(record, engine, stats) -> str:
+    steps = max(stats.steps, 1)
+    modes = ", ".join(f"{m} {stats.modes[m]} ({100 * stats.modes[m] / steps:.1f}%)"
+                      for m in ("graph", "padded", "eager"))
+    reasons = ", ".join(f"{r} {n}" for r, n in stats.reasons.most_common())
+    return (f"run {record['run_id']} ({record['name']}, backend {engine.backend} on {record['device']}): "
+            f"{stats.steps} steps in {stats.wall_s:.1f}s; {modes}; eager reasons: {reasons or 'none'}")

@@ -46,9 +46,10 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     "grammar": WorkloadSpec("grammar", burst_period_s=4.0, grammar_fraction=0.5, grammar_switch_prob=0.02),
     "spec": WorkloadSpec("spec", burst_period_s=4.0, spec_fraction=1.0, spec_draft_lens=(3, 3, 3, 5)),
     # Everything at once; max_running above the default --max-bs so bursts overflow it.
-    "mixed": WorkloadSpec("mixed", arrival_rate=50.0, burst_period_s=3.0, max_running=40,
-                          lora_fraction=0.25, num_adapters=4, grammar_fraction=0.25,
-                          grammar_switch_prob=0.01, spec_fraction=0.2, spec_draft_lens=(3, 3, 3, 5)),
+    "mixed": WorkloadSpec("mixed", arrival_rate=10.0, burst_period_s=6.0, max_running=48,
+                          output_len=(16, 96), lora_fraction=0.04, num_adapters=4,
+                          grammar_fraction=0.25, grammar_switch_prob=0.004, spec_fraction=0.15,
+                          spec_draft_lens=(3, 3, 3, 5)),
 }
 
 
