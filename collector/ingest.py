@@ -11,6 +11,7 @@ positional tuples, not the ORM.
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from collector import tables as t
-from collector.rollups import Accumulator
+from collector.rollups import NO_REASON, Accumulator
 from collector.store import Store, StoreUnavailable
 from runner.errors import ReplayscopeError
 from runner.wire import WireError, validate_event, validate_run
@@ -200,12 +201,11 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     step_rows: list[tuple] = []
     other_rows: dict[str, list[tuple]] = {}
     acc = Accumulator()
-    counts = result.step_counts
-    padded = result.padded_by_stage
+    seconds, batches = acc.seconds, acc.batches
     max_ts = run.last_event_ts or 0.0
     run_end = None
     duplicates = 0
-    add_step = acc.add_step
+    floor = math.floor
     for e in events:
         seq = e["seq"]
         if seq in seen:
@@ -217,25 +217,34 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             max_ts = ts
         kind = e["kind"]
         if kind == "step":
-            stage, mode, reason = e["stage"], e["mode"], e["reason"]
-            pad = e["padded_tokens"]
-            step_rows.append((run_pk, seq, ts, stage, mode, e["raw_bs"], e["graph_bs"],
-                              e["num_tokens"], pad, reason, e["duration_s"]))
-            add_step(ts, stage, mode, reason, e["raw_bs"], e["num_tokens"], pad, e["duration_s"])
-            key = (stage, mode, reason)
-            counts[key] = counts.get(key, 0) + 1
-            if pad:
-                padded[stage] = padded.get(stage, 0) + pad
+            # Inlined Accumulator.add_step: this loop is the ingest hot path.
+            stage, mode, reason, raw_bs = e["stage"], e["mode"], e["reason"], e["raw_bs"]
+            tokens, pad, dur = e["num_tokens"], e["padded_tokens"], e["duration_s"]
+            step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur))
+            key = (floor(ts), stage, mode, reason or NO_REASON)
+            a = seconds.get(key)
+            if dur is None:
+                if a is None:
+                    seconds[key] = [1, tokens, pad, 0.0, 0]
+                else:
+                    a[0] += 1; a[1] += tokens; a[2] += pad
+                dur = 0.0
+            elif a is None:
+                seconds[key] = [1, tokens, pad, dur, 1]
+            else:
+                a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
+            bkey = (stage, raw_bs, mode)
+            b = batches.get(bkey)
+            if b is None:
+                batches[bkey] = [1, tokens, pad, dur]
+            else:
+                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur
             continue
         table, cols, keys = _OTHER[kind]
         other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))
         if kind == "step_counts":
             acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
                            e["padded_tokens"], e.get("duration_s"))
-            key = (e["stage"], e["mode"], e.get("reason"))
-            counts[key] = counts.get(key, 0) + e["count"]
-            if e["padded_tokens"]:
-                padded[e["stage"]] = padded.get(e["stage"], 0) + e["padded_tokens"]
         elif kind == "capture":
             result.capture_durations.append((e["stage"], e["duration_s"]))
             if e.get("pool_bytes") is not None:
@@ -243,6 +252,13 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         elif kind == "run_end":
             if run_end is None or seq > run_end["seq"]:
                 run_end = e
+
+    counts, padded = result.step_counts, result.padded_by_stage
+    for (_second, stage, mode, reason), a in seconds.items():
+        key = (stage, mode, reason or None)
+        counts[key] = counts.get(key, 0) + a[0]
+        if a[2]:
+            padded[stage] = padded.get(stage, 0) + a[2]
 
     if step_rows:
         conn.exec_driver_sql(store.insert_sql(t.steps, _STEP_COLS), step_rows)

@@ -1,0 +1,172 @@
+"""End-to-end ingest benchmark: step events over HTTP into SQLite, against raw sqlite3.
+
+Starts the collector (uvicorn, 127.0.0.1, its own process) on a fresh SQLite store,
+POSTs pre-encoded batches of step events from client threads, and compares the rate
+with ``sqlite3.executemany`` of the same rows into the same ``steps`` table (same
+pragmas, one transaction per batch), measured in the same run.
+
+    python -m benchmarks.ingest_bench [--batches 100] [--batch-size 2000] [--clients 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+TARGET_EVENTS_PER_S = 50_000
+TARGET_RAW_FRACTION = 0.3
+
+
+def make_events(n: int, seq0: int, t0: float, rng: random.Random) -> list[dict]:
+    events = []
+    for i in range(n):
+        mode = rng.choices(("graph", "padded", "eager"), (0.6, 0.3, 0.1))[0]
+        raw_bs = rng.randint(1, 64)
+        graph_bs = raw_bs if mode == "graph" else (raw_bs + rng.randint(1, 8) if mode == "padded" else None)
+        events.append({
+            "seq": seq0 + i, "ts": t0 + (seq0 + i) * 0.002, "kind": "step", "stage": "decode", "mode": mode,
+            "raw_bs": raw_bs, "graph_bs": graph_bs, "num_tokens": raw_bs,
+            "padded_tokens": (graph_bs - raw_bs) if mode == "padded" else 0,
+            "reason": rng.choice(("batch_too_large", "lora_not_captured")) if mode == "eager" else None,
+            "duration_s": 0.004 + rng.random() * 0.002,
+        })
+    return events
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(db_url: str, port: int) -> None:
+    """The collector process: the app on uvicorn, no background services."""
+    import uvicorn
+
+    from collector.api import create_api
+    from collector.settings import Settings
+    from collector.store import Store
+
+    store = Store.open(db_url, upgrade=True)
+    app = create_api(store, Settings(db=db_url, run_services=False, max_body_bytes=64 * 1024 * 1024))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def _wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("collector process exited early")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("collector did not start")
+
+
+def http_ingest(batches: list[list[dict]], clients: int) -> tuple[float, int]:
+    """Seconds to POST every batch through a live collector, and the accepted count."""
+    tmp = tempfile.mkdtemp(prefix="replayscope-bench-")
+    db_url = f"sqlite:///{tmp}/http.db"
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.ingest_bench", "--serve", db_url, str(port)],
+                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    try:
+        _wait_ready(port, proc)
+        run = {"run_id": "bench", "name": "bench", "source": "runner", "started_at": 1.7e9,
+               "backend": "static", "model": "bench", "device": "cpu"}
+        conn = http.client.HTTPConnection("127.0.0.1", port)
+        conn.request("POST", "/v1/runs", json.dumps(run), {"Content-Type": "application/json"})
+        assert conn.getresponse().read() and True
+        bodies = [json.dumps({"events": b}).encode() for b in batches]
+        accepted = [0] * clients
+
+        def worker(k: int) -> None:
+            c = http.client.HTTPConnection("127.0.0.1", port)
+            for body in bodies[k::clients]:
+                c.request("POST", "/v1/runs/bench/events", body, {"Content-Type": "application/json"})
+                resp = c.getresponse()
+                data = resp.read()
+                if resp.status != 200:
+                    raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
+                accepted[k] += json.loads(data)["accepted"]
+
+        threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        return time.perf_counter() - start, sum(accepted)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def raw_sqlite(batches: list[list[dict]]) -> float:
+    """Seconds for sqlite3.executemany of the same rows into the same steps table."""
+    from collector.store import Store
+
+    tmp = tempfile.mkdtemp(prefix="replayscope-bench-")
+    path = f"{tmp}/raw.db"
+    Store.open(f"sqlite:///{path}", upgrade=True).dispose()   # the same schema, by migration
+    cols = ("seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens", "padded_tokens", "reason", "duration_s")
+    rows = [[(1,) + tuple(e[c] for c in cols) for e in batch] for batch in batches]
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    conn.execute("INSERT INTO runs (id, run_id, name, source, backend, model, device, started_at, status, "
+                 "created_at, last_seen_at) VALUES (1, 'raw', 'raw', 'runner', 'static', 'm', 'cpu', 0, "
+                 "'running', 0, 0)")
+    sql = ("INSERT INTO steps (run_pk, " + ", ".join(cols) + ") VALUES (" + ", ".join("?" * (len(cols) + 1)) + ")")
+    start = time.perf_counter()
+    for batch in rows:
+        conn.execute("BEGIN")
+        conn.executemany(sql, batch)
+        conn.execute("COMMIT")
+    elapsed = time.perf_counter() - start
+    conn.close()
+    return elapsed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=100)
+    parser.add_argument("--batch-size", type=int, default=2000)
+    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--serve", nargs=2, metavar=("DB_URL", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]))
+        return 0
+    rng = random.Random(7)
+    batches = [make_events(args.batch_size, k * args.batch_size, 1.7e9, rng) for k in range(args.batches)]
+    n = args.batches * args.batch_size
+    raw_s = raw_sqlite(batches)
+    http_s, accepted = http_ingest(batches, args.clients)
+    assert accepted == n, (accepted, n)
+    raw_rate, http_rate = n / raw_s, n / http_s
+    print(f"{'measure':<44}{'events':>10}{'seconds':>10}{'events/s':>12}")
+    print(f"{'raw sqlite3.executemany (steps table)':<44}{n:>10}{raw_s:>10.2f}{raw_rate:>12,.0f}")
+    print(f"{'HTTP ingest, batches of %d, %d clients' % (args.batch_size, args.clients):<44}{n:>10}"
+          f"{http_s:>10.2f}{http_rate:>12,.0f}")
+    print(f"HTTP / raw = {http_rate / raw_rate:.2f}x   (targets: >= {TARGET_EVENTS_PER_S:,} events/s, "
+          f">= {TARGET_RAW_FRACTION}x raw)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

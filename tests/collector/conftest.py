@@ -1,0 +1,92 @@
+"""Collector fixtures: stores on SQLite and, when REPLAYSCOPE_TEST_PG_URL is set, PostgreSQL.
+
+Without that variable the PostgreSQL cases are skipped, unless CI is set: then they fail.
+Each PostgreSQL case gets a database of its own, dropped afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from collector.ingest import ingest_run
+from collector.store import Store
+
+PG_URL = os.environ.get("REPLAYSCOPE_TEST_PG_URL")
+
+
+def _pg_database():
+    if not PG_URL:
+        if os.environ.get("CI"):
+            pytest.fail("REPLAYSCOPE_TEST_PG_URL is not set; CI must run the PostgreSQL store tests")
+        pytest.skip("REPLAYSCOPE_TEST_PG_URL not set")
+    base = sa.make_url(PG_URL)
+    name = f"replayscope_t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = base.set(database=name).render_as_string(hide_password=False)
+
+    def drop():
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
+
+    return url, drop
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
+def db_url(request, tmp_path):
+    """An empty database URL on each dialect."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path}/store.db"
+        return
+    url, drop = _pg_database()
+    try:
+        yield url
+    finally:
+        drop()
+
+
+@pytest.fixture
+def store(db_url):
+    """A migrated store on each dialect."""
+    s = Store.open(db_url, upgrade=True)
+    yield s
+    s.dispose()
+
+
+@pytest.fixture
+def sqlite_store(tmp_path):
+    s = Store.open(f"sqlite:///{tmp_path}/store.db", upgrade=True)
+    yield s
+    s.dispose()
+
+
+def run_record(run_id: str = "run-1", name: str = "demo", **overrides) -> dict:
+    record = {"run_id": run_id, "name": name, "source": "runner", "started_at": 1000.0,
+              "backend": "static", "model": "tiny", "device": "cpu", "torch_version": "2.5",
+              "config": {"capture_sizes": [1, 2, 4, 8], "padding": True}}
+    record.update(overrides)
+    return record
+
+
+def step(seq: int, ts: float, mode: str = "graph", raw_bs: int = 4, stage: str = "decode",
+         reason: str | None = None, duration_s: float | None = 0.01) -> dict:
+    graph_bs = {"graph": raw_bs, "padded": raw_bs + 1, "eager": None}[mode]
+    if mode == "eager" and reason is None:
+        reason = "batch_too_large"
+    return {"seq": seq, "ts": ts, "kind": "step", "stage": stage, "mode": mode, "raw_bs": raw_bs,
+            "graph_bs": graph_bs, "num_tokens": raw_bs, "padded_tokens": 1 if mode == "padded" else 0,
+            "reason": reason, "duration_s": duration_s}
+
+
+@pytest.fixture
+def run_in(request):
+    def make(store, run_id="run-1", **overrides):
+        ingest_run(store, run_record(run_id, **overrides))
+        return run_id
+    return make

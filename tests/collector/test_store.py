@@ -1,0 +1,177 @@
+"""Store and ingest behaviour, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+import sqlalchemy as sa
+
+from collector import queries
+from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_jsonl,
+                              ingest_run)
+from collector.store import SchemaBehind, Store, head_revision
+from collector.tables import metadata, steps
+from runner.errors import ReplayscopeError
+
+from .conftest import run_record, step
+
+
+def test_upgrade_from_empty_creates_every_table_at_head(db_url):
+    store = Store.open(db_url, upgrade=True)
+    try:
+        assert store.current_revision() == head_revision()
+        names = set(sa.inspect(store.engine).get_table_names())
+        assert set(metadata.tables) <= names
+    finally:
+        store.dispose()
+
+
+def test_a_store_behind_is_refused_with_the_upgrade_command(db_url):
+    with pytest.raises(SchemaBehind) as info:
+        Store.open(db_url)
+    assert f"replayscope db upgrade --db {sa.make_url(db_url).render_as_string(hide_password=True)}" in str(info.value)
+    assert isinstance(info.value, ReplayscopeError)
+
+
+def test_a_store_at_head_opens_without_upgrade(db_url):
+    Store.open(db_url, upgrade=True).dispose()
+    Store.open(db_url).dispose()
+
+
+def test_sqlite_connections_use_wal_normal_sync_and_busy_timeout(tmp_path):
+    store = Store.open(f"sqlite:///{tmp_path}/s.db", upgrade=True, busy_timeout_ms=1234)
+    with store.read() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 1234
+    store.dispose()
+
+
+def test_reposting_a_run_is_harmless(store):
+    assert ingest_run(store, run_record())["created"] is True
+    assert ingest_run(store, run_record())["created"] is False
+    assert len(queries.list_runs(store)) == 1
+
+
+def test_an_invalid_run_record_names_the_field(store):
+    with pytest.raises(InvalidRun) as info:
+        ingest_run(store, run_record(source="nowhere"))
+    assert info.value.field == "source"
+
+
+def test_one_invalid_event_rejects_the_whole_batch(store, run_in):
+    run_id = run_in(store)
+    events = [step(0, 1000.0), step(1, 1000.1), dict(step(2, 1000.2), mode="warp")]
+    with pytest.raises(InvalidBatch) as info:
+        ingest_events(store, run_id, events)
+    assert (info.value.index, info.value.field) == (2, "mode")
+    assert queries.run_summary(store, run_id)["steps"] == 0
+    with store.read() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(steps)).scalar() == 0
+
+
+def test_repeated_seqs_are_ignored_and_not_counted_twice(store, run_in):
+    run_id = run_in(store)
+    batch = [step(i, 1000.0 + i * 0.1, mode="eager" if i % 4 == 0 else "graph") for i in range(20)]
+    first = ingest_events(store, run_id, batch)
+    again = ingest_events(store, run_id, batch[5:] + [step(20, 1003.0)])
+    assert (first.accepted, first.duplicates) == (20, 0)
+    assert (again.accepted, again.duplicates) == (1, 15)
+    summary = queries.run_summary(store, run_id)
+    assert summary["steps"] == 21
+    assert summary["modes"] == {"graph": 16, "padded": 0, "eager": 5}
+
+
+def test_a_seq_repeated_inside_one_batch_counts_once(store, run_in):
+    run_id = run_in(store)
+    result = ingest_events(store, run_id, [step(7, 1000.0), step(7, 1000.0)])
+    assert (result.accepted, result.duplicates) == (1, 1)
+
+
+def test_events_for_an_unknown_run_are_refused(store):
+    with pytest.raises(UnknownRun):
+        ingest_events(store, "ghost", [step(0, 1000.0)])
+
+
+def test_run_end_sets_status_and_end_time(store, run_in):
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(0, 1000.0), {"seq": 1, "ts": 1001.5, "kind": "run_end", "status": "failed",
+                                                    "error": "OOM"}])
+    summary = queries.run_summary(store, run_id)
+    assert (summary["status"], summary["ended_at"], summary["error"]) == ("failed", 1001.5, "OOM")
+    assert summary["last_event_ts"] == 1001.5
+
+
+def test_step_counts_go_straight_into_rollups(store, run_in):
+    run_id = run_in(store, source="vllm-log")
+    ingest_events(store, run_id, [
+        {"seq": 0, "ts": 1000.0, "kind": "step_counts", "stage": "decode", "mode": "graph", "reason": None,
+         "count": 900, "num_tokens": 9000, "padded_tokens": 100},
+        {"seq": 1, "ts": 1000.0, "kind": "step_counts", "stage": "decode", "mode": "eager",
+         "reason": "unknown", "count": 100, "num_tokens": 5000, "padded_tokens": 0, "duration_s": 2.0},
+    ])
+    summary = queries.run_summary(store, run_id)
+    assert summary["steps"] == 1000 and summary["modes"]["eager"] == 100
+    assert summary["reasons"] == {"unknown": 100}
+    assert summary["eager_ratio"] == pytest.approx(0.1)
+    assert summary["padded_tokens"] == 100
+
+
+def test_custom_reasons_are_stored_as_given(store, run_in):
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(0, 1000.0, mode="eager", reason="custom:my adapter")])
+    assert queries.reason_breakdown(store, run_id)[0]["reason"] == "custom:my adapter"
+
+
+def test_every_event_kind_is_stored_and_read_back(store, run_in):
+    run_id = run_in(store)
+    ingest_events(store, run_id, [
+        {"seq": 0, "ts": 1000.0, "kind": "phase", "phase": "load_weights", "duration_s": 3.5, "mem_bytes": 10},
+        {"seq": 1, "ts": 1001.0, "kind": "capture", "graph_bs": 8, "stage": "decode", "duration_s": 0.2,
+         "pool_bytes": 4096, "pool_delta_bytes": 4096, "status": "ok"},
+        {"seq": 2, "ts": 1001.1, "kind": "degrade", "from": "compile", "to": "cuda", "error": "boom"},
+        {"seq": 3, "ts": 1001.2, "kind": "parity", "graph_bs": 8, "max_abs_diff": 0.001, "rel_err": 0.0001},
+        {"seq": 4, "ts": 1001.3, "kind": "heartbeat"},
+    ])
+    assert queries.phases(store, run_id)[0]["phase"] == "load_weights"
+    assert queries.captures(store, run_id)[0]["pool_bytes"] == 4096
+    assert queries.degrades(store, run_id)[0]["from"] == "compile"
+    assert queries.parity(store, run_id)[0]["graph_bs"] == 8
+    assert queries.run_summary(store, run_id)["capture_total_s"] == pytest.approx(0.2)
+    again = ingest_events(store, run_id, [{"seq": 4, "ts": 1001.3, "kind": "heartbeat"}])
+    assert again.duplicates == 1
+
+
+def test_jsonl_events_file_loads_run_and_events(store, tmp_path):
+    path = tmp_path / "events.jsonl"
+    lines = [json.dumps({"kind": "run", **run_record("file-run")})]
+    lines += [json.dumps(step(i, 1000.0 + i)) for i in range(10)]
+    path.write_text("\n".join(lines) + "\n")
+    result = ingest_jsonl(store, path)
+    assert result.accepted == 10
+    assert ingest_jsonl(store, path).duplicates == 10
+    assert queries.run_summary(store, "file-run")["steps"] == 10
+
+
+def test_jsonl_without_run_record_first_is_refused(sqlite_store, tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_text(json.dumps(step(0, 1.0)) + "\n")
+    with pytest.raises(ReplayscopeError, match="first line"):
+        ingest_jsonl(sqlite_store, path)
+
+
+def test_a_locked_database_fails_cleanly_and_writes_nothing(tmp_path):
+    from collector.store import StoreUnavailable
+
+    path = tmp_path / "locked.db"
+    store = Store.open(f"sqlite:///{path}", upgrade=True, busy_timeout_ms=50)
+    ingest_run(store, run_record())
+    blocker = sqlite3.connect(path, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")
+    with pytest.raises(StoreUnavailable, match="locked"):
+        ingest_events(store, "run-1", [step(0, 1000.0)])
+    blocker.execute("ROLLBACK")
+    assert queries.run_summary(store, "run-1")["steps"] == 0
+    store.dispose()
