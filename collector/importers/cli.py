@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 import urllib.parse
@@ -94,7 +95,7 @@ class CollectorSink:
 def open_sink(args: argparse.Namespace):
     if getattr(args, "collector", None):
         return CollectorSink(args.collector, getattr(args, "token", None))
-    return DbSink(args.db or DEFAULT_DB)
+    return DbSink(args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_DB)
 
 
 # -- import ------------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
 def _add_target(parser: argparse.ArgumentParser) -> None:
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--db", metavar="URL", default=None,
-                       help=f"write into this store (SQLAlchemy URL; default {DEFAULT_DB})")
+                       help=f"write into this store (SQLAlchemy URL; default $REPLAYSCOPE_DB or {DEFAULT_DB})")
     group.add_argument("--collector", metavar="URL", default=None,
                        help="post to a running collector instead, e.g. http://127.0.0.1:8000")
     parser.add_argument("--token", metavar="T", default=None, help="bearer token for --collector")

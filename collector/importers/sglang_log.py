@@ -81,10 +81,10 @@ def classify(line: LogLine) -> Fact | None:
             m = _RE[kind].search(text)
             if m:
                 return Fact(line, kind, m.groupdict())
-        if "cuda graph:" in text or "pu graph:" in text:
-            m = _RE["batch"].search(text)
-            if m:
-                return Fact(line, "batch", m.groupdict())
+    if "batch" in text:
+        m = _RE["batch"].search(text)
+        if m:
+            return Fact(line, "batch", m.groupdict())
     if "Capturing" in text:
         m = _RE["tqdm"].search(text)
         if m:
@@ -185,6 +185,7 @@ class _Run:
         self.exception: str | None = None
         self.steps_without_flag = 0
         self.timing_split = False
+        self.primary = None
 
     # -- facts ---------------------------------------------------------------------------
     def apply(self, fact: Fact) -> None:
@@ -214,7 +215,7 @@ class _Run:
         total = 0
         found = False
         for key in ("K size", "V size", "KV size"):
-            m = re.search(re.escape(key) + r":\s*" + _MEM, rest)
+            m = re.search(r"\b" + re.escape(key) + r":\s*" + _MEM, rest)
             if m:
                 b = mem_bytes(m.group(1), m.group(2))
                 if b is not None:
@@ -281,12 +282,17 @@ class _Run:
         section.end_order = fact.line.lineno
         self.fatal = True
         if self.error is None:
-            prefix = f"{fact.line.rank_label}: " if fact.line.rank_label else ""
-            self.error = clip(prefix + "capture failed: " + section.error, 4000)
+            self.error = clip(self._label(fact) + "capture failed: " + section.error, 4000)
         self.section = None
 
     def on_ready(self, fact: Fact) -> None:
         self.ready = True
+
+    def _label(self, fact: Fact) -> str:
+        """Who said it, when that is not the rank the run follows."""
+        if fact.line.rank is not None and fact.line.rank != self.primary and fact.line.rank_label:
+            return f"{fact.line.rank_label}: "
+        return ""
 
     def on_fatal(self, fact: Fact) -> None:
         self.fatal = True
@@ -294,8 +300,7 @@ class _Run:
 
     def on_exception(self, fact: Fact) -> None:
         if self.exception is None:
-            prefix = f"{fact.line.rank_label}: " if fact.line.rank_label else ""
-            self.exception = clip(prefix + fact.data["msg"], 4000)
+            self.exception = clip(self._label(fact) + fact.data["msg"], 4000)
         if not self.ready:
             self.fatal = True
 
@@ -523,6 +528,7 @@ def parse(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: st
         primary = primary_rank(seg.facts)
         kept = [f for f in seg.facts if keep_fact(f, primary)]
         run = _Run(kept, run_warnings)
+        run.primary = primary
         for fact in kept:
             try:
                 run.apply(fact)

@@ -34,6 +34,7 @@ _RE: list[tuple[str, re.Pattern]] = [
         r"(?P<n>\d+)/(?P<total>\d+)")),
     ("capture_done", re.compile(r"Graph capturing finished in " + _SECS + r"(?:,\s*took " + _MEM + ")?")),
     ("load_weights", re.compile(r"Loading weights took " + _SECS)),
+    ("weights_mem", re.compile(r"Loading model weights took " + _MEM)),
     ("model_loading", re.compile(r"Model loading took " + _MEM + r"(?: memory)? and " + _SECS)),
     ("dynamo", re.compile(r"Dynamo bytecode transform time:\s*" + _SECS)),
     ("compile_graph", re.compile(r"Compiling a graph for (?P<what>.+?) (?:takes|took) " + _SECS)),
@@ -108,6 +109,8 @@ class _Run:
         self.fatal = False
         self.error: str | None = None
         self.exception: str | None = None
+        self.fatal_text: str | None = None
+        self.primary = None
         self.table: dict[str, Any] | None = None
         self.table_mode: str | None = None
         self.table_sizes: list[int] = []
@@ -142,6 +145,10 @@ class _Run:
     def on_model_loading(self, fact: Fact) -> None:
         g = fact.data["groups"]
         self._add(fact, "model_loading", num(g[2]), mem_bytes(g[0], g[1]))
+
+    def on_weights_mem(self, fact: Fact) -> None:
+        g = fact.data["groups"]
+        self.meta["weights_mem"] = mem_bytes(g[0], g[1])
 
     def on_dynamo(self, fact: Fact) -> None:
         self._add(fact, "compile.dynamo", num(fact.data["groups"][0]))
@@ -190,7 +197,7 @@ class _Run:
     def on_init_engine(self, fact: Fact) -> None:
         g = fact.data["groups"]
         self._add(fact, "engine_init", num(g[0]))
-        if g[1] is not None:
+        if g[1] is not None and (num(g[1]) or 0.0) > 0:
             self.meta["init_compilation_s"] = (num(g[1]), fact)
 
     def on_ready(self, fact: Fact) -> None:
@@ -198,20 +205,23 @@ class _Run:
 
     def on_fatal(self, fact: Fact) -> None:
         self.fatal = True
-        self._failure(fact, fact.data["text"])
+        if self.fatal_text is None:
+            self.fatal_text = self._label(fact) + fact.data["text"]
 
     def on_exception(self, fact: Fact) -> None:
         if not self.ready:
             self.fatal = True
-        self._failure(fact, fact.data["text"])
-
-    def _failure(self, fact: Fact, text: str) -> None:
-        prefix = f"{fact.line.rank_label}: " if fact.line.rank_label else ""
         if self.exception is None:
-            self.exception = clip(prefix + text, 4000)
+            self.exception = clip(self._label(fact) + fact.data["text"], 4000)
         if self.capturing and not self.capture_failed:
             self.capture_failed = True
-            self._failed_capture(fact, clip(text, 4000))
+            self._failed_capture(fact, clip(fact.data["text"], 4000))
+
+    def _label(self, fact: Fact) -> str:
+        """Who said it, when that is not the rank the run follows."""
+        if fact.line.rank is not None and fact.line.rank != self.primary and fact.line.rank_label:
+            return f"{fact.line.rank_label}: "
+        return ""
 
     def _failed_capture(self, fact: Fact, error: str | None) -> None:
         current = self.passes[-1] if self.passes else None
@@ -288,13 +298,19 @@ class _Run:
         if load is not None:
             self.sums["load_weights"] = load
         elif weights is not None:
+            if weights[1] is None:
+                weights[1] = self.meta.get("weights_mem")
             self.sums["load_weights"] = weights
         for name, (duration, mem, order, ts) in self.sums.items():
             duration = max(0.0, duration)
             self.events.add(order, {"kind": "phase", "ts": ts, "phase": name, "duration_s": duration,
                                     "start_ts": None if ts is None else ts - duration, "mem_bytes": mem})
         if self.capturing and not self.capture_failed:
-            self.warnings.append("graph capture was still running where the log ends")
+            if self.fatal:
+                self.capture_failed = True
+                self._failed_capture(self.facts[-1], clip(self.fatal_text, 4000))
+            else:
+                self.warnings.append("graph capture was still running where the log ends")
 
     def backend(self) -> str:
         if self.meta.get("enforce_eager"):
@@ -304,7 +320,7 @@ class _Run:
             return mode.lower()
         modes = sorted({p["desc"].split(",")[-1].strip().lower() for p in self.passes if "," in p["desc"]})
         if modes:
-            return "_and_".join(reversed(modes))
+            return "_and_".join(modes)
         return "cuda_graph" if self.passes or "capture" in self.sums else "unknown"
 
     def config(self) -> dict[str, Any]:
@@ -339,6 +355,7 @@ def parse(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str 
         primary = primary_rank(seg.facts)
         kept = [f for f in seg.facts if keep_fact(f, primary)]
         run = _Run(kept, run_warnings)
+        run.primary = primary
         for fact in kept:
             try:
                 run.apply(fact)
@@ -350,7 +367,7 @@ def parse(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str 
         started_at = stamps[0] if stamps else mtime
         status = run_status(ready=run.ready, fatal=run.fatal, last=last, ends_mid_line=ends_mid_line,
                             warnings=run_warnings)
-        error = run.exception if status == "failed" else None
+        error = (run.exception or clip(run.fatal_text, 4000)) if status == "failed" else None
         end_ts = stamps[-1] if stamps else started_at
         run.events.add(10**12, {"kind": "run_end", "ts": end_ts, "status": status, "error": error})
         events = run.events.finish(started_at)

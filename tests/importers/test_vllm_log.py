@@ -1,0 +1,175 @@
+"""vLLM log import: each fixture's figures, exactly."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from collector.importers import parse_vllm_text
+from runner.wire import validate_event, validate_run
+from tests.importers.conftest import MTIME, gib, read_fixture
+
+
+def parse(name: str):
+    result = parse_vllm_text(read_fixture(name), path=name, mtime=MTIME)
+    for run in result.runs:
+        validate_run(run.run)
+        for event in run.events:
+            validate_event(event)
+        assert [e["seq"] for e in run.events] == list(range(len(run.events)))
+    return result
+
+
+def only_run(name: str):
+    result = parse(name)
+    assert len(result.runs) == 1
+    return result.runs[0]
+
+
+def kind(run, name):
+    return [e for e in run.events if e["kind"] == name]
+
+
+def phases(run):
+    return {e["phase"]: (e["duration_s"], e.get("mem_bytes")) for e in kind(run, "phase")}
+
+
+def utc(text: str) -> float:
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+
+
+def test_old_wording_v0():
+    run = only_run("vllm_old.log")
+    assert run.run["model"] == "mistralai/Mistral-7B-Instruct-v0.3"
+    assert run.run["backend"] == "cuda_graph"
+    # no year in the stamp: the mtime's (2026), less one as Feb 3 2026 is after the mtime
+    assert run.run["started_at"] == utc("2025-02-03 04:05:06")
+    assert phases(run) == {
+        "load_weights": (4.50, gib(13.5083)),   # "Loading weights took", memory from the V0 line
+        "capture": (12.0, None),                # "Graph capturing finished in 12 secs."
+    }
+    assert run.run["config"]["capture_passes"] == [{"pass": "graphs", "graphs_done": 35, "graphs": 35}]
+    assert kind(run, "capture") == []           # vLLM logs no per-size capture
+    assert run.status == "finished"
+
+
+def test_new_wording_with_process_prefixes():
+    run = only_run("vllm_new.log")
+    assert (run.run["model"], run.run["device"]) == ("Qwen/Qwen3-8B", "cuda")
+    assert run.run["backend"] == "full_and_piecewise"
+    assert phases(run) == {
+        "load_weights": (6.5, gib(15.27)),      # "Model loading took ... GiB memory and ... seconds"
+        "kv_cache": (0.0, gib(50.25)),
+        "capture": (3.0, gib(0.45)),
+        "engine_init": (12.40, None),           # "(compilation: 0.00 s)": no compile phase
+    }
+    config = run.run["config"]
+    assert config["graph_mem_bytes"] == gib(0.58)            # the pool's actual size wins over "took"
+    assert config["graph_mem_estimate_bytes"] == gib(0.60)
+    assert config["capture_sizes"] == [1, 2, 4, 8]
+    assert config["kv_tokens"] == 365904
+    assert config["capture_passes"] == [
+        {"pass": "mixed prefill-decode, PIECEWISE", "graphs_done": 4, "graphs": 4},
+        {"pass": "decode, FULL", "graphs_done": 3, "graphs": 3}]
+    load = kind(run, "phase")[0]
+    assert (load["ts"], load["start_ts"]) == (utc("2025-08-20 13:00:10"), utc("2025-08-20 13:00:10") - 6.5)
+    assert run.status == "finished"
+
+
+def test_compile_phases_total_and_parts():
+    run = only_run("vllm_compile.log")
+    assert run.run["backend"] == "piecewise"
+    assert phases(run) == {
+        "load_weights": (5.8, gib(14.99)),
+        "compile.dynamo": (4.50, None),
+        "compile.range_1_8192": (9.80, None),
+        "compile.dynamic_shape": (1.25, None),
+        "compile": (15.55, None),               # "torch.compile took 15.55 s in total"
+        "kv_cache": (0.0, gib(48.0)),
+        "capture": (2.0, gib(0.25)),
+        "engine_init": (23.0, None),
+    }
+    assert run.run["config"]["compile"] is True
+
+
+def test_capture_oom_fails_the_size_being_captured_and_the_run():
+    run = only_run("vllm_capture_oom.log")
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 512.00 MiB. "
+           "GPU 0 has a total capacity of 79.19 GiB of which 301.00 MiB is free.")
+    # sizes [1, 2, 4, 8] are captured largest first; 2 of 4 done -> bs 2 failed
+    assert [(c["graph_bs"], c["stage"], c["status"], c["error"]) for c in kind(run, "capture")] == [
+        (2, "prefill", "failed", oom)]
+    assert phases(run) == {"load_weights": (38.0, gib(65.0)), "kv_cache": (0.0, gib(3.5))}
+    assert run.status == "failed"
+    assert run.error == oom
+    assert kind(run, "run_end")[0]["error"] == oom
+
+
+def test_restart_in_one_file_gives_two_runs():
+    result = parse("vllm_restart.log")
+    first, second = result.runs
+    assert (first.run["backend"], second.run["backend"]) == ("eager", "cuda_graph")
+    assert phases(first) == {"load_weights": (5.5, gib(14.25)), "kv_cache": (0.0, gib(40.0)),
+                             "engine_init": (3.2, None)}
+    assert phases(second) == {"load_weights": (4.75, gib(14.25)), "kv_cache": (0.0, gib(39.5)),
+                              "capture": (5.0, gib(0.31)), "engine_init": (8.8, None)}
+    assert (first.status, second.status) == ("finished", "finished")
+    assert first.run["started_at"] == utc("2025-04-01 08:00:00")
+    assert second.run["started_at"] == utc("2025-04-01 09:05:00")
+    assert first.run["run_id"].endswith("-0") and second.run["run_id"].endswith("-1")
+
+
+def test_multi_rank_log_is_merged_onto_rank_zero():
+    run = only_run("vllm_multirank.log")
+    assert phases(run) == {
+        "load_weights": (29.2, gib(65.50)),     # Worker_TP0, not TP1's 28.9 s / 65.60 GiB
+        "kv_cache": (0.0, gib(8.0)),
+        "capture": (4.0, gib(0.50)),
+        "engine_init": (10.0, None),
+    }
+    assert run.ranks == ["EngineCore_DP0", "Worker_TP0", "Worker_TP1"]
+    assert run.run["config"]["rank_policy"].startswith("merged")
+
+
+def test_ansi_colours_and_carriage_return_progress_bars():
+    run = only_run("vllm_ansi_tqdm.log")
+    assert run.run["model"] == "google/gemma-2-9b-it"
+    assert run.run["backend"] == "full"
+    assert phases(run) == {"load_weights": (4.25, gib(17.0)), "kv_cache": (0.0, gib(30.0)),
+                           "capture": (2.0, gib(0.20))}
+    assert run.run["config"]["capture_passes"] == [{"pass": "decode, FULL", "graphs_done": 3, "graphs": 3}]
+    assert run.status == "finished"
+
+
+def test_cudagraph_metrics_tables_become_step_counts():
+    run = only_run("vllm_cudagraph_metrics.log")
+    rows = [(e["ts"], e["stage"], e["mode"], e["reason"], e["count"], e["num_tokens"], e["padded_tokens"],
+             e["interval_s"]) for e in kind(run, "step_counts")]
+    t1, t2 = utc("2025-11-11 11:01:00"), utc("2025-11-11 11:01:10")
+    assert rows == [
+        (t1, "mixed", "padded", None, 20, 60, 20, None),
+        (t1, "mixed", "graph", None, 10, 40, 0, None),
+        (t1, "mixed", "eager", "batch_too_large", 2, 200, 0, None),   # 100 tokens > largest size 8
+        (t1, "mixed", "padded", None, 5, 30, 10, None),
+        (t2, "mixed", "graph", None, 7, 7, 0, 10.0),
+        (t2, "mixed", "eager", "unknown", 4, 12, 0, 10.0),
+    ]
+    assert run.summary()["steps"] == {"graph": 17, "padded": 25, "eager": 6}
+    assert run.summary()["reasons"] == {"batch_too_large": 2, "unknown": 4}
+
+
+def test_enforce_eager_table_rows_are_graphs_disabled():
+    text = read_fixture("vllm_cudagraph_metrics.log").replace(
+        "CUDAGraphMode.FULL_AND_PIECEWISE", "CUDAGraphMode.NONE")
+    run = parse_vllm_text(text, mtime=MTIME).runs[0]
+    reasons = {e["reason"] for e in kind(run, "step_counts") if e["mode"] == "eager"}
+    assert reasons == {"graphs_disabled"}
+
+
+def test_truncated_vllm_log_is_interrupted():
+    text = read_fixture("vllm_compile.log")
+    cut = text[:text.index("torch.compile took") + 10]
+    run = parse_vllm_text(cut, mtime=MTIME).runs[0]
+    assert "compile" not in phases(run)
+    assert phases(run)["compile.dynamo"] == (4.50, None)
+    assert run.status == "interrupted"
+    assert any("truncated" in w for w in run.warnings)
