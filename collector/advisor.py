@@ -191,7 +191,8 @@ def choose_sizes(distribution: Mapping[int, int], budget: int, *,
 
 def estimate_capture(sizes: Iterable[int], measured: Mapping[int, float]) -> float | None:
     """Sum of per-size estimates: the measured value, else linear in batch size between
-    the nearest measured sizes (clamped at the ends). None without measurements."""
+    the nearest measured sizes, proportional above the largest, the smallest's value
+    below it. None without measurements."""
     if not measured:
         return None
     known = sorted(measured.items())
@@ -205,8 +206,12 @@ def estimate_capture(sizes: Iterable[int], measured: Mapping[int, float]) -> flo
         if below and above:
             (x0, y0), (x1, y1) = below[-1], above[0]
             total += y0 + (y1 - y0) * (s - x0) / (x1 - x0)
+        elif below:
+            # above every measurement: scale the largest one with the batch size
+            x0, y0 = below[-1]
+            total += y0 * s / x0
         else:
-            total += (below[-1] if below else above[0])[1]
+            total += above[0][1]
     return total
 
 

@@ -82,8 +82,8 @@ EXPLANATIONS: dict[str, Explanation] = {
         why="Without padding, only a graph of exactly this batch size can run it; padding "
             "would have replayed the next larger graph and sliced the output.",
         change=(
-            "Turn padding back on (it is on by default; the seeds measure padding beating "
-            "eager 4-6x at small batches).",
+            "Turn padding back on: drop --no-padding (padding is the default; REFERENCE.md "
+            "measured it beating eager 4-6x at small batches).",
             "Or add the sizes you see to --capture-sizes.",
         ),
         vllm=(
@@ -102,7 +102,8 @@ EXPLANATIONS: dict[str, Explanation] = {
         why="The adapter's weights and indices are part of the recorded kernels; a graph "
             "captured without them (or with another adapter slot layout) cannot run them.",
         change=(
-            "Capture graphs with the adapters: --lora-graph-adapters.",
+            "Hold more adapters in the captured graphs: --lora-graph-adapters K (adapters 1..K "
+            "replay; the rest run eager).",
             "Check the eager share first: capturing LoRA variants lengthens startup.",
         ),
         vllm=(
@@ -161,7 +162,8 @@ EXPLANATIONS: dict[str, Explanation] = {
         change=(
             "Open the Startup page for the error of the failed capture.",
             "Fewer or smaller --capture-sizes (lower --max-bs) needs less pool memory.",
-            "--backend disabled confirms whether graphs are the problem at all.",
+            "--backend disabled confirms whether graphs are the problem at all; --fail-capture "
+            "SIZES reproduces the degradation on purpose.",
         ),
         vllm=(
             "Run with --enforce-eager to confirm it is a graph problem (seed 004 §4.6), "
@@ -251,7 +253,8 @@ def reason_costs(breakdown: list[dict[str, Any]],
     for row in breakdown:
         duration = row.get("duration_s")
         extra = None
-        if replay_mean is not None and duration:
+        # prefill has no graph to compare with: its steps are not decode-shaped
+        if replay_mean is not None and duration and row["reason"] != "prefill":
             extra = max(0.0, duration - replay_mean * row["steps"])
         out.append({
             "reason": row["reason"],
@@ -268,7 +271,7 @@ def cost_sentence(cost: dict[str, Any]) -> str:
     """One line for an explanation card: what this reason cost on the run."""
     parts = [f"{cost['steps']:,} eager steps"]
     if cost.get("share") is not None:
-        parts[0] += f" ({cost['share'] * 100:.1f}% of steps)"
+        parts[0] += f" ({cost['share'] * 100:.1f}% of eager steps)"
     if cost.get("time_s"):
         parts.append(f"{cost['time_s']:.3f} s spent eager")
     if cost.get("extra_s") is not None:

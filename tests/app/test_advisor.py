@@ -83,7 +83,8 @@ def test_estimate_capture_interpolates_between_measured_sizes():
     measured = {1: 1.0, 8: 2.0, 32: 5.0}
     assert estimate_capture([1, 8], measured) == pytest.approx(3.0)
     assert estimate_capture([20], measured) == pytest.approx(3.5)
-    assert estimate_capture([64], measured) == pytest.approx(5.0)
+    assert estimate_capture([64], measured) == pytest.approx(10.0)
+    assert estimate_capture([0], {1: 1.0}) == pytest.approx(1.0)
     assert estimate_capture([1], {}) is None
 
 

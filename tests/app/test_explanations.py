@@ -46,11 +46,17 @@ def test_cost_on_a_run_comes_from_the_breakdown_and_step_times():
     assert cost["steps"] == 100 and cost["time_s"] == 0.5
     assert cost["extra_s"] == pytest.approx(0.4)
     assert cost["explanation"]["title"].startswith("Batch larger")
-    assert cost_sentence(cost) == ("100 eager steps (10.0% of steps); 0.500 s spent eager; "
+    assert cost_sentence(cost) == ("100 eager steps (10.0% of eager steps); 0.500 s spent eager; "
                                    "about 0.400 s more than graph replay would have taken.")
 
 
 def test_cost_without_replayed_steps_has_no_estimate():
     [cost] = reason_costs([{"reason": "graphs_disabled", "steps": 5, "duration_s": 0.1, "share": 1.0}],
                           [{"stage": "decode", "mode": "eager", "steps": 5, "total_s": 0.1}])
+    assert cost["extra_s"] is None
+
+
+def test_prefill_has_no_graph_comparison():
+    [cost] = reason_costs([{"reason": "prefill", "steps": 5, "duration_s": 0.1, "share": 1.0}],
+                          [{"stage": "decode", "mode": "graph", "steps": 5, "total_s": 0.01}])
     assert cost["extra_s"] is None

@@ -1,0 +1,238 @@
+"""Figure builders: plain dicts shaped like the query layer's results in, plotly figures out.
+
+Pure functions, no store access, so the pages, the tests and the benchmark build the
+same figures from the same rows.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any, Iterable
+
+import plotly.graph_objects as go
+
+MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b"}
+MODE_ORDER = ("graph", "padded", "eager")
+_LAYOUT = dict(margin=dict(l=50, r=20, t=30, b=40), template="plotly_white",
+               legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+
+
+def _times(ts: Iterable[float]) -> list[dt.datetime]:
+    return [dt.datetime.fromtimestamp(t, dt.timezone.utc) for t in ts]
+
+
+def _empty(message: str) -> go.Figure:
+    fig = go.Figure()
+    fig.update_layout(**_LAYOUT, xaxis=dict(visible=False), yaxis=dict(visible=False),
+                      annotations=[dict(text=message, showarrow=False, x=0.5, y=0.5,
+                                        xref="paper", yref="paper", font=dict(size=14))])
+    return fig
+
+
+def mode_mix_figure(timeline: list[dict[str, Any]]) -> go.Figure:
+    """Steps per bucket, stacked graph / padded / eager."""
+    if not timeline:
+        return _empty("no steps yet")
+    x = _times(p["t"] for p in timeline)
+    fig = go.Figure([go.Bar(x=x, y=[p[m] for p in timeline], name=m, marker_color=MODE_COLORS[m])
+                     for m in MODE_ORDER])
+    fig.update_layout(**_LAYOUT, barmode="stack", bargap=0.05, yaxis_title="steps per bucket")
+    return fig
+
+
+def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[str, float]] = (),
+                       spans: list[dict[str, Any]] = (), now: float | None = None) -> go.Figure:
+    """Eager ratio per bucket with each applicable alert threshold and the alert spans shaded."""
+    if not timeline:
+        return _empty("no steps yet")
+    x = _times(p["t"] for p in timeline)
+    fig = go.Figure([go.Scatter(x=x, y=[p["eager_ratio"] for p in timeline], name="eager ratio",
+                                mode="lines+markers", marker=dict(size=4),
+                                line=dict(color=MODE_COLORS["eager"]))])
+    for name, threshold in thresholds:
+        fig.add_hline(y=threshold, line=dict(dash="dash", color="#555"),
+                      annotation_text=f"{name} ≥ {threshold:.0%}", annotation_position="top left")
+    end_default = now if now is not None else timeline[-1]["t"]
+    for span in spans:
+        fig.add_vrect(x0=_times([span["started_at"]])[0],
+                      x1=_times([span.get("ended_at") or end_default])[0],
+                      fillcolor="#c8453b", opacity=0.12, line_width=0)
+    fig.update_layout(**_LAYOUT, yaxis=dict(title="eager share of steps", tickformat=".0%",
+                                            range=[0, 1.05]))
+    return fig
+
+
+def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = ()) -> go.Figure:
+    """Steps per batch size, coloured by mode, with the captured sizes marked."""
+    if not hist:
+        return _empty("no decode steps yet")
+    fig = go.Figure()
+    for mode in MODE_ORDER:
+        rows = [r for r in hist if r["mode"] == mode]
+        if rows:
+            fig.add_bar(x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows], name=mode,
+                        marker_color=MODE_COLORS[mode])
+    sizes = sorted(set(captured))
+    if sizes:
+        fig.add_scatter(x=sizes, y=[0] * len(sizes), mode="markers", name="captured size",
+                        marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
+                        hovertemplate="captured bs %{x}<extra></extra>")
+    fig.update_layout(**_LAYOUT, barmode="stack", xaxis_title="batch size (raw)", yaxis_title="steps")
+    return fig
+
+
+def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
+    """Padded tokens as a share of the tokens computed, per batch size."""
+    per_bs: dict[int, list[int]] = {}
+    for r in hist:
+        acc = per_bs.setdefault(r["raw_bs"], [0, 0])
+        acc[0] += r["num_tokens"]
+        acc[1] += r["padded_tokens"]
+    rows = [(bs, pad / (tok + pad) if tok + pad else 0.0, pad) for bs, (tok, pad) in sorted(per_bs.items())]
+    if not any(pad for _, _, pad in rows):
+        return _empty("no padding")
+    fig = go.Figure([go.Bar(x=[r[0] for r in rows], y=[r[1] for r in rows], name="padding share",
+                            marker_color=MODE_COLORS["padded"], customdata=[r[2] for r in rows],
+                            hovertemplate="bs %{x}: %{y:.1%} padding (%{customdata} tokens)<extra></extra>")])
+    fig.update_layout(**_LAYOUT, xaxis_title="batch size (raw)",
+                      yaxis=dict(title="padded share of compute", tickformat=".0%"))
+    return fig
+
+
+def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
+    """Mean step time per mode, grouped by stage."""
+    timed = [r for r in step_times if r.get("mean_s") is not None]
+    if not timed:
+        return _empty("no timed steps")
+    fig = go.Figure()
+    for mode in MODE_ORDER:
+        rows = [r for r in timed if r["mode"] == mode]
+        if rows:
+            fig.add_bar(x=[r["stage"] for r in rows], y=[r["mean_s"] * 1000 for r in rows], name=mode,
+                        marker_color=MODE_COLORS[mode], customdata=[r["steps"] for r in rows],
+                        hovertemplate="%{x} " + mode + ": %{y:.3f} ms mean over %{customdata} steps<extra></extra>")
+    fig.update_layout(**_LAYOUT, barmode="group", yaxis_title="mean step time (ms)")
+    return fig
+
+
+def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
+    """Graph-pool memory per capture, in capture order: the delta and the pool after."""
+    rows = [c for c in captures if c.get("pool_bytes") is not None or c.get("pool_delta_bytes") is not None]
+    if not rows:
+        return _empty("no pool memory reported")
+    labels = [f"bs {c['graph_bs']} ({c['stage']})" for c in rows]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows], name="delta (MiB)",
+                marker_color="#6a8fc8")
+    fig.add_scatter(x=labels, y=[(c.get("pool_bytes") or 0) / 2**20 for c in rows], name="pool after (MiB)",
+                    mode="lines+markers", line=dict(color="#1f4e9c"))
+    fig.update_layout(**_LAYOUT, yaxis_title="MiB", xaxis_title="capture (in order)")
+    return fig
+
+
+def parity_figure(parity: list[dict[str, Any]]) -> go.Figure:
+    """Divergence between graph replay and eager on the same inputs, per checked size."""
+    if not parity:
+        return _empty("no parity checks in this run")
+    fig = go.Figure()
+    fig.add_scatter(x=[p["graph_bs"] for p in parity], y=[p["max_abs_diff"] for p in parity],
+                    mode="markers", name="max |diff|", marker=dict(size=9))
+    fig.add_scatter(x=[p["graph_bs"] for p in parity], y=[p["rel_err"] for p in parity],
+                    mode="markers", name="relative error", marker=dict(size=9, symbol="diamond"))
+    tolerances = {p["tolerance"] for p in parity if p.get("tolerance") is not None}
+    for tol in sorted(tolerances):
+        fig.add_hline(y=tol, line=dict(dash="dash", color="#c8453b"), annotation_text=f"tolerance {tol:g}")
+    fig.update_layout(**_LAYOUT, xaxis_title="graph batch size", yaxis=dict(title="divergence", type="log"))
+    return fig
+
+
+def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Startup bars: label, start (s from the first phase), duration, kind. The capture
+    phase is replaced by one bar per captured size when captures are known."""
+    def start_of(row: dict[str, Any]) -> float | None:
+        if row.get("start_ts") is not None:
+            return float(row["start_ts"])
+        if row.get("ts") is not None:
+            return float(row["ts"]) - float(row["duration_s"])
+        return None
+
+    bars: list[dict[str, Any]] = []
+    for p in phases:
+        if p["phase"] == "capture" and captures:
+            continue
+        bars.append({"label": p["phase"], "abs": start_of(p), "duration": float(p["duration_s"]),
+                     "kind": "phase"})
+    for c in captures:
+        bars.append({"label": f"capture bs {c['graph_bs']}" + ("" if c["stage"] == "decode" else f" ({c['stage']})"),
+                     "abs": start_of(c), "duration": float(c["duration_s"]),
+                     "kind": "failed" if c.get("status") == "failed" else "capture"})
+    known = [b["abs"] for b in bars if b["abs"] is not None]
+    origin = min(known) if known else 0.0
+    cursor = 0.0
+    for b in bars:
+        b["start"] = b["abs"] - origin if b["abs"] is not None else cursor
+        cursor = b["start"] + b["duration"]
+    return bars
+
+
+def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> go.Figure:
+    bars = waterfall_rows(phases, captures)
+    if not bars:
+        return _empty("no startup phases reported")
+    colors = {"phase": "#6a8fc8", "capture": "#2e8b57", "failed": "#c8453b"}
+    fig = go.Figure()
+    for kind in ("phase", "capture", "failed"):
+        rows = [b for b in bars if b["kind"] == kind]
+        if rows:
+            fig.add_bar(y=[b["label"] for b in rows], x=[b["duration"] for b in rows],
+                        base=[b["start"] for b in rows], orientation="h", name=kind,
+                        marker_color=colors[kind],
+                        hovertemplate="%{y}: %{x:.3f} s from %{base:.3f} s<extra></extra>")
+    fig.update_layout(**_LAYOUT, xaxis_title="seconds since startup began",
+                      yaxis=dict(autorange="reversed", categoryorder="array",
+                                 categoryarray=[b["label"] for b in bars]),
+                      height=max(260, 26 * len(bars) + 80))
+    return fig
+
+
+def capture_figure(captures: list[dict[str, Any]]) -> go.Figure:
+    """Capture duration per size (failed ones red) with the pool delta on a second axis."""
+    if not captures:
+        return _empty("no captures reported")
+    rows = sorted(captures, key=lambda c: (c["stage"], c["graph_bs"]))
+    labels = [str(c["graph_bs"]) if c["stage"] == "decode" else f"{c['graph_bs']} {c['stage']}" for c in rows]
+    fig = go.Figure()
+    fig.add_bar(x=labels, y=[c["duration_s"] for c in rows], name="capture time (s)",
+                marker_color=["#c8453b" if c.get("status") == "failed" else "#2e8b57" for c in rows])
+    fig.add_scatter(x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows], yaxis="y2",
+                    name="pool delta (MiB)", mode="lines+markers", line=dict(color="#1f4e9c"))
+    fig.update_layout(**_LAYOUT, xaxis=dict(title="batch size", type="category"), yaxis_title="seconds",
+                      yaxis2=dict(title="MiB", overlaying="y", side="right"))
+    return fig
+
+
+def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
+                 base_phases: list[dict[str, Any]], base_captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per phase and per capture size: this run, the baseline, and the difference (s)."""
+    def totals(phs, caps):
+        out: dict[str, float] = {}
+        for p in phs:
+            out[f"phase {p['phase']}"] = out.get(f"phase {p['phase']}", 0.0) + float(p["duration_s"])
+        for c in caps:
+            key = f"capture bs {c['graph_bs']}" + ("" if c["stage"] == "decode" else f" {c['stage']}")
+            out[key] = out.get(key, 0.0) + float(c["duration_s"])
+        return out
+    mine, base = totals(phases, captures), totals(base_phases, base_captures)
+    keys = [k for k in mine] + [k for k in base if k not in mine]
+    return [{"item": k, "run_s": mine.get(k), "baseline_s": base.get(k),
+             "diff_s": (mine.get(k) or 0.0) - (base.get(k) or 0.0)} for k in keys]
+
+
+def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
+    if not diff:
+        return _empty("choose a baseline run")
+    fig = go.Figure([go.Bar(x=[d["item"] for d in diff], y=[d["diff_s"] for d in diff],
+                            marker_color=["#c8453b" if d["diff_s"] > 0 else "#2e8b57" for d in diff],
+                            name="run − baseline (s)")])
+    fig.update_layout(**_LAYOUT, yaxis_title="run − baseline (s)")
+    return fig

@@ -1,0 +1,130 @@
+"""Pieces every page uses: the store the pages read, number formats, stat tiles, cards.
+
+One dashboard per process (Dash's page registry is process-wide too): ``create_server``
+binds the store here and every page callback reads it through ``store()``. Everything
+shown from the store goes into components as text, which Dash escapes; no page uses
+raw HTML or markdown for stored strings.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from dash import dcc, html
+
+_CONTEXT: dict[str, Any] = {"store": None, "settings": None}
+
+
+def bind(store: Any, settings: Any) -> None:
+    _CONTEXT["store"] = store
+    _CONTEXT["settings"] = settings
+
+
+def store() -> Any:
+    if _CONTEXT["store"] is None:
+        raise RuntimeError("the dashboard has no store bound (app.server.create_server binds it)")
+    return _CONTEXT["store"]
+
+
+# -- formats (the browser tests compare these strings with the query layer) ---------------
+def pct(ratio: float | None) -> str:
+    return "–" if ratio is None else f"{ratio * 100:.1f}%"
+
+
+def seconds(value: float | None) -> str:
+    if value is None:
+        return "–"
+    if value < 1:
+        return f"{value * 1000:.1f} ms"
+    return f"{value:.2f} s"
+
+
+def count(value: int | None) -> str:
+    return "–" if value is None else f"{value:,}"
+
+
+def mib(value: int | float | None) -> str:
+    return "–" if value is None else f"{value / 2**20:.1f} MiB"
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "–"
+    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+# -- layout pieces ---------------------------------------------------------------------
+NAV = (("Runs", "/"), ("Alerts", "/alerts"))
+
+
+def nav(run_id: str | None = None) -> html.Nav:
+    links = [dcc.Link(label, href=href, className="nav-link") for label, href in NAV]
+    if run_id:
+        links += [html.Span("·", className="nav-sep"),
+                  dcc.Link("Run", href=f"/run/{run_id}", className="nav-link"),
+                  dcc.Link("Startup", href=f"/startup/{run_id}", className="nav-link"),
+                  dcc.Link("Advisor", href=f"/advisor/{run_id}", className="nav-link")]
+    return html.Nav([html.Span("replayscope", className="brand")] + links, className="nav")
+
+
+def stat(label: str, value: str, id: str | None = None, note: str | None = None) -> html.Div:
+    value_props = {"id": id} if id else {}
+    children = [html.Div(label, className="stat-label"), html.Div(value, className="stat-value", **value_props)]
+    if note:
+        children.append(html.Div(note, className="stat-note"))
+    return html.Div(children, className="stat")
+
+
+def graph(id: str, figure: Any = None, height: int = 320) -> dcc.Graph:
+    return dcc.Graph(id=id, figure=figure if figure is not None else {},
+                     config={"displaylogo": False}, style={"height": f"{height}px"})
+
+
+def section(title: str, *children: Any, id: str | None = None) -> html.Section:
+    props = {"id": id} if id else {}
+    return html.Section([html.H3(title)] + list(children), className="section", **props)
+
+
+def bullet_list(items: list[str], className: str = "") -> html.Ul:
+    return html.Ul([html.Li(item) for item in items], className=className)
+
+
+def engine_flags(change: list[str] | tuple[str, ...], vllm: list[str] | tuple[str, ...],
+                 sglang: list[str] | tuple[str, ...]) -> html.Div:
+    rows = []
+    for label, items in (("replayscope", change), ("vLLM", vllm), ("SGLang", sglang)):
+        if items:
+            rows.append(html.Div([html.Span(label, className="flag-engine"),
+                                  bullet_list(list(items), "flag-list")], className="flag-row"))
+    return html.Div(rows, className="flags")
+
+
+def explanation_card(cost: dict[str, Any], cost_text: str) -> html.Div:
+    """An explanation card: what happened, why, what it cost here, what to change."""
+    e = cost["explanation"]
+    return html.Div([
+        html.Div([html.Span(e["title"], className="card-title"),
+                  html.Code(cost["reason"], className="card-reason")], className="card-head"),
+        html.P([html.B("What happened. "), e["what"]]),
+        html.P([html.B("Why a graph cannot serve it. "), e["why"]]),
+        html.P([html.B("What it cost here. "), cost_text], className="card-cost"),
+        html.Div([html.B("What to change."), engine_flags(e["change"], e["vllm"], e["sglang"])]),
+    ], className="card explanation", **{"data-reason": cost["reason"]})
+
+
+def finding_card(finding: dict[str, Any], rank: int) -> html.Div:
+    return html.Div([
+        html.Div([html.Span(f"{rank}. {finding['title']}", className="card-title"),
+                  html.Span(finding["severity"], className=f"badge badge-{finding['severity']}"),
+                  html.Span(seconds(finding["seconds"]), className="card-seconds")],
+                 className="card-head"),
+        html.Div([html.B("Evidence"), bullet_list(finding["evidence"])]),
+        html.Div([html.B("What to do"), engine_flags(finding["actions"], finding["vllm"], finding["sglang"])]),
+    ], className="card finding", **{"data-cause": finding["cause"]})
+
+
+def not_found(what: str, key: str) -> html.Div:
+    return html.Div([nav(), html.H2(f"No {what} {key!s}"),
+                     html.P("It may not have been ingested yet."),
+                     dcc.Link("All runs", href="/")], className="page")

@@ -1,0 +1,1 @@
+"""Dashboard pages: one file each (register_page + layout + its callbacks)."""

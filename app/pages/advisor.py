@@ -1,0 +1,107 @@
+"""Advisor (/advisor/<run_id>): capture sizes for a budget of K graphs, from the run's
+observed batch sizes, with the flags to copy into replayscope, vLLM and SGLang."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import Input, Output, State, callback, dash_table, dcc, html
+
+from app import charts
+from app import components as c
+
+dash.register_page(__name__, path_template="/advisor/<run_id>", title="replayscope · advisor",
+                   name="Advisor")
+
+FLAG_LABELS = (("replayscope", "replayscope run"), ("vllm", "vLLM (command line)"),
+               ("vllm_config", "vLLM (Python / config)"), ("sglang", "SGLang"))
+
+
+def page_data(store: Any, run_id: str, budget: int | None = None,
+              inputs: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    from collector.advisor import advise, run_inputs
+
+    inputs = inputs or run_inputs(store, run_id)
+    if inputs is None:
+        return None
+    distinct = len(inputs["distribution"])
+    default = len(inputs["current_sizes"] or []) or 8
+    budget = max(1, budget or min(default, max(distinct, 1)))
+    advice = advise(inputs["distribution"], budget, eager_weight=inputs["eager_weight"],
+                    current_sizes=inputs["current_sizes"], capture_s=inputs["capture_s"],
+                    pool_bytes=inputs["pool_bytes"])
+    rows = []
+    for name, plan in (("current", advice.current), ("proposed", advice.predicted)):
+        if plan is None:
+            continue
+        rows.append({"plan": name, "graphs": len(plan.sizes), "sizes": ", ".join(map(str, plan.sizes)),
+                     "coverage": c.pct(plan.coverage), "padding": c.pct(plan.waste_share),
+                     "eager_steps": plan.eager_steps, "padded_rows": plan.padded_rows,
+                     "capture": c.seconds(advice.capture_s_current if name == "current" else advice.capture_s_predicted),
+                     "pool": c.mib(advice.pool_bytes_current if name == "current" else advice.pool_bytes_predicted)})
+    hist = [{"raw_bs": bs, "mode": "graph", "steps": n, "num_tokens": 0, "padded_tokens": 0}
+            for bs, n in sorted(inputs["distribution"].items())]
+    return {"summary": inputs["summary"], "advice": advice, "rows": rows, "distinct": distinct,
+            "budget": budget, "figure": charts.batch_histogram_figure(hist, advice.sizes)}
+
+
+def layout(run_id: str | None = None, **_query: Any) -> html.Div:
+    from collector.advisor import run_inputs
+
+    inputs = run_inputs(c.store(), run_id) if run_id else None
+    if inputs is None:
+        return c.not_found("run", run_id or "")
+    distinct = max(1, len(inputs["distribution"]))
+    initial = page_data(c.store(), run_id, inputs=inputs)["budget"]
+    top = max(distinct, initial)
+    marks = {k: str(k) for k in sorted({1, top, *range(4, top + 1, 4)}) if k <= top}
+    return html.Div([
+        c.nav(run_id),
+        dcc.Store(id="advisor-run-id", data=run_id),
+        html.H2(["Capture sizes for ", html.Span(inputs["summary"]["name"], id="advisor-name")]),
+        html.P(f"From {sum(inputs['distribution'].values()):,} decode steps over {len(inputs['distribution'])} "
+               f"distinct batch sizes. Sizes are chosen exactly (dynamic programming) to minimise padded rows "
+               f"plus eager fallbacks weighted {inputs['eager_weight']:.2f}× per row; the largest observed size "
+               f"is always covered.", className="hint"),
+        html.Div([html.Label("Budget: graphs to capture", htmlFor="advisor-budget"),
+                  dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks,
+                             tooltip={"placement": "bottom", "always_visible": True})],
+                 className="slider"),
+        dash_table.DataTable(id="advisor-table",
+                             columns=[{"id": k, "name": n} for k, n in (
+                                 ("plan", "plan"), ("graphs", "graphs"), ("sizes", "sizes"),
+                                 ("coverage", "coverage"), ("padding", "padding share"),
+                                 ("eager_steps", "eager steps"), ("padded_rows", "padded rows"),
+                                 ("capture", "capture time"), ("pool", "pool memory"))],
+                             data=[], style_cell={"fontFamily": "inherit", "fontSize": "13px",
+                                                  "whiteSpace": "normal", "textAlign": "left"}),
+        html.Div(id="advisor-saved", className="hint"),
+        c.section("Flags to copy", html.Div(id="advisor-flags")),
+        c.section("Observed batch sizes (▲ proposed sizes)", c.graph("advisor-hist")),
+    ], className="page")
+
+
+@callback(Output("advisor-table", "data"), Output("advisor-flags", "children"),
+          Output("advisor-saved", "children"), Output("advisor-hist", "figure"),
+          Input("advisor-budget", "value"), State("advisor-run-id", "data"))
+def refresh(budget, run_id):
+    data = page_data(c.store(), run_id, budget)
+    if data is None:
+        raise dash.exceptions.PreventUpdate
+    advice = data["advice"]
+    flags = []
+    for key, label in FLAG_LABELS:
+        flags.append(html.Div([html.Div(label, className="flag-engine"),
+                               html.Pre(advice.flags[key], id=f"advisor-flag-{key}", className="flag-text"),
+                               dcc.Clipboard(target_id=f"advisor-flag-{key}", title="copy",
+                                             className="copy")], className="flag-copy"))
+    saved = []
+    if advice.capture_s_saved is not None:
+        saved.append(f"capture time saved {c.seconds(advice.capture_s_saved)}" if advice.capture_s_saved >= 0
+                     else f"capture time added {c.seconds(-advice.capture_s_saved)}")
+    if advice.pool_bytes_saved is not None:
+        saved.append(f"pool memory saved {c.mib(advice.pool_bytes_saved)}" if advice.pool_bytes_saved >= 0
+                     else f"pool memory added {c.mib(-advice.pool_bytes_saved)}")
+    note = ("; ".join(saved) + " against the current plan (scaled from this run's captures)") if saved else ""
+    return data["rows"], flags, note, data["figure"]

@@ -1,0 +1,146 @@
+"""Run (/run/<run_id>): the mode mix, eager ratio against alerts, batch sizes, padding,
+fallback reasons explained, step times, pool memory and parity; live while running."""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from typing import Any
+
+import dash
+from dash import Input, Output, State, callback, dcc, html
+
+from app import charts
+from app import components as c
+
+dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
+
+REFRESH_MS = 2000
+STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
+
+
+def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, float]]:
+    """(name, threshold) of the enabled alert rules that watch a run of this name."""
+    return [(r["name"], float(r["threshold"])) for r in rules
+            if r.get("enabled", True) and (not r.get("run_pattern") or fnmatch.fnmatchcase(run_name, r["run_pattern"]))]
+
+
+def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
+    """Everything the run page shows, from the query layer; None for an unknown run."""
+    from collector import queries
+    from collector.explanations import cost_sentence, reason_costs
+
+    summary = queries.run_summary(store, run_id)
+    if summary is None:
+        return None
+    timeline = queries.mode_timeline(store, run_id)
+    hist = queries.batch_histogram(store, run_id, stage="decode")
+    step_times = queries.step_time_by_mode(store, run_id)
+    caps = queries.captures(store, run_id)
+    spans = queries.alert_events(store, run_id=run_id)
+    captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] == "decode"})
+    if not captured:
+        captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
+    costs = reason_costs(queries.reason_breakdown(store, run_id), step_times)
+    now = time.time() if summary["status"] == "running" else None
+    return {
+        "summary": summary,
+        "stats": {
+            "run-steps": c.count(summary["steps"]),
+            "run-eager": c.pct(summary["eager_ratio"]),
+            "run-padded": c.pct(summary["padded_ratio"]),
+            "run-capture": c.seconds(summary["capture_total_s"]),
+            "run-status": summary["status"],
+            "run-alerts": c.count(summary["alerts_firing"]),
+        },
+        "figures": {
+            "run-mode-mix": charts.mode_mix_figure(timeline),
+            "run-eager-ratio": charts.eager_ratio_figure(
+                timeline, rules_for(queries.alert_rules(store), summary["name"]), spans,
+                now=min(now, summary.get("last_event_ts") or now) if now else None),
+            "run-batch-hist": charts.batch_histogram_figure(hist, captured),
+            "run-padding": charts.padding_figure(hist),
+            "run-step-time": charts.step_time_figure(step_times),
+            "run-pool": charts.pool_figure(caps),
+            "run-parity": charts.parity_figure(queries.parity(store, run_id)),
+        },
+        "reasons": [(cost, cost_sentence(cost)) for cost in costs],
+        "alerts": spans,
+    }
+
+
+def header(summary: dict[str, Any]) -> list[Any]:
+    source_note = None if summary["source"] in ("runner", "library") else (
+        f"Imported from {summary['source']}: steps and their modes come from the engine's own "
+        "reports; an eager step without a reported cause is listed as 'unknown'.")
+    parts = [
+        html.H2(summary["name"], id="run-name"),
+        html.Div([html.Span(f"run {summary['run_id']}"), html.Span(f"source {summary['source']}", id="run-source"),
+                  html.Span(f"backend {summary['backend']}"), html.Span(f"model {summary['model']}"),
+                  html.Span(f"device {summary['device']}"), html.Span(f"started {c.when(summary['started_at'])}")],
+                 className="meta"),
+    ]
+    if source_note:
+        parts.append(html.P(source_note, className="note imported"))
+    if summary.get("error"):
+        parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
+    return parts
+
+
+def layout(run_id: str | None = None, **_query: Any) -> html.Div:
+    from collector import queries
+
+    summary = queries.run_summary(c.store(), run_id) if run_id else None
+    if summary is None:
+        return c.not_found("run", run_id or "")
+    return html.Div([
+        c.nav(run_id),
+        dcc.Store(id="run-id", data=run_id),
+        dcc.Interval(id="run-interval", interval=REFRESH_MS, disabled=False),
+        html.Div(header(summary), id="run-header"),
+        html.Div([c.stat("steps", "…", "run-steps"), c.stat("eager", "…", "run-eager", "of all steps"),
+                  c.stat("padding", "…", "run-padded", "of tokens computed"),
+                  c.stat("capture time", "…", "run-capture"), c.stat("status", "…", "run-status"),
+                  c.stat("alerts firing", "…", "run-alerts")], className="stats"),
+        html.Div(id="run-live", className="hint"),
+        html.Div([
+            c.section("Mode mix over time", c.graph("run-mode-mix")),
+            c.section("Eager ratio, alert thresholds and alert spans", c.graph("run-eager-ratio")),
+        ], className="grid2"),
+        html.Div([
+            c.section("Batch sizes by mode (▲ captured sizes)", c.graph("run-batch-hist")),
+            c.section("Padding waste per batch size", c.graph("run-padding")),
+        ], className="grid2"),
+        c.section("Why steps ran eager", html.Div(id="run-reasons"), id="run-reasons-section"),
+        html.Div([
+            c.section("Step time by mode", c.graph("run-step-time")),
+            c.section("Graph pool memory per capture", c.graph("run-pool")),
+        ], className="grid2"),
+        c.section("Parity: graph replay vs eager on the same inputs", c.graph("run-parity", height=280)),
+    ], className="page")
+
+
+def reason_cards(reasons: list[tuple[dict[str, Any], str]]) -> list[Any]:
+    if not reasons:
+        return [html.P("No step ran eager.", className="hint")]
+    return [c.explanation_card(cost, text) for cost, text in reasons]
+
+
+FIGURE_IDS = ("run-mode-mix", "run-eager-ratio", "run-batch-hist", "run-padding", "run-step-time",
+              "run-pool", "run-parity")
+
+
+@callback([Output(i, "children") for i in STAT_IDS]
+          + [Output(i, "figure") for i in FIGURE_IDS]
+          + [Output("run-reasons", "children"), Output("run-live", "children"),
+             Output("run-interval", "disabled")],
+          Input("run-interval", "n_intervals"), State("run-id", "data"))
+def refresh(_n, run_id):
+    data = page_data(c.store(), run_id)
+    if data is None:
+        raise dash.exceptions.PreventUpdate
+    running = data["summary"]["status"] == "running"
+    live = (f"live: refreshing every {REFRESH_MS // 1000} s, last event {c.when(data['summary']['last_event_ts'])}"
+            if running else f"run {data['summary']['status']}: not refreshing")
+    return ([data["stats"][i] for i in STAT_IDS] + [data["figures"][i] for i in FIGURE_IDS]
+            + [reason_cards(data["reasons"]), live, not running])

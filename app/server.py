@@ -1,0 +1,81 @@
+"""One FastAPI app on one port: the collector's API with the Dash dashboard attached.
+
+Dash 4 runs natively on FastAPI (``Dash(server=<FastAPI app>)``): the dashboard's routes
+are added to the collector's app, and its catch-all page route is registered at startup,
+after every API route, so ``/v1/...``, ``/metrics`` and ``/healthz`` keep answering.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+from fastapi import FastAPI
+
+PAGES = ("app.pages.runs", "app.pages.run", "app.pages.startup", "app.pages.advisor", "app.pages.alerts")
+ASSETS = Path(__file__).resolve().parent / "assets"
+
+
+def _load_pages() -> None:
+    """Import (or re-import) the page modules so their callbacks land on the newest app.
+
+    ``dash.callback`` registers into process-wide lists that the first app to serve a
+    request takes; a second app in the same process (tests) needs them registered again.
+    """
+    import dash
+    from dash import _callback
+
+    _callback.GLOBAL_CALLBACK_MAP.clear()
+    _callback.GLOBAL_CALLBACK_LIST.clear()
+    for name in PAGES:
+        if name in sys.modules:
+            module = importlib.reload(sys.modules[name])
+        else:
+            module = importlib.import_module(name)
+        # register_page runs at the top of the module, before ``layout`` exists
+        dash.page_registry[name]["layout"] = module.layout
+
+
+def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
+    """Attach the Dash app to ``api``; returns the Dash instance."""
+    import dash
+
+    from app import components
+
+    components.bind(store, settings)
+    dash_app = dash.Dash(
+        __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
+        title="replayscope", suppress_callback_exceptions=True, update_title=None,
+    )
+    _load_pages()
+    dash_app.layout = dash.html.Div([dash.page_container], className="app")
+    _warm_up(dash_app)
+    api.state.dash = dash_app
+    return dash_app
+
+
+def _warm_up(dash_app: Any) -> None:
+    """Run Dash's first-request setup now rather than on the first request.
+
+    Its middleware runs the setup (which registers the pages' router and title callback)
+    only for ``/`` and ``/_dash-*`` requests; a first visit straight to ``/run/<id>`` would
+    get a page without the title callback's script and log a TypeError in the browser.
+    """
+    for hook in list(dash_app.backend._before_request_funcs):  # noqa: SLF001 (Dash has no public call)
+        if not inspect.iscoroutinefunction(hook):
+            hook()
+
+
+def create_server(store: Any, settings: Any = None, dashboard: bool = True) -> FastAPI:
+    """The collector's FastAPI app, with the dashboard on the same app unless told not to."""
+    from collector.api import create_api
+    from collector.settings import Settings
+
+    settings = settings or Settings()
+    api = create_api(store, settings)
+    if dashboard:
+        attach_dashboard(api, store, settings)
+    return api

@@ -1,0 +1,278 @@
+"""The dashboard in headless Debian Chromium, against a store filled by a real runner run.
+
+Each page loads, draws its charts, shows the query layer's numbers and logs no SEVERE
+console error; the alert form rejects bad input with a message; a live run's page
+picks up new steps without a reload; a hostile run name renders as text. Screenshots
+of each page go to docs/screenshots/ (REPLAYSCOPE_SCREENSHOTS=0 skips them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.app import synthetic
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+REPO = Path(__file__).resolve().parents[2]
+SCREENSHOTS = REPO / "docs" / "screenshots"
+XSS_NAME = "<script>alert(1)</script><b>x</b>"
+
+if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+    pytest.skip("needs Debian chromium and chromium-driver", allow_module_level=True)
+
+from selenium import webdriver  # noqa: E402
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory):
+    """A store with a real runner run (static backend), a baseline, a live run and a
+    hostile name, served by uvicorn in a thread."""
+    import uvicorn
+
+    from collector.ingest import ingest_jsonl
+    from collector.settings import Settings
+    from collector.store import Store
+    from app.server import create_server
+
+    tmp = tmp_path_factory.mktemp("browser")
+    events = tmp / "real.jsonl"
+    subprocess.run([sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
+                    "--workload", "mixed", "--steps", "300", "--events", str(events), "--quiet",
+                    "--name", "static-tiny-mixed", "--run-id", "real-run"],
+                   cwd=REPO, check=True, timeout=600)
+    store = Store.open(f"sqlite:///{tmp / 'rs.db'}", upgrade=True)
+    ingest_jsonl(store, events)
+    synthetic.fill(store, "baseline-run", name="baseline", steps=200, slow_size=16, failed_size=32)
+    synthetic.fill(store, "xss-run", name=XSS_NAME, steps=50)
+    live = synthetic.run_record("live-run", "live", started_at=time.time() - 30)
+    from collector.ingest import ingest_events, ingest_run
+    ingest_run(store, live)
+    first = synthetic.startup_events(live["started_at"])
+    first += synthetic.step_events(first[-1]["ts"] + 0.01, 100, seq0=len(first) + 10, seed=1)
+    ingest_events(store, "live-run", first)
+
+    port = _free_port()
+    app = create_server(store, Settings(run_services=False))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.time() + 20
+    while not server.started:
+        assert time.time() < deadline, "uvicorn did not start"
+        time.sleep(0.05)
+    yield {"store": store, "url": f"http://127.0.0.1:{port}", "live_next_seq": 100_000, "live": live}
+    server.should_exit = True
+    thread.join(10)
+    store.dispose()
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--no-first-run", "--window-size=1400,1000",
+                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    d.set_page_load_timeout(60)
+    yield d
+    d.quit()
+
+
+def wait(driver, condition, timeout=30):
+    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d))
+
+
+def text_of(driver, element_id, placeholder="…", timeout=30):
+    """The text of #element_id once a callback has filled it."""
+    def filled(d):
+        found = d.find_elements(By.ID, element_id)
+        return found and found[0].text not in ("", placeholder) and found[0].text
+    return wait(driver, filled, timeout)
+
+
+def open_page(driver, url, charts=0):
+    driver.get(url)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".page"))
+    if charts:
+        wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".js-plotly-plot .main-svg")) >= charts)
+
+
+def severe_errors(driver):
+    return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
+
+
+def screenshot(driver, name):
+    if os.environ.get("REPLAYSCOPE_SCREENSHOTS", "1") == "0":
+        return
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = driver.execute_script("return document.body.scrollHeight")
+    driver.set_window_size(1400, min(max(1000, height + 40), 6000))
+    time.sleep(0.8)                          # let plotly re-lay out at the new size
+    driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(1400, 1000)
+
+
+def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
+    from collector import queries
+
+    open_page(driver, env["url"] + "/")
+    wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
+    real = next(r for r in queries.list_runs(env["store"]) if r["run_id"] == "real-run")
+    row = next(tr for tr in driver.find_elements(By.CSS_SELECTOR, "#runs-table tr")
+               if "real-run" in tr.text)
+    cells = {td.get_attribute("data-dash-column"): td.text for td in row.find_elements(By.CSS_SELECTOR, "td")}
+    assert cells["steps"] == str(real["steps"])
+    assert cells["eager_pct"] == f"{round(real['eager_ratio'] * 100, 1):g}"
+    assert cells["padded_pct"] == f"{round(real['padded_ratio'] * 100, 1):g}"
+    assert cells["backend"] == "static" and cells["source"] == "runner"
+    assert len(queries.list_runs(env["store"])) == 4
+    assert "4 runs" in driver.find_element(By.ID, "runs-count").text
+    screenshot(driver, "runs")
+    assert severe_errors(driver) == []
+
+
+def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
+    from app import components as c
+    from collector import queries
+
+    open_page(driver, env["url"] + "/run/real-run", charts=7)
+    summary = queries.run_summary(env["store"], "real-run")
+    assert text_of(driver, "run-steps") == c.count(summary["steps"])
+    assert text_of(driver, "run-eager") == c.pct(summary["eager_ratio"])
+    assert text_of(driver, "run-padded") == c.pct(summary["padded_ratio"])
+    assert text_of(driver, "run-capture") == c.seconds(summary["capture_total_s"])
+    assert text_of(driver, "run-status") == "finished"
+    assert len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 7
+    reasons = [r["reason"] for r in queries.reason_breakdown(env["store"], "real-run")]
+    wait(driver, lambda d: len(d.find_elements(By.CSS_SELECTOR, ".card.explanation")) == len(reasons))
+    shown = [e.get_attribute("data-reason") for e in driver.find_elements(By.CSS_SELECTOR, ".card.explanation")]
+    assert shown == reasons
+    assert "not refreshing" in driver.find_element(By.ID, "run-live").text
+    screenshot(driver, "run")
+    assert severe_errors(driver) == []
+
+
+def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
+    from app import components as c
+    from collector import queries
+    from collector.diagnosis import startup_seconds
+
+    open_page(driver, env["url"] + "/startup/real-run", charts=3)
+    store = env["store"]
+    expected = startup_seconds(queries.phases(store, "real-run"), queries.captures(store, "real-run"))
+    assert text_of(driver, "startup-total") == c.seconds(expected)
+    assert text_of(driver, "startup-captures") == c.count(len(queries.captures(store, "real-run")))
+    driver.find_element(By.ID, "startup-baseline").click()
+    option = wait(driver, lambda d: [o for o in d.find_elements(By.CSS_SELECTOR, "[role=option]")
+                                     if "(baseline-run)" in o.text])
+    option[0].click()
+    wait(driver, lambda d: "baseline" in d.find_element(By.ID, "startup-baseline-summary").text)
+    rows = driver.find_elements(By.CSS_SELECTOR, "#startup-diff-table td[data-dash-column=item]")
+    assert any("phase load_weights" == r.text for r in rows)
+    assert any(r.text.startswith("capture bs") for r in rows)
+    screenshot(driver, "startup")
+    assert severe_errors(driver) == []
+
+
+def test_startup_page_ranks_failures_first(env, driver):
+    open_page(driver, env["url"] + "/startup/baseline-run", charts=3)
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".card.finding"))
+    causes = [e.get_attribute("data-cause") for e in driver.find_elements(By.CSS_SELECTOR, ".card.finding")]
+    assert causes[0] == "oom" and "outlier_sizes" in causes
+    assert "CUDA out of memory" in driver.find_element(By.ID, "startup-failures").text
+
+
+def test_advisor_page_gives_the_advisors_sizes_and_flags(env, driver):
+    from app.pages.advisor import page_data
+
+    open_page(driver, env["url"] + "/advisor/real-run", charts=1)
+    expected = page_data(env["store"], "real-run")["advice"]
+    assert text_of(driver, "advisor-flag-vllm") == expected.flags["vllm"]
+    assert text_of(driver, "advisor-flag-sglang") == expected.flags["sglang"]
+    assert text_of(driver, "advisor-flag-replayscope") == expected.flags["replayscope"]
+    table = driver.find_element(By.ID, "advisor-table").text
+    assert "proposed" in table and "current" in table
+    screenshot(driver, "advisor")
+    assert severe_errors(driver) == []
+
+
+def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
+    open_page(driver, env["url"] + "/alerts")
+    wait(driver, lambda d: d.find_elements(By.ID, "rule-create"))
+    name = driver.find_element(By.ID, "rule-name")
+    name.send_keys("eager-high")
+    threshold = driver.find_element(By.ID, "rule-threshold")
+    threshold.clear()
+    threshold.send_keys("1.5")
+    driver.find_element(By.ID, "rule-create").click()
+    message = text_of(driver, "rule-message", placeholder="")
+    assert message.startswith("Not saved: threshold") and "0..1" in message
+    from collector import queries
+    assert queries.alert_rules(env["store"]) == []
+
+    threshold.clear()
+    threshold.send_keys("0.3")
+    driver.find_element(By.ID, "rule-create").click()
+    wait(driver, lambda d: "Created rule eager-high" in d.find_element(By.ID, "rule-message").text)
+    wait(driver, lambda d: "eager-high" in d.find_element(By.ID, "alerts-rules").text)
+    [rule] = queries.alert_rules(env["store"])
+    assert rule["threshold"] == 0.3 and rule["window_s"] == 300
+    screenshot(driver, "alerts")
+    assert severe_errors(driver) == []
+
+
+def test_live_run_page_shows_new_steps_without_reload(env, driver):
+    from app import components as c
+    from collector import queries
+    from collector.ingest import ingest_events
+
+    open_page(driver, env["url"] + "/run/live-run", charts=7)
+    before = queries.run_summary(env["store"], "live-run")["steps"]
+    assert text_of(driver, "run-steps") == c.count(before)
+    marker = driver.execute_script("window.__no_reload = 1; return window.__no_reload")
+    t = queries.run_summary(env["store"], "live-run")["last_event_ts"] + 0.01
+    ingest_events(env["store"], "live-run", synthetic.step_events(t, 250, seq0=env["live_next_seq"], seed=7))
+    after = queries.run_summary(env["store"], "live-run")["steps"]
+    assert after == before + 250
+    wait(driver, lambda d: d.find_element(By.ID, "run-steps").text == c.count(after), timeout=20)
+    assert driver.execute_script("return window.__no_reload") == marker
+    assert "live" in driver.find_element(By.ID, "run-live").text
+    assert severe_errors(driver) == []
+
+
+def test_a_hostile_run_name_renders_as_text(env, driver):
+    open_page(driver, env["url"] + "/run/xss-run", charts=1)
+    heading = wait(driver, lambda d: d.find_element(By.ID, "run-name"))
+    assert heading.text == XSS_NAME
+    assert heading.find_elements(By.TAG_NAME, "b") == []
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text
+    open_page(driver, env["url"] + "/")
+    wait(driver, lambda d: XSS_NAME in d.find_element(By.ID, "runs-table").text)
+    with pytest.raises(NoAlertPresentException):
+        driver.switch_to.alert.text
+    assert severe_errors(driver) == []
