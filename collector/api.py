@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 from contextlib import asynccontextmanager
+from itertools import accumulate
 from typing import Any, Literal, Optional
 
 import sqlalchemy as sa
@@ -47,6 +48,22 @@ try:  # optional: a faster parser for the hot path, same results for valid JSON
 except ImportError:  # pragma: no cover
     def _loads(body: bytes) -> Any:
         return json.loads(body)
+
+
+MAX_JSON_DEPTH = 32
+_NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
+_BRACKET_STEP = [0] * 256
+for _c in b"[{":
+    _BRACKET_STEP[_c] = 1
+for _c in b"]}":
+    _BRACKET_STEP[_c] = -1
+
+
+def json_depth_bound(body: bytes) -> int:
+    """Nesting depth of a JSON text, counted in C before parsing (brackets inside strings
+    count too, so it is approximate; a deep text is refused before any parser sees it)."""
+    brackets = body.translate(None, _NOT_BRACKETS)
+    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
 
 
 class _BodyTooLarge(Exception):
@@ -113,6 +130,8 @@ async def _json_body(request: Request) -> Any:
     body = await request.body()
     if not body:
         raise ApiError(400, "empty body: expected JSON")
+    if json_depth_bound(body) > MAX_JSON_DEPTH:
+        raise ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return _loads(body)
     except RecursionError:

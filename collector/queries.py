@@ -128,7 +128,7 @@ def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
             bucket_s = choose_bucket_s(max(0.0, (run.last_event_ts or run.started_at) - run.started_at))
         bucket_s = max(1, int(bucket_s))
         source = max(b for b in BUCKETS_S if bucket_s % b == 0)
-        tb = sr.c.t if bucket_s == source else (sr.c.t / bucket_s) * bucket_s
+        tb = sr.c.t if bucket_s == source else (sr.c.t // bucket_s) * bucket_s
         tb = tb.label("tb")
         query = (sa.select(tb, sr.c.mode, sa.func.sum(sr.c.steps))
                  .where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
