@@ -96,7 +96,10 @@ class Scraper:
     def poll(self) -> list[dict[str, Any]]:
         text = self.fetch_text(self.url)
         ts = self.clock()
-        totals, labels = parse_passes(text)
+        try:
+            totals, labels = parse_passes(text)
+        except ReplayscopeError as error:
+            raise ReplayscopeError(f"{self.url}: {error}") from None
         if not totals:
             if self.previous is None:
                 raise ReplayscopeError(f"{self.url} has no {METRIC} samples "

@@ -1,0 +1,80 @@
+"""No log text crashes a parser, and whatever comes out fits the wire."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from collector.importers import parse_sglang_text, parse_vllm_text
+from runner.wire import validate_event, validate_run
+from tests.importers.conftest import FIXTURES, MTIME, read_fixture
+
+PARSERS = (parse_vllm_text, parse_sglang_text)
+LOGS = sorted(p.name for p in Path(FIXTURES).glob("*.log"))
+# pieces of real lines, so garbage often almost matches
+WORDS = ["Capture cuda graph", " begin.", " end.", " failed:", " Time elapsed: ", "elapsed=", " s.",
+         " mem usage=", " avail mem=", " GB", " GiB", "bs=[1, 2, 4]", "\rCapturing batches (bs=",
+         " avail_mem=", "| 3/4 [00:0", "Decode batch. #running-req: ", "cuda graph: True",
+         "cuda graph: False", "Graph capturing finished in ", " secs, took ", "Loading weights took ",
+         "Model loading took ", "torch.compile takes ", " in total", "**CUDAGraph Stats:**", "| 1 | 4 | 3 | ",
+         "FULL", "NONE", " | 2 |", "(EngineCore_DP0 pid=1) ", "INFO 02-30 25:61:99 [x.py:1] ",
+         "[2025-13-45 99:99:99 TP7] ", "[rank3]: ", "server_args=ServerArgs(", "vLLM API server version",
+         "ready to roll", "Application startup complete", "RuntimeError: ", "-1e309", "1e308", "nan",
+         "99999999999999999999999", "\x1b[31m", "\n", "\r", "\x00", "é", "\u2028"]
+
+settings_ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def check(result) -> None:
+    # the safety nets must not have been needed: a bug would hide behind them
+    assert not any("importer failed" in w or "could not be read" in w for w in result.warnings), result.warnings
+    for run in result.runs:
+        validate_run(run.run)
+        assert run.status in ("finished", "failed", "interrupted")
+        seqs = [e["seq"] for e in run.events]
+        assert seqs == list(range(len(seqs)))
+        for event in run.events:
+            validate_event(event)
+        assert run.events[-1]["kind"] == "run_end"
+        assert not any(w.endswith(")") and ": skipped (" in w for w in run.warnings), run.warnings
+        run.summary()
+    result.summary()
+
+
+@settings_
+@given(st.text())
+def test_random_text_never_crashes(text):
+    for parse in PARSERS:
+        check(parse(text, mtime=MTIME))
+
+
+@settings_
+@given(st.lists(st.sampled_from(WORDS) | st.text(max_size=8), max_size=60))
+def test_near_miss_lines_never_crash(parts):
+    text = "".join(parts)
+    for parse in PARSERS:
+        check(parse(text, mtime=MTIME))
+
+
+@settings_
+@given(st.sampled_from(LOGS), st.floats(min_value=0, max_value=1))
+def test_any_truncation_of_a_real_log_imports_cleanly(name, where):
+    text = read_fixture(name)
+    cut = text[:int(len(text) * where)]
+    for parse in PARSERS:
+        check(parse(cut, mtime=MTIME))
+
+
+@settings_
+@given(st.sampled_from(LOGS), st.lists(st.tuples(st.floats(0, 1), st.binary(min_size=1, max_size=6)),
+                                       min_size=1, max_size=8))
+def test_byte_noise_in_a_real_log_imports_cleanly(name, noise):
+    data = bytearray((FIXTURES / name).read_bytes())
+    for where, junk in noise:
+        i = int(len(data) * where)
+        data[i:i] = junk
+    text = bytes(data).decode("utf-8", errors="replace")
+    for parse in PARSERS:
+        check(parse(text, mtime=MTIME))
