@@ -74,3 +74,6 @@ def add_parsers(sub) -> None:
     current = db_sub.add_parser("current", help="show the schema revision of a database")
     current.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: $REPLAYSCOPE_DB or sqlite:///replayscope.db)")
     current.set_defaults(handler=_current)
+
+    from collector.importers import cli as importers_cli
+    importers_cli.add_parsers(sub)
