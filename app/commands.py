@@ -1,5 +1,205 @@
-"""Dashboard subcommands of ``replayscope`` (filled in by the dashboard)."""
+"""Dashboard subcommands of ``replayscope``: ``serve``, ``demo`` and ``advise``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from runner.errors import ReplayscopeError
+
+DEFAULT_PORT = 8300
+RUNNER_SEGMENT_S = 600.0     # the demo restarts the runner after this long (a fresh run)
+
+
+def _db_url(args) -> str:
+    from collector.store import DEFAULT_URL
+
+    return args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_URL
+
+
+def open_store(url: str):
+    """The store at ``url``: the embedded default upgrades itself, any other URL must
+    already be at head (``Store.open`` refuses a schema that is behind, naming the fix)."""
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
+
+    from collector.store import DEFAULT_URL, Store
+
+    try:
+        return Store.open(url, upgrade=(url == DEFAULT_URL))
+    except (ArgumentError, NoSuchModuleError) as error:
+        raise ReplayscopeError(f"--db {url!r}: not a usable database URL ({error})") from None
+    except OperationalError as error:
+        raise ReplayscopeError(f"cannot open {url}: {str(error.orig).strip()}") from None
+
+
+def _check_port(host: str, port: int) -> None:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError as error:
+            raise ReplayscopeError(f"cannot listen on {host}:{port}: {error.strerror}; choose another --port") from None
+
+
+def _serve(args) -> int:
+    import uvicorn
+
+    from collector.settings import Settings
+    from app.server import create_server
+
+    url = _db_url(args)
+    store = open_store(url)
+    settings = Settings.from_env(db=url, host=args.host, port=args.port)
+    _check_port(args.host, args.port)
+    app = create_server(store, settings, dashboard=not args.no_dashboard)
+    what = "collector" if args.no_dashboard else "collector and dashboard"
+    print(f"replayscope {what} on http://{args.host}:{args.port} (store {store.safe_url})", flush=True)
+    try:
+        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    finally:
+        store.dispose()
+    return 0
+
+
+class _Demo:
+    """The collector + dashboard in a thread, the runner as a restarted subprocess."""
+
+    def __init__(self, args):
+        self.args = args
+        self.stop = threading.Event()
+        self.child: subprocess.Popen | None = None
+        self.server = None
+
+    def runner_command(self, url: str, seconds: float) -> list[str]:
+        return [sys.executable, "-m", "app.cli", "run", "--backend", "auto", "--workload", "mixed",
+                "--collector", url, "--name", "demo", "--duration", f"{seconds:g}", "--quiet"]
+
+    def _on_signal(self, signum, _frame):
+        self.stop.set()
+
+    def run(self) -> int:
+        import uvicorn
+
+        from collector.settings import Settings
+        from app.server import create_server
+
+        host, port = "127.0.0.1", self.args.port
+        db = self.args.db or "sqlite:///replayscope.db"
+        from collector.store import Store
+        store = Store.open(db, upgrade=True)     # the demo's own embedded store
+        _check_port(host, port)
+        app = create_server(store, Settings(db=db, host=host, port=port, evaluate_every_s=5.0))
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        url = f"http://{host}:{port}"
+        try:
+            thread.start()
+            deadline = time.monotonic() + 30
+            while not self.server.started:
+                if not thread.is_alive() or time.monotonic() > deadline:
+                    raise ReplayscopeError(f"the server did not start on {url}")
+                time.sleep(0.05)
+            print(f"replayscope demo: dashboard and collector on {url}  (store {store.safe_url})", flush=True)
+            print("  the runner streams the 'mixed' workload into it; Ctrl-C stops everything", flush=True)
+            end = None if self.args.duration is None else time.monotonic() + self.args.duration
+            while not self.stop.is_set():
+                left = RUNNER_SEGMENT_S if end is None else min(RUNNER_SEGMENT_S, end - time.monotonic())
+                if left <= 0:
+                    break
+                self.child = subprocess.Popen(self.runner_command(url, left), stdin=subprocess.DEVNULL)
+                while self.child.poll() is None and not self.stop.wait(0.2):
+                    pass
+                self._stop_child()
+                if end is not None and time.monotonic() >= end:
+                    break
+                self.stop.wait(1.0)          # a runner that fails at once must not spin
+        finally:
+            self._stop_child()
+            self.server.should_exit = True
+            thread.join(15)
+            store.dispose()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        print("replayscope demo: stopped", flush=True)
+        return 0
+
+    def _stop_child(self) -> None:
+        child, self.child = self.child, None
+        if child is None or child.poll() is not None:
+            return
+        child.send_signal(signal.SIGINT)     # the runner ends its run as 'interrupted'
+        try:
+            child.wait(15)
+        except subprocess.TimeoutExpired:
+            child.terminate()
+            try:
+                child.wait(5)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()
+
+
+def _demo(args) -> int:
+    return _Demo(args).run()
+
+
+def _advise(args) -> int:
+    from collector.advisor import advise_run, format_advice
+
+    if args.budget is not None and args.budget < 1:
+        raise ReplayscopeError("--budget must be at least 1")
+    store = open_store(_db_url(args))
+    try:
+        advice = advise_run(store, args.run_id, budget=args.budget, eager_weight=args.eager_weight)
+        if advice is None:
+            raise ReplayscopeError(f"no run {args.run_id!r} in {store.safe_url}")
+        if not advice.predicted.steps:
+            raise ReplayscopeError(f"run {args.run_id!r} has no decode steps to advise on")
+        print(format_advice(advice, args.run_id))
+    finally:
+        store.dispose()
+    return 0
 
 
 def add_parsers(sub) -> None:
     """Register this package's subcommands on ``sub``."""
+    db_help = "SQLAlchemy URL (default: $REPLAYSCOPE_DB or sqlite:///replayscope.db)"
+
+    serve = sub.add_parser("serve", help="serve the collector API and the dashboard on one port",
+                           description="Serve the collector (ingest API, /metrics, alerts) and the Dash "
+                                       "dashboard on one port. The embedded default SQLite store upgrades "
+                                       "itself; any other database must be upgraded first "
+                                       "(replayscope db upgrade --db URL).")
+    serve.add_argument("--db", metavar="URL", help=db_help)
+    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--no-dashboard", action="store_true", help="serve the collector API only")
+    serve.set_defaults(handler=_serve)
+
+    demo = sub.add_parser("demo", help="collector + dashboard + the runner streaming live, in one command",
+                          description="Create the embedded SQLite store, serve collector and dashboard on "
+                                      "127.0.0.1, run the 'mixed' workload on the best backend available "
+                                      "streaming into it, and print the URL. Ctrl-C stops everything.")
+    demo.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    demo.add_argument("--db", metavar="URL", help="SQLite URL (default sqlite:///replayscope.db)")
+    demo.add_argument("--duration", type=float, metavar="S",
+                      help="stop after S seconds (default: run until Ctrl-C)")
+    demo.set_defaults(handler=_demo)
+
+    advise = sub.add_parser("advise", help="capture sizes for a budget of K graphs, from a run's batches",
+                            description="Choose the capture sizes that minimise padding waste plus eager "
+                                        "fallbacks for a run's observed decode batch sizes (exact), and "
+                                        "print them with the flags for replayscope, vLLM and SGLang.")
+    advise.add_argument("run_id", metavar="RUN_ID")
+    advise.add_argument("--budget", type=int, metavar="K", help="graphs to capture (default: the run's current count)")
+    advise.add_argument("--eager-weight", type=float, metavar="W",
+                        help="cost of an eager row relative to a padded row (default: measured eager/graph "
+                             "time ratio minus one on cuda/compile runs, else 3.0)")
+    advise.add_argument("--db", metavar="URL", help=db_help)
+    advise.set_defaults(handler=_advise)

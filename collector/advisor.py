@@ -339,13 +339,15 @@ def format_advice(advice: Advice, run_label: str = "") -> str:
         lines.append(row("current", c))
     lines.append(row("proposed", p))
     if advice.capture_s_saved is not None:
-        lines.append(f"  capture time: {advice.capture_s_current:.2f} s -> "
-                     f"{advice.capture_s_predicted:.2f} s (saves {advice.capture_s_saved:.2f} s)")
+        change = "saves" if advice.capture_s_saved >= 0 else "adds"
+        lines.append(f"  capture time: {advice.capture_s_current:.3f} s -> "
+                     f"{advice.capture_s_predicted:.3f} s ({change} {abs(advice.capture_s_saved):.3f} s)")
     elif advice.capture_s_predicted is not None:
         lines.append(f"  capture time (estimated): {advice.capture_s_predicted:.2f} s")
     if advice.pool_bytes_saved is not None:
+        change = "saves" if advice.pool_bytes_saved >= 0 else "adds"
         lines.append(f"  pool memory: {_mib(advice.pool_bytes_current)} -> "
-                     f"{_mib(advice.pool_bytes_predicted)} (saves {_mib(advice.pool_bytes_saved)})")
+                     f"{_mib(advice.pool_bytes_predicted)} ({change} {_mib(abs(advice.pool_bytes_saved))})")
     lines.append("Flags:")
     for name, flag in advice.flags.items():
         lines.append(f"  {name:<12} {flag}")

@@ -1,0 +1,83 @@
+"""``replayscope advise``, ``serve`` and ``demo`` from the command line."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from app.cli import main
+from tests.app import synthetic
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_advise_prints_sizes_and_flags_for_a_stored_run(filled, capsys):
+    assert main(["advise", "syn-1", "--budget", "3", "--db", filled.url]) == 0
+    out = capsys.readouterr().out
+    assert "budget 3 graphs" in out
+    assert "--cudagraph-capture-sizes" in out and "--cuda-graph-bs" in out
+    assert "compilation_config=" in out and "--capture-sizes" in out
+
+
+def test_advise_names_an_unknown_run(filled, capsys):
+    assert main(["advise", "nope", "--db", filled.url]) == 2
+    assert "no run 'nope'" in capsys.readouterr().err
+
+
+def test_advise_rejects_a_zero_budget(filled, capsys):
+    assert main(["advise", "syn-1", "--budget", "0", "--db", filled.url]) == 2
+    assert "--budget" in capsys.readouterr().err
+
+
+def test_serve_refuses_a_store_whose_schema_is_behind(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'empty.db'}"
+    assert main(["serve", "--db", url, "--port", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "behind" in err and "replayscope db upgrade" in err
+
+
+def test_server_keeps_the_api_next_to_the_dashboard(filled):
+    from fastapi.testclient import TestClient
+
+    from app.server import create_server
+    from collector.settings import Settings
+
+    with TestClient(create_server(filled, Settings(run_services=False))) as client:
+        assert client.get("/healthz").status_code == 200
+        assert {r["run_id"] for r in client.get("/v1/runs").json()} == {"syn-1", "syn-base"}
+        assert client.get("/metrics").status_code == 200
+        page = client.get("/run/syn-1")
+        assert page.status_code == 200 and "_dash-renderer" in page.text
+        assert client.get("/_dash-layout").status_code == 200
+
+
+def test_server_without_dashboard_serves_only_the_api(filled):
+    from fastapi.testclient import TestClient
+
+    from app.server import create_server
+    from collector.settings import Settings
+
+    with TestClient(create_server(filled, Settings(run_services=False), dashboard=False)) as client:
+        assert client.get("/v1/runs").status_code == 200
+        assert client.get("/run/syn-1").status_code == 404
+
+
+def test_demo_streams_a_live_run_and_stops_cleanly(tmp_path):
+    import socket
+
+    from collector import queries
+    from collector.store import Store
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    db = f"sqlite:///{tmp_path / 'demo.db'}"
+    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--db", db,
+                           "--duration", "20"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert f"http://127.0.0.1:{port}" in done.stdout and "stopped" in done.stdout
+    store = Store.open(db)
+    [run] = queries.list_runs(store)
+    assert run["name"] == "demo" and run["source"] == "runner" and run["steps"] > 0
+    store.dispose()
