@@ -465,13 +465,6 @@ def run_status(*, ready: bool, fatal: bool, last: bool, ends_mid_line: bool,
     return "finished"
 
 
-def first_ts(facts: list[Fact], lines: list[LogLine], first_line: int, last_line: int) -> float | None:
-    for line in lines[first_line - 1:last_line]:
-        if line.ts is not None:
-            return line.ts
-    return None
-
-
 def safe_parse(parse: Callable[..., ImportResult], source: str, text: str, path: str, mtime: float,
                digest: str | None) -> ImportResult:
     """Run ``parse``; if it fails on this text (a bug), return what can be said instead

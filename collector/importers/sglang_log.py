@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.importers.common import (
-    BANNER, EXCEPTION, FAILURE_KINDS, FATAL, LOAD, NUM, RANK_POLICY, READY, EventList, Fact,
+    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, EventList, Fact,
     ImportedRun, ImportResult, LogLine, clip, collect_facts, int_list, keep_fact, make_run_record, meaningful, segment_lines,
     mem_bytes, num, primary_rank, run_id_for, run_status, safe_parse, segment, to_int,
 )
@@ -184,6 +184,7 @@ class _Run:
         self.error: str | None = None
         self.exception: str | None = None
         self.steps_without_flag = 0
+        self.fatal_text: str | None = None
         self.timing_split = False
         self.primary = None
 
@@ -546,7 +547,7 @@ def parse(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: st
                             warnings=run_warnings)
         error = run.error or (run.exception if status == "failed" else None)
         if status == "failed" and error is None:
-            error = clip(getattr(run, "fatal_text", None), 4000)
+            error = clip(run.fatal_text, 4000)
         end_ts = stamps[-1] if stamps else started_at
         run.events.add(10**12, {"kind": "run_end", "ts": end_ts, "status": status, "error": error})
         events = run.events.finish(started_at)
