@@ -470,7 +470,7 @@ class _Run:
             self.warnings.append(f"the capture of {s.label} was still running where the log ends")
             return
         self.timing_split = True
-        self.warnings.append(f"no progress bar for {s.label} (only rank 0 draws it): "
+        self.warnings.append(f"no progress bar for {s.label} in the log (SGLang draws one on rank 0 only, not for every section): "
                              f"the section's {s.elapsed or 0.0:g} s is split evenly over {len(sizes)} sizes")
         for bs in sizes:
             self.events.add(s.end_order, {
