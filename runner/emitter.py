@@ -2,7 +2,7 @@
 
 ``Emitter.step`` appends one tuple to a deque and returns (well under 2 µs); it never
 blocks and never touches the GPU. Step durations may be given as a *timing* object
-(``ready()``, ``seconds()``, ``release()``), e.g. a pair of CUDA events: the flush
+(``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA events: the flush
 thread reads it only once ``ready()`` says the GPU got there, so no synchronisation is
 added. Sinks turn batches of wire events into JSON lines or HTTP posts.
 """
@@ -264,8 +264,10 @@ class Emitter:
                 break
             timing = self._timing_of(event)
             if timing is not None:
-                if not wait_for_gpu and not timing.ready():
-                    break  # later events wait behind this one, keeping their order
+                if not timing.ready():
+                    if not wait_for_gpu:
+                        break  # later events wait behind this one, keeping their order
+                    timing.wait()
                 event["duration_s"] = timing.seconds()
                 timing.release()
             ready.append(self._waiting.popleft())

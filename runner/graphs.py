@@ -84,6 +84,9 @@ class _CudaTiming:
     def ready(self) -> bool:
         return self.end.query()
 
+    def wait(self) -> None:
+        self.end.synchronize()
+
     def seconds(self) -> float:
         return self.start.elapsed_time(self.end) / 1000.0
 
@@ -165,6 +168,7 @@ class GraphRunner:
         self.progress = progress
         self.on_cuda = self.device.type == "cuda" and self.backend in ("cuda", "compile")
         self.pool = pool if pool is not None else (torch.cuda.graph_pool_handle() if self.on_cuda else None)
+        self._capture_stream = torch.cuda.Stream(self.device) if self.on_cuda else None
         self._graphs: dict[int, _Captured] = {}
         self._buffers: dict[str, torch.Tensor] = {}
         self._dirty_until = 0     # rows at and above this index hold pad values
@@ -267,17 +271,21 @@ class GraphRunner:
         current.wait_stream(side)
         torch.cuda.synchronize()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
+        with torch.cuda.graph(graph, pool=self.pool, stream=self._capture_stream):
             outputs = fn(**views)
         torch.cuda.synchronize()
         return _Captured(size, graph.replay, outputs, graph)
 
     def _restore_stream(self) -> None:
-        # A failed capture leaves the side stream current (torch/cuda/graphs.py).
+        # A failed capture leaves the side stream current (torch/cuda/graphs.py); the
+        # aborted capture may also leave its stream and pool half-registered with the
+        # allocator, so later captures get a fresh stream and pool.
         if self.on_cuda:
             torch.cuda.set_stream(torch.cuda.default_stream(self.device))
             with contextlib.suppress(Exception):
                 torch.cuda.synchronize()
+            self._capture_stream = torch.cuda.Stream(self.device)
+            self.pool = torch.cuda.graph_pool_handle()
 
     def _check_outputs(self, size: int, outputs: Any) -> None:
         for i, out in enumerate(_as_tuple(outputs)):

@@ -255,10 +255,14 @@ class Attention(nn.Module):
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
 
         k, v = self.kv_cache.update(slots, positions, k, v)
-        # GQA by copying K/V per query head: enable_gqa needs torch >= 2.5.
+        # GQA without copying K/V (enable_gqa needs torch >= 2.5): the query heads that share
+        # a KV head become extra query rows of that head, and the mask repeats per group.
         groups = self.n_heads // self.n_kv_heads
-        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+        q = q.reshape(bsz, self.n_kv_heads, groups * seqlen, self.head_dim)
+        mask = mask.unsqueeze(2).expand(bsz, 1, groups, seqlen, mask.shape[-1]).reshape(
+            bsz, 1, groups * seqlen, mask.shape[-1])
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        y = y.reshape(bsz, self.n_heads, seqlen, self.head_dim)
         return self.wo(y.transpose(1, 2).reshape(bsz, seqlen, self.q_out))
 
 

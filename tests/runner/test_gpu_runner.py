@@ -1,0 +1,170 @@
+"""The graph runner on a real GPU: capture, replay, padding, degradation, timing without sync.
+
+Run on the device machine with ``pytest -m gpu``; skipped where CUDA is absent.
+"""
+
+import pytest
+import torch
+
+from runner.dispatch import BatchShape, Decision
+from runner.emitter import Emitter
+from runner.engine import DecodeEngine, RunConfig
+from runner.graphs import GraphRunner, StaticInput
+from runner.model import ModelArgs, Transformer
+from runner.plan import CapturePlan
+
+pytestmark = pytest.mark.gpu
+BF16_TOL = 2e-2
+
+
+class ListSink:
+    def __init__(self):
+        self.run, self.events = None, []
+
+    def open(self, run):
+        self.run = run
+
+    def write(self, events):
+        self.events.extend(events)
+
+    def close(self):
+        pass
+
+
+def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None):
+    def step(tokens, positions, slots):
+        logits = model(tokens, positions, slots)
+        return logits.argmax(-1), logits
+
+    inputs = [StaticInput("tokens", (1,), torch.long), StaticInput("positions", (1,), torch.long),
+              StaticInput("slots", (), torch.long, pad_value=scratch)]
+    return GraphRunner(step, inputs, CapturePlan(sizes), backend="cuda", device="cuda", emitter=emitter,
+                       parity_every=parity_every, progress=False), step
+
+
+@pytest.fixture()
+def model():
+    torch.manual_seed(0)
+    m = Transformer.random(ModelArgs.from_preset("136m"), seed=0, device="cuda", dtype=torch.bfloat16)
+    m.setup_caches(num_slots=17, max_seq_len=64)
+    return m
+
+
+def batch(bs, seed):
+    g = torch.Generator().manual_seed(seed)
+    return {"tokens": torch.randint(1, 32000, (bs, 1), generator=g).cuda(),
+            "positions": torch.randint(0, 60, (bs, 1), generator=g).cuda(),
+            "slots": torch.randperm(16, generator=g)[:bs].cuda()}
+
+
+@torch.inference_mode()
+def test_replay_matches_eager_within_bf16_tolerance(model):
+    runner, step = decode_runner(model, (1, 2, 4, 8), scratch=16)
+    report = runner.capture()
+    assert sorted(report.captured) == [1, 2, 4, 8] and report.pool_bytes > 0
+    for bs in (1, 2, 4, 8):
+        inputs = batch(bs, seed=bs)
+        replayed = [t.clone() for t in runner.run(Decision("graph", bs, None), inputs)]
+        eager = step(**inputs)
+        rel = (replayed[1] - eager[1]).norm() / eager[1].norm()
+        assert rel.item() < BF16_TOL
+        assert torch.equal(replayed[0], eager[0]) or rel.item() < 1e-3
+
+
+@torch.inference_mode()
+def test_padded_replay_returns_the_real_rows_and_spares_other_slots(model):
+    runner, step = decode_runner(model, (1, 2, 4, 8), scratch=16)
+    runner.capture()
+    inputs = batch(5, seed=7)
+    untouched = [layer.attention.kv_cache.k_cache[10:].clone() for layer in model.layers]
+    inputs["slots"] = torch.tensor([0, 1, 2, 3, 4], device="cuda")
+    decision = runner.decide(BatchShape("decode", 5))
+    assert decision == Decision("padded", 8, None)
+    padded = [t.clone() for t in runner.run(decision, inputs)]
+    assert padded[1].shape[0] == 5
+    eager = step(**inputs)
+    assert ((padded[1] - eager[1]).norm() / eager[1].norm()).item() < BF16_TOL
+    for layer, before in zip(model.layers, untouched):      # pad rows wrote only the scratch slot
+        assert torch.equal(layer.attention.kv_cache.k_cache[10:16], before[:6])
+
+
+@torch.inference_mode()
+def test_a_capture_that_fails_degrades_and_the_run_goes_on():
+    sink = ListSink()
+    config = RunConfig(backend="cuda", preset="tiny", workload="decode-only", steps=200, max_bs=16,
+                       fail_capture_sizes=(8,), progress=False)
+    engine = DecodeEngine(config)
+    emitter = Emitter(sink, engine.run_record()).start()
+    engine.emitter = emitter
+    engine.setup()
+    assert torch.cuda.current_stream() == torch.cuda.default_stream()   # restored after the failure
+    stats = engine.run()
+    emitter.close("finished")
+    captures = {e["graph_bs"]: e for e in sink.events if e["kind"] == "capture" and e["stage"] == "decode"}
+    assert captures[8]["status"] == "failed" and "capture" in captures[8]["error"].lower()
+    assert all(captures[s]["status"] == "ok" for s in (1, 2, 4, 16)), \
+        {s: (c["status"], c.get("error")) for s, c in captures.items()}
+    degrades = [e for e in sink.events if e["kind"] == "degrade"]
+    assert degrades and degrades[0]["graph_bs"] == 8
+    steps = [e for e in sink.events if e["kind"] == "step"]
+    assert len(steps) == stats.steps == 200
+    assert not any(e["graph_bs"] == 8 for e in steps)
+    assert any(e["mode"] == "padded" and e["graph_bs"] == 16 and 4 < e["raw_bs"] <= 8 for e in steps) \
+        or not any(4 < e["raw_bs"] <= 8 for e in steps if e["stage"] == "decode")
+    assert all(e["duration_s"] is not None and e["duration_s"] > 0 for e in steps)
+
+
+@torch.inference_mode()
+def test_instrumented_replay_adds_no_device_synchronisation(model):
+    sink = ListSink()
+    emitter = Emitter(sink, {"run_id": "sync-check", "name": "sync", "source": "library", "started_at": 0.0,
+                             "backend": "cuda", "model": "136m", "device": "cuda"}).start()
+    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16)
+    runner.capture()
+    inputs = batch(6, seed=3)
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")        # any synchronising call now raises
+    try:
+        for _ in range(20):
+            runner.run(Decision("padded", 8, None), inputs)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    emitter.close("finished")
+    steps = [e for e in sink.events if e["kind"] == "step"]
+    assert len(steps) == 20 and all(e["duration_s"] > 0 for e in steps)
+
+
+@torch.inference_mode()
+def test_parity_check_records_divergence_on_the_gpu():
+    sink = ListSink()
+    config = RunConfig(backend="cuda", preset="tiny", workload="decode-only", steps=300, max_bs=48,
+                       parity_every=5, progress=False)
+    engine = DecodeEngine(config)
+    emitter = Emitter(sink, engine.run_record()).start()
+    engine.emitter = emitter
+    engine.setup()
+    engine.run()
+    emitter.close("finished")
+    parity = [e for e in sink.events if e["kind"] == "parity"]
+    assert parity and all(e["rel_err"] < BF16_TOL for e in parity)
+
+
+@torch.inference_mode()
+def test_compile_backend_compiles_then_captures():
+    sink = ListSink()
+    config = RunConfig(backend="compile", preset="tiny", workload="decode-only", steps=60,
+                       capture_sizes=(4, 8), max_bs=8, progress=False)
+    engine = DecodeEngine(config)
+    emitter = Emitter(sink, engine.run_record()).start()
+    engine.emitter = emitter
+    engine.setup()
+    engine.run()
+    emitter.close("finished")
+    captures = [e for e in sink.events if e["kind"] == "capture"]
+    assert {c["graph_bs"] for c in captures} == {4, 8}
+    # Either compiled and captured, or compile failed and the ladder captured without it.
+    for c in captures:
+        assert c["status"] == "ok"
+        assert c["variant"] in ("compile+cuda", "cuda")
+    if any(c["variant"] == "cuda" for c in captures):
+        assert any(e["kind"] == "degrade" and e["from"] == "compile" for e in sink.events)
