@@ -160,3 +160,21 @@ def test_a_finished_run_is_never_marked_interrupted(store, run_in):
     run_id = run_in(store)
     ingest_events(store, run_id, [{"seq": 0, "ts": 1.0, "kind": "run_end", "status": "finished"}], now=10.0)
     assert mark_interrupted_runs(store, now=10_000.0, timeout_s=60) == []
+
+
+def test_the_app_lifespan_runs_the_evaluator_service(tmp_path):
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from collector.api import create_api
+    from collector.store import Store
+
+    store = Store.open(f"sqlite:///{tmp_path}/svc.db", upgrade=True)
+    app = create_api(store, Settings(evaluate_every_s=0.05))
+    with TestClient(app):
+        deadline = time.monotonic() + 5
+        while app.state.evaluator.ticks < 2 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert app.state.evaluator.ticks >= 2
+    store.dispose()

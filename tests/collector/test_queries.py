@@ -1,0 +1,37 @@
+"""The query layer returns exactly the keys docs/internals.md promises (plus documented extras)."""
+
+from __future__ import annotations
+
+from collector import alerts, queries
+from collector.ingest import ingest_events
+
+from .conftest import step
+
+RUN_KEYS = {"run_id", "name", "source", "backend", "model", "device", "status", "started_at", "ended_at",
+            "steps", "modes", "eager_ratio", "padded_ratio", "num_tokens", "padded_tokens",
+            "capture_total_s", "alerts_firing"}
+
+
+def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
+    store = sqlite_store
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(i, 1000.0 + i, mode=("graph", "padded", "eager")[i % 3]) for i in range(9)])
+    alerts.create_rule(store, {"name": "r", "threshold": 0.1, "min_steps": 1, "window_s": 60})
+    alerts.evaluate_alerts(store, now=1009.0)
+    assert set(queries.list_runs(store)[0]) == RUN_KEYS
+    assert set(queries.run_summary(store, run_id)) == RUN_KEYS | {"config", "torch_version", "reasons",
+                                                                 "last_event_ts", "error", "last_seen_at"}
+    assert set(queries.mode_timeline(store, run_id)[0]) == {"t", "graph", "padded", "eager", "eager_ratio", "steps"}
+    assert set(queries.reason_breakdown(store, run_id)[0]) == {"reason", "steps", "duration_s", "share"}
+    assert set(queries.batch_histogram(store, run_id)[0]) == {"raw_bs", "mode", "steps", "num_tokens", "padded_tokens"}
+    assert set(queries.step_time_by_mode(store, run_id)[0]) == {"stage", "mode", "steps", "total_s", "mean_s"}
+    assert queries.alert_rules(store)[0]["name"] == "r"
+    assert queries.alert_events(store, run_id)[0]["rule_name"] == "r"
+    assert queries.run_summary(store, "ghost") is None
+    assert queries.mode_timeline(store, "ghost") == [] and queries.captures(store, "ghost") == []
+
+
+def test_the_automatic_timeline_bucket_keeps_points_bounded():
+    assert queries.choose_bucket_s(60) == 1
+    assert queries.choose_bucket_s(5000) == 10
+    assert 86400 * 30 / queries.choose_bucket_s(86400 * 30) <= 720 or queries.choose_bucket_s(86400 * 30) == 86400
