@@ -7,14 +7,38 @@ same figures from the same rows.
 from __future__ import annotations
 
 import datetime as dt
+import math
+from functools import lru_cache
 from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
 MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b"}
 MODE_ORDER = ("graph", "padded", "eager")
-_LAYOUT = dict(margin=dict(l=50, r=20, t=30, b=40), template="plotly_white",
+_LAYOUT = dict(margin=dict(l=50, r=20, t=30, b=40),
                legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+
+
+@lru_cache(maxsize=1)
+def _template() -> dict[str, Any]:
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"].to_plotly_json()
+
+
+def _figure(traces: list[dict[str, Any]], **layout: Any) -> go.Figure:
+    """A figure from plain trace dicts, skipping plotly's per-property validation: it
+    costs more than the queries on a page of a million-step run (see the benchmark)."""
+    return go.Figure({"data": traces, "layout": {"template": _template(), **_LAYOUT, **layout}},
+                     _validate=False)
+
+
+def _hline(y: float, text: str, color: str = "#555") -> tuple[dict[str, Any], dict[str, Any]]:
+    shape = dict(type="line", xref="paper", x0=0, x1=1, yref="y", y0=y, y1=y,
+                 line=dict(dash="dash", color=color))
+    note = dict(xref="paper", x=0, yref="y", y=y, text=text, showarrow=False, xanchor="left",
+                yanchor="bottom")
+    return shape, note
 
 
 def _times(ts: Iterable[float]) -> list[dt.datetime]:
@@ -22,11 +46,9 @@ def _times(ts: Iterable[float]) -> list[dt.datetime]:
 
 
 def _empty(message: str) -> go.Figure:
-    fig = go.Figure()
-    fig.update_layout(**_LAYOUT, xaxis=dict(visible=False), yaxis=dict(visible=False),
-                      annotations=[dict(text=message, showarrow=False, x=0.5, y=0.5,
-                                        xref="paper", yref="paper", font=dict(size=14))])
-    return fig
+    return _figure([], xaxis=dict(visible=False), yaxis=dict(visible=False),
+                   annotations=[dict(text=message, showarrow=False, x=0.5, y=0.5,
+                                     xref="paper", yref="paper", font=dict(size=14))])
 
 
 def mode_mix_figure(timeline: list[dict[str, Any]]) -> go.Figure:
@@ -34,10 +56,9 @@ def mode_mix_figure(timeline: list[dict[str, Any]]) -> go.Figure:
     if not timeline:
         return _empty("no steps yet")
     x = _times(p["t"] for p in timeline)
-    fig = go.Figure([go.Bar(x=x, y=[p[m] for p in timeline], name=m, marker_color=MODE_COLORS[m])
-                     for m in MODE_ORDER])
-    fig.update_layout(**_LAYOUT, barmode="stack", bargap=0.05, yaxis_title="steps per bucket")
-    return fig
+    return _figure([dict(type="bar", x=x, y=[p[m] for p in timeline], name=m,
+                         marker=dict(color=MODE_COLORS[m])) for m in MODE_ORDER],
+                   barmode="stack", bargap=0.05, yaxis=dict(title=dict(text="steps per bucket")))
 
 
 def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[str, float]] = (),
@@ -46,39 +67,39 @@ def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[st
     if not timeline:
         return _empty("no steps yet")
     x = _times(p["t"] for p in timeline)
-    fig = go.Figure([go.Scatter(x=x, y=[p["eager_ratio"] for p in timeline], name="eager ratio",
-                                mode="lines+markers", marker=dict(size=4),
-                                line=dict(color=MODE_COLORS["eager"]))])
+    shapes, notes = [], []
     for name, threshold in thresholds:
-        fig.add_hline(y=threshold, line=dict(dash="dash", color="#555"),
-                      annotation_text=f"{name} ≥ {threshold:.0%}", annotation_position="top left")
+        shape, note = _hline(threshold, f"{name} ≥ {threshold:.0%}")
+        shapes.append(shape)
+        notes.append(note)
     end_default = now if now is not None else timeline[-1]["t"]
     for span in spans:
-        fig.add_vrect(x0=_times([span["started_at"]])[0],
-                      x1=_times([span.get("ended_at") or end_default])[0],
-                      fillcolor="#c8453b", opacity=0.12, line_width=0)
-    fig.update_layout(**_LAYOUT, yaxis=dict(title="eager share of steps", tickformat=".0%",
-                                            range=[0, 1.05]))
-    return fig
+        x0, x1 = _times([span["started_at"], span.get("ended_at") or end_default])
+        shapes.append(dict(type="rect", xref="x", x0=x0, x1=x1, yref="paper", y0=0, y1=1,
+                           fillcolor="#c8453b", opacity=0.12, line=dict(width=0), layer="below"))
+    return _figure([dict(type="scatter", x=x, y=[p["eager_ratio"] for p in timeline], name="eager ratio",
+                         mode="lines+markers", marker=dict(size=4), line=dict(color=MODE_COLORS["eager"]))],
+                   shapes=shapes, annotations=notes,
+                   yaxis=dict(title=dict(text="eager share of steps"), tickformat=".0%", range=[0, 1.05]))
 
 
 def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = ()) -> go.Figure:
     """Steps per batch size, coloured by mode, with the captured sizes marked."""
     if not hist:
         return _empty("no decode steps yet")
-    fig = go.Figure()
+    traces = []
     for mode in MODE_ORDER:
         rows = [r for r in hist if r["mode"] == mode]
         if rows:
-            fig.add_bar(x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows], name=mode,
-                        marker_color=MODE_COLORS[mode])
+            traces.append(dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows],
+                               name=mode, marker=dict(color=MODE_COLORS[mode])))
     sizes = sorted(set(captured))
     if sizes:
-        fig.add_scatter(x=sizes, y=[0] * len(sizes), mode="markers", name="captured size",
-                        marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
-                        hovertemplate="captured bs %{x}<extra></extra>")
-    fig.update_layout(**_LAYOUT, barmode="stack", xaxis_title="batch size (raw)", yaxis_title="steps")
-    return fig
+        traces.append(dict(type="scatter", x=sizes, y=[0] * len(sizes), mode="markers", name="captured size",
+                           marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
+                           hovertemplate="captured bs %{x}<extra></extra>"))
+    return _figure(traces, barmode="stack", xaxis=dict(title=dict(text="batch size (raw)")),
+                   yaxis=dict(title=dict(text="steps")))
 
 
 def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
@@ -91,12 +112,11 @@ def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
     rows = [(bs, pad / (tok + pad) if tok + pad else 0.0, pad) for bs, (tok, pad) in sorted(per_bs.items())]
     if not any(pad for _, _, pad in rows):
         return _empty("no padding")
-    fig = go.Figure([go.Bar(x=[r[0] for r in rows], y=[r[1] for r in rows], name="padding share",
-                            marker_color=MODE_COLORS["padded"], customdata=[r[2] for r in rows],
-                            hovertemplate="bs %{x}: %{y:.1%} padding (%{customdata} tokens)<extra></extra>")])
-    fig.update_layout(**_LAYOUT, xaxis_title="batch size (raw)",
-                      yaxis=dict(title="padded share of compute", tickformat=".0%"))
-    return fig
+    return _figure([dict(type="bar", x=[r[0] for r in rows], y=[r[1] for r in rows], name="padding share",
+                         marker=dict(color=MODE_COLORS["padded"]), customdata=[r[2] for r in rows],
+                         hovertemplate="bs %{x}: %{y:.1%} padding (%{customdata} tokens)<extra></extra>")],
+                   xaxis=dict(title=dict(text="batch size (raw)")),
+                   yaxis=dict(title=dict(text="padded share of compute"), tickformat=".0%"))
 
 
 def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
@@ -104,15 +124,16 @@ def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
     timed = [r for r in step_times if r.get("mean_s") is not None]
     if not timed:
         return _empty("no timed steps")
-    fig = go.Figure()
+    traces = []
     for mode in MODE_ORDER:
         rows = [r for r in timed if r["mode"] == mode]
         if rows:
-            fig.add_bar(x=[r["stage"] for r in rows], y=[r["mean_s"] * 1000 for r in rows], name=mode,
-                        marker_color=MODE_COLORS[mode], customdata=[r["steps"] for r in rows],
-                        hovertemplate="%{x} " + mode + ": %{y:.3f} ms mean over %{customdata} steps<extra></extra>")
-    fig.update_layout(**_LAYOUT, barmode="group", yaxis_title="mean step time (ms)")
-    return fig
+            traces.append(dict(type="bar", x=[r["stage"] for r in rows], y=[r["mean_s"] * 1000 for r in rows],
+                               name=mode, marker=dict(color=MODE_COLORS[mode]),
+                               customdata=[r["steps"] for r in rows],
+                               hovertemplate="%{x} " + mode + ": %{y:.3f} ms mean over %{customdata} steps"
+                                                              "<extra></extra>"))
+    return _figure(traces, barmode="group", yaxis=dict(title=dict(text="mean step time (ms)")))
 
 
 def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
@@ -121,29 +142,30 @@ def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
     if not rows:
         return _empty("no pool memory reported")
     labels = [f"bs {c['graph_bs']} ({c['stage']})" for c in rows]
-    fig = go.Figure()
-    fig.add_bar(x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows], name="delta (MiB)",
-                marker_color="#6a8fc8")
-    fig.add_scatter(x=labels, y=[(c.get("pool_bytes") or 0) / 2**20 for c in rows], name="pool after (MiB)",
-                    mode="lines+markers", line=dict(color="#1f4e9c"))
-    fig.update_layout(**_LAYOUT, yaxis_title="MiB", xaxis_title="capture (in order)")
-    return fig
+    return _figure([
+        dict(type="bar", x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows],
+             name="delta (MiB)", marker=dict(color="#6a8fc8")),
+        dict(type="scatter", x=labels, y=[(c.get("pool_bytes") or 0) / 2**20 for c in rows],
+             name="pool after (MiB)", mode="lines+markers", line=dict(color="#1f4e9c")),
+    ], yaxis=dict(title=dict(text="MiB")), xaxis=dict(title=dict(text="capture (in order)")))
 
 
 def parity_figure(parity: list[dict[str, Any]]) -> go.Figure:
     """Divergence between graph replay and eager on the same inputs, per checked size."""
     if not parity:
         return _empty("no parity checks in this run")
-    fig = go.Figure()
-    fig.add_scatter(x=[p["graph_bs"] for p in parity], y=[p["max_abs_diff"] for p in parity],
-                    mode="markers", name="max |diff|", marker=dict(size=9))
-    fig.add_scatter(x=[p["graph_bs"] for p in parity], y=[p["rel_err"] for p in parity],
-                    mode="markers", name="relative error", marker=dict(size=9, symbol="diamond"))
-    tolerances = {p["tolerance"] for p in parity if p.get("tolerance") is not None}
-    for tol in sorted(tolerances):
-        fig.add_hline(y=tol, line=dict(dash="dash", color="#c8453b"), annotation_text=f"tolerance {tol:g}")
-    fig.update_layout(**_LAYOUT, xaxis_title="graph batch size", yaxis=dict(title="divergence", type="log"))
-    return fig
+    shapes, notes = [], []
+    for tol in sorted({p["tolerance"] for p in parity if p.get("tolerance") is not None}):
+        shape, note = _hline(tol, f"tolerance {tol:g}", "#c8453b")
+        shapes.append({**shape, "y0": tol, "y1": tol})
+        notes.append({**note, "y": math.log10(tol) if tol > 0 else 0})
+    return _figure([
+        dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p["max_abs_diff"] for p in parity],
+             mode="markers", name="max |diff|", marker=dict(size=9)),
+        dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p["rel_err"] for p in parity],
+             mode="markers", name="relative error", marker=dict(size=9, symbol="diamond")),
+    ], shapes=shapes, annotations=notes, xaxis=dict(title=dict(text="graph batch size")),
+        yaxis=dict(title=dict(text="divergence"), type="log"))
 
 
 def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -180,19 +202,18 @@ def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]
     if not bars:
         return _empty("no startup phases reported")
     colors = {"phase": "#6a8fc8", "capture": "#2e8b57", "failed": "#c8453b"}
-    fig = go.Figure()
+    traces = []
     for kind in ("phase", "capture", "failed"):
         rows = [b for b in bars if b["kind"] == kind]
         if rows:
-            fig.add_bar(y=[b["label"] for b in rows], x=[b["duration"] for b in rows],
-                        base=[b["start"] for b in rows], orientation="h", name=kind,
-                        marker_color=colors[kind],
-                        hovertemplate="%{y}: %{x:.3f} s from %{base:.3f} s<extra></extra>")
-    fig.update_layout(**_LAYOUT, xaxis_title="seconds since startup began",
-                      yaxis=dict(autorange="reversed", categoryorder="array",
-                                 categoryarray=[b["label"] for b in bars]),
-                      height=max(260, 26 * len(bars) + 80))
-    return fig
+            traces.append(dict(type="bar", y=[b["label"] for b in rows], x=[b["duration"] for b in rows],
+                               base=[b["start"] for b in rows], orientation="h", name=kind,
+                               marker=dict(color=colors[kind]),
+                               hovertemplate="%{y}: %{x:.3f} s from %{base:.3f} s<extra></extra>"))
+    return _figure(traces, xaxis=dict(title=dict(text="seconds since startup began")),
+                   yaxis=dict(autorange="reversed", categoryorder="array",
+                              categoryarray=[b["label"] for b in bars]),
+                   height=max(260, 26 * len(bars) + 80))
 
 
 def capture_figure(captures: list[dict[str, Any]]) -> go.Figure:
@@ -201,14 +222,13 @@ def capture_figure(captures: list[dict[str, Any]]) -> go.Figure:
         return _empty("no captures reported")
     rows = sorted(captures, key=lambda c: (c["stage"], c["graph_bs"]))
     labels = [str(c["graph_bs"]) if c["stage"] == "decode" else f"{c['graph_bs']} {c['stage']}" for c in rows]
-    fig = go.Figure()
-    fig.add_bar(x=labels, y=[c["duration_s"] for c in rows], name="capture time (s)",
-                marker_color=["#c8453b" if c.get("status") == "failed" else "#2e8b57" for c in rows])
-    fig.add_scatter(x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows], yaxis="y2",
-                    name="pool delta (MiB)", mode="lines+markers", line=dict(color="#1f4e9c"))
-    fig.update_layout(**_LAYOUT, xaxis=dict(title="batch size", type="category"), yaxis_title="seconds",
-                      yaxis2=dict(title="MiB", overlaying="y", side="right"))
-    return fig
+    return _figure([
+        dict(type="bar", x=labels, y=[c["duration_s"] for c in rows], name="capture time (s)",
+             marker=dict(color=["#c8453b" if c.get("status") == "failed" else "#2e8b57" for c in rows])),
+        dict(type="scatter", x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows], yaxis="y2",
+             name="pool delta (MiB)", mode="lines+markers", line=dict(color="#1f4e9c")),
+    ], xaxis=dict(title=dict(text="batch size"), type="category"), yaxis=dict(title=dict(text="seconds")),
+        yaxis2=dict(title=dict(text="MiB"), overlaying="y", side="right"))
 
 
 def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
@@ -231,8 +251,7 @@ def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
 def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
     if not diff:
         return _empty("choose a baseline run")
-    fig = go.Figure([go.Bar(x=[d["item"] for d in diff], y=[d["diff_s"] for d in diff],
-                            marker_color=["#c8453b" if d["diff_s"] > 0 else "#2e8b57" for d in diff],
-                            name="run − baseline (s)")])
-    fig.update_layout(**_LAYOUT, yaxis_title="run − baseline (s)")
-    return fig
+    return _figure([dict(type="bar", x=[d["item"] for d in diff], y=[d["diff_s"] for d in diff],
+                         marker=dict(color=["#c8453b" if d["diff_s"] > 0 else "#2e8b57" for d in diff]),
+                         name="run − baseline (s)")],
+                   yaxis=dict(title=dict(text="run − baseline (s)")))

@@ -1,0 +1,75 @@
+"""Each page's data comes from the query layer: checked against a store filled by ingest."""
+
+import pytest
+
+from tests.app import synthetic
+
+
+@pytest.fixture
+def pages(filled):
+    from app.server import create_server
+    from collector.settings import Settings
+
+    create_server(filled, Settings(run_services=False))     # binds the store, registers pages
+    from app.pages import advisor, alerts, run, runs, startup
+    return {"runs": runs, "run": run, "startup": startup, "advisor": advisor, "alerts": alerts}
+
+
+def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
+    from collector import queries
+
+    rows = {r["run_id"]: r for r in pages["runs"].page_data(filled)}
+    for run in queries.list_runs(filled):
+        row = rows[run["run_id"]]
+        assert row["steps"] == run["steps"]
+        assert row["eager_pct"] == round(run["eager_ratio"] * 100, 1)
+        assert row["capture_s"] == round(run["capture_total_s"], 2)
+
+
+def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
+    from collector import queries
+
+    data = pages["run"].page_data(filled, "syn-1")
+    summary = queries.run_summary(filled, "syn-1")
+    assert data["stats"]["run-steps"] == f"{summary['steps']:,}"
+    assert set(data["figures"]) == set(pages["run"].FIGURE_IDS)
+    assert [cost["reason"] for cost, _ in data["reasons"]] == [
+        r["reason"] for r in queries.reason_breakdown(filled, "syn-1")]
+    hist = data["figures"]["run-batch-hist"].to_plotly_json()["data"]
+    captured = next(t for t in hist if t["name"] == "captured size")
+    assert list(captured["x"]) == list(synthetic.CAPTURE_SIZES)
+    assert pages["run"].page_data(filled, "nope") is None
+
+
+def test_run_page_draws_each_applicable_alert_threshold(filled, pages):
+    from collector.alerts import create_rule
+
+    create_rule(filled, {"name": "all", "threshold": 0.2})
+    create_rule(filled, {"name": "others", "threshold": 0.5, "run_pattern": "prod-*"})
+    fig = pages["run"].page_data(filled, "syn-1")["figures"]["run-eager-ratio"].to_plotly_json()
+    lines = [s["y0"] for s in fig["layout"]["shapes"] if s["type"] == "line"]
+    assert lines == [0.2]
+
+
+def test_startup_page_diagnoses_and_compares_with_a_baseline(filled, pages):
+    data = pages["startup"].page_data(filled, "syn-base", baseline="syn-1")
+    assert data["findings"][0]["cause"] == "oom"
+    assert [c["graph_bs"] for c in data["failed"]] == [32]
+    diff = {d["item"]: d for d in data["diff"]}
+    assert diff["capture bs 16"]["diff_s"] == pytest.approx(1.0)
+    assert diff["phase load_weights"]["diff_s"] == pytest.approx(0.0)
+
+
+def test_advisor_page_follows_the_budget(filled, pages):
+    data = pages["advisor"].page_data(filled, "syn-1", budget=3)
+    assert len(data["advice"].sizes) == 3
+    assert [r["plan"] for r in data["rows"]] == ["current", "proposed"]
+
+
+def test_alerts_page_lists_rules_and_history(filled, pages):
+    from collector.alerts import create_rule
+
+    create_rule(filled, {"name": "eager-high", "threshold": 0.1, "window_s": 3600, "min_steps": 10})
+    data = pages["alerts"].page_data(filled)
+    assert [r["name"] for r in data["rules"]] == ["eager-high"]
+    assert data["rules"][0]["run_pattern"] == "(all runs)"
