@@ -308,3 +308,23 @@ class Emitter:
         self._flush(wait_for_gpu=True)
         self.sink.close()
         self.closed = True
+
+
+def open_emitter(target: str, *, name: str, model: str, backend: str, device: str = "unknown",
+                 config: dict[str, Any] | None = None, token: str | None = None, run_id: str | None = None,
+                 source: str = "library", torch_version: str | None = None) -> Emitter:
+    """A started emitter for one run, to a collector URL (http://...) or a JSON-lines file.
+
+    Usable from any process; the same guarantees as the runner's: ``step`` never blocks
+    and never synchronises the GPU. Call ``close(status)`` at the end of the run.
+    """
+    import uuid
+
+    if target.startswith(("http://", "https://")):
+        sink: Sink = HttpSink(target, token=token)
+    else:
+        sink = JsonlSink(target)
+    run = {"run_id": run_id or uuid.uuid4().hex[:16], "name": name, "source": source,
+           "started_at": time.time(), "backend": backend, "model": model, "device": device,
+           "torch_version": torch_version, "config": config or {}}
+    return Emitter(sink, run).start()

@@ -311,7 +311,7 @@ class GraphRunner:
         if reason is not None and reason not in wire.REASONS:
             reason = wire.custom_reason(reason)
         stage = stage or self.stage
-        query_len = self.check_inputs(inputs, allow_query_len_change=stage == "verify")
+        query_len = self.check_inputs(inputs, allow_query_len_change=stage in ("verify", "prefill", "mixed"))
         shape = BatchShape(stage, self._batch_size(inputs), query_len, adapters, grammar_switched, reason)
         return self.run(self.decide(shape), inputs, stage=stage, num_tokens=num_tokens)
 
@@ -367,7 +367,8 @@ class GraphRunner:
 
         Returns the tokens per request for dispatch: the plan's ``query_len`` when the
         row shapes match the static inputs. A verify stage may see other row shapes (a
-        different speculative width): then -1, which dispatch sends eager as spec_shape.
+        different speculative width): then -1, which dispatch sends eager as spec_shape;
+        a prefill is eager whatever its shape.
         """
         unknown = set(inputs) - {s.name for s in self.inputs}
         if unknown:
