@@ -192,10 +192,7 @@ def _check_tensors(found: dict[str, tuple[Path, tuple[int, ...]]],
         raise ReplayscopeError(f"unexpected tensors: {', '.join(unexpected[:3])}{more}")
 
 
-def load_checkpoint(path: str | Path, device: torch.device | str, dtype: torch.dtype | None = None,
-                    max_seq_len: int | None = None) -> Transformer:
-    """A Transformer with the weights of the Hugging Face directory ``path`` (dtype: bf16 on GPU, else fp32)."""
-    directory = Path(path)
+def _checked(directory: Path, max_seq_len: int | None = None):
     if not directory.is_dir():
         raise ReplayscopeError(f"checkpoint directory {directory} does not exist")
     args = args_from_hf_config(_read_config(directory), max_seq_len)
@@ -205,7 +202,18 @@ def load_checkpoint(path: str | Path, device: torch.device | str, dtype: torch.d
     expected = {name: tuple(param[part].shape if part is not None else param.shape)
                 for name, (param, part) in _weight_targets(Transformer.empty(args, "meta")).items()}
     _check_tensors(found, expected, args)
+    return args, found
 
+
+def check_checkpoint(path: str | Path) -> ModelArgs:
+    """Check a checkpoint directory (config, tensor names and shapes) without loading weights."""
+    return _checked(Path(path))[0]
+
+
+def load_checkpoint(path: str | Path, device: torch.device | str, dtype: torch.dtype | None = None,
+                    max_seq_len: int | None = None) -> Transformer:
+    """A Transformer with the weights of the Hugging Face directory ``path`` (dtype: bf16 on GPU, else fp32)."""
+    args, found = _checked(Path(path), max_seq_len)
     model = Transformer.empty(args, device, dtype or default_dtype(device))
     targets = _weight_targets(model)
 

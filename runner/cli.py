@@ -122,6 +122,9 @@ def run_command(args) -> int:
     from runner.engine import DecodeEngine
 
     config = config_from_args(args)          # every flag is checked before anything is written
+    if config.model_dir:
+        from runner.checkpoint import check_checkpoint
+        check_checkpoint(config.model_dir)   # a bad directory fails here, before any event is written
     engine = DecodeEngine(config)
     sink = make_sink(args)
     record = engine.run_record()
