@@ -180,7 +180,7 @@ def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]])
 
     bars: list[dict[str, Any]] = []
     for p in phases:
-        if p["phase"] == "capture" and captures:
+        if p["phase"].startswith("capture") and captures:   # shown per size below
             continue
         bars.append({"label": p["phase"], "abs": start_of(p), "duration": float(p["duration_s"]),
                      "kind": "phase"})

@@ -180,8 +180,10 @@ def diagnose(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
         slow_storage = False
         if mem:
             rate = mem / load_s
-            evidence.append(f"{_gib(mem)} of weights at {rate / 2**30:.2f} GiB/s")
-            slow_storage = rate < SLOW_LOAD_BPS
+            size = _gib(mem) if mem >= 2**30 else f"{mem / 2**20:.1f} MiB"
+            evidence.append(f"{size} of weights at {rate / 2**20:.1f} MiB/s")
+            # a rate says something about storage only for a load big enough to be I/O-bound
+            slow_storage = rate < SLOW_LOAD_BPS and mem >= 2**30
         per_capture = capture_s / len(captures) if captures else 0.0
         if per_capture > 2.0:
             evidence.append(f"each capture took {per_capture:.2f} s on average: a large model "

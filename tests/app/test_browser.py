@@ -129,6 +129,7 @@ def screenshot(driver, name):
     if os.environ.get("REPLAYSCOPE_SCREENSHOTS", "1") == "0":
         return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    driver.execute_script("window.scrollTo(0, 0)")
     height = driver.execute_script("return document.body.scrollHeight")
     driver.set_window_size(1400, min(max(1000, height + 40), 6000))
     time.sleep(0.8)                          # let plotly re-lay out at the new size

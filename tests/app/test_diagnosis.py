@@ -55,7 +55,7 @@ def test_slow_weight_load_ranks_by_its_seconds():
                      [capture(bs, 1.0) for bs in (1, 2, 4)])
     assert causes(found)[0] == "large_model"
     assert found[0].title == "A very large model"
-    assert "200.00 GiB of weights at 3.33 GiB/s" in found[0].evidence[1]
+    assert "200.00 GiB of weights at 3413.3 MiB/s" in found[0].evidence[1]
 
 
 def test_a_load_below_a_gigabyte_per_second_blames_storage():
