@@ -1,0 +1,225 @@
+"""runner.emitter: the JSON-lines form of a run, ordering behind GPU timings, run_end, heartbeats,
+and a sink failure that must not take the run down."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from runner import wire
+from runner.emitter import Emitter, JsonlSink
+
+
+def run_record(**overrides):
+    record = {"run_id": "emit-1", "name": "emitter test", "source": "library", "started_at": time.time(),
+              "backend": "static", "model": "tiny", "device": "cpu"}
+    record.update(overrides)
+    return record
+
+
+class ListSink:
+    """Keeps what it is given; optionally fails the first ``fail`` writes."""
+
+    def __init__(self, fail: int = 0):
+        self.run = None
+        self.batches = []
+        self.fail = fail
+        self.closed = False
+        self.lock = threading.Lock()
+
+    def open(self, run):
+        self.run = run
+
+    def write(self, events):
+        with self.lock:
+            if self.fail:
+                self.fail -= 1
+                raise OSError("disk full")
+            self.batches.append([dict(e) for e in events])
+
+    def close(self):
+        self.closed = True
+
+    @property
+    def events(self):
+        with self.lock:
+            return [e for b in self.batches for e in b]
+
+
+class FakeTiming:
+    """A GPU timing stand-in: not ready until the test says so."""
+
+    def __init__(self, seconds):
+        self._seconds = seconds
+        self.is_ready = False
+        self.released = False
+        self.waited = False
+
+    def ready(self):
+        return self.is_ready
+
+    def wait(self):
+        self.waited = True
+        self.is_ready = True
+
+    def seconds(self):
+        return self._seconds
+
+    def release(self):
+        self.released = True
+
+
+def wait_until(condition, timeout=3.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if condition():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as f:
+        return [json.loads(line) for line in f]
+
+
+def test_the_events_file_holds_the_run_record_then_valid_events_in_sequence(tmp_path):
+    path = tmp_path / "run.jsonl"
+    emitter = Emitter(JsonlSink(str(path)), run_record(), flush_interval_s=0.01).start()
+    emitter.emit("phase", phase="load_weights", duration_s=0.5, mem_bytes=1024)
+    emitter.emit("capture", graph_bs=4, stage="decode", duration_s=0.1, pool_bytes=None,
+                 pool_delta_bytes=None, status="ok")
+    for i in range(50):
+        emitter.step("decode", "padded", 3, 4, 3, 1, None, 0.001 * i)
+        emitter.step("prefill", "eager", 2, None, 40, 0, "prefill", 0.002)
+    emitter.emit("parity", graph_bs=4, max_abs_diff=0.0, rel_err=0.0)
+    emitter.close()
+
+    lines = read_jsonl(path)
+    run, events = lines[0], lines[1:]
+    assert run["kind"] == "run" and run["run_id"] == "emit-1" and run["wire_version"] == wire.WIRE_VERSION
+    wire.validate_run({k: v for k, v in run.items() if k != "kind"})
+    for event in events:
+        wire.validate_event(event)
+    seqs = [e["seq"] for e in events]
+    assert seqs == sorted(set(seqs)) and len(seqs) == 104
+    assert events[-1]["kind"] == "run_end" and events[-1]["status"] == "finished"
+    assert emitter.written == 104
+
+
+def test_an_invalid_run_record_is_refused_before_anything_is_written(tmp_path):
+    path = tmp_path / "run.jsonl"
+    with pytest.raises(wire.WireError, match="source"):
+        Emitter(JsonlSink(str(path)), run_record(source="nobody"))
+    assert not path.exists()
+
+
+def test_a_step_waits_for_its_timing_and_later_events_wait_behind_it():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=60).start()
+    emitter.emit("phase", phase="warmup", duration_s=0.1)
+    timing = FakeTiming(0.25)
+    emitter.step("decode", "graph", 4, 4, 4, 0, None, timing)
+    emitter.emit("parity", graph_bs=4, max_abs_diff=0.0, rel_err=0.0)
+    assert wait_until(lambda: len(sink.events) == 1)
+    time.sleep(0.1)                                     # several flushes pass: the step is not ready
+    assert [e["kind"] for e in sink.events] == ["phase"]
+    timing.is_ready = True
+    assert wait_until(lambda: len(sink.events) == 3)
+    events = sink.events
+    assert [e["kind"] for e in events] == ["phase", "step", "parity"]
+    assert [e["seq"] for e in events] == [0, 1, 2]
+    assert events[1]["duration_s"] == 0.25 and timing.released and not timing.waited
+    emitter.close()
+
+
+def test_close_waits_for_outstanding_timings():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01).start()
+    timing = FakeTiming(0.5)
+    emitter.step("decode", "graph", 4, 4, 4, 0, None, timing)
+    emitter.close()
+    assert timing.waited and timing.released
+    assert [(e["kind"], e.get("duration_s")) for e in sink.events] == [("step", 0.5), ("run_end", None)]
+
+
+@pytest.mark.parametrize("status", ["finished", "failed", "interrupted"])
+def test_close_ends_the_run_with_its_status_and_closes_the_sink(status):
+    sink = ListSink()
+    emitter = Emitter(sink, run_record()).start()
+    emitter.close(status, error="boom" if status == "failed" else None)
+    end = sink.events[-1]
+    wire.validate_event(end)
+    assert (end["kind"], end["status"]) == ("run_end", status)
+    assert end.get("error") == ("boom" if status == "failed" else None)
+    assert sink.closed and emitter.closed
+
+
+def test_close_twice_ends_the_run_once():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record()).start()
+    emitter.close()
+    emitter.close("failed")
+    assert [e["status"] for e in sink.events if e["kind"] == "run_end"] == ["finished"]
+
+
+def test_leaving_a_with_block_on_an_exception_ends_the_run_failed():
+    sink = ListSink()
+    with pytest.raises(ValueError):
+        with Emitter(sink, run_record()):
+            raise ValueError("bad batch")
+    end = sink.events[-1]
+    assert end["status"] == "failed" and "bad batch" in end["error"]
+
+
+def test_an_idle_emitter_sends_heartbeats():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=0.05).start()
+    assert wait_until(lambda: sum(e["kind"] == "heartbeat" for e in sink.events) >= 2)
+    emitter.close()
+    for event in sink.events:
+        wire.validate_event(event)
+
+
+def test_no_heartbeat_while_events_keep_flowing():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=0.2).start()
+    deadline = time.monotonic() + 0.5
+    while time.monotonic() < deadline:
+        emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
+        time.sleep(0.005)
+    emitter.close()
+    assert not [e for e in sink.events if e["kind"] == "heartbeat"]
+
+
+def test_a_failing_sink_does_not_stop_the_emitter(capsys):
+    sink = ListSink(fail=1)
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=60).start()
+    emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
+    assert wait_until(lambda: sink.fail == 0)            # the first write raised
+    emitter.step("decode", "graph", 2, 2, 2, 0, None, 0.001)
+    emitter.close()
+    assert [(e["kind"], e.get("raw_bs")) for e in sink.events] == [("step", 2), ("run_end", None)]
+    assert "telemetry sink failed: OSError('disk full')" in capsys.readouterr().err
+
+
+def test_step_returns_at_once_even_when_the_sink_is_slow():
+    release = threading.Event()
+
+    class SlowSink(ListSink):
+        def write(self, events):
+            release.wait(5)
+            super().write(events)
+
+    sink = SlowSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.001).start()
+    emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
+    time.sleep(0.05)                                      # the flush thread is now stuck in write
+    started = time.perf_counter()
+    for _ in range(1000):
+        emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
+    assert time.perf_counter() - started < 0.5
+    release.set()
+    emitter.close()
+    assert sum(e["kind"] == "step" for e in sink.events) == 1001
