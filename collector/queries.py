@@ -59,6 +59,15 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
             sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s))
             .where(cap.c.run_pk.in_(run_pks)).group_by(cap.c.run_pk)):
         out[pk]["capture_total_s"] = float(total or 0.0)
+    # A capture phase is the wall time of the whole capture, as the engines log it (vLLM
+    # logs nothing per size): it wins over the per-size sum. "capture" and "capture_<stage>"
+    # are totals; dotted names ("capture.target.verify") are parts of them.
+    for pk, total in conn.execute(
+            sa.select(ph.c.run_pk, sa.func.sum(ph.c.duration_s))
+            .where(ph.c.run_pk.in_(run_pks),
+                   sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!")))
+            .group_by(ph.c.run_pk)):
+        out[pk]["capture_total_s"] = float(total or 0.0)
     for pk, n in conn.execute(
             sa.select(ae.c.run_pk, sa.func.count())
             .where(ae.c.status == "firing", ae.c.run_pk.in_(run_pks)).group_by(ae.c.run_pk)):

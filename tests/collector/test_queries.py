@@ -35,3 +35,27 @@ def test_the_automatic_timeline_bucket_keeps_points_bounded():
     assert queries.choose_bucket_s(60) == 1
     assert queries.choose_bucket_s(5000) == 10
     assert 86400 * 30 / queries.choose_bucket_s(86400 * 30) <= 720 or queries.choose_bucket_s(86400 * 30) == 86400
+
+
+def _capture(seq: int, bs: int, seconds: float) -> dict:
+    return {"seq": seq, "ts": 1000.0 + seq, "kind": "capture", "graph_bs": bs, "stage": "decode",
+            "duration_s": seconds, "pool_bytes": 0, "pool_delta_bytes": 0, "status": "ok"}
+
+
+def _phase(seq: int, name: str, seconds: float) -> dict:
+    return {"seq": seq, "ts": 1000.0 + seq, "kind": "phase", "phase": name, "duration_s": seconds}
+
+
+def test_capture_time_is_the_per_size_sum_when_no_capture_phase_was_logged(store, run_in):
+    run_id = run_in(store)
+    ingest_events(store, run_id, [_capture(0, 8, 1.5), _capture(1, 4, 0.5)])
+    assert queries.run_summary(store, run_id)["capture_total_s"] == 2.0
+
+
+def test_capture_time_is_the_capture_phases_when_logged(store, run_in):
+    """vLLM logs only a total; a runner logs per size and the whole capture (incl. verify)."""
+    run_id = run_in(store)
+    ingest_events(store, run_id, [_capture(0, 8, 1.5), _capture(1, 4, 0.5), _phase(2, "capture", 2.25),
+                                  _phase(3, "capture_verify", 1.0), _phase(4, "capture.target.decode", 2.0),
+                                  _phase(5, "compile", 9.0)])
+    assert queries.run_summary(store, run_id)["capture_total_s"] == 3.25
