@@ -12,7 +12,7 @@ import time
 
 from runner.errors import ReplayscopeError
 
-DEFAULT_PORT = 8300
+DEFAULT_PORT = 8300          # collector.settings.Settings.port, the one default
 RUNNER_SEGMENT_S = 600.0     # the demo restarts the runner after this long (a fresh run)
 
 
@@ -55,12 +55,12 @@ def _serve(args) -> int:
     url = _db_url(args)
     store = open_store(url)
     settings = Settings.from_env(db=url, host=args.host, port=args.port)
-    _check_port(args.host, args.port)
+    _check_port(settings.host, settings.port)
     app = create_server(store, settings, dashboard=not args.no_dashboard)
     what = "collector" if args.no_dashboard else "collector and dashboard"
-    print(f"replayscope {what} on http://{args.host}:{args.port} (store {store.safe_url})", flush=True)
+    print(f"replayscope {what} on http://{settings.host}:{settings.port} (store {store.safe_url})", flush=True)
     try:
-        uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
     finally:
         store.dispose()
     return 0
@@ -177,8 +177,8 @@ def add_parsers(sub) -> None:
                                        "itself; any other database must be upgraded first "
                                        "(replayscope db upgrade --db URL).")
     serve.add_argument("--db", metavar="URL", help=db_help)
-    serve.add_argument("--host", default="127.0.0.1", help="interface to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
+    serve.add_argument("--host", help="interface to listen on (default $REPLAYSCOPE_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, help=f"port (default $REPLAYSCOPE_PORT or {DEFAULT_PORT})")
     serve.add_argument("--no-dashboard", action="store_true", help="serve the collector API only")
     serve.set_defaults(handler=_serve)
 

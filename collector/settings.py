@@ -16,7 +16,7 @@ class Settings:
     db: str = DEFAULT_URL                      # REPLAYSCOPE_DB
     token: str | None = None                   # REPLAYSCOPE_TOKEN: writes need "Bearer <token>"
     host: str = "127.0.0.1"                    # REPLAYSCOPE_HOST
-    port: int = 8600                           # REPLAYSCOPE_PORT
+    port: int = 8300                           # REPLAYSCOPE_PORT
     max_body_bytes: int = 8 * 1024 * 1024      # REPLAYSCOPE_MAX_BODY_BYTES
     heartbeat_timeout_s: float = 120.0         # REPLAYSCOPE_HEARTBEAT_TIMEOUT_S
     alert_webhook: str | None = None           # REPLAYSCOPE_ALERT_WEBHOOK (rules may name their own)
