@@ -1,0 +1,128 @@
+"""``replayscope run``: bad input gets one error line, exit 2 and no events file; --help explains
+every flag; a good run writes an events file that passes the wire contract."""
+
+import json
+
+import pytest
+import torch
+
+from app.cli import build_parser, main
+from runner import wire
+
+torch.set_num_threads(1)
+
+
+def run_cli(capsys, *argv):
+    try:
+        code = main(["run", *argv])
+    except SystemExit as exit_:          # argparse's own errors
+        code = exit_.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--steps", "0"], "--steps must be at least 1, got 0"),
+    (["--max-bs", "0"], "--max-bs must be at least 1, got 0"),
+    (["--capture-sizes", "1,two"], "--capture-sizes: 'two' is not an integer"),
+    (["--capture-sizes", "0,4"], "batch sizes must be >= 1, got 0"),
+    (["--parity-every", "-2"], "--parity-every must be >= 0"),
+    (["--preset", "huge"], "unknown model preset 'huge'"),
+    (["--collector", "ftp://example"], "--collector 'ftp://example' is not an http(s) URL"),
+])
+def test_a_bad_flag_value_gives_one_error_line_exit_2_and_no_events_file(capsys, tmp_path, argv, message):
+    events = tmp_path / "run.jsonl"
+    code, out, err = run_cli(capsys, "--backend", "static", "--quiet", "--events", str(events), *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("replayscope run: error: ") and message in err
+    assert not events.exists()
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--backend", "tpu"], "argument --backend: invalid choice: 'tpu'"),
+    (["--workload", "bursty"], "argument --workload: invalid choice: 'bursty'"),
+    (["--steps", "ten"], "argument --steps: invalid int value: 'ten'"),
+    (["--steps", "5", "--duration", "2"], "argument --duration: not allowed with argument --steps"),
+    (["--preset", "tiny", "--model-dir", "."], "argument --model-dir: not allowed with argument --preset"),
+    (["--frobnicate"], "unrecognized arguments: --frobnicate"),
+])
+def test_a_malformed_command_line_ends_with_one_error_line_and_exit_2(capsys, tmp_path, argv, message):
+    events = tmp_path / "run.jsonl"
+    code, _, err = run_cli(capsys, "--quiet", "--events", str(events), *argv)
+    assert code == 2
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("replayscope") and ": error: " in last and message in last
+    assert [line for line in err.splitlines() if "error" in line] == [last]   # the rest is usage
+    assert not events.exists()
+
+
+def test_events_in_a_missing_directory_or_a_directory_is_refused(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "--events", str(tmp_path / "nope" / "run.jsonl"))
+    assert code == 2 and "its directory does not exist" in err and err.count("\n") == 1
+    code, _, err = run_cli(capsys, "--events", str(tmp_path))
+    assert code == 2 and "is a directory" in err and err.count("\n") == 1
+
+
+def _no_config(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "model.safetensors").write_bytes(b"")
+    return tmp_path / "ckpt", "no config.json in"
+
+
+def _a_file(tmp_path):
+    (tmp_path / "ckpt").write_text("not a directory")
+    return tmp_path / "ckpt", "no such directory"
+
+
+def _missing(tmp_path):
+    return tmp_path / "missing", "no such directory"
+
+
+def _bad_config(tmp_path):
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "config.json").write_text("{not json")
+    return tmp_path / "ckpt", "config.json"
+
+
+@pytest.mark.parametrize("make", [_missing, _no_config, _a_file, _bad_config])
+def test_a_bad_checkpoint_directory_gives_one_error_line_exit_2_and_no_events_file(capsys, tmp_path, make):
+    model_dir, message = make(tmp_path)
+    events = tmp_path / "run.jsonl"
+    code, _, err = run_cli(capsys, "--backend", "static", "--quiet", "--model-dir", str(model_dir),
+                           "--events", str(events), "--steps", "3")
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("replayscope run: error: ") and message in err
+    assert not events.exists()
+
+
+def test_help_explains_every_flag(capsys):
+    code, out, _ = run_cli(capsys, "--help")
+    assert code == 0
+    run_parser = build_parser()._subparsers._group_actions[0].choices["run"]
+    flags = [a for a in run_parser._actions if a.option_strings and "--help" not in a.option_strings]
+    assert len(flags) >= 20
+    for action in flags:
+        assert action.option_strings[-1] in out, action.option_strings
+        assert action.help and len(action.help) > 15, f"{action.option_strings} has no real help"
+    for word in ("graph", "padded", "eager", "JSON lines", "collector", "--max-bs"):
+        assert word in out
+
+
+def test_a_good_run_writes_an_events_file_that_passes_the_contract(capsys, tmp_path):
+    events = tmp_path / "run.jsonl"
+    code, _, err = run_cli(capsys, "--backend", "static", "--preset", "tiny", "--workload", "mixed",
+                           "--steps", "60", "--max-bs", "8", "--seed", "4", "--run-id", "cli-run-1",
+                           "--name", "cli test", "--events", str(events), "--quiet")
+    assert code == 0
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    run = lines[0]
+    assert run["kind"] == "run" and run["run_id"] == "cli-run-1" and run["name"] == "cli test"
+    assert run["backend"] == "static" and run["device"] == "cpu" and run["source"] == "runner"
+    assert run["config"]["capture_sizes"] == [1, 2, 4, 8] and run["config"]["seed"] == 4
+    wire.validate_run({k: v for k, v in run.items() if k != "kind"})
+    for event in lines[1:]:
+        wire.validate_event(event)
+    assert [e["seq"] for e in lines[1:]] == list(range(len(lines) - 1))
+    assert sum(e["kind"] == "step" for e in lines) == 60
+    assert lines[-1]["kind"] == "run_end" and lines[-1]["status"] == "finished"
+    assert "run cli-run-1 (cli test, backend static on cpu): 60 steps" in err
