@@ -149,6 +149,57 @@ def run_import(args: argparse.Namespace, out=None) -> int:
     return 0
 
 
+# -- events files (the runner's --events, a spool) ----------------------------------------
+
+
+def read_events_file(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The run record and events of a JSON-lines events file, all validated before use."""
+    from runner import wire
+
+    if os.path.isdir(path):
+        raise ReplayscopeError(f"{path} is a directory, not an events file")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = [(n, line) for n, line in enumerate(handle, start=1) if line.strip()]
+    except OSError as error:
+        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ReplayscopeError(f"{path} is not a text file of JSON lines") from None
+    records = []
+    for lineno, line in lines:
+        try:
+            records.append((lineno, json.loads(line)))
+        except ValueError as error:
+            raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
+    if not records or not isinstance(records[0][1], dict) or records[0][1].get("kind") != "run":
+        raise ReplayscopeError(f'{path}: the first line must be the run record ({{"kind": "run", ...}})')
+    run = {k: v for k, v in records[0][1].items() if k != "kind"}
+    try:
+        wire.validate_run(run)
+    except wire.WireError as error:
+        raise ReplayscopeError(f"{path}:{records[0][0]}: run record: {error}") from None
+    for lineno, event in records[1:]:
+        try:
+            wire.validate_event(event)
+        except wire.WireError as error:
+            raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
+    return run, [event for _, event in records[1:]]
+
+
+def run_import_events(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
+    run, events = read_events_file(args.logfile)        # raises before anything is written
+    sink = open_sink(args)
+    try:
+        sink.write_run(run)
+        accepted, duplicates = sink.write_events(run["run_id"], events)
+    finally:
+        sink.close()
+    print(f"{args.logfile}: run {run['run_id']} ({run['name']}): {accepted} events new, "
+          f"{duplicates} already there, into {sink.describe()}", file=out)
+    return 0
+
+
 # -- scrape ------------------------------------------------------------------------------
 
 
@@ -210,15 +261,16 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--db", metavar="URL", default=None,
                        help=f"write into this store (SQLAlchemy URL; default $REPLAYSCOPE_DB or {DEFAULT_DB})")
     group.add_argument("--collector", metavar="URL", default=None,
-                       help="post to a running collector instead, e.g. http://127.0.0.1:8000")
+                       help="post to a running collector instead, e.g. http://127.0.0.1:8300")
     parser.add_argument("--token", metavar="T", default=None, help="bearer token for --collector")
 
 
 def add_parsers(sub) -> None:
     """Register ``import`` and ``scrape`` on the ``replayscope`` subcommands."""
-    imp = sub.add_parser("import", help="import a vLLM or SGLang server log",
+    imp = sub.add_parser("import", help="import a vLLM or SGLang server log, or a replayscope events file",
                          description="Import a server log: startup phases, captures, failures, "
-                                     "and per-step graph/eager modes where the log has them.")
+                                     "and per-step graph/eager modes where the log has them; or "
+                                     "re-send a replayscope events file (a runner's --events or spool).")
     engines = imp.add_subparsers(dest="engine", metavar="ENGINE")
     engines.required = True
     for engine, label in (("vllm", "vLLM"), ("sglang", "SGLang")):
@@ -228,6 +280,10 @@ def add_parsers(sub) -> None:
         p.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
         p.add_argument("--dry-run", action="store_true", help="parse only; write nothing")
         p.set_defaults(handler=run_import)
+    events = engines.add_parser("events", help="a replayscope events file (a runner's --events, a spool)")
+    events.add_argument("logfile", metavar="FILE")
+    _add_target(events)
+    events.set_defaults(handler=run_import_events)
 
     scrape = sub.add_parser("scrape", help="poll an SGLang /metrics endpoint into step counts",
                             description="Poll SGLang's sglang:cuda_graph_passes_total and record the "
