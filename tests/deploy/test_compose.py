@@ -1,0 +1,294 @@
+"""docker-compose.yml agrees with the code it deploys (Docker itself cannot run here).
+
+Every build context and Dockerfile exists and copies files that exist; every mounted file
+exists; every ``replayscope`` command parses with the real CLI parser; ports agree with
+``--port`` and the health checks; every ``REPLAYSCOPE_*`` variable is a real setting or a
+runner flag's variable; Prometheus scrapes the services compose names, loads rules that
+exist, and passes ``promtool check config``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from app.cli import build_parser
+from collector.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
+SERVICES: dict = COMPOSE["services"]
+PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
+PROMETHEUS = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+
+
+def interpolate(value: str) -> str:
+    """Compose's ``${VAR:-default}`` with the environment unset: the default."""
+    return _VAR.sub(lambda m: m.group(2) or "", str(value))
+
+
+def argv(service: dict) -> list[str]:
+    command = service.get("command", [])
+    words = shlex.split(command) if isinstance(command, str) else list(command)
+    return [interpolate(w) for w in words]
+
+
+def replayscope_services() -> dict[str, dict]:
+    return {name: s for name, s in SERVICES.items() if argv(s)[:1] == ["replayscope"]}
+
+
+def option(words: list[str], flag: str) -> str | None:
+    for i, word in enumerate(words):
+        if word == flag:
+            return words[i + 1]
+        if word.startswith(flag + "="):
+            return word.split("=", 1)[1]
+    return None
+
+
+def environment(service: dict) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) if "=" in item else (item, "") for item in env)
+    return {k: interpolate(v) for k, v in env.items()}
+
+
+def runner_flag_variables() -> set[str]:
+    """REPLAYSCOPE_* variables the runner's flags read as defaults (runner/cli.py)."""
+    source = (REPO / "runner" / "cli.py").read_text()
+    return set(re.findall(r'os\.environ\.get\("(REPLAYSCOPE_[A-Z_]+)"\)', source))
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    text = re.sub(r"\\\n", " ", path.read_text())
+    out = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            out.append((keyword.upper(), rest.strip()))
+    return out
+
+
+def built_services() -> dict[str, dict]:
+    return {name: s for name, s in SERVICES.items() if "build" in s}
+
+
+# -- images -------------------------------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(built_services()))
+def test_every_build_context_and_dockerfile_exists(name):
+    build = SERVICES[name]["build"]
+    context = REPO / build["context"]
+    assert context.is_dir(), f"{name}: build context {context} is missing"
+    assert (context / build["dockerfile"]).is_file(), f"{name}: {build['dockerfile']} is missing"
+
+
+@pytest.mark.parametrize("dockerfile", sorted((REPO / "deploy" / "docker").glob("*.Dockerfile")),
+                         ids=lambda p: p.name)
+def test_every_file_a_dockerfile_copies_exists(dockerfile):
+    copies = [rest for keyword, rest in dockerfile_instructions(dockerfile) if keyword in ("COPY", "ADD")]
+    assert copies, "a replayscope image copies the package in"
+    for rest in copies:
+        words = [w for w in rest.split() if not w.startswith("--")]
+        for source in words[:-1]:
+            assert (REPO / source).exists(), f"{dockerfile.name}: COPY {source}: not in the repository"
+    # what pip installs from /src must be a complete package: every top-level package it lists
+    copied = {w.strip("./") for rest in copies for w in rest.split()[:-1]}
+    for package in ("runner", "collector", "app", "migrations", "pyproject.toml"):
+        assert package in copied, f"{dockerfile.name} does not copy {package}"
+
+
+@pytest.mark.parametrize("dockerfile", sorted((REPO / "deploy" / "docker").glob("*.Dockerfile")),
+                         ids=lambda p: p.name)
+def test_a_dockerfile_cmd_is_a_valid_replayscope_command(dockerfile):
+    import json
+
+    cmds = [json.loads(rest) for keyword, rest in dockerfile_instructions(dockerfile) if keyword == "CMD"]
+    assert cmds and cmds[-1][0] == "replayscope"
+    build_parser().parse_args(cmds[-1][1:])
+
+
+def test_the_images_are_the_documented_bases():
+    collector = dockerfile_instructions(REPO / "deploy/docker/collector.Dockerfile")
+    runner = dockerfile_instructions(REPO / "deploy/docker/runner.Dockerfile")
+    assert ("FROM", "python:3.11-slim") in collector
+    assert any(k == "RUN" and "download.pytorch.org/whl/cpu" in r for k, r in collector)
+    assert any(k == "RUN" and ".[postgres]" in r for k, r in collector)
+    base = next(r for k, r in runner if k == "FROM")
+    assert base.startswith("pytorch/pytorch:") and "cuda" in base and "runtime" in base
+
+
+# -- commands, ports, health checks ----------------------------------------------------------
+@pytest.mark.parametrize("name", sorted(replayscope_services()))
+def test_every_command_is_accepted_by_the_real_cli_parser(name):
+    words = argv(SERVICES[name])
+    args = build_parser().parse_args(words[1:])       # SystemExit (a failure) on a bad flag
+    assert callable(args.handler)
+
+
+@pytest.mark.parametrize("name", sorted(n for n, s in replayscope_services().items() if argv(s)[1] == "serve"))
+def test_serve_ports_agree_with_the_port_flag_and_the_healthcheck(name):
+    service = SERVICES[name]
+    words = argv(service)
+    port = option(words, "--port")
+    assert port is not None, "serve must name its --port (the healthcheck and ports depend on it)"
+    assert option(words, "--host") == "0.0.0.0", "inside a container serve must listen on every interface"
+    container_ports = {str(p).rsplit(":", 1)[-1].split("/")[0] for p in service.get("ports", [])}
+    assert container_ports == {port}
+    health = " ".join(service["healthcheck"]["test"])
+    url = urlsplit(re.search(r"https?://[^'\" ]+", health).group(0))
+    assert str(url.port) == port and url.path == "/healthz"
+
+
+def test_the_healthcheck_path_is_a_route_of_the_server():
+    from collector.api import create_api
+    from collector.store import Store
+
+    store = Store("sqlite://")
+    try:
+        paths = {route.path for route in create_api(store, Settings(run_services=False)).routes}
+    finally:
+        store.dispose()
+    assert {"/healthz", "/metrics"} <= paths
+
+
+def test_every_service_has_a_healthcheck_or_is_a_one_shot_job():
+    for name, service in SERVICES.items():
+        one_shot = service.get("restart") == "no"
+        assert one_shot or "healthcheck" in service, f"{name}: no healthcheck"
+
+
+def test_depends_on_names_services_of_the_same_or_default_profile():
+    for name, service in SERVICES.items():
+        profiles = set(service.get("profiles", []))
+        for dep in service.get("depends_on", {}):
+            assert dep in SERVICES, f"{name} depends on unknown service {dep}"
+            dep_profiles = set(SERVICES[dep].get("profiles", []))
+            assert not dep_profiles or dep_profiles & profiles, f"{name} depends on {dep} outside its profile"
+
+
+def test_the_runner_streams_to_a_collector_service_on_its_port():
+    runner = SERVICES["runner"]
+    assert runner["profiles"] == ["gpu"]
+    words = argv(runner)
+    assert words[:2] == ["replayscope", "run"]
+    url = urlsplit(option(words, "--collector"))
+    target = SERVICES[url.hostname]
+    assert option(argv(target), "--port") == str(url.port)
+    devices = runner["deploy"]["resources"]["reservations"]["devices"]
+    assert devices[0]["driver"] == "nvidia" and "gpu" in devices[0]["capabilities"]
+    assert option(words, "--backend") in ("cuda", "compile", "auto")
+
+
+def test_postgres_profile_points_a_collector_at_postgres_upgraded_before_serving():
+    serve, migrate = SERVICES["replayscope-pg"], SERVICES["migrate-pg"]
+    assert serve["profiles"] == migrate["profiles"] == SERVICES["postgres"]["profiles"] == ["postgres"]
+    url = environment(serve)["REPLAYSCOPE_DB"]
+    assert url == environment(migrate)["REPLAYSCOPE_DB"]
+    parsed = urlsplit(url)
+    assert parsed.scheme == "postgresql+psycopg" and parsed.hostname == "postgres"
+    pg_env = environment(SERVICES["postgres"])
+    assert parsed.username == pg_env["POSTGRES_USER"] and parsed.password == pg_env["POSTGRES_PASSWORD"]
+    assert parsed.path.lstrip("/") == pg_env["POSTGRES_DB"]
+    assert argv(migrate)[1:3] == ["db", "upgrade"]
+    assert serve["depends_on"]["migrate-pg"]["condition"] == "service_completed_successfully"
+    assert migrate["depends_on"]["postgres"]["condition"] == "service_healthy"
+
+
+def test_the_sqlite_store_is_upgraded_before_serving_on_a_named_volume():
+    serve, migrate = SERVICES["replayscope"], SERVICES["migrate"]
+    url = environment(serve)["REPLAYSCOPE_DB"]
+    assert url == environment(migrate)["REPLAYSCOPE_DB"] and url.startswith("sqlite:////data/")
+    assert serve["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    for service in (serve, migrate):
+        assert "replayscope-data:/data" in service["volumes"]
+
+
+# -- environment ------------------------------------------------------------------------------
+def test_every_replayscope_variable_is_a_setting_or_a_runner_flag():
+    settings = {f"REPLAYSCOPE_{f.name.upper()}" for f in dataclasses.fields(Settings)}
+    known = settings | runner_flag_variables()
+    assert "REPLAYSCOPE_TOKEN" in runner_flag_variables()
+    for name, service in SERVICES.items():
+        for variable, value in environment(service).items():
+            if variable.startswith("REPLAYSCOPE_"):
+                assert variable in known, f"{name}: {variable} is neither a Settings field nor a runner flag"
+                if variable in settings and value:
+                    Settings.from_env({variable: value})      # and its value converts
+
+
+def test_collector_environments_make_valid_settings():
+    for name, service in replayscope_services().items():
+        if argv(service)[1] in ("serve", "db"):
+            settings = Settings.from_env(environment(service))
+            assert settings.db.startswith(("sqlite:", "postgresql+psycopg:")), name
+
+
+# -- volumes and mounted files ---------------------------------------------------------------
+def test_every_mounted_file_exists_and_named_volumes_are_declared():
+    declared = set(COMPOSE.get("volumes", {}))
+    used = set()
+    for name, service in SERVICES.items():
+        for volume in service.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith((".", "/")):
+                assert (REPO / source).exists(), f"{name}: mounts {source}, which does not exist"
+            else:
+                assert source in declared, f"{name}: volume {source} is not declared"
+                used.add(source)
+    assert used == declared, f"declared but unused volumes: {declared - used}"
+
+
+# -- Prometheus -------------------------------------------------------------------------------
+def test_prometheus_mounts_its_config_and_the_rules_it_loads():
+    mounts = {v.split(":")[1]: v.split(":")[0] for v in SERVICES["prometheus"]["volumes"]}
+    config_in_container = option(argv(SERVICES["prometheus"]), "--config.file")
+    assert Path(REPO / mounts[config_in_container]).resolve() == (PROMETHEUS_DIR / "prometheus.yml").resolve()
+    config_dir = Path(config_in_container).parent
+    for rules in PROMETHEUS["rule_files"]:
+        assert (PROMETHEUS_DIR / rules).is_file(), f"rule file {rules} does not exist"
+        assert str(config_dir / rules) in mounts, f"{rules} is not mounted next to the config"
+    assert "replayscope-rules.yml" in PROMETHEUS["rule_files"]
+
+
+def test_prometheus_scrapes_the_collector_services_on_their_ports():
+    targets = [(job.get("metrics_path", "/metrics"), target)
+               for job in PROMETHEUS["scrape_configs"] for sc in job["static_configs"] for target in sc["targets"]]
+    assert targets
+    for path, target in targets:
+        host, port = target.rsplit(":", 1)
+        assert host in SERVICES, f"scrape target {target}: no such compose service"
+        assert option(argv(SERVICES[host]), "--port") == port
+        assert path == "/metrics"
+    assert "replayscope" in {t.split(":")[0] for _, t in targets}
+
+
+def test_alertmanager_target_is_the_compose_service():
+    for am in PROMETHEUS["alerting"]["alertmanagers"]:
+        for target in am["static_configs"][0]["targets"]:
+            host, port = target.split(":")
+            assert host in SERVICES and f"{port}:{port}" in SERVICES[host]["ports"]
+    mounted = SERVICES["alertmanager"]["volumes"][0].split(":")[0]
+    assert yaml.safe_load((REPO / mounted).read_text())["route"]["receiver"]
+
+
+def test_promtool_accepts_the_prometheus_config():
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing; CI must check the Prometheus config (Debian: prometheus)")
+        pytest.skip("promtool not installed")
+    result = subprocess.run([promtool, "check", "config", "prometheus.yml"], cwd=PROMETHEUS_DIR,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "SUCCESS" in result.stdout + result.stderr
