@@ -1,0 +1,110 @@
+"""End-to-end fixtures: a real collector (FastAPI app on uvicorn) over a SQLite store."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import pytest
+import uvicorn
+
+from collector.api import create_api
+from collector.settings import Settings
+from collector.store import Store
+
+SERVE_SCRIPT = """
+import sys, uvicorn
+from collector.api import create_api
+from collector.settings import Settings
+from collector.store import Store
+db, port = sys.argv[1], int(sys.argv[2])
+store = Store.open(db, upgrade=True)
+uvicorn.run(create_api(store, Settings(db=db, run_services=False)), host="127.0.0.1", port=port,
+            log_level="warning")
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_healthy(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"the collector exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"the collector at {url} did not come up")
+
+
+class ThreadCollector:
+    """The collector app served by uvicorn in a thread of the test process."""
+
+    def __init__(self, store: Store, port: int):
+        self.url = f"http://127.0.0.1:{port}"
+        config = uvicorn.Config(create_api(store, Settings(run_services=False)), host="127.0.0.1", port=port,
+                                log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def start(self) -> "ThreadCollector":
+        self.thread.start()
+        wait_healthy(self.url)
+        return self
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+class ProcessCollector:
+    """The collector in a subprocess, so that it can be stopped and restarted on one port."""
+
+    def __init__(self, db_url: str, port: int):
+        self.db_url, self.port = db_url, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "ProcessCollector":
+        self.proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, self.db_url, str(self.port)],
+                                     env={**os.environ, "OMP_NUM_THREADS": "1"})
+        wait_healthy(self.url, proc=self.proc)
+        return self
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        self.proc = None
+
+
+@pytest.fixture
+def db_url(tmp_path) -> str:
+    return f"sqlite:///{tmp_path}/collector.db"
+
+
+@pytest.fixture
+def store(db_url):
+    s = Store.open(db_url, upgrade=True)
+    yield s
+    s.dispose()
+
+
+@pytest.fixture
+def collector(store):
+    """A running collector in this process; yields (url, store)."""
+    server = ThreadCollector(store, free_port()).start()
+    yield server
+    server.stop()
