@@ -184,7 +184,7 @@ def test_an_idle_emitter_sends_heartbeats():
 
 def test_no_heartbeat_while_events_keep_flowing():
     sink = ListSink()
-    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=0.2).start()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=1.0).start()
     deadline = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
