@@ -1,0 +1,187 @@
+"""Fault-test harness: real ``replayscope serve`` and ``replayscope run`` processes on loopback.
+
+Every process is started by the test and ended by its own pid; every wait is bounded.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+REPO = Path(__file__).resolve().parents[2]
+PG_URL = os.environ.get("REPLAYSCOPE_TEST_PG_URL")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval_s)
+    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+
+
+def http_json(method: str, url: str, payload=None, timeout: float = 10.0):
+    """(status, decoded body) without raising on HTTP errors."""
+    data = None if payload is None else json.dumps(payload).encode()
+    request = urllib.request.Request(url, data=data, method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            raw = response.read()
+            return response.status, (json.loads(raw) if raw else None), dict(response.headers)
+    except urllib.error.HTTPError as error:
+        raw = error.read()
+        return error.code, (json.loads(raw) if raw else None), dict(error.headers)
+
+
+class Collector:
+    """``replayscope serve --no-dashboard`` as a subprocess on a fixed port."""
+
+    def __init__(self, db_url: str, port: int | None = None, env: dict | None = None, log: Path | None = None):
+        self.db_url = db_url
+        self.port = port or free_port()
+        self.env = {**os.environ, **(env or {})}
+        self.log = log
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 30.0) -> "Collector":
+        out = open(self.log, "ab") if self.log else subprocess.DEVNULL
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "app.cli", "serve", "--no-dashboard", "--host", "127.0.0.1",
+             "--port", str(self.port), "--db", self.db_url],
+            cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        wait_for(self._healthy, timeout_s, f"the collector on {self.url}")
+        return self
+
+    def _healthy(self) -> bool:
+        if self.proc.poll() is not None:
+            raise AssertionError(f"the collector exited with {self.proc.returncode}"
+                                 + (f": {self.log.read_text()[-2000:]}" if self.log else ""))
+        try:
+            with urllib.request.urlopen(self.url + "/healthz", timeout=1) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL: no shutdown handler, no flush, an in-flight transaction simply dies."""
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+def start_runner(collector_url: str, events: Path, *, steps: int, run_id: str, spool: Path | None = None,
+                 name: str | None = None, extra: list[str] = (), log: Path | None = None) -> subprocess.Popen:
+    command = [sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
+               "--workload", "mixed", "--steps", str(steps), "--collector", collector_url,
+               "--events", str(events), "--run-id", run_id, "--quiet", *extra]
+    if spool is not None:
+        command += ["--spool", str(spool)]
+    if name is not None:
+        command += ["--name", name]
+    out = open(log, "ab") if log else subprocess.DEVNULL
+    return subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+
+
+def read_events(path: Path) -> tuple[dict, list[dict]]:
+    """A runner --events file: (run record, events)."""
+    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return lines[0], lines[1:]
+
+
+# Every table keyed (run_pk, seq): each event the runner writes lands in exactly one.
+SEQ_TABLES = ("steps", "step_counts", "phases", "captures", "degrades", "parity_checks", "run_marks")
+
+
+def stored_seqs(db_url: str, run_id: str) -> Counter:
+    """seq -> how many rows hold it, over every event table of the run."""
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            run_pk = conn.execute(sa.text("SELECT id FROM runs WHERE run_id = :r"), {"r": run_id}).scalar_one()
+            union = " UNION ALL ".join(f"SELECT seq FROM {t} WHERE run_pk = :pk" for t in SEQ_TABLES)
+            return Counter(row[0] for row in conn.execute(sa.text(union), {"pk": run_pk}))
+    finally:
+        engine.dispose()
+
+
+def row_counts(db_url: str) -> dict[str, int]:
+    engine = sa.create_engine(db_url, poolclass=sa.pool.NullPool)
+    try:
+        with engine.connect() as conn:
+            names = sa.inspect(conn).get_table_names()
+            return {n: conn.execute(sa.text(f'SELECT count(*) FROM "{n}"')).scalar_one()
+                    for n in names if n != "alembic_version"}
+    finally:
+        engine.dispose()
+
+
+def migrated_sqlite(path: Path) -> str:
+    from collector.store import Store
+
+    url = f"sqlite:///{path}"
+    Store.open(url, upgrade=True).dispose()
+    return url
+
+
+@pytest.fixture
+def pg_url():
+    """A fresh, migrated PostgreSQL database (skipped without REPLAYSCOPE_TEST_PG_URL, unless CI)."""
+    if not PG_URL:
+        if os.environ.get("CI"):
+            pytest.fail("REPLAYSCOPE_TEST_PG_URL is not set; CI must run the PostgreSQL fault tests")
+        pytest.skip("REPLAYSCOPE_TEST_PG_URL not set")
+    from collector.store import Store
+
+    base = sa.make_url(PG_URL)
+    name = f"replayscope_f_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with admin.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    url = base.set(database=name).render_as_string(hide_password=False)
+    Store.open(url, upgrade=True).dispose()
+    try:
+        yield url
+    finally:
+        with admin.connect() as conn:
+            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        admin.dispose()
