@@ -12,13 +12,20 @@ import sys
 from runner.errors import ReplayscopeError
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad flags get one line, not the usage block (subcommand parsers inherit this)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from collector import cli as collector_cli
     from runner import cli as runner_cli
 
     from app import commands as app_commands
 
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="replayscope",
         description="Observability for CUDA-graph capture, replay and fallback in LLM inference.",
     )

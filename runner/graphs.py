@@ -310,7 +310,10 @@ class GraphRunner:
         ``runner.wire.REASONS`` or free text, recorded as ``custom:<text>``.
         """
         if reason is not None and reason not in wire.REASONS:
-            reason = wire.custom_reason(reason)
+            try:
+                reason = wire.custom_reason(reason)
+            except wire.WireError as error:
+                raise ReplayscopeError(f"step(reason=...): {error.message}") from None
         stage = stage or self.stage
         query_len = self.check_inputs(inputs, allow_query_len_change=stage in ("verify", "prefill", "mixed"))
         shape = BatchShape(stage, self._batch_size(inputs), query_len, adapters, grammar_switched, reason)

@@ -26,6 +26,7 @@ class WorkloadSpec:
     output_len: tuple[int, int] = (8, 64)
     max_running: int = 48
     max_prefill_requests: int = 8                 # new requests admitted per prefill iteration
+    prefill_wait_s: float = 0.1                   # admit once this many arrive or the oldest waited this long
     step_time_s: float = 0.02
     lora_fraction: float = 0.0                    # share of requests with an adapter
     num_adapters: int = 0
@@ -46,8 +47,8 @@ WORKLOADS: dict[str, WorkloadSpec] = {
     "grammar": WorkloadSpec("grammar", burst_period_s=4.0, grammar_fraction=0.5, grammar_switch_prob=0.02),
     "spec": WorkloadSpec("spec", burst_period_s=4.0, spec_fraction=1.0, spec_draft_lens=(3, 3, 3, 5)),
     # Everything at once; max_running above the default --max-bs so bursts overflow it.
-    "mixed": WorkloadSpec("mixed", arrival_rate=10.0, burst_period_s=6.0, max_running=48,
-                          output_len=(16, 96), lora_fraction=0.04, num_adapters=4,
+    "mixed": WorkloadSpec("mixed", arrival_rate=12.0, burst_period_s=6.0, max_running=48,
+                          output_len=(16, 96), lora_fraction=0.06, num_adapters=4,
                           grammar_fraction=0.25, grammar_switch_prob=0.004, spec_fraction=0.15,
                           spec_draft_lens=(3, 3, 3, 5)),
 }
@@ -149,11 +150,16 @@ class Scheduler:
             self.waiting.append(self._new_request())
             self.next_arrival += self._draw_gap()
 
+    def _prefill_due(self) -> bool:
+        """Batch arrivals into fewer prefills, as engines do, unless nothing else can run."""
+        return (not self.running or len(self.waiting) >= self.spec.max_prefill_requests
+                or self.clock - self.waiting[0].arrival_s >= self.spec.prefill_wait_s)
+
     def next_iteration(self) -> Iteration | None:
         """The next batch to run, or None when nothing is waiting or running yet."""
         self.clock += self.spec.step_time_s
         self._arrive()
-        if self.waiting and self.free_slots:
+        if self.waiting and self.free_slots and self._prefill_due():
             admitted = []
             while self.waiting and self.free_slots and len(admitted) < self.spec.max_prefill_requests:
                 request = self.waiting.popleft()

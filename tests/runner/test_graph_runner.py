@@ -372,6 +372,6 @@ def test_a_vocabulary_reason_from_the_caller_is_recorded_as_is():
 def test_an_overlong_custom_reason_is_refused_before_the_step_runs():
     step = CacheStep()
     runner = make_runner(step)
-    with pytest.raises(wire.WireError, match="custom reason is 1-120 printable characters"):
+    with pytest.raises(ReplayscopeError, match="custom reason is 1-120 printable characters"):
         runner.step(batch(4), reason="x" * (wire.CUSTOM_REASON_MAX_CHARS + 1))
     assert runner.emitter.of("step") == [] and step.seen_slots == []
