@@ -41,18 +41,22 @@ def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1):
     raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
 
 
+def _lower(headers) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
 def http_json(method: str, url: str, payload=None, timeout: float = 10.0):
-    """(status, decoded body) without raising on HTTP errors."""
+    """(status, decoded body, lower-cased headers) without raising on HTTP errors."""
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method=method,
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
-            return response.status, (json.loads(raw) if raw else None), dict(response.headers)
+            return response.status, (json.loads(raw) if raw else None), _lower(response.headers)
     except urllib.error.HTTPError as error:
         raw = error.read()
-        return error.code, (json.loads(raw) if raw else None), dict(error.headers)
+        return error.code, (json.loads(raw) if raw else None), _lower(error.headers)
 
 
 class Collector:
