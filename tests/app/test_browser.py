@@ -3,7 +3,7 @@
 Each page loads, draws its charts, shows the query layer's numbers and logs no SEVERE
 console error; the alert form rejects bad input with a message; a live run's page
 picks up new steps without a reload; a hostile run name renders as text. Screenshots
-of each page go to docs/screenshots/ (REPLAYSCOPE_SCREENSHOTS=0 skips them).
+of each page go to docs/screenshots/ when REPLAYSCOPE_SCREENSHOTS=1.
 """
 
 from __future__ import annotations
@@ -29,6 +29,9 @@ SCREENSHOTS = REPO / "docs" / "screenshots"
 XSS_NAME = "<script>alert(1)</script><b>x</b>"
 
 if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
+    if os.environ.get("CI"):
+        pytest.fail("CI must run the browser tests: install Debian chromium and chromium-driver",
+                    pytrace=False)
     pytest.skip("needs Debian chromium and chromium-driver", allow_module_level=True)
 
 from selenium import webdriver  # noqa: E402
@@ -126,7 +129,7 @@ def severe_errors(driver):
 
 
 def screenshot(driver, name):
-    if os.environ.get("REPLAYSCOPE_SCREENSHOTS", "1") == "0":
+    if os.environ.get("REPLAYSCOPE_SCREENSHOTS") != "1":
         return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     driver.execute_script("window.scrollTo(0, 0)")
