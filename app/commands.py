@@ -93,6 +93,7 @@ class _Demo:
         from collector.store import Store
         store = Store.open(db, upgrade=True)     # the demo's own embedded store
         _check_port(host, port)
+        _ensure_demo_rule(store)
         app = create_server(store, Settings(db=db, host=host, port=port, evaluate_every_s=5.0))
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
         thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)
@@ -143,6 +144,18 @@ class _Demo:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
+
+
+DEMO_RULE = {"name": "demo - decode eager ratio above 0.4", "threshold": 0.4, "window_s": 60,
+             "min_steps": 50, "stage": "decode"}
+
+
+def _ensure_demo_rule(store) -> None:
+    """An eager-ratio rule, so the demo shows thresholds and alerts; never a second one."""
+    from collector import alerts, queries
+
+    if not queries.alert_rules(store):
+        alerts.create_rule(store, DEMO_RULE)
 
 
 def _demo(args) -> int:

@@ -80,4 +80,6 @@ def test_demo_streams_a_live_run_and_stops_cleanly(tmp_path):
     store = Store.open(db)
     [run] = queries.list_runs(store)
     assert run["name"] == "demo" and run["source"] == "runner" and run["steps"] > 0
+    [rule] = queries.alert_rules(store)              # the demo's eager-ratio rule, made once
+    assert rule["threshold"] == 0.4 and rule["stage"] == "decode"
     store.dispose()
