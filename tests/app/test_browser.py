@@ -3,23 +3,22 @@
 Each page loads, draws its charts, shows the query layer's numbers and logs no SEVERE
 console error; the alert form rejects bad input with a message; a live run's page
 picks up new steps without a reload; a hostile run name renders as text. Screenshots
-of each page go to docs/screenshots/ when REPLAYSCOPE_SCREENSHOTS=1.
+of the pages (from the H200 runs in docs/data) are taken by test_browser_gpu_runs.py.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.app import synthetic
+from tests.live_server import serving
 
 pytestmark = pytest.mark.browser
 
@@ -41,18 +40,10 @@ from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     """A store with a real runner run (static backend), a baseline, a live run and a
     hostile name, served by uvicorn in a thread."""
-    import uvicorn
-
     from collector.ingest import ingest_jsonl
     from collector.settings import Settings
     from collector.store import Store
@@ -75,18 +66,8 @@ def env(tmp_path_factory):
     first += synthetic.step_events(first[-1]["ts"] + 0.01, 100, seq0=len(first) + 10, seed=1)
     ingest_events(store, "live-run", first)
 
-    port = _free_port()
-    app = create_server(store, Settings(run_services=False))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started:
-        assert time.time() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield {"store": store, "url": f"http://127.0.0.1:{port}", "live_next_seq": 100_000, "live": live}
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_server(store, Settings(run_services=False))) as url:
+        yield {"store": store, "url": url, "live_next_seq": 100_000, "live": live}
     store.dispose()
 
 
@@ -155,7 +136,6 @@ def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
     assert cells["backend"] == "static" and cells["source"] == "runner"
     assert len(queries.list_runs(env["store"])) == 4
     assert "4 runs" in driver.find_element(By.ID, "runs-count").text
-    screenshot(driver, "runs")
     assert severe_errors(driver) == []
 
 
@@ -176,7 +156,6 @@ def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
     shown = [e.get_attribute("data-reason") for e in driver.find_elements(By.CSS_SELECTOR, ".card.explanation")]
     assert shown == reasons
     assert "not refreshing" in driver.find_element(By.ID, "run-live").text
-    screenshot(driver, "run")
     assert severe_errors(driver) == []
 
 
@@ -198,7 +177,6 @@ def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
     rows = driver.find_elements(By.CSS_SELECTOR, "#startup-diff-table td[data-dash-column=item]")
     assert any("phase load_weights" == r.text for r in rows)
     assert any(r.text.startswith("capture bs") for r in rows)
-    screenshot(driver, "startup")
     assert severe_errors(driver) == []
 
 
@@ -220,7 +198,6 @@ def test_advisor_page_gives_the_advisors_sizes_and_flags(env, driver):
     assert text_of(driver, "advisor-flag-replayscope") == expected.flags["replayscope"]
     table = driver.find_element(By.ID, "advisor-table").text
     assert "proposed" in table and "current" in table
-    screenshot(driver, "advisor")
     assert severe_errors(driver) == []
 
 
@@ -245,7 +222,6 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
     wait(driver, lambda d: "eager-high" in d.find_element(By.ID, "alerts-rules").text)
     [rule] = queries.alert_rules(env["store"])
     assert rule["threshold"] == 0.3 and rule["window_s"] == 300
-    screenshot(driver, "alerts")
     assert severe_errors(driver) == []
 
 

@@ -2,13 +2,12 @@
 and its run shows up on the dashboard's run page."""
 
 import re
-import socket
-import threading
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+from tests.live_server import serving
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -20,27 +19,13 @@ def readme_example() -> str:
 
 @pytest.fixture()
 def live_server(tmp_path):
-    import uvicorn
-
     from app.server import create_server
     from collector.settings import Settings
     from collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path / 'rs.db'}", upgrade=True)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_server(store, Settings(run_services=False)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.time() + 20
-    while not server.started:
-        assert time.time() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield store, f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_server(store, Settings(run_services=False))) as url:
+        yield store, url
     store.dispose()
 
 
