@@ -2,8 +2,9 @@
 
 tests/app/test_browser.py already covers a hostile run *name* on the runs and run pages;
 this covers the other client-controlled strings: model, device, backend, the run_end
-error, a custom eager reason, a failed capture's error, a degrade error, a (phase names are a closed pattern, refused at ingest),
-and an alert rule's run pattern (rule names are a closed pattern), on the run, startup and alerts pages (headless Chromium).
+error, a custom eager reason, a failed capture's error, a degrade error and an alert rule's
+run pattern, on the run, startup and alerts pages (headless Chromium). Phase and rule names
+are closed patterns, refused at ingest.
 """
 
 from __future__ import annotations
