@@ -32,6 +32,14 @@ def add_parsers(sub) -> None:
     run.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed",
                      help="request mix; mixed has LoRA, grammar and speculative requests and bursts "
                           "above --max-bs")
+    run.add_argument("--arrival-rate", type=float, metavar="R",
+                     help="mean requests per second of the workload's virtual clock (Poisson); "
+                          "default: the workload's own")
+    run.add_argument("--max-running", type=int, metavar="N",
+                     help="cap on running requests (default: the workload's own; above --max-bs "
+                          "some batches run eager as batch_too_large)")
+    run.add_argument("--prompt-len", metavar="MIN,MAX", help="prompt lengths, uniform (default: the workload's)")
+    run.add_argument("--output-len", metavar="MIN,MAX", help="output lengths, uniform (default: the workload's)")
     length = run.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, help="stop after this many scheduler iterations (default 500)")
     length.add_argument("--duration", type=float, help="stop after this many seconds of running")
@@ -73,6 +81,9 @@ def config_from_args(args) -> "RunConfig":
     if args.events and not os.path.isdir(os.path.dirname(os.path.abspath(args.events))):
         raise ReplayscopeError(f"--events {args.events}: its directory does not exist")
     sizes = parse_capture_sizes(args.capture_sizes) if args.capture_sizes else None
+    overrides = {"arrival_rate": args.arrival_rate, "max_running": args.max_running,
+                 "prompt_len": _length_range("--prompt-len", args.prompt_len),
+                 "output_len": _length_range("--output-len", args.output_len)}
     failing = parse_capture_sizes(args.fail_capture) if args.fail_capture else ()
     return RunConfig(
         backend=args.backend, preset=None if args.model_dir else (args.preset or "tiny"),
@@ -80,7 +91,18 @@ def config_from_args(args) -> "RunConfig":
         max_bs=sizes[-1] if sizes else args.max_bs, capture_sizes=sizes, padding=not args.no_padding,
         compile=args.compile, seed=args.seed, parity_every=args.parity_every,
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
-        run_id=args.run_id, fail_capture_sizes=failing, progress=not args.quiet)
+        run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
+        fail_capture_sizes=failing, progress=not args.quiet)
+
+
+def _length_range(flag: str, text: str | None) -> tuple[int, int] | None:
+    if text is None:
+        return None
+    try:
+        low, high = (int(part) for part in text.split(","))
+    except ValueError:
+        raise ReplayscopeError(f"{flag} takes MIN,MAX (two integers), got {text!r}") from None
+    return low, high
 
 
 def make_sink(args):

@@ -50,6 +50,7 @@ class RunConfig:
     device: str | None = None
     name: str | None = None
     run_id: str | None = None
+    workload_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. arrival_rate, max_running
     fail_capture_sizes: tuple[int, ...] = ()   # fault injection: make these captures fail
     progress: bool = True
 
@@ -70,7 +71,7 @@ class RunConfig:
             raise ReplayscopeError(f"--model-dir {self.model_dir}: no such directory")
         if self.preset is not None:
             ModelArgs.from_preset(self.preset)  # unknown names fail here, before anything starts
-        workload_by_name(self.workload)
+        workload_by_name(self.workload, **self.workload_overrides)
 
     @property
     def sizes(self) -> tuple[int, ...]:
@@ -122,7 +123,7 @@ class DecodeEngine:
         self.device = pick_device(config)
         self.backend = resolve_backend("compile" if config.compile and config.backend in ("auto", "cuda")
                                        else config.backend, self.device)
-        self.spec = workload_by_name(config.workload)
+        self.spec = workload_by_name(config.workload, **config.workload_overrides)
         self.model: Transformer | None = None
         self.stats = RunStats()
 

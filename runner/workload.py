@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import random
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from runner.errors import ReplayscopeError
 
@@ -36,6 +36,15 @@ class WorkloadSpec:
     spec_fraction: float = 0.0                    # share of requests decoded speculatively
     spec_draft_lens: tuple[int, ...] = (3,)       # k per verify step, drawn uniformly
 
+    def __post_init__(self) -> None:
+        if not self.arrival_rate > 0:
+            raise ReplayscopeError(f"arrival rate must be positive, got {self.arrival_rate}")
+        if self.max_running < 1:
+            raise ReplayscopeError(f"max running requests must be at least 1, got {self.max_running}")
+        for name, (low, high) in (("prompt length", self.prompt_len), ("output length", self.output_len)):
+            if not 1 <= low <= high:
+                raise ReplayscopeError(f"{name} range must be 1 <= MIN <= MAX, got {low},{high}")
+
     @property
     def max_tokens_per_request(self) -> int:
         return self.prompt_len[1] + self.output_len[1] + max(self.spec_draft_lens) + 1
@@ -54,11 +63,13 @@ WORKLOADS: dict[str, WorkloadSpec] = {
 }
 
 
-def workload_by_name(name: str) -> WorkloadSpec:
+def workload_by_name(name: str, **overrides) -> WorkloadSpec:
+    """A named workload, with some of its fields overridden (e.g. arrival_rate=20.0)."""
     try:
-        return WORKLOADS[name]
+        spec = WORKLOADS[name]
     except KeyError:
         raise ReplayscopeError(f"unknown workload {name!r}; choose one of {', '.join(WORKLOADS)}") from None
+    return replace(spec, **{k: v for k, v in overrides.items() if v is not None})
 
 
 @dataclass

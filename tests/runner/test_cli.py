@@ -29,6 +29,10 @@ def run_cli(capsys, *argv):
     (["--parity-every", "-2"], "--parity-every must be >= 0"),
     (["--preset", "huge"], "unknown model preset 'huge'"),
     (["--collector", "ftp://example"], "--collector 'ftp://example' is not an http(s) URL"),
+    (["--arrival-rate", "0"], "arrival rate must be positive, got 0.0"),
+    (["--max-running", "0"], "max running requests must be at least 1, got 0"),
+    (["--prompt-len", "8"], "--prompt-len takes MIN,MAX (two integers), got '8'"),
+    (["--output-len", "9,3"], "output length range must be 1 <= MIN <= MAX, got 9,3"),
 ])
 def test_a_bad_flag_value_gives_one_error_line_exit_2_and_no_events_file(capsys, tmp_path, argv, message):
     events = tmp_path / "run.jsonl"
@@ -126,3 +130,18 @@ def test_a_good_run_writes_an_events_file_that_passes_the_contract(capsys, tmp_p
     assert sum(e["kind"] == "step" for e in lines) == 60
     assert lines[-1]["kind"] == "run_end" and lines[-1]["status"] == "finished"
     assert "run cli-run-1 (cli test, backend static on cpu): 60 steps" in err
+
+
+def test_workload_flags_override_the_named_workload(capsys, tmp_path):
+    events = tmp_path / "run.jsonl"
+    code, _, err = run_cli(capsys, "--backend", "static", "--quiet", "--steps", "40", "--events", str(events),
+                           "--arrival-rate", "25", "--max-running", "20", "--prompt-len", "4,6",
+                           "--output-len", "3,5")
+    assert code == 0, err
+    lines = [json.loads(line) for line in events.read_text().splitlines()]
+    workload = lines[0]["config"]["workload"]
+    assert (workload["arrival_rate"], workload["max_running"]) == (25.0, 20)
+    assert (workload["prompt_len"], workload["output_len"]) == ([4, 6], [3, 5])
+    prefills = [e for e in lines[1:] if e["kind"] == "step" and e["stage"] == "prefill"]
+    assert prefills and all(4 * e["raw_bs"] <= e["num_tokens"] <= 6 * e["raw_bs"] for e in prefills)
+    assert max(e["raw_bs"] for e in lines[1:] if e["kind"] == "step") <= 20
