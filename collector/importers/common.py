@@ -465,6 +465,51 @@ def run_status(*, ready: bool, fatal: bool, last: bool, ends_mid_line: bool,
     return "finished"
 
 
+def assemble_runs(text: str, *, path: str, mtime: float, digest: str, engine: str, source: str,
+                  classify: Callable[[LogLine], Fact | None], progress_kinds: set[str],
+                  new_run: Callable[[list[Fact], list[str]], Any]) -> ImportResult:
+    """A log's text into runs: one per server start, each from its primary rank's facts.
+
+    ``new_run(facts, warnings)`` makes the engine's run builder, which has ``apply(fact)``,
+    ``finish()``, ``error_for(status)``, ``model()``, ``backend()``, ``device()``,
+    ``config()``, and ``ready``, ``fatal``, ``events``.
+    """
+    warnings: list[str] = []
+    facts, lines, ends_mid_line = collect_facts(text, mtime, classify, warnings)
+    segments = meaningful(segment(facts, progress_kinds=progress_kinds))
+    runs: list[ImportedRun] = []
+    base = os.path.basename(path) or f"{engine}.log"
+    for index, (seg, seg_lines) in enumerate(segment_lines(segments, lines)):
+        run_warnings: list[str] = []
+        primary = primary_rank(seg.facts)
+        kept = [f for f in seg.facts if keep_fact(f, primary)]
+        run = new_run(kept, run_warnings)
+        run.primary = primary
+        for fact in kept:
+            try:
+                run.apply(fact)
+            except Exception as error:  # one odd line must not lose the run
+                run_warnings.append(f"line {fact.line.lineno}: skipped ({type(error).__name__})")
+        run.finish()
+        stamps = [line.ts for line in seg_lines if line.ts is not None]
+        started_at = stamps[0] if stamps else mtime
+        status = run_status(ready=run.ready, fatal=run.fatal, last=index == len(segments) - 1,
+                            ends_mid_line=ends_mid_line, warnings=run_warnings)
+        error = run.error_for(status)
+        end_ts = stamps[-1] if stamps else started_at
+        run.events.add(10**12, {"kind": "run_end", "ts": end_ts, "status": status, "error": error})
+        events = run.events.finish(started_at)
+        ranks = sorted({f.line.rank_label for f in seg.facts if f.line.rank_label})
+        model = run.model()
+        record = make_run_record(
+            source=source, run_id=run_id_for(engine, digest, index),
+            name=f"{base} run {index + 1}" + (f" ({model})" if model else ""),
+            started_at=started_at, backend=run.backend(), model=model, device=run.device(),
+            config=dict(run.config(), ranks=ranks, log_file=base))
+        runs.append(ImportedRun(record, events, status, run_warnings, error, ranks))
+    return ImportResult(source, path, runs, warnings)
+
+
 def safe_parse(parse: Callable[..., ImportResult], source: str, text: str, path: str, mtime: float,
                digest: str | None) -> ImportResult:
     """Run ``parse``; if it fails on this text (a bug), return what can be said instead

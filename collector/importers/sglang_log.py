@@ -10,15 +10,13 @@ per-batch ``cuda graph: True|False`` flag. docs/importing.md says what becomes w
 from __future__ import annotations
 
 import bisect
-import os
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
 from collector.importers.common import (
-    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, EventList, Fact,
-    ImportedRun, ImportResult, LogLine, clip, collect_facts, int_list, keep_fact, make_run_record, meaningful, segment_lines,
-    mem_bytes, num, primary_rank, run_id_for, run_status, safe_parse, segment, to_int,
+    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, assemble_runs, clip, EventList, Fact,
+    ImportResult, int_list, LogLine, mem_bytes, num, safe_parse, to_int,
 )
 
 SOURCE = "sglang-log"
@@ -479,6 +477,22 @@ class _Run:
                 "pool_delta_bytes": None, "status": "ok", "error": None, "variant": variant(bs)})
 
     # -- the run record -------------------------------------------------------------------
+    def finish(self) -> None:
+        self.finish_phases()
+        self.finish_captures()
+        if self.steps_without_flag:
+            self.warnings.append(f"{self.steps_without_flag} batch line(s) without a 'cuda graph:' flag "
+                                 f"(older SGLang): not imported as steps")
+
+    def error_for(self, status: str) -> str | None:
+        error = self.error or (self.exception if status == "failed" else None)
+        if status == "failed" and error is None:
+            error = clip(self.fatal_text, 4000)
+        return error
+
+    def model(self) -> str | None:
+        return self.args.get("served_model_name") or self.args.get("model_path")
+
     def backend(self) -> str:
         if self.args.get("disable_cuda_graph"):
             return "disabled"
@@ -518,49 +532,11 @@ class _Run:
 
 
 def parse(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: str = "0" * 64) -> ImportResult:
-    warnings: list[str] = []
-    facts, lines, ends_mid_line = collect_facts(text, mtime, classify, warnings)
-    segments = meaningful(segment(facts, progress_kinds={"load_end", "kv", "capture_begin", "capture_end", "tqdm",
-                                              "capture_failed", "batch", "timings"}))
-    runs: list[ImportedRun] = []
-    base = os.path.basename(path) or "sglang.log"
-    for index, (seg, seg_lines) in enumerate(segment_lines(segments, lines)):
-        run_warnings: list[str] = []
-        primary = primary_rank(seg.facts)
-        kept = [f for f in seg.facts if keep_fact(f, primary)]
-        run = _Run(kept, run_warnings)
-        run.primary = primary
-        for fact in kept:
-            try:
-                run.apply(fact)
-            except Exception as error:  # one odd line must not lose the run
-                run_warnings.append(f"line {fact.line.lineno}: skipped ({type(error).__name__})")
-        run.finish_phases()
-        run.finish_captures()
-        if run.steps_without_flag:
-            run_warnings.append(f"{run.steps_without_flag} batch line(s) without a 'cuda graph:' flag "
-                                f"(older SGLang): not imported as steps")
-        last = index == len(segments) - 1
-        stamps = [l.ts for l in seg_lines if l.ts is not None]
-        started_at = stamps[0] if stamps else mtime
-        status = run_status(ready=run.ready, fatal=run.fatal, last=last, ends_mid_line=ends_mid_line,
-                            warnings=run_warnings)
-        error = run.error or (run.exception if status == "failed" else None)
-        if status == "failed" and error is None:
-            error = clip(run.fatal_text, 4000)
-        end_ts = stamps[-1] if stamps else started_at
-        run.events.add(10**12, {"kind": "run_end", "ts": end_ts, "status": status, "error": error})
-        events = run.events.finish(started_at)
-        ranks = sorted({f.line.rank_label for f in seg.facts if f.line.rank_label})
-        model = run.args.get("served_model_name") or run.args.get("model_path")
-        record = make_run_record(
-            source=SOURCE, run_id=run_id_for("sglang", digest, index),
-            name=f"{base} run {index + 1}" + (f" ({model})" if model else ""),
-            started_at=started_at, backend=run.backend(), model=model, device=run.device(),
-            config=dict(run.config(), ranks=ranks, log_file=base))
-        runs.append(ImportedRun(record, events, status, run_warnings, error, ranks))
-    result = ImportResult(SOURCE, path, runs, warnings)
-    if not runs:
+    result = assemble_runs(text, path=path, mtime=mtime, digest=digest, engine="sglang", source=SOURCE,
+                           classify=classify, new_run=_Run,
+                           progress_kinds={"load_end", "kv", "capture_begin", "capture_end", "tqdm",
+                                           "capture_failed", "batch", "timings"})
+    if not result.runs:
         result.warnings.append("no SGLang server start found in this log")
     return result
 

@@ -9,14 +9,12 @@ cache, the capture progress bars and the capture total, engine init, failures, a
 
 from __future__ import annotations
 
-import os
 import re
 from typing import Any
 
 from collector.importers.common import (
-    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, EventList, Fact, ImportedRun,
-    ImportResult, LogLine, clip, collect_facts, int_list, keep_fact, make_run_record, meaningful,
-    mem_bytes, num, primary_rank, run_id_for, run_status, safe_parse, segment, segment_lines, to_int,
+    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, assemble_runs, clip, EventList, Fact,
+    ImportResult, int_list, LogLine, mem_bytes, num, safe_parse, to_int,
 )
 
 SOURCE = "vllm-log"
@@ -312,6 +310,18 @@ class _Run:
             else:
                 self.warnings.append("graph capture was still running where the log ends")
 
+    def finish(self) -> None:
+        self.finish_phases()
+
+    def error_for(self, status: str) -> str | None:
+        return (self.exception or clip(self.fatal_text, 4000)) if status == "failed" else None
+
+    def model(self) -> str | None:
+        return self.meta.get("model")
+
+    def device(self) -> str | None:
+        return self.meta.get("device") or ("cuda" if self.passes or "capture" in self.sums else None)
+
     def backend(self) -> str:
         if self.meta.get("enforce_eager"):
             return "eager"
@@ -343,45 +353,11 @@ class _Run:
 
 
 def parse(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str = "0" * 64) -> ImportResult:
-    warnings: list[str] = []
-    facts, lines, ends_mid_line = collect_facts(text, mtime, classify, warnings)
     progress = {"load_weights", "model_loading", "dynamo", "compile_graph", "compile_total", "kv_mem",
                 "kv_tokens", "capture_progress", "capture_done", "init_engine", "cg_stats", "row"}
-    segments = meaningful(segment(facts, progress_kinds=progress))
-    runs: list[ImportedRun] = []
-    base = os.path.basename(path) or "vllm.log"
-    for index, (seg, seg_lines) in enumerate(segment_lines(segments, lines)):
-        run_warnings: list[str] = []
-        primary = primary_rank(seg.facts)
-        kept = [f for f in seg.facts if keep_fact(f, primary)]
-        run = _Run(kept, run_warnings)
-        run.primary = primary
-        for fact in kept:
-            try:
-                run.apply(fact)
-            except Exception as error:  # one odd line must not lose the run
-                run_warnings.append(f"line {fact.line.lineno}: skipped ({type(error).__name__})")
-        run.finish_phases()
-        last = index == len(segments) - 1
-        stamps = [l.ts for l in seg_lines if l.ts is not None]
-        started_at = stamps[0] if stamps else mtime
-        status = run_status(ready=run.ready, fatal=run.fatal, last=last, ends_mid_line=ends_mid_line,
-                            warnings=run_warnings)
-        error = (run.exception or clip(run.fatal_text, 4000)) if status == "failed" else None
-        end_ts = stamps[-1] if stamps else started_at
-        run.events.add(10**12, {"kind": "run_end", "ts": end_ts, "status": status, "error": error})
-        events = run.events.finish(started_at)
-        ranks = sorted({f.line.rank_label for f in seg.facts if f.line.rank_label})
-        model = run.meta.get("model")
-        device = run.meta.get("device") or ("cuda" if run.passes or "capture" in run.sums else None)
-        record = make_run_record(
-            source=SOURCE, run_id=run_id_for("vllm", digest, index),
-            name=f"{base} run {index + 1}" + (f" ({model})" if model else ""),
-            started_at=started_at, backend=run.backend(), model=model, device=device,
-            config=dict(run.config(), ranks=ranks, log_file=base))
-        runs.append(ImportedRun(record, events, status, run_warnings, error, ranks))
-    result = ImportResult(SOURCE, path, runs, warnings)
-    if not runs:
+    result = assemble_runs(text, path=path, mtime=mtime, digest=digest, engine="vllm", source=SOURCE,
+                           classify=classify, progress_kinds=progress, new_run=_Run)
+    if not result.runs:
         result.warnings.append("no vLLM server start found in this log")
     return result
 
