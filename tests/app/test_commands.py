@@ -83,3 +83,10 @@ def test_demo_streams_a_live_run_and_stops_cleanly(tmp_path):
     [rule] = queries.alert_rules(store)              # the demo's eager-ratio rule, made once
     assert rule["threshold"] == 0.4 and rule["stage"] == "decode"
     store.dispose()
+
+
+def test_serve_and_demo_default_to_the_collectors_port():
+    from app.commands import DEFAULT_PORT
+    from collector.settings import Settings
+
+    assert DEFAULT_PORT == Settings().port
