@@ -29,12 +29,25 @@ def open_store(url: str):
 
     from collector.store import DEFAULT_URL, Store
 
+    shown = _without_password(url)
     try:
         return Store.open(url, upgrade=(url == DEFAULT_URL))
     except (ArgumentError, NoSuchModuleError) as error:
-        raise ReplayscopeError(f"--db {url!r}: not a usable database URL ({error})") from None
+        raise ReplayscopeError(f"--db {shown!r}: not a usable database URL ({error})") from None
+    except ModuleNotFoundError as error:
+        raise ReplayscopeError(f"--db {shown}: its database driver is not installed ({error.name}); "
+                               f"for PostgreSQL: pip install 'replayscope[postgres]'") from None
     except OperationalError as error:
-        raise ReplayscopeError(f"cannot open {url}: {str(error.orig).strip()}") from None
+        raise ReplayscopeError(f"cannot open {shown}: {' '.join(str(error.orig).split())}") from None
+
+
+def _without_password(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url
 
 
 def _check_port(host: str, port: int) -> None:

@@ -90,3 +90,12 @@ def test_serve_and_demo_default_to_the_collectors_port():
     from collector.settings import Settings
 
     assert DEFAULT_PORT == Settings().port
+
+
+def test_a_database_that_cannot_be_opened_is_one_line_without_the_password(capsys):
+    from app.cli import main
+
+    assert main(["serve", "--db", "postgresql+psycopg://user:s3cret@127.0.0.1:9/x", "--port", "9"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("replayscope serve: error: cannot open postgresql+psycopg://user:***@127.0.0.1:9/x")
+    assert "s3cret" not in err and err.count("\n") == 1
