@@ -125,8 +125,6 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> lis
                "capture_sizes": plan_sizes, "pool_bytes": report.pool_bytes,
                "padded_5_on_8_ms": statistics.median(padded_t), "eager_5_ms": statistics.median(eager5_t)}
     summary["padding_speedup"] = summary["eager_5_ms"] / summary["padded_5_on_8_ms"]
-    del runner, model
-    torch.cuda.empty_cache()
     return rows, summary
 
 
@@ -149,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         sizes = [int(s) for s in options.sizes.split(",")]
         for preset in options.presets.split(","):
             rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len)
+            torch.cuda.empty_cache()             # the preset's model and graphs are gone now
             result["rows"] += rows
             result["summaries"].append(summary)
         print(f"\n{result['device']}, torch {torch.__version__}, bf16, KV cache {options.seq_len} positions; "

@@ -30,7 +30,6 @@ from collector.services import Evaluator
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
-from runner.errors import ReplayscopeError
 from runner.wire import STEP_STAGES
 
 StageName = Literal[STEP_STAGES]  # type: ignore[valid-type]

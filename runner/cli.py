@@ -5,8 +5,12 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from runner.errors import ReplayscopeError
+
+if TYPE_CHECKING:
+    from runner.engine import RunConfig
 
 
 def add_parsers(sub) -> None:
@@ -72,7 +76,7 @@ def add_parsers(sub) -> None:
     run.set_defaults(handler=run_command)
 
 
-def config_from_args(args) -> "RunConfig":
+def config_from_args(args) -> RunConfig:
     from runner.engine import RunConfig
     from runner.plan import parse_capture_sizes
 

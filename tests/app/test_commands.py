@@ -4,10 +4,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from app.cli import main
-from tests.app import synthetic
 
 REPO = Path(__file__).resolve().parents[2]
 

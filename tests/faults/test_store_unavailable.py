@@ -9,7 +9,6 @@ import errno
 import os
 import sqlite3
 import subprocess
-import time
 from collections import Counter
 from pathlib import Path
 

@@ -4,7 +4,6 @@ The reasons a step runs eager must come from the batches themselves through disp
 these tests run the real tiny model, scheduler and graph runners and check the stream.
 """
 
-import collections
 import itertools
 import time
 
