@@ -80,12 +80,13 @@ def runner_rows(verbose: bool) -> list[tuple[str, str, str]]:
 def ingest_rows(verbose: bool, quick: bool) -> list[tuple[str, str, str]]:
     from benchmarks import ingest_bench
 
-    batches = "30" if quick else "100"
-    _code, text = _quiet_main(ingest_bench.main, ["--batches", batches, "--clients", "1"], verbose)
+    batches = "12" if quick else "40"
+    _code, text = _quiet_main(ingest_bench.main, ["--batches", batches], verbose)
     raw = _number(r"raw sqlite3\.executemany.*?\s([\d,]+)\s*$", text.splitlines()[1])
     http = _number(r"HTTP ingest.*?\s([\d,]+)\s*$", text.splitlines()[2])
     return [("ingest", "raw sqlite3.executemany (steps table)", f"{raw:,.0f} events/s"),
-            ("ingest", "HTTP ingest, batches of 2000, 1 client", f"{http:,.0f} events/s ({http / raw:.2f}x raw)")]
+            ("ingest", f"HTTP ingest, batches of {ingest_bench.HTTP_BATCH_EVENTS}, 1 client",
+             f"{http:,.0f} events/s ({http / raw:.2f}x raw)")]
 
 
 def query_rows(verbose: bool, steps: int) -> list[tuple[str, str, str]]:

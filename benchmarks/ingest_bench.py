@@ -5,7 +5,10 @@ POSTs pre-encoded batches of step events from client threads, and compares the r
 with ``sqlite3.executemany`` of the same rows into the same ``steps`` table (same
 pragmas, one transaction per batch), measured in the same run.
 
-    python -m benchmarks.ingest_bench [--batches 100] [--batch-size 2000] [--clients 2]
+    python -m benchmarks.ingest_bench [--batches 40] [--batch-size 5000] [--clients 1]
+
+The defaults are what one runner sends: its HTTP sink posts batches of
+``runner.emitter.HTTP_BATCH_EVENTS`` events from one thread.
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ import sys
 import tempfile
 import threading
 import time
+
+from runner.emitter import HTTP_BATCH_EVENTS
 
 TARGET_EVENTS_PER_S = 50_000
 TARGET_RAW_FRACTION = 0.3
@@ -144,9 +149,9 @@ def raw_sqlite(batches: list[list[dict]]) -> float:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=100)
-    parser.add_argument("--batch-size", type=int, default=2000)
-    parser.add_argument("--clients", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=40)
+    parser.add_argument("--batch-size", type=int, default=HTTP_BATCH_EVENTS)
+    parser.add_argument("--clients", type=int, default=1)
     parser.add_argument("--serve", nargs=2, metavar=("DB_URL", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.serve:

@@ -168,12 +168,27 @@ def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None =
     raise AssertionError("unreachable")
 
 
+_RANGE_SQL: dict[tuple, str] = {}
+
+
+def _seqs_in_range_sql(dialect) -> str:
+    """One text statement for the common case, built once: this runs in every ingest."""
+    key = (dialect.name, dialect.paramstyle)
+    sql = _RANGE_SQL.get(key)
+    if sql is None:
+        mark = "?" if dialect.paramstyle in ("qmark", "numeric") else "%s"
+        fmt = dialect.identifier_preparer.format_table
+        sql = " UNION ALL ".join(f"SELECT seq FROM {fmt(tb)} WHERE run_pk = {mark} AND seq BETWEEN {mark} AND {mark}"
+                                 for tb in _SEQ_TABLES)
+        _RANGE_SQL[key] = sql
+    return sql
+
+
 def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
     lo, hi = min(seqs), max(seqs)
     if hi - lo <= 4 * len(seqs) + 64:
-        parts = [sa.select(tb.c.seq).where(tb.c.run_pk == run_pk, tb.c.seq.between(lo, hi))
-                 for tb in _SEQ_TABLES]
-        return {r[0] for r in conn.execute(sa.union_all(*parts))}
+        params = (run_pk, lo, hi) * len(_SEQ_TABLES)
+        return {r[0] for r in conn.exec_driver_sql(_seqs_in_range_sql(conn.dialect), params)}
     found: set[int] = set()
     for i in range(0, len(seqs), 500):
         chunk = seqs[i:i + 500]

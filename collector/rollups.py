@@ -109,23 +109,34 @@ class Accumulator:
 
 
 def _upsert_add(conn: Connection, table: sa.Table, rows: list[dict], sums: tuple[str, ...]) -> None:
-    """INSERT rows, adding to the sums of rows whose key exists (one executemany)."""
+    """INSERT rows, adding to the sums of rows whose key exists: one driver-level executemany
+    (the ORM-free path: this runs in every ingest transaction)."""
     if not rows:
         return
-    name = conn.dialect.name
-    if name == "sqlite":
-        from sqlalchemy.dialects.sqlite import insert
-    elif name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert
-    else:  # pragma: no cover - other dialects are not supported for writes
-        raise NotImplementedError(f"rollups need sqlite or postgresql, not {name}")
-    stmt = insert(table)
-    keys = [c.name for c in table.primary_key.columns]
-    stmt = stmt.on_conflict_do_update(
-        index_elements=keys,
-        set_={col: table.c[col] + stmt.excluded[col] for col in sums},
-    )
-    conn.execute(stmt, rows)
+    if conn.dialect.name not in ("sqlite", "postgresql"):  # pragma: no cover
+        raise NotImplementedError(f"rollups need sqlite or postgresql, not {conn.dialect.name}")
+    columns = tuple(rows[0])
+    conn.exec_driver_sql(_upsert_sql(conn.dialect, table, columns, sums),
+                         [tuple(row[c] for c in columns) for row in rows])
+
+
+_UPSERT_SQL: dict[tuple, str] = {}
+
+
+def _upsert_sql(dialect, table: sa.Table, columns: tuple[str, ...], sums: tuple[str, ...]) -> str:
+    """``INSERT ... ON CONFLICT (key) DO UPDATE SET s = table.s + excluded.s`` (SQLite and PostgreSQL)."""
+    cache_key = (dialect.name, dialect.paramstyle, table.name, columns, sums)
+    sql = _UPSERT_SQL.get(cache_key)
+    if sql is None:
+        quote = dialect.identifier_preparer.quote
+        name = dialect.identifier_preparer.format_table(table)
+        mark = "?" if dialect.paramstyle in ("qmark", "numeric") else "%s"
+        keys = ", ".join(quote(c.name) for c in table.primary_key.columns)
+        updates = ", ".join(f"{quote(c)} = {name}.{quote(c)} + excluded.{quote(c)}" for c in sums)
+        sql = (f"INSERT INTO {name} ({', '.join(quote(c) for c in columns)}) "
+               f"VALUES ({', '.join([mark] * len(columns))}) ON CONFLICT ({keys}) DO UPDATE SET {updates}")
+        _UPSERT_SQL[cache_key] = sql
+    return sql
 
 
 def accumulate(step_events: Iterable[dict], count_events: Iterable[dict]) -> Accumulator:

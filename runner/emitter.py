@@ -28,6 +28,9 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+HTTP_BATCH_EVENTS = 5000   # events per POST: large batches amortise the request and transaction
+
+
 def _warn(message: str) -> None:
     print(f"replayscope: {message}", file=sys.stderr, flush=True)
 
@@ -63,7 +66,7 @@ class HttpSink:
     """
 
     def __init__(self, url: str, *, token: str | None = None, spool_path: str | None = None,
-                 batch_size: int = 5000, retries: int = 3, backoff_s: float = 0.2,
+                 batch_size: int = HTTP_BATCH_EVENTS, retries: int = 3, backoff_s: float = 0.2,
                  timeout_s: float = 10.0):
         self.base = url.rstrip("/")
         self.token = token
