@@ -1,0 +1,78 @@
+"""The wire contract's validation: precise errors, and a fast path that never accepts more."""
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from runner import wire
+
+STEP = {"seq": 3, "ts": 1700000000.5, "kind": "step", "stage": "decode", "mode": "padded", "raw_bs": 5,
+        "graph_bs": 8, "num_tokens": 5, "padded_tokens": 3, "reason": None, "duration_s": 0.002}
+VALID = {
+    "step": STEP,
+    "phase": {"seq": 0, "ts": 1.0, "kind": "phase", "phase": "load_weights", "duration_s": 2.5, "mem_bytes": 10},
+    "capture": {"seq": 1, "ts": 1.0, "kind": "capture", "graph_bs": 8, "stage": "decode", "duration_s": 0.1,
+                "pool_bytes": 1024, "pool_delta_bytes": -5, "status": "ok"},
+    "step_counts": {"seq": 2, "ts": 1.0, "kind": "step_counts", "stage": "mixed", "mode": "eager",
+                    "reason": "unknown", "count": 7, "num_tokens": 70, "padded_tokens": 0},
+    "degrade": {"seq": 4, "ts": 1.0, "kind": "degrade", "from": "cuda", "to": "eager", "error": "boom"},
+    "parity": {"seq": 5, "ts": 1.0, "kind": "parity", "graph_bs": 8, "max_abs_diff": 0.0, "rel_err": 0.0},
+    "run_end": {"seq": 6, "ts": 1.0, "kind": "run_end", "status": "finished"},
+    "heartbeat": {"seq": 7, "ts": 1.0, "kind": "heartbeat"},
+}
+ODD_VALUES = [None, True, False, -1, 0, 1, 8, 2**63, -0.5, 1.5, math.nan, math.inf, -math.inf, "", "x" * 5000,
+              "decode", "graph", "eager", "padded", "prefill", "ok", "custom:mine", "custom:", [], {}, "Load_Weights"]
+
+
+def precise(event):
+    """The slow path alone: the field tables checked one by one."""
+    wire._check_fields(event, wire.COMMON_EVENT_FIELDS)
+    wire._check_fields(event, wire.EVENT_FIELDS[event["kind"]])
+
+
+def test_every_valid_example_passes_both_paths():
+    for kind, event in VALID.items():
+        assert wire._FAST_CHECKS[kind](event), kind
+        wire.validate_event(event)
+
+
+@settings(max_examples=600, deadline=None)
+@given(kind=st.sampled_from(sorted(VALID)), changes=st.dictionaries(
+    st.sampled_from(sorted({f for k in VALID.values() for f in k} | {"extra"})),
+    st.sampled_from(ODD_VALUES) | st.just(wire._MISSING), max_size=3))
+def test_the_fast_path_never_accepts_what_the_precise_path_rejects(kind, changes):
+    event = dict(VALID[kind])
+    for field, value in changes.items():
+        if value is wire._MISSING:
+            event.pop(field, None)
+        else:
+            event[field] = value
+    if event.get("kind") != kind:
+        return
+    if wire._FAST_CHECKS[kind](event):
+        precise(event)            # must not raise
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("seq", -1, "seq: must be >= 0"),
+    ("ts", math.nan, "ts: must be finite"),
+    ("raw_bs", True, "raw_bs: must be an integer"),
+    ("mode", "fast", "mode: 'fast' is not one of graph, padded, eager"),
+    ("reason", "sleepy", "reason: 'sleepy' is not a known reason"),
+])
+def test_a_bad_field_is_named_in_the_error(field, value, message):
+    with pytest.raises(wire.WireError, match=message):
+        wire.validate_event(dict(STEP, **{field: value}))
+
+
+def test_cross_field_rules_hold_on_the_fast_path_too():
+    with pytest.raises(wire.WireError, match="graph_bs: a padded step replays a graph larger than raw_bs"):
+        wire.validate_event(dict(STEP, graph_bs=5))
+    with pytest.raises(wire.WireError, match="reason: an eager step needs a reason"):
+        wire.validate_event(dict(STEP, mode="eager", graph_bs=None))
+    with pytest.raises(wire.WireError, match="kind: 'teleport' is not one of"):
+        wire.validate_event(dict(STEP, kind="teleport"))
+    with pytest.raises(wire.WireError, match="must be a JSON object"):
+        wire.validate_event([STEP])
