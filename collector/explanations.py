@@ -62,7 +62,7 @@ EXPLANATIONS: dict[str, Explanation] = {
         change=(
             "Raise --max-bs, or add a larger size to --capture-sizes (see the Advisor page "
             "for which sizes pay off).",
-            "Or cap the scheduler's batch at the largest captured size.",
+            "Or cap the scheduler's batch at the largest captured size (--max-running).",
         ),
         vllm=(
             "--cudagraph-capture-sizes with a larger last size, or raise "
