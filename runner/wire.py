@@ -236,7 +236,7 @@ def validate_run(record: Any) -> None:
 def validate_event(event: Any) -> None:
     """Raise WireError unless ``event`` is a valid event; checks cross-field rules too."""
     kind = event.get("kind") if type(event) is dict else None
-    fast = _FAST_CHECKS.get(kind)
+    fast = _FAST_CHECKS.get(kind) if type(kind) is str else None
     if fast is None or not fast(event):
         # The precise checks, which name the field that is wrong.
         _check_fields(event, COMMON_EVENT_FIELDS)

@@ -76,3 +76,9 @@ def test_cross_field_rules_hold_on_the_fast_path_too():
         wire.validate_event(dict(STEP, kind="teleport"))
     with pytest.raises(wire.WireError, match="must be a JSON object"):
         wire.validate_event([STEP])
+
+
+@pytest.mark.parametrize("kind", [{}, [], None, 3, "teleport"])
+def test_a_kind_that_is_not_a_known_string_is_a_wire_error(kind):
+    with pytest.raises(wire.WireError, match="kind: "):
+        wire.validate_event({"kind": kind, "seq": 0, "ts": 0.0})
