@@ -9,7 +9,6 @@ of the pages (from the H200 runs in docs/data) are taken by test_browser_gpu_run
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -18,24 +17,18 @@ from pathlib import Path
 import pytest
 
 from tests.app import synthetic
+from tests.browser import chromium, require_chromium
 from tests.live_server import serving
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
 REPO = Path(__file__).resolve().parents[2]
 SCREENSHOTS = REPO / "docs" / "screenshots"
 XSS_NAME = "<script>alert(1)</script><b>x</b>"
 
-if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-    if os.environ.get("CI"):
-        pytest.fail("CI must run the browser tests: install Debian chromium and chromium-driver",
-                    pytrace=False)
-    pytest.skip("needs Debian chromium and chromium-driver", allow_module_level=True)
+require_chromium()
 
-from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -73,15 +66,7 @@ def env(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--window-size=1400,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    d.set_page_load_timeout(60)
+    d = chromium(tmp_path_factory.mktemp("chromium"), console_log=True)
     yield d
     d.quit()
 

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 
 from app.cli import main
+from tests.live_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -61,14 +62,11 @@ def test_server_without_dashboard_serves_only_the_api(filled):
 
 
 def test_demo_streams_a_live_run_and_stops_cleanly(tmp_path):
-    import socket
-
+    
     from collector import queries
     from collector.store import Store
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     db = f"sqlite:///{tmp_path / 'demo.db'}"
     done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--db", db,
                            "--duration", "20"], cwd=REPO, capture_output=True, text=True, timeout=120)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +15,7 @@ import uvicorn
 from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
+from tests.live_server import free_port
 
 SERVE_SCRIPT = """
 import sys, uvicorn
@@ -27,12 +27,6 @@ store = Store.open(db, upgrade=True)
 uvicorn.run(create_api(store, Settings(db=db, run_services=False)), host="127.0.0.1", port=port,
             log_level="warning")
 """
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_healthy(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:

@@ -17,7 +17,8 @@ from collector.tables import runs, steps
 from runner import wire
 from runner.emitter import Emitter, HttpSink
 
-from tests.e2e.conftest import ProcessCollector, ThreadCollector, free_port
+from tests.e2e.conftest import ProcessCollector, ThreadCollector
+from tests.live_server import free_port
 
 
 def run_record(run_id):

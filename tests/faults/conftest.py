@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,15 +19,11 @@ from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
+from tests.live_server import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PG_URL = os.environ.get("REPLAYSCOPE_TEST_PG_URL")
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_for(predicate, timeout_s: float, what: str, interval_s: float = 0.1):

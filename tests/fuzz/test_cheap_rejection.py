@@ -14,6 +14,7 @@ from collector import api as collector_api
 from collector.ingest import ingest_run
 from collector.settings import Settings
 from collector.store import Store
+from tests.live_server import free_port
 
 LIMIT = 1024 * 1024
 
@@ -26,9 +27,7 @@ def server(tmp_path_factory):
     ingest_run(store, {"run_id": "r", "name": "r", "source": "runner", "started_at": 1.0, "backend": "static",
                        "model": "tiny", "device": "cpu", "config": {}})
     app = collector_api.create_api(store, Settings(run_services=False, max_body_bytes=LIMIT))
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
     thread.start()

@@ -9,22 +9,18 @@ are closed patterns, refused at ingest.
 
 from __future__ import annotations
 
-import shutil
-import socket
-import threading
 import time
 
 import pytest
 
+from tests.browser import chromium, require_chromium
+from tests.live_server import serving
+
 pytestmark = pytest.mark.browser
 
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-    pytest.skip("needs Debian chromium and chromium-driver", allow_module_level=True)
+require_chromium()
 
-from selenium import webdriver  # noqa: E402
 from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
@@ -59,41 +55,20 @@ def hostile_run(store) -> None:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    import uvicorn
-
     from app.server import create_server
     from collector.settings import Settings
     from collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('esc') / 'rs.db'}", upgrade=True)
     hostile_run(store)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_server(store, Settings(run_services=False)),
-                                           host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+    with serving(create_server(store, Settings(run_services=False))) as base:
+        yield base
     store.dispose()
 
 
 @pytest.fixture(scope="module")
 def driver(tmp_path_factory):
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                "--disable-component-update", "--no-first-run", "--window-size=1400,1000",
-                f"--user-data-dir={tmp_path_factory.mktemp('chromium')}"):
-        options.add_argument(arg)
-    d = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    d.set_page_load_timeout(60)
+    d = chromium(tmp_path_factory.mktemp("chromium"))
     yield d
     d.quit()
 

@@ -8,7 +8,6 @@ import io
 import json
 import os
 import shutil
-import socket
 import threading
 import time
 
@@ -17,6 +16,7 @@ import pytest
 from collector.importers import cli
 from runner.errors import ReplayscopeError
 from tests.importers.conftest import FIXTURES, gib
+from tests.live_server import free_port
 
 
 def parser() -> argparse.ArgumentParser:
@@ -116,11 +116,6 @@ def test_db_and_collector_are_mutually_exclusive():
         parser().parse_args(["import", "vllm", "x.log", "--db", "sqlite://", "--collector", "http://x"])
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.fixture
 def collector_url(tmp_path):
@@ -133,7 +128,7 @@ def collector_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'api.db'}"
     store = Store.open(url, upgrade=True)
     app = create_api(store, Settings(db=url, token="s3cret", run_services=False))
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import http.server
-import socket
 import threading
 
 import pytest
@@ -14,6 +13,7 @@ from collector.importers import cli
 from collector.importers.sglang_metrics import Scraper
 from runner.errors import ReplayscopeError
 from runner.wire import validate_event, validate_run
+from tests.live_server import free_port
 
 NAME = "sglang:cuda_graph_passes"
 
@@ -107,11 +107,6 @@ def test_scrape_command_writes_one_run_into_the_store(sglang, tmp_path):
     assert run["status"] == "finished"
     store.dispose()
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_unreachable_endpoint_is_one_clear_error():
