@@ -14,10 +14,10 @@ import hmac
 import json
 from contextlib import asynccontextmanager
 from itertools import accumulate
-from typing import Any, Literal, Optional
+from typing import Annotated, Any, Literal, Optional
 
 import sqlalchemy as sa
-from fastapi import Depends, FastAPI, Query, Request
+from fastapi import Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
@@ -137,6 +137,10 @@ async def _json_body(request: Request) -> Any:
         raise ApiError(400, "JSON nested too deeply") from None
     except ValueError as error:
         raise ApiError(400, f"invalid JSON: {error}") from None
+
+
+# Rule ids are database integers: anything outside SQLite's and PostgreSQL's BIGINT is a 422.
+RuleId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the rule's id")]
 
 
 def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
@@ -297,12 +301,12 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         return JSONResponse(await run_in_threadpool(alerts.create_rule, store, data), status_code=201)
 
     @app.get("/v1/alert-rules/{rule_id}", response_model=schemas.AlertRule, tags=["alerts"], responses=errors)
-    def get_rule(rule_id: int):
+    def get_rule(rule_id: RuleId):
         return JSONResponse(alerts.get_rule(store, rule_id))
 
     @app.put("/v1/alert-rules/{rule_id}", dependencies=writer, response_model=schemas.AlertRule,
              tags=["alerts"], openapi_extra=schemas.request_body(schemas.AlertRuleIn), responses=write_errors)
-    async def put_rule(rule_id: int, request: Request):
+    async def put_rule(rule_id: RuleId, request: Request):
         """Replace a rule (omitted optional fields return to their defaults)."""
         data = await _json_body(request)
         return JSONResponse(await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=False))
@@ -310,14 +314,14 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     @app.patch("/v1/alert-rules/{rule_id}", dependencies=writer, response_model=schemas.AlertRule,
                tags=["alerts"], openapi_extra=schemas.request_body(schemas.AlertRulePatch),
                responses=write_errors)
-    async def patch_rule(rule_id: int, request: Request):
+    async def patch_rule(rule_id: RuleId, request: Request):
         """Change the given fields of a rule."""
         data = await _json_body(request)
         return JSONResponse(await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=True))
 
     @app.delete("/v1/alert-rules/{rule_id}", dependencies=writer, status_code=204, tags=["alerts"],
                 responses=write_errors)
-    def delete_rule(rule_id: int):
+    def delete_rule(rule_id: RuleId):
         """Delete a rule; its firing alerts resolve, the history stays."""
         alerts.delete_rule(store, rule_id)
         return Response(status_code=204)

@@ -202,3 +202,13 @@ def test_alert_rules_crud_with_validation(client):
 
 def test_healthz(client):
     assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_a_rule_id_beyond_a_database_integer_is_a_422_not_a_crash(client):
+    huge = 2**70
+    for method in ("get", "delete"):
+        response = getattr(client, method)(f"/v1/alert-rules/{huge}")
+        assert response.status_code == 422, (method, response.text)
+    assert client.patch(f"/v1/alert-rules/{huge}", json={"threshold": 0.5}).status_code == 422
+    assert client.get("/v1/alert-rules/0").status_code == 422
+    assert client.get("/v1/alert-rules/12345").status_code == 404
