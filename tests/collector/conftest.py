@@ -6,36 +6,11 @@ Each PostgreSQL case gets a database of its own, dropped afterwards.
 
 from __future__ import annotations
 
-import os
-import uuid
-
 import pytest
-import sqlalchemy as sa
 
 from collector.ingest import ingest_run
 from collector.store import Store
-
-PG_URL = os.environ.get("REPLAYSCOPE_TEST_PG_URL")
-
-
-def _pg_database():
-    if not PG_URL:
-        if os.environ.get("CI"):
-            pytest.fail("REPLAYSCOPE_TEST_PG_URL is not set; CI must run the PostgreSQL store tests")
-        pytest.skip("REPLAYSCOPE_TEST_PG_URL not set")
-    base = sa.make_url(PG_URL)
-    name = f"replayscope_t_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = base.set(database=name).render_as_string(hide_password=False)
-
-    def drop():
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
-
-    return url, drop
+from tests.postgres import temporary_database
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -44,11 +19,8 @@ def db_url(request, tmp_path):
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/store.db"
         return
-    url, drop = _pg_database()
-    try:
+    with temporary_database("store tests") as url:
         yield url
-    finally:
-        drop()
 
 
 @pytest.fixture

@@ -13,16 +13,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import uuid
 from collections import Counter
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 from tests.live_server import free_port
+from tests.postgres import temporary_database
 
 REPO = Path(__file__).resolve().parents[2]
-PG_URL = os.environ.get("REPLAYSCOPE_TEST_PG_URL")
 
 
 
@@ -165,22 +164,8 @@ def migrated_sqlite(path: Path) -> str:
 @pytest.fixture
 def pg_url():
     """A fresh, migrated PostgreSQL database (skipped without REPLAYSCOPE_TEST_PG_URL, unless CI)."""
-    if not PG_URL:
-        if os.environ.get("CI"):
-            pytest.fail("REPLAYSCOPE_TEST_PG_URL is not set; CI must run the PostgreSQL fault tests")
-        pytest.skip("REPLAYSCOPE_TEST_PG_URL not set")
     from collector.store import Store
 
-    base = sa.make_url(PG_URL)
-    name = f"replayscope_f_{uuid.uuid4().hex[:12]}"
-    admin = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
-    with admin.connect() as conn:
-        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
-    url = base.set(database=name).render_as_string(hide_password=False)
-    Store.open(url, upgrade=True).dispose()
-    try:
+    with temporary_database("fault tests") as url:
+        Store.open(url, upgrade=True).dispose()
         yield url
-    finally:
-        with admin.connect() as conn:
-            conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        admin.dispose()
