@@ -42,6 +42,20 @@ def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None):
                        parity_every=parity_every, progress=False), step
 
 
+def run_engine(**config):
+    """The built-in workload on the GPU, every event kept; returns (events, stream after setup, stats)."""
+    sink = ListSink()
+    engine = DecodeEngine(RunConfig(backend=config.pop("backend", "cuda"), preset="tiny",
+                                    workload="decode-only", progress=False, **config))
+    emitter = Emitter(sink, engine.run_record()).start()
+    engine.emitter = emitter
+    engine.setup()
+    stream_after_setup = torch.cuda.current_stream()
+    stats = engine.run()
+    emitter.close("finished")
+    return sink.events, stream_after_setup, stats
+
+
 @pytest.fixture()
 def model():
     torch.manual_seed(0)
@@ -90,23 +104,15 @@ def test_padded_replay_returns_the_real_rows_and_spares_other_slots(model):
 
 @torch.inference_mode()
 def test_a_capture_that_fails_degrades_and_the_run_goes_on():
-    sink = ListSink()
-    config = RunConfig(backend="cuda", preset="tiny", workload="decode-only", steps=200, max_bs=16,
-                       fail_capture_sizes=(8,), progress=False)
-    engine = DecodeEngine(config)
-    emitter = Emitter(sink, engine.run_record()).start()
-    engine.emitter = emitter
-    engine.setup()
-    assert torch.cuda.current_stream() == torch.cuda.default_stream()   # restored after the failure
-    stats = engine.run()
-    emitter.close("finished")
-    captures = {e["graph_bs"]: e for e in sink.events if e["kind"] == "capture" and e["stage"] == "decode"}
+    events, stream, stats = run_engine(steps=200, max_bs=16, fail_capture_sizes=(8,))
+    assert stream == torch.cuda.default_stream()        # restored after the failure
+    captures = {e["graph_bs"]: e for e in events if e["kind"] == "capture" and e["stage"] == "decode"}
     assert captures[8]["status"] == "failed" and "capture" in captures[8]["error"].lower()
     assert all(captures[s]["status"] == "ok" for s in (1, 2, 4, 16)), \
         {s: (c["status"], c.get("error")) for s, c in captures.items()}
-    degrades = [e for e in sink.events if e["kind"] == "degrade"]
+    degrades = [e for e in events if e["kind"] == "degrade"]
     assert degrades and degrades[0]["graph_bs"] == 8
-    steps = [e for e in sink.events if e["kind"] == "step"]
+    steps = [e for e in events if e["kind"] == "step"]
     assert len(steps) == stats.steps == 200
     assert not any(e["graph_bs"] == 8 for e in steps)
     assert any(e["mode"] == "padded" and e["graph_bs"] == 16 and 4 < e["raw_bs"] <= 8 for e in steps) \
@@ -136,35 +142,19 @@ def test_instrumented_replay_adds_no_device_synchronisation(model):
 
 @torch.inference_mode()
 def test_parity_check_records_divergence_on_the_gpu():
-    sink = ListSink()
-    config = RunConfig(backend="cuda", preset="tiny", workload="decode-only", steps=300, max_bs=48,
-                       parity_every=5, progress=False)
-    engine = DecodeEngine(config)
-    emitter = Emitter(sink, engine.run_record()).start()
-    engine.emitter = emitter
-    engine.setup()
-    engine.run()
-    emitter.close("finished")
-    parity = [e for e in sink.events if e["kind"] == "parity"]
+    events, _, _ = run_engine(steps=300, max_bs=48, parity_every=5)
+    parity = [e for e in events if e["kind"] == "parity"]
     assert parity and all(e["rel_err"] < BF16_TOL for e in parity)
 
 
 @torch.inference_mode()
 def test_compile_backend_compiles_then_captures():
-    sink = ListSink()
-    config = RunConfig(backend="compile", preset="tiny", workload="decode-only", steps=60,
-                       capture_sizes=(4, 8), max_bs=8, progress=False)
-    engine = DecodeEngine(config)
-    emitter = Emitter(sink, engine.run_record()).start()
-    engine.emitter = emitter
-    engine.setup()
-    engine.run()
-    emitter.close("finished")
-    captures = [e for e in sink.events if e["kind"] == "capture"]
+    events, _, _ = run_engine(backend="compile", steps=60, capture_sizes=(4, 8), max_bs=8)
+    captures = [e for e in events if e["kind"] == "capture"]
     assert {c["graph_bs"] for c in captures} == {4, 8}
     # Either compiled and captured, or compile failed and the ladder captured without it.
     for c in captures:
         assert c["status"] == "ok"
         assert c["variant"] in ("compile+cuda", "cuda")
     if any(c["variant"] == "cuda" for c in captures):
-        assert any(e["kind"] == "degrade" and e["from"] == "compile" for e in sink.events)
+        assert any(e["kind"] == "degrade" and e["from"] == "compile" for e in events)
