@@ -17,3 +17,29 @@ def gib(value: float) -> int:
 def read_fixture(name: str) -> str:
     # bytes, not read_text: universal newlines would turn tqdm's \r into \n
     return (FIXTURES / name).read_bytes().decode("utf-8")
+
+
+def parsed(parse_text, name: str):
+    """Parse a fixture; every run and event must pass the wire contract, seqs 0..n-1."""
+    from runner.wire import validate_event, validate_run
+
+    result = parse_text(read_fixture(name), path=name, mtime=MTIME)
+    for run in result.runs:
+        validate_run(run.run)
+        for event in run.events:
+            validate_event(event)
+        assert [e["seq"] for e in run.events] == list(range(len(run.events)))
+    return result
+
+
+def the_only_run(result):
+    assert len(result.runs) == 1
+    return result.runs[0]
+
+
+def kind(run, name):
+    return [e for e in run.events if e["kind"] == name]
+
+
+def phases(run):
+    return {e["phase"]: (e["duration_s"], e.get("mem_bytes")) for e in kind(run, "phase")}

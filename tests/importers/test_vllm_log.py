@@ -5,32 +5,15 @@ from __future__ import annotations
 from datetime import datetime, timezone
 
 from collector.importers import parse_vllm_text
-from runner.wire import validate_event, validate_run
-from tests.importers.conftest import MTIME, gib, read_fixture
+from tests.importers.conftest import MTIME, gib, kind, parsed, phases, read_fixture, the_only_run
 
 
 def parse(name: str):
-    result = parse_vllm_text(read_fixture(name), path=name, mtime=MTIME)
-    for run in result.runs:
-        validate_run(run.run)
-        for event in run.events:
-            validate_event(event)
-        assert [e["seq"] for e in run.events] == list(range(len(run.events)))
-    return result
+    return parsed(parse_vllm_text, name)
 
 
 def only_run(name: str):
-    result = parse(name)
-    assert len(result.runs) == 1
-    return result.runs[0]
-
-
-def kind(run, name):
-    return [e for e in run.events if e["kind"] == name]
-
-
-def phases(run):
-    return {e["phase"]: (e["duration_s"], e.get("mem_bytes")) for e in kind(run, "phase")}
+    return the_only_run(parse(name))
 
 
 def utc(text: str) -> float:
