@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 from typing import TYPE_CHECKING
@@ -156,25 +157,9 @@ def run_command(args) -> int:
     record = engine.run_record()
     emitter = Emitter(sink, record) if sink is not None else None
     engine.emitter = emitter
-    if emitter is not None:
-        emitter.start()
-    status, error = "failed", None
-    try:
+    with emitter if emitter is not None else contextlib.nullcontext():   # ends the run however it ends
         engine.setup()
         stats = engine.run()
-        status = "finished"
-    except KeyboardInterrupt:
-        status = "interrupted"
-        raise
-    except ReplayscopeError as failure:
-        error = str(failure)
-        raise
-    except Exception as failure:
-        error = repr(failure)
-        raise
-    finally:
-        if emitter is not None:
-            emitter.close(status, error=error)
     print(summary_line(record, engine, stats), file=sys.stderr)
     return 0
 

@@ -19,6 +19,7 @@ from collections import deque
 from typing import Any, Protocol
 
 from runner import wire
+from runner.errors import ReplayscopeError
 from runner.http import HttpError, post_json
 
 
@@ -211,10 +212,15 @@ class Emitter:
         return self.start()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        if not self.closed:
-            self.close("failed" if exc_type and exc_type is not KeyboardInterrupt else
-                       "interrupted" if exc_type else "finished",
-                       error=repr(exc) if exc else None)
+        """End the run by how the block ended: finished, interrupted (Ctrl-C) or failed."""
+        if self.closed:
+            return
+        if exc_type is None:
+            self.close("finished")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self.close("interrupted")
+        else:
+            self.close("failed", error=str(exc) if isinstance(exc, ReplayscopeError) else repr(exc))
 
     @property
     def run_id(self) -> str:

@@ -223,3 +223,21 @@ def test_step_returns_at_once_even_when_the_sink_is_slow():
     release.set()
     emitter.close()
     assert sum(e["kind"] == "step" for e in sink.events) == 1001
+
+
+def test_ctrl_c_in_a_with_block_ends_the_run_interrupted():
+    sink = ListSink()
+    with pytest.raises(KeyboardInterrupt):
+        with Emitter(sink, run_record()):
+            raise KeyboardInterrupt
+    assert sink.events[-1]["status"] == "interrupted" and "error" not in sink.events[-1]
+
+
+def test_a_user_facing_error_ends_the_run_failed_with_its_own_words():
+    from runner.errors import ReplayscopeError
+
+    sink = ListSink()
+    with pytest.raises(ReplayscopeError):
+        with Emitter(sink, run_record()):
+            raise ReplayscopeError("workload tiny needs 300 positions")
+    assert sink.events[-1]["error"] == "workload tiny needs 300 positions"
