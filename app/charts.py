@@ -178,6 +178,8 @@ def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]])
             return float(row["ts"]) - float(row["duration_s"])
         return None
 
+    phases = [p for p in phases if p.get("duration_s") is not None]      # unknown lengths have no bar
+    captures = [c for c in captures if c.get("duration_s") is not None]
     bars: list[dict[str, Any]] = []
     for p in phases:
         if p["phase"].startswith("capture") and captures:   # shown per size below
@@ -237,8 +239,11 @@ def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
     def totals(phs, caps):
         out: dict[str, float] = {}
         for p in phs:
-            out[f"phase {p['phase']}"] = out.get(f"phase {p['phase']}", 0.0) + float(p["duration_s"])
+            if p["duration_s"] is not None:
+                out[f"phase {p['phase']}"] = out.get(f"phase {p['phase']}", 0.0) + float(p["duration_s"])
         for c in caps:
+            if c["duration_s"] is None:
+                continue
             key = f"capture bs {c['graph_bs']}" + ("" if c["stage"] == "decode" else f" {c['stage']}")
             out[key] = out.get(key, 0.0) + float(c["duration_s"])
         return out

@@ -288,7 +288,8 @@ def run_inputs(store: Any, run_id: str) -> dict[str, Any] | None:
     for row in queries.captures(store, run_id):
         if row.get("status") != "ok" or row.get("stage", "decode") != "decode":
             continue
-        capture_s[row["graph_bs"]] = float(row["duration_s"])
+        if row["duration_s"] is not None:
+            capture_s[row["graph_bs"]] = float(row["duration_s"])
         if row.get("pool_delta_bytes") is not None:
             pool[row["graph_bs"]] = max(0, int(row["pool_delta_bytes"]))
     config = summary.get("config") or {}

@@ -287,6 +287,8 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     _run_read("phases", queries.phases, schemas.PhaseRow, "Startup phases, in order.")
     _run_read("degrades", queries.degrades, schemas.DegradeRow, "Steps down the degradation ladder.")
     _run_read("parity", queries.parity, schemas.ParityRow, "Graph-vs-eager parity checks.")
+    _run_read("warnings", queries.warnings, schemas.WarningRow,
+              "What the reader should know that is not a step or a phase (rejected events, missing hooks).")
 
     # -- alerts ---------------------------------------------------------------------------
     @app.get("/v1/alert-rules", response_model=list[schemas.AlertRule], tags=["alerts"])

@@ -73,6 +73,9 @@ def diagnose(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
     served (from the step histogram), when known, to name captured-but-unused sizes."""
     degrades = degrades or []
     config = config or {}
+    # Unknown lengths (null durations) are not zero: they take no part in the sums below.
+    phases = [p for p in phases if p.get("duration_s") is not None]
+    captures = [c for c in captures if c.get("duration_s") is not None]
     total = startup_seconds(phases, captures)
     findings: list[Finding] = []
     ok = [c for c in captures if c.get("status", "ok") == "ok"]

@@ -67,29 +67,31 @@ class IngestResult:
 
 # Column order of each event table's fast INSERT, and how an event maps onto it.
 _STEP_COLS = ("run_pk", "seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens",
-              "padded_tokens", "reason", "duration_s")
+              "padded_tokens", "reason", "duration_s", "evidence")
+
+
+def _same(*columns: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    return columns, columns
+
+
 _OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
     # kind: (table, columns after run_pk, event keys for those columns)
-    "phase": (t.phases, ("seq", "ts", "phase", "start_ts", "duration_s", "mem_bytes"),
-              ("seq", "ts", "phase", "start_ts", "duration_s", "mem_bytes")),
-    "capture": (t.captures, ("seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
-                             "pool_delta_bytes", "status", "error", "variant"),
-                ("seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
-                 "pool_delta_bytes", "status", "error", "variant")),
-    "step_counts": (t.step_counts, ("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
-                                    "padded_tokens", "duration_s", "interval_s"),
-                    ("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
-                     "padded_tokens", "duration_s", "interval_s")),
-    "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs"),
-                ("seq", "ts", "from", "to", "error", "graph_bs")),
-    "parity": (t.parity_checks, ("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance"),
-               ("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
-    "run_end": (t.run_marks, ("seq", "ts", "kind", "status", "error"),
-                ("seq", "ts", "kind", "status", "error")),
-    "heartbeat": (t.run_marks, ("seq", "ts", "kind", "status", "error"),
-                  ("seq", "ts", "kind", "status", "error")),
+    "phase": (t.phases, *_same("seq", "ts", "phase", "start_ts", "duration_s", "mem_bytes", "provenance",
+                               "rank")),
+    "capture": (t.captures, *_same("seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
+                                   "pool_delta_bytes", "status", "error", "variant", "provenance", "rank")),
+    "step_counts": (t.step_counts, *_same("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
+                                          "padded_tokens", "duration_s", "interval_s", "provenance",
+                                          "evidence")),
+    "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs", "rank"),
+                ("seq", "ts", "from", "to", "error", "graph_bs", "rank")),
+    "parity": (t.parity_checks, *_same("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
+    "run_end": (t.run_marks, *_same("seq", "ts", "kind", "status", "error", "rank", "phase", "graph_bs")),
+    "heartbeat": (t.run_marks, *_same("seq", "ts", "kind", "status", "error", "rank", "phase", "graph_bs")),
+    "warning": (t.run_warnings, *_same("seq", "ts", "code", "message", "rank")),
 }
-_SEQ_TABLES = (t.steps, t.phases, t.captures, t.step_counts, t.degrades, t.parity_checks, t.run_marks)
+_SEQ_TABLES = (t.steps, t.phases, t.captures, t.step_counts, t.degrades, t.parity_checks, t.run_marks,
+               t.run_warnings)
 
 
 def _json_depth(value: Any, limit: int, depth: int = 0) -> int:
@@ -122,6 +124,7 @@ def ingest_run(store: Store, record: Any, *, now: float | None = None) -> dict:
         "backend": record["backend"], "model": record["model"], "device": record["device"],
         "torch_version": record.get("torch_version"), "config": config,
         "wire_version": record.get("wire_version", 1), "started_at": float(record["started_at"]),
+        "partial": record.get("partial"), "time_provenance": record.get("time_provenance"),
         "status": "running", "created_at": now, "last_seen_at": now,
     }
     try:
@@ -235,7 +238,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             # Inlined Accumulator.add_step: this loop is the ingest hot path.
             stage, mode, reason, raw_bs = e["stage"], e["mode"], e["reason"], e["raw_bs"]
             tokens, pad, dur = e["num_tokens"], e["padded_tokens"], e["duration_s"]
-            step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur))
+            step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur,
+                              e.get("evidence")))
             key = (floor(ts), stage, mode, reason or NO_REASON)
             a = seconds.get(key)
             if dur is None:
@@ -261,7 +265,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
                            e["padded_tokens"], e.get("duration_s"))
         elif kind == "capture":
-            result.capture_durations.append((e["stage"], e["duration_s"]))
+            if e["duration_s"] is not None:
+                result.capture_durations.append((e["stage"], e["duration_s"]))
             if e.get("pool_bytes") is not None:
                 result.pool_bytes = e["pool_bytes"]
         elif kind == "run_end":

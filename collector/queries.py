@@ -21,7 +21,8 @@ from collector.rollups import BUCKETS_S, NO_REASON, WHOLE_RUN
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollups as br,
                               captures as cap, degrades as deg, parity_checks as par,
-                              phases as ph, runs, step_rollups as sr)
+                              phases as ph, run_marks as rm, run_warnings as rw, runs,
+                              step_rollups as sr)
 from runner.wire import MODES
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
@@ -41,7 +42,7 @@ def _run_pk(conn, run_id: str) -> int | None:
 def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     """Per run: modes, steps, tokens, capture time and firing alerts."""
     out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
-                "capture_total_s": 0.0, "alerts_firing": 0} for pk in run_pks}
+                "capture_total_s": None, "alerts_firing": 0} for pk in run_pks}
     if not run_pks:
         return out
     rows = conn.execute(
@@ -55,19 +56,20 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
         o["steps"] += int(n)
         o["num_tokens"] += int(tokens)
         o["padded_tokens"] += int(padded)
+    # Unknown stays None: a run whose source gave no capture time has no capture total.
     for pk, total in conn.execute(
             sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s))
-            .where(cap.c.run_pk.in_(run_pks)).group_by(cap.c.run_pk)):
-        out[pk]["capture_total_s"] = float(total or 0.0)
+            .where(cap.c.run_pk.in_(run_pks), cap.c.duration_s.is_not(None)).group_by(cap.c.run_pk)):
+        out[pk]["capture_total_s"] = float(total)
     # A capture phase is the wall time of the whole capture, as the engines log it (vLLM
     # logs nothing per size): it wins over the per-size sum. "capture" and "capture_<stage>"
     # are totals; dotted names ("capture.target.verify") are parts of them.
     for pk, total in conn.execute(
             sa.select(ph.c.run_pk, sa.func.sum(ph.c.duration_s))
-            .where(ph.c.run_pk.in_(run_pks),
+            .where(ph.c.run_pk.in_(run_pks), ph.c.duration_s.is_not(None),
                    sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!")))
             .group_by(ph.c.run_pk)):
-        out[pk]["capture_total_s"] = float(total or 0.0)
+        out[pk]["capture_total_s"] = float(total)
     for pk, n in conn.execute(
             sa.select(ae.c.run_pk, sa.func.count())
             .where(ae.c.status == "firing", ae.c.run_pk.in_(run_pks)).group_by(ae.c.run_pk)):
@@ -96,11 +98,14 @@ def list_runs(store: Store, limit: int = 500) -> list[dict]:
 def run_summary(store: Store, run_id: str) -> dict | None:
     """One run: the ``list_runs`` keys plus config, torch_version, reasons, last_event_ts.
 
-    Extra keys: ``error`` (from run_end), ``last_seen_at`` (collector clock).
+    Extra keys: ``error`` (from run_end), ``last_seen_at`` (collector clock), ``failure``
+    (where a failed run failed: error, rank, phase, graph_bs, ts; None unless it said),
+    ``partial`` (the source did not see the start), ``time_provenance``.
     """
     with store.read() as conn:
         row = conn.execute(sa.select(*_RUN_COLS, runs.c.config, runs.c.torch_version,
-                                     runs.c.last_event_ts, runs.c.last_seen_at, runs.c.error)
+                                     runs.c.last_event_ts, runs.c.last_seen_at, runs.c.error,
+                                     runs.c.end_seq, runs.c.partial, runs.c.time_provenance)
                            .where(runs.c.run_id == run_id)).first()
         if row is None:
             return None
@@ -109,10 +114,15 @@ def run_summary(store: Store, run_id: str) -> dict | None:
             sa.select(sr.c.reason, sa.func.sum(sr.c.steps))
             .where(sr.c.run_pk == row.id, sr.c.bucket_s == WHOLE_RUN, sr.c.reason != NO_REASON)
             .group_by(sr.c.reason).order_by(sa.func.sum(sr.c.steps).desc(), sr.c.reason)).all()
+        end = None if row.end_seq is None else conn.execute(
+            sa.select(rm.c.ts, rm.c.error, rm.c.rank, rm.c.phase, rm.c.graph_bs)
+            .where(rm.c.run_pk == row.id, rm.c.seq == row.end_seq)).first()
     d = _run_dict(row, totals)
     d.update(config=row.config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
-             last_seen_at=row.last_seen_at, error=row.error,
-             reasons={reason: int(n) for reason, n in reasons})
+             last_seen_at=row.last_seen_at, error=row.error, partial=bool(row.partial),
+             time_provenance=row.time_provenance,
+             reasons={reason: int(n) for reason, n in reasons},
+             failure=dict(end._mapping) if end is not None and row.status == "failed" else None)
     return d
 
 
@@ -234,6 +244,11 @@ def degrades(store: Store, run_id: str) -> list[dict]:
 def parity(store: Store, run_id: str) -> list[dict]:
     """Parity checks in seq order, as stored."""
     return _event_rows(store, run_id, par)
+
+
+def warnings(store: Store, run_id: str) -> list[dict]:
+    """Warning events in seq order: seq, ts, code, message, rank."""
+    return _event_rows(store, run_id, rw)
 
 
 def alert_rules(store: Store) -> list[dict]:

@@ -79,6 +79,7 @@ CaptureRow = _row_model("CaptureRow", "capture")
 PhaseRow = _row_model("PhaseRow", "phase")
 DegradeRow = _row_model("DegradeRow", "degrade")
 ParityRow = _row_model("ParityRow", "parity")
+WarningRow = _row_model("WarningRow", "warning")
 
 
 class IngestResponse(BaseModel):
@@ -113,7 +114,7 @@ class RunListItem(BaseModel):
     padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
     num_tokens: int
     padded_tokens: int
-    capture_total_s: float
+    capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int
 
 
@@ -124,6 +125,9 @@ class RunSummary(RunListItem):
     last_event_ts: Optional[float]
     last_seen_at: Optional[float]
     error: Optional[str]
+    partial: bool = Field(description="the source did not see the run's start")
+    time_provenance: Optional[str]
+    failure: Optional[dict[str, Any]] = Field(description="where a failed run failed: ts, error, rank, phase, graph_bs")
 
 
 class TimelinePoint(BaseModel):

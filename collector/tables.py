@@ -49,6 +49,8 @@ runs = sa.Table(
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("last_seen_at", sa.Float, nullable=False),   # collector clock
     sa.Column("last_event_ts", sa.Float),                  # largest event ts (runner clock)
+    sa.Column("partial", sa.Boolean),                      # the source did not see the start
+    sa.Column("time_provenance", sa.String(16)),           # e.g. inferred: the log gave no year
     sa.Index(None, "started_at"),
     sa.Index(None, "status", "last_seen_at"),
 )
@@ -59,8 +61,10 @@ phases = sa.Table(
     sa.Column("ts", sa.Float, nullable=False),
     sa.Column("phase", sa.String(64), nullable=False),
     sa.Column("start_ts", sa.Float),
-    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("duration_s", sa.Float),            # NULL: the phase happened, its length is unknown
     sa.Column("mem_bytes", sa.BigInteger),
+    sa.Column("provenance", sa.String(16)),       # NULL: the run source's default
+    sa.Column("rank", sa.String(64)),
 )
 
 captures = sa.Table(
@@ -69,12 +73,14 @@ captures = sa.Table(
     sa.Column("ts", sa.Float, nullable=False),
     sa.Column("graph_bs", sa.Integer, nullable=False),
     sa.Column("stage", sa.String(16), nullable=False),
-    sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("duration_s", sa.Float),            # NULL: captured, not timed
     sa.Column("pool_bytes", sa.BigInteger),
     sa.Column("pool_delta_bytes", sa.BigInteger),
     sa.Column("status", sa.String(16), nullable=False),
     sa.Column("error", sa.Text),
     sa.Column("variant", sa.String(64)),
+    sa.Column("provenance", sa.String(16)),
+    sa.Column("rank", sa.String(64)),
 )
 
 steps = sa.Table(
@@ -89,6 +95,7 @@ steps = sa.Table(
     sa.Column("padded_tokens", sa.Integer, nullable=False),
     sa.Column("reason", _REASON),
     sa.Column("duration_s", sa.Float),
+    sa.Column("evidence", sa.String(500)),
     sqlite_with_rowid=False,
 )
 
@@ -104,6 +111,8 @@ step_counts = sa.Table(
     sa.Column("padded_tokens", sa.BigInteger, nullable=False),
     sa.Column("duration_s", sa.Float),
     sa.Column("interval_s", sa.Float),
+    sa.Column("provenance", sa.String(16)),
+    sa.Column("evidence", sa.String(500)),
 )
 
 degrades = sa.Table(
@@ -114,6 +123,7 @@ degrades = sa.Table(
     sa.Column("to_state", sa.String(64), nullable=False),
     sa.Column("error", sa.Text),
     sa.Column("graph_bs", sa.Integer),
+    sa.Column("rank", sa.String(64)),
 )
 
 parity_checks = sa.Table(
@@ -134,6 +144,19 @@ run_marks = sa.Table(
     sa.Column("kind", sa.String(16), nullable=False),
     sa.Column("status", sa.String(16)),
     sa.Column("error", sa.Text),
+    sa.Column("rank", sa.String(64)),             # run_end: where a failed run failed
+    sa.Column("phase", sa.String(64)),
+    sa.Column("graph_bs", sa.Integer),
+)
+
+# warning events: what the reader should know that is not a step or a phase.
+run_warnings = sa.Table(
+    "run_warnings", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("code", sa.String(64)),
+    sa.Column("message", sa.Text, nullable=False),
+    sa.Column("rank", sa.String(64)),
 )
 
 # Step rollups per run and time bucket. bucket_s is 1 or 60; bucket_s 0 is the whole
@@ -198,14 +221,3 @@ alert_events = sa.Table(
     sa.Index(None, "status", "rule_id", "run_pk"),
     sa.Index(None, "run_pk", "started_at"),
 )
-
-EVENT_TABLES = {
-    "phase": phases,
-    "capture": captures,
-    "step": steps,
-    "step_counts": step_counts,
-    "degrade": degrades,
-    "parity": parity_checks,
-    "run_end": run_marks,
-    "heartbeat": run_marks,
-}

@@ -21,7 +21,22 @@ CAPTURE_STAGES = ("decode", "prefill", "verify")
 CAPTURE_STATUSES = ("ok", "failed")
 RUN_END_STATUSES = ("finished", "failed", "interrupted")
 RUN_STATUSES = ("running",) + RUN_END_STATUSES
-SOURCES = ("runner", "library", "vllm-log", "sglang-log", "sglang-metrics")
+SOURCES = ("runner", "library", "trace", "vllm-log", "sglang-log", "vllm-metrics", "sglang-metrics")
+
+# Where a figure came from. Every number replayscope shows can say which:
+PROVENANCES = (
+    "measured",   # timed or counted while the program ran (our runner, the library, trace, engine counters)
+    "log",        # stated by the engine's own log line
+    "inferred",   # derived by replayscope from other facts; the event's ``evidence`` says from what
+    "estimated",  # computed from a cost model (e.g. bytes over a plausible bandwidth), not observed
+)
+_LOG_SOURCES = ("vllm-log", "sglang-log")
+
+
+def default_provenance(source: str) -> str:
+    """The provenance of a figure whose event does not name one: what its source does."""
+    return "log" if source in _LOG_SOURCES else "measured"
+
 
 # Why a step ran eager. Closed vocabulary, from the seeds' §4 tables and the engines'
 # code; extend deliberately (collector/explanations.py must explain every entry).
@@ -41,7 +56,8 @@ REASONS = (
 CUSTOM_REASON_PREFIX = "custom:"
 CUSTOM_REASON_MAX_CHARS = 120
 
-EVENT_KINDS = ("phase", "capture", "step", "step_counts", "degrade", "parity", "run_end", "heartbeat")
+EVENT_KINDS = ("phase", "capture", "step", "step_counts", "degrade", "parity", "run_end", "heartbeat",
+               "warning")
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
@@ -72,6 +88,17 @@ def _f(type_: str, **kw: Any) -> FieldSpec:
     return FieldSpec(type_, **kw)
 
 
+def _provenance() -> FieldSpec:
+    return _f("str", required=False, nullable=True, choices=PROVENANCES,
+              doc="where the event's figures came from; absent: the source's default "
+                  "(log for log importers, else measured)")
+
+
+def _rank() -> FieldSpec:
+    return _f("str", required=False, nullable=True, max_chars=64,
+              doc="the process it happened on, as the engine names it: TP1, DP0 TP3, PP1, rank 2, pid 4242")
+
+
 RUN_FIELDS: dict[str, FieldSpec] = {
     "run_id": _f("str", pattern=_ID_PATTERN, max_chars=128, doc="unique id of the run"),
     "name": _f("str", max_chars=200, doc="human name of the run"),
@@ -83,6 +110,11 @@ RUN_FIELDS: dict[str, FieldSpec] = {
     "torch_version": _f("str", required=False, nullable=True, max_chars=64),
     "config": _f("object", required=False, doc="capture sizes, max bs, padding, compile, workload"),
     "wire_version": _f("int", required=False, minimum=1),
+    "partial": _f("bool", required=False, nullable=True,
+                  doc="the source did not see the run's start (a log excerpt that begins mid-way)"),
+    "time_provenance": _f("str", required=False, nullable=True, choices=PROVENANCES,
+                          doc="how the run's timestamps were obtained: inferred when, e.g., the log "
+                              "prints no year"),
 }
 
 COMMON_EVENT_FIELDS: dict[str, FieldSpec] = {
@@ -95,21 +127,26 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     "phase": {
         "phase": _f("str", pattern=_NAME_PATTERN, max_chars=64,
                     doc="load_weights, warmup, compile, capture, kv_cache, engine_init, ..."),
-        "duration_s": _f("float", minimum=0),
+        "duration_s": _f("float", nullable=True, minimum=0,
+                         doc="null: the phase happened but its length is unknown"),
         "start_ts": _f("float", required=False, nullable=True, minimum=0,
                        doc="when the phase began; ts - duration_s when absent"),
         "mem_bytes": _f("int", required=False, nullable=True),
+        "provenance": _provenance(),
+        "rank": _rank(),
     },
     "capture": {
         "graph_bs": _f("int", minimum=1),
         "stage": _f("str", choices=CAPTURE_STAGES),
-        "duration_s": _f("float", minimum=0),
+        "duration_s": _f("float", nullable=True, minimum=0, doc="null: captured, but not timed"),
         "pool_bytes": _f("int", required=False, nullable=True, minimum=0, doc="graph pool size after"),
         "pool_delta_bytes": _f("int", required=False, nullable=True, doc="may be negative"),
         "status": _f("str", choices=CAPTURE_STATUSES),
         "error": _f("str", required=False, nullable=True, max_chars=4000),
         "variant": _f("str", required=False, nullable=True, max_chars=64,
                       doc="what the graph was captured with, e.g. compile"),
+        "provenance": _provenance(),
+        "rank": _rank(),
     },
     "step": {
         "stage": _f("str", choices=STEP_STAGES),
@@ -120,6 +157,8 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "padded_tokens": _f("int", minimum=0),
         "reason": _f("reason", nullable=True, doc="one of REASONS when eager, else null"),
         "duration_s": _f("float", nullable=True, minimum=0),
+        "evidence": _f("str", required=False, nullable=True, max_chars=500,
+                       doc="what was seen that gave the reason, when it is not plain from the batch"),
     },
     # Engines that report aggregates (vLLM's --cudagraph-metrics table, SGLang's
     # counters) arrive as counts of steps rather than one event per step.
@@ -132,12 +171,16 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "padded_tokens": _f("int", minimum=0),
         "duration_s": _f("float", required=False, nullable=True, minimum=0),
         "interval_s": _f("float", required=False, nullable=True, minimum=0),
+        "provenance": _provenance(),
+        "evidence": _f("str", required=False, nullable=True, max_chars=500,
+                       doc="what supports the reason (required in spirit when provenance is inferred)"),
     },
     "degrade": {
         "from": _f("str", max_chars=64),
         "to": _f("str", max_chars=64),
         "error": _f("str", nullable=True, max_chars=4000),
         "graph_bs": _f("int", required=False, nullable=True, minimum=1),
+        "rank": _rank(),
     },
     "parity": {
         "graph_bs": _f("int", minimum=1),
@@ -148,8 +191,22 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     "run_end": {
         "status": _f("str", choices=RUN_END_STATUSES),
         "error": _f("str", required=False, nullable=True, max_chars=4000),
+        # Where a failed run failed, when known.
+        "rank": _rank(),
+        "phase": _f("str", required=False, nullable=True, pattern=_NAME_PATTERN, max_chars=64,
+                    doc="the phase it failed in: load_weights, kv_cache, compile, capture, serving, ..."),
+        "graph_bs": _f("int", required=False, nullable=True, minimum=1,
+                       doc="the capture size it failed at"),
     },
     "heartbeat": {},
+    # Something the reader should know about the run that is not a step or a phase: a batch
+    # the collector rejected, a hook that could not be installed, a figure dropped.
+    "warning": {
+        "message": _f("str", max_chars=4000),
+        "code": _f("str", required=False, nullable=True, pattern=_NAME_PATTERN, max_chars=64,
+                   doc="a stable short name, e.g. rejected_event, hook_missing"),
+        "rank": _rank(),
+    },
 }
 
 

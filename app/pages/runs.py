@@ -28,7 +28,7 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "model": r["model"], "device": r["device"], "status": r["status"],
         "started": c.when(r["started_at"]), "steps": r["steps"],
         "eager_pct": round(r["eager_ratio"] * 100, 1), "padded_pct": round(r["padded_ratio"] * 100, 1),
-        "capture_s": round(r["capture_total_s"], 2), "alerts_firing": r["alerts_firing"],
+        "capture_s": None if r["capture_total_s"] is None else round(r["capture_total_s"], 2), "alerts_firing": r["alerts_firing"],
     } for r in runs]
 
 

@@ -128,8 +128,14 @@ def refresh(baseline, run_id):
         baseline_text = (f"This run {c.seconds(data['startup_s'])}, baseline {c.seconds(data['baseline_startup_s'])} "
                          f"({'+' if delta >= 0 else '−'}{c.seconds(abs(delta))}).")
     return (c.seconds(data["startup_s"]), c.count(len(caps)),
-            c.seconds(sum(x["duration_s"] for x in caps)), c.count(len(data["failed"])),
+            c.seconds(_known_sum(x["duration_s"] for x in caps)), c.count(len(data["failed"])),
             diagnosis, data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
             [{**d, "run_s": _round(d["run_s"]), "baseline_s": _round(d["baseline_s"]),
               "diff_s": _round(d["diff_s"])} for d in data["diff"]],
             baseline_text)
+
+
+def _known_sum(values) -> float | None:
+    """The sum of the known values; None when none is known (unknown is not zero)."""
+    known = [float(v) for v in values if v is not None]
+    return sum(known) if known else None

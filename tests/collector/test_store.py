@@ -28,6 +28,19 @@ def test_upgrade_from_empty_creates_every_table_at_head(db_url):
         store.dispose()
 
 
+def test_the_migrations_build_exactly_the_tables_the_code_uses(db_url):
+    from alembic.autogenerate import compare_metadata
+    from alembic.runtime.migration import MigrationContext
+
+    store = Store.open(db_url, upgrade=True)
+    try:
+        with store.read() as conn:
+            diff = compare_metadata(MigrationContext.configure(conn, opts={"compare_type": True}), metadata)
+    finally:
+        store.dispose()
+    assert diff == []
+
+
 def test_a_store_behind_is_refused_with_the_upgrade_command(db_url):
     with pytest.raises(SchemaBehind) as info:
         Store.open(db_url)

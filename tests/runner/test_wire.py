@@ -21,6 +21,7 @@ VALID = {
     "parity": {"seq": 5, "ts": 1.0, "kind": "parity", "graph_bs": 8, "max_abs_diff": 0.0, "rel_err": 0.0},
     "run_end": {"seq": 6, "ts": 1.0, "kind": "run_end", "status": "finished"},
     "heartbeat": {"seq": 7, "ts": 1.0, "kind": "heartbeat"},
+    "warning": {"seq": 8, "ts": 1.0, "kind": "warning", "message": "a hook was missing", "code": "hook_missing"},
 }
 ODD_VALUES = [None, True, False, -1, 0, 1, 8, 2**63, -0.5, 1.5, math.nan, math.inf, -math.inf, "", "x" * 5000,
               "decode", "graph", "eager", "padded", "prefill", "ok", "custom:mine", "custom:", [], {}, "Load_Weights"]
@@ -82,3 +83,24 @@ def test_cross_field_rules_hold_on_the_fast_path_too():
 def test_a_kind_that_is_not_a_known_string_is_a_wire_error(kind):
     with pytest.raises(wire.WireError, match="kind: "):
         wire.validate_event({"kind": kind, "seq": 0, "ts": 0.0})
+
+
+def test_a_phase_or_capture_of_unknown_length_is_null_not_zero():
+    wire.validate_event({**VALID["phase"], "duration_s": None, "provenance": "log", "rank": "TP1"})
+    wire.validate_event({**VALID["capture"], "duration_s": None, "provenance": "log"})
+
+
+def test_provenance_is_one_of_the_vocabulary():
+    with pytest.raises(wire.WireError) as info:
+        wire.validate_event({**VALID["phase"], "provenance": "guessed"})
+    assert info.value.field == "provenance"
+    assert wire.default_provenance("vllm-log") == "log"
+    assert wire.default_provenance("runner") == "measured"
+
+
+def test_a_failed_run_end_can_say_where_it_failed():
+    wire.validate_event({**VALID["run_end"], "status": "failed", "error": "CUDA out of memory",
+                         "rank": "TP1", "phase": "capture", "graph_bs": 256})
+    with pytest.raises(wire.WireError) as info:
+        wire.validate_event({**VALID["run_end"], "phase": "Capture Graphs"})
+    assert info.value.field == "phase"
