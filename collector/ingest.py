@@ -240,24 +240,27 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             tokens, pad, dur = e["num_tokens"], e["padded_tokens"], e["duration_s"]
             step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur,
                               e.get("evidence")))
-            key = (floor(ts), stage, mode, reason or NO_REASON)
+            reason_key = reason or NO_REASON
+            key = (floor(ts), stage, mode, reason_key)
             a = seconds.get(key)
             if dur is None:
                 if a is None:
                     seconds[key] = [1, tokens, pad, 0.0, 0]
                 else:
                     a[0] += 1; a[1] += tokens; a[2] += pad
-                dur = 0.0
-            elif a is None:
-                seconds[key] = [1, tokens, pad, dur, 1]
+                dur, timed = 0.0, 0
             else:
-                a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
-            bkey = (stage, raw_bs, mode)
+                timed = 1
+                if a is None:
+                    seconds[key] = [1, tokens, pad, dur, 1]
+                else:
+                    a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
+            bkey = (stage, raw_bs, mode, reason_key)
             b = batches.get(bkey)
             if b is None:
-                batches[bkey] = [1, tokens, pad, dur]
+                batches[bkey] = [1, tokens, pad, dur, timed]
             else:
-                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur
+                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur; b[4] += timed
             continue
         table, cols, keys = _OTHER[kind]
         other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))

@@ -215,6 +215,26 @@ def step_time_by_mode(store: Store, run_id: str) -> list[dict]:
             for stage, mode, n, total, timed in rows]
 
 
+def batch_times(store: Store, run_id: str, stage: str | None = None) -> list[dict]:
+    """Steps per (stage, raw_bs, mode, reason), with their measured time: stage, raw_bs, mode,
+    reason (None unless eager), steps, timed_steps, duration_s (the sum over timed steps).
+    Raw steps only: aggregates (``step_counts``) carry no batch size."""
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return []
+        query = (sa.select(br.c.stage, br.c.raw_bs, br.c.mode, br.c.reason, br.c.steps, br.c.timed_steps,
+                           br.c.duration_s)
+                 .where(br.c.run_pk == pk)
+                 .order_by(br.c.stage, br.c.raw_bs, br.c.mode, br.c.reason))
+        if stage is not None:
+            query = query.where(br.c.stage == stage)
+        rows = conn.execute(query).all()
+    return [{"stage": st, "raw_bs": int(bs), "mode": mode, "reason": reason or None, "steps": int(n),
+             "timed_steps": int(timed), "duration_s": float(total)}
+            for st, bs, mode, reason, n, timed, total in rows]
+
+
 def _event_rows(store: Store, run_id: str, table: sa.Table, rename: dict[str, str] | None = None) -> list[dict]:
     rename = rename or {}
     cols = [c for c in table.columns if c.name != "run_pk"]
