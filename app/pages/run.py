@@ -28,7 +28,7 @@ def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, flo
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
     from collector import queries
-    from collector.explanations import cost_sentence, reason_costs
+    from collector.explanations import cost_sentence, explain_run
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
@@ -41,7 +41,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] == "decode"})
     if not captured:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
-    costs = reason_costs(queries.reason_breakdown(store, run_id), step_times)
+    costs = explain_run(store, run_id)
     now = time.time() if summary["status"] == "running" else None
     return {
         "summary": summary,
