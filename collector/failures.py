@@ -63,7 +63,8 @@ CLASSES: tuple[FailureClass, ...] = (
         what="A kernel hit an assertion (an index out of range in an embedding or a gather) or "
              "touched memory it does not own. CUDA reports this asynchronously: the Python line "
              "in the traceback can be later than the kernel that failed.",
-        patterns=(r"device-side assert", r"Assertion `[^`]*` failed", r"CUDA_ERROR_ASSERT",
+        # (not "to enable device-side assertions": PyTorch appends that to every CUDA error)
+        patterns=(r"device-side assert(?:ion)? triggered", r"Assertion `[^`]*` failed", r"CUDA_ERROR_ASSERT",
                   r"cudaErrorAssert", r"illegal memory access", r"misaligned address",
                   r"CUDA_ERROR_ILLEGAL_ADDRESS", r"cudaErrorIllegalAddress"),
         replayscope=("CUDA_LAUNCH_BLOCKING=1 makes the error point at the kernel that failed.",

@@ -12,6 +12,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import charts
 from app import components as c
+from collector.explanations import STAND_IN_NOTE, is_stand_in
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
 
@@ -82,6 +83,8 @@ def header(summary: dict[str, Any]) -> list[Any]:
     ]
     if source_note:
         parts.append(html.P(source_note, className="note imported"))
+    if is_stand_in(summary):
+        parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
         parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
     return parts

@@ -53,7 +53,7 @@ def test_run_page_draws_each_applicable_alert_threshold(filled, pages):
 
 def test_startup_page_diagnoses_and_compares_with_a_baseline(filled, pages):
     data = pages["startup"].page_data(filled, "syn-base", baseline="syn-1")
-    assert data["findings"][0]["cause"] == "oom"
+    assert (data["findings"][0]["cause"], data["findings"][0]["failure_class"]) == ("failure", "oom")
     assert [c["graph_bs"] for c in data["failed"]] == [32]
     diff = {d["item"]: d for d in data["diff"]}
     assert diff["capture bs 16"]["diff_s"] == pytest.approx(1.0)

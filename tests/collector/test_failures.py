@@ -23,7 +23,10 @@ REAL_ERRORS = [
     # capture invalidated: a host sync inside capture (our runner on the H200), torch's message
     ("AcceleratorError: CUDA error: operation failed due to a previous error during capture\n"
      "Search for `cudaErrorStreamCaptureInvalidated' in https://docs.nvidia.com/cuda/cuda-runtime-api/"
-     "group__CUDART__TYPES.html for more information.", "capture_invalidated"),
+     "group__CUDART__TYPES.html for more information.\nCUDA kernel errors might be asynchronously "
+     "reported at some other API call, so the stacktrace below might be incorrect.\nFor debugging "
+     "consider passing CUDA_LAUNCH_BLOCKING=1\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+     "assertions.", "capture_invalidated"),
     ("RuntimeError: CUDA error: operation not permitted when stream is capturing\n"
      "CUDA kernel errors might be asynchronously reported at some other API call", "capture_invalidated"),
     ("RuntimeError: CUDA error: operation not permitted on an event last recorded in a capturing "
