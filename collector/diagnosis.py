@@ -33,6 +33,7 @@ MIN_SHARE = 0.05          # a finding with a time is reported from 5% of the sta
 MIN_SECONDS = 0.25        # ... and from a quarter of a second
 OUTLIER_FACTOR = 3.0      # a size slower than 3x the median of the others ...
 OUTLIER_MIN_S = 0.2       # ... and by at least this much
+MAX_LISTED = 5            # evidence lines listed one by one before "and N more"
 MIN_GAP_S = 2.0           # a stretch without any phase, capture or line, from this long
 GAP_NOTES = {
     "vllm-log": "vLLM does not log how long its memory profiling run, the KV cache set-up or process "
@@ -294,8 +295,9 @@ def _failure_findings(facts: RunFacts) -> list[Finding]:
                  "rank": failed[0].get("rank") if failed else None}
         sizes = sorted({int(c["graph_bs"]) for c in failed})
         noun = f"bs {_sizes_text(sizes)}" if sizes else "a compile or capture step"
-        title = (f"{failure_class.title} when capturing {noun}; the run dropped "
-                 f"{'them' if len(sizes) > 1 else 'it'} and went on")
+        dropped = f"the run dropped {'them' if len(sizes) > 1 else 'it'} and went on"
+        title = (f"The capture of {noun} failed; {dropped}" if failure_class.key == "unknown"
+                 else f"{failure_class.title} when capturing {noun}; {dropped}")
     for c in failed:
         took = f" after {_secs(float(c['duration_s']))}" if c.get("duration_s") else ""
         rank = f" on {c['rank']}" if c.get("rank") else ""
@@ -306,7 +308,8 @@ def _failure_findings(facts: RunFacts) -> list[Finding]:
         if d.get("error") and not any(first_line(d["error"]) in e.text for e in evidence):
             text += f": {first_line(d['error'])}"
         evidence.append(Evidence(text, default_provenance(source)))
-    evidence.append(Evidence(f"class: {failure_class.title.lower()}: {failure_class.what}", "inferred"))
+    name = "none that replayscope knows" if failure_class.key == "unknown" else failure_class.title.lower()
+    evidence.append(Evidence(f"class: {name}: {failure_class.what}", "inferred"))
     if failure_class.key == "oom":
         evidence += _memory_evidence(facts)
     return [Finding(cause="failure", title=title, severity="error", seconds=None, evidence=evidence,
@@ -393,7 +396,8 @@ def _load_finding(facts: RunFacts) -> list[Finding]:
             f"({ex.human_rate(ex.LOCAL_NVME_BPS)}) plus about {_secs(ex.LOAD_SETUP_S)} of set-up; "
             f"{_secs(at_network)} at network-storage speed ({ex.human_rate(ex.NETWORK_STORAGE_BPS)})",
             "estimated"))
-        if size < ex.IO_BOUND_BYTES:
+        read = facts.config.get("weights") == "checkpoint" or facts.source.endswith("-log")
+        if size < ex.IO_BOUND_BYTES and not read:
             cause, title = "load_setup", (f"Weight load took {_secs(actual)} for only {ex.human_bytes(size)}: "
                                           f"the time is set-up, not reading")
         elif rate < ex.NETWORK_STORAGE_BPS:
@@ -457,12 +461,16 @@ def _outlier_finding(facts: RunFacts, per_size_expected: float | None) -> list[F
     for stage, rows in _per_size_rows(facts).items():
         if len(rows) < 3:
             continue
+        found = []
         for i, (bs, d) in enumerate(rows):
             others = [x for j, (_, x) in enumerate(rows) if j != i]
             median = statistics.median(others)
             floor = max(median, per_size_expected or 0.0)
             if median > 0 and d > OUTLIER_FACTOR * median and d - floor > OUTLIER_MIN_S:
-                outliers.append((stage, bs, d, median, floor))
+                found.append((stage, bs, d, median, floor))
+        # a few sizes far above the rest, not capture times that vary all over (a busy machine)
+        if len(found) <= max(2, len(rows) // 10):
+            outliers += found
     if not outliers:
         return []
     prov = _prov(facts.captures[0], facts.source)
@@ -472,8 +480,11 @@ def _outlier_finding(facts: RunFacts, per_size_expected: float | None) -> list[F
                  f"{stage} sizes ({_secs(median)})")
     else:
         title = f"{len(outliers)} sizes took far longer to capture than the others"
+    worst = sorted(outliers, key=lambda o: o[4] - o[2])[:MAX_LISTED]
     evidence = [Evidence(f"{stage} bs {bs}: {_secs(d)} against a median of {_secs(m)} for the other sizes "
-                         f"({d / m:.1f}x)", prov) for stage, bs, d, m, _ in outliers]
+                         f"({d / m:.1f}x)", prov) for stage, bs, d, m, _ in worst]
+    if len(outliers) > len(worst):
+        evidence.append(Evidence(f"and {len(outliers) - len(worst)} more sizes like these", prov))
     if per_size_expected is not None:
         evidence.append(Evidence(f"a size of this model is expected to take about {_secs(per_size_expected)}",
                                  "estimated"))
@@ -541,14 +552,21 @@ def _sizes_finding(facts: RunFacts, summary: dict[str, Any]) -> list[Finding]:
                          if stage in facts.served and bs not in facts.served[stage]})
         if not unused:
             return []
-        seconds = sum(d for stage, stage_rows in rows.items() for bs, d in stage_rows if (stage, bs) in unused)
+        spent = sum(d for stage, stage_rows in rows.items() for bs, d in stage_rows if (stage, bs) in unused)
+        # each unused size at most at its stage's median: a slow size's excess is the slow-size finding's
+        medians = {stage: statistics.median(d for _, d in stage_rows) for stage, stage_rows in rows.items()}
+        seconds = sum(min(d, medians[stage]) for stage, stage_rows in rows.items() for bs, d in stage_rows
+                      if (stage, bs) in unused)
         captured = sum(len(r) for r in rows.values())
         prov = "inferred"
         evidence = [Evidence(f"{captured} sizes captured in {_secs(sum(d for r in rows.values() for _, d in r))}",
                              _prov(facts.captures[0], facts.source)),
                     Evidence(f"{len(unused)} of them never served a step: "
                              + _sizes_text([bs for _, bs in unused]), prov),
-                    Evidence(f"their captures took {_secs(seconds)}", _prov(facts.captures[0], facts.source))]
+                    Evidence(f"their captures took {_secs(spent)}", _prov(facts.captures[0], facts.source))]
+        if spent - seconds > 0.01:
+            evidence.append(Evidence(f"counted at most at the median capture time of their stage: {_secs(seconds)} "
+                                     f"(the rest is a slow size's own excess)", "inferred"))
         if facts.source == "sglang-log":
             evidence.append(Evidence("SGLang logs one decode batch in every --decode-log-interval (40 by "
                                      "default): a size can serve steps the log does not show", "log"))
