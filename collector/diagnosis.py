@@ -34,7 +34,8 @@ MIN_SECONDS = 0.25        # ... and from a quarter of a second
 OUTLIER_FACTOR = 3.0      # a size slower than 3x the median of the others ...
 OUTLIER_MIN_S = 0.2       # ... and by at least this much
 MAX_LISTED = 5            # evidence lines listed one by one before "and N more"
-MIN_GAP_S = 2.0           # a stretch without any phase, capture or line, from this long
+MIN_GAP_S = 5.0           # a stretch without any phase, capture or line, from this long ...
+GAP_SHARE = 0.10          # ... and this share of the startup
 GAP_NOTES = {
     "vllm-log": "vLLM does not log how long its memory profiling run, the KV cache set-up or process "
                 "start-up take: the gap is one of those",
@@ -145,6 +146,13 @@ def _span(row: dict[str, Any]) -> tuple[float, float] | None:
     return float(start), float(end)
 
 
+def phase_label(name: str) -> str:
+    """A phase's name in words: ``compile.dynamo`` -> "compile (dynamo)"."""
+    base, _, part = name.partition(".")
+    label = PHASE_LABELS.get(base, base.replace("_", " "))
+    return f"{label} ({part.replace('_', ' ').replace('.', ' ')})" if part else label
+
+
 def _secs(value: float) -> str:
     if abs(value) >= 10:
         return f"{value:.0f} s"
@@ -253,9 +261,9 @@ def _where(facts: RunFacts) -> tuple[dict[str, Any], str]:
 def _where_text(where: dict[str, Any]) -> str:
     parts = []
     if where.get("phase"):
-        parts.append(f"during {PHASE_LABELS.get(where['phase'], where['phase'])}")
+        parts.append(f"during {phase_label(where['phase'])}")
     elif where.get("after"):
-        parts.append(f"after {PHASE_LABELS.get(where['after'], where['after'])}")
+        parts.append(f"after {phase_label(where['after'])}")
     if where.get("graph_bs"):
         parts.append(f"at bs {where['graph_bs']}")
     elif where.get("last_bs"):
@@ -282,8 +290,11 @@ def _failure_findings(facts: RunFacts) -> list[Finding]:
     if facts.status == "failed":
         where, where_prov = _where(facts)
         place = _where_text(where)
-        title = f"The run failed: {failure_class.title[0].lower()}{failure_class.title[1:]}"
-        title += f" {place}" if place else ""
+        if failure_class.key == "unknown":
+            title = "The run failed" + (f" {place}" if place else "")
+        else:
+            title = f"The run failed: {failure_class.title[0].lower()}{failure_class.title[1:]}"
+            title += f" {place}" if place else ""
         if run_error:
             evidence.append(Evidence(f"error: {first_line(run_error)}", default_provenance(source)))
         else:
@@ -594,8 +605,7 @@ def _gap_finding(facts: RunFacts) -> list[Finding]:
     for p in facts.phases:
         span = _span(p)
         if span is not None:
-            name = p.get("phase", "")
-            items.append((*span, PHASE_LABELS.get(name, name.replace("_", " ")), False))
+            items.append((*span, phase_label(p.get("phase", "")), False))
     for c in facts.captures:
         span = _span(c)
         if span is not None:
@@ -617,7 +627,7 @@ def _gap_finding(facts: RunFacts) -> list[Finding]:
         start, end = item[0], item[1]
         if start > end_of_startup:
             break
-        if start - covered >= max(MIN_GAP_S, MIN_SHARE * startup):
+        if start - covered >= max(MIN_GAP_S, GAP_SHARE * startup):
             gaps.append((start - covered, last, item))
         if end >= covered:
             covered, last = end, item

@@ -121,7 +121,7 @@ CLASSES: tuple[FailureClass, ...] = (
         title="torch.compile failed (Dynamo / Inductor / Triton)",
         what="Compiling the model before capture failed: Dynamo could not trace it, Inductor or "
              "Triton could not generate or build a kernel, or a compiler on the host failed.",
-        patterns=(r"InductorError", r"BackendCompilerFailed", r"torch\._inductor\.exc",
+        patterns=(r"InductorError", r"BackendCompilerFailed", r"backend='inductor' raised", r"torch\._inductor\.exc",
                   r"torch\._dynamo\.exc", r"TorchRuntimeError", r"triton\.compiler\.errors",
                   r"\bCompilationError\b", r"LoweringException", r"CppCompileError",
                   r"nvcc fatal", r"ninja: build stopped"),

@@ -54,6 +54,7 @@ REAL_ERRORS = [
     ("torch._inductor.exc.InductorError: CalledProcessError: Command '['/usr/bin/gcc', '/tmp/x.c', "
      "'-O3', '-shared']' returned non-zero exit status 1.", "compile_error"),
     ("torch._dynamo.exc.Unsupported: Graph break due to unsupported builtin", "compile_error"),
+    ("Exception: Capture cuda graph failed: backend='inductor' raised:", "compile_error"),
     ("triton.compiler.errors.CompilationError: at 12:4: def _fwd_kernel(", "compile_error"),
     # timeouts
     ("TimeoutError: RPC call to execute_model timed out.", "timeout"),
