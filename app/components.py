@@ -134,8 +134,9 @@ def grid(id: str, columns: Iterable[Column], rows: Iterable[dict[str, Any]] = ()
     return dag.AgGrid(
         id=id, columnDefs=[col.definition(filters) for col in columns], rowData=list(rows),
         defaultColDef={"sortable": True, "resizable": True, "floatingFilter": filters,
+                       "wrapHeaderText": True, "autoHeaderHeight": True,
                        "suppressHeaderMenuButton": True},
-        dashGridOptions=options, columnSize="responsiveSizeToFit", className="grid",
+        dashGridOptions=options, className="grid",
         style={"height": None, "width": "100%"}, **props)
 
 
