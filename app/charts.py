@@ -180,21 +180,31 @@ def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
 
 
 def parity_figure(parity: list[dict[str, Any]]) -> go.Figure:
-    """Divergence between graph replay and eager on the same inputs, per checked size."""
+    """Divergence between graph replay and eager on the same inputs, per checked size: on a
+    log axis, unless a check matched exactly (0 has no place on a log axis, and an exact
+    match must be seen, not dropped)."""
     if not parity:
         return _empty("no parity checks in this run")
+    values = [p[k] for p in parity for k in ("max_abs_diff", "rel_err")]
+    log = all(v > 0 for v in values)
     shapes, notes = [], []
     for tol in sorted({p["tolerance"] for p in parity if p.get("tolerance") is not None}):
-        shape, note = _hline(tol, f"tolerance {tol:g}", "#c8453b")
-        shapes.append({**shape, "y0": tol, "y1": tol})
-        notes.append({**note, "y": math.log10(tol) if tol > 0 else 0})
-    return _figure([
-        dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p["max_abs_diff"] for p in parity],
-             mode="markers", name="max |diff|", marker=dict(size=9)),
-        dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p["rel_err"] for p in parity],
-             mode="markers", name="relative error", marker=dict(size=9, symbol="diamond")),
-    ], shapes=shapes, annotations=notes, xaxis=dict(title=dict(text="graph batch size")),
-        yaxis=dict(title=dict(text="divergence"), type="log"))
+        shape, note = _hline(tol, f"tolerance {formats.number(tol)}", "#c8453b")
+        shapes.append(shape)
+        notes.append({**note, "y": math.log10(tol) if log and tol > 0 else tol})
+    exact = sum(1 for p in parity if p["max_abs_diff"] == 0)
+    checks = formats.plural(len(parity), "check") + (f", {exact} exact" if exact else "")
+    traces = []
+    for key, name, symbol in (("max_abs_diff", "max |diff|", "circle"), ("rel_err", "relative error", "diamond")):
+        traces.append(dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p[key] for p in parity],
+                           mode="markers", marker=dict(size=9, symbol=symbol),
+                           name=f"{name} ({checks})" if key == "max_abs_diff" else name,
+                           customdata=[formats.number(p[key]) for p in parity],
+                           hovertemplate="bs %{x}: " + name + " %{customdata}<extra></extra>"))
+    yaxis = (dict(type="log", tickformat=".1~e") if log
+             else dict(type="linear", rangemode="tozero", tickformat=".2~g"))
+    return _figure(traces, shapes=shapes, annotations=notes, xaxis=dict(title=dict(text="graph batch size")),
+                   yaxis=dict(title=dict(text="divergence"), **yaxis))
 
 
 def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -269,7 +279,8 @@ def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_ME
              hovertemplate="bs %{x}: pool delta %{customdata}<extra></extra>"),
     ], xaxis=dict(title=dict(text="batch size"), type="category"),
         yaxis=dict(title=dict(text="seconds"), tickformat=",~r", rangemode="tozero"),
-        yaxis2=dict(title=dict(text=unit), overlaying="y", side="right", tickformat=",~r", rangemode="tozero"))
+        yaxis2=dict(title=dict(text=unit), overlaying="y", side="right", tickmode="auto", showgrid=False,
+                    tickformat=",~r", rangemode="tozero"))
 
 
 def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],

@@ -55,7 +55,8 @@ def stat(label: str, value: str, id: str | None = None, note: str | None = None)
 
 
 def graph(id: str, figure: Any = None, height: int = 320) -> dcc.Graph:
-    return dcc.Graph(id=id, figure=figure if figure is not None else {},
+    """A chart that follows its container's width (window resizes included)."""
+    return dcc.Graph(id=id, figure=figure if figure is not None else {}, responsive=True,
                      config={"displaylogo": False}, style={"height": f"{height}px"})
 
 

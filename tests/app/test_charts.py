@@ -47,3 +47,28 @@ def test_padding_per_size_is_a_share_of_decode_tokens_with_counts_in_the_hover()
     assert list(bars["y"]) == [0.25, 0.0]
     assert [list(d) for d in bars["customdata"]] == [["25.0%", "2", "8"], ["0.0%", "0", "4"]]
     assert fig["layout"]["yaxis"]["title"]["text"] == "padded share of decode tokens"
+
+
+def _parity(bs, diff, rel):
+    return {"graph_bs": bs, "max_abs_diff": diff, "rel_err": rel, "tolerance": 0.02}
+
+
+def test_exact_parity_matches_are_drawn_on_a_linear_axis():
+    fig = charts.parity_figure([_parity(4, 0.0, 0.0), _parity(8, 0.0, 0.0)]).to_plotly_json()
+    assert fig["layout"]["yaxis"]["type"] == "linear"
+    assert list(fig["data"][0]["y"]) == [0.0, 0.0]
+    assert fig["data"][0]["name"] == "max |diff| (2 checks, 2 exact)"
+    assert fig["layout"]["annotations"][0]["text"] == "tolerance 0.02"
+
+
+def test_nonzero_parity_divergences_use_a_log_axis():
+    fig = charts.parity_figure([_parity(4, 1e-3, 2e-4), _parity(8, 3e-5, 1e-6)]).to_plotly_json()
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    assert list(fig["data"][0]["customdata"]) == ["0.001", "3e-05"]
+
+
+def test_the_capture_figures_memory_axis_has_its_own_round_ticks():
+    fig = charts.capture_figure([_capture(1, pool_delta_bytes=0), _capture(32, pool_delta_bytes=75_000_000)])
+    yaxis2 = fig.to_plotly_json()["layout"]["yaxis2"]
+    assert yaxis2["tickmode"] == "auto"              # not synced to the seconds axis (61.0514 MiB)
+    assert yaxis2["title"]["text"] == "MiB" and yaxis2["rangemode"] == "tozero"
