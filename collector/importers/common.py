@@ -115,7 +115,7 @@ FRAME = "frame"          # a traceback frame: File "...", line N, in func
 
 _TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
 _FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Interrupt)(?::\s*(?P<msg>.*))?$")
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt)(?::\s*(?P<msg>.*))?$")
 # Exceptions that only point at another one ("see root cause above").
 _WRAPPER = re.compile(r"root cause above|check the stack trace above|Engine core initialization failed|"
                       r"EngineDeadError|EngineGenerateError|Worker failed with error|"

@@ -50,7 +50,7 @@ _RECORD_START = re.compile(
 _BAR_HINT = re.compile(r"%\||it/s\]|s/it\]|\?it/s")
 # An unstamped line that continues the record above it (a traceback of a rank's exception).
 _CONTINUATION = re.compile(r"^(?:Traceback \(most recent|File \"|During handling|The above exception|"
-                           r"(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b|\s)")
+                           r"(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception)\b|\s)")
 _JSON_TIME_KEYS = ("asctime", "timestamp", "time", "ts", "@timestamp")
 _JSON_MESSAGE_KEYS = ("message", "msg")
 _JSON_PROC_KEYS = ("vllm_process_name", "processName", "process_name")
