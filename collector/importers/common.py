@@ -219,8 +219,9 @@ class RunBuilder:
             event["ts"] = self.last_ts if self.last_ts is not None else self.fallback_ts
         if event.get("kind") == "phase" and event.get("start_ts") is not None and event["start_ts"] < 0:
             event["start_ts"] = None
-        if "rank" in event and event["rank"] is None:
-            del event["rank"]
+        for key in ("rank", "provenance", "evidence"):
+            if key in event and event[key] is None:
+                del event[key]           # absent: the source's default, nothing to say
         event["seq"] = self.seq
         try:
             validate_event(event)

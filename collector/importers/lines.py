@@ -122,23 +122,29 @@ _DATED = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
 _VLLM_STAMP = re.compile(_LEVELS + r"\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)")
 
 
+def _when(year: int, month: str | int, day: str | int) -> float | None:
+    try:
+        return datetime(year, int(month), min(int(day), 28), tzinfo=timezone.utc).timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
 def infer_year(text: str, fallback: float) -> YearGuess:
     """The year of vLLM's yearless stamps in ``text``: from a dated line next to a yearless
     one (a launcher's or a library's own stamp), else from the earliest year the printed
     vLLM version allows, else the year of ``fallback`` (a file's modification time)."""
     head = text[:4_000_000]
-    dated = _DATED.search(head)
-    stamp = _VLLM_STAMP.search(head)
+    stamp = next((m for m in _VLLM_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
+    dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
+                 None)
     if dated:
         year = int(dated.group(1))
         if stamp:
             # the dated line and the first vLLM stamp are close in time: pick the year that
             # puts them nearest (a log that crosses New Year keeps its order)
-            best = min((abs(datetime(y, int(stamp.group(1)), min(int(stamp.group(2)), 28), tzinfo=timezone.utc)
-                            .timestamp() - datetime(year, int(dated.group(2)), min(int(dated.group(3)), 28),
-                                                    tzinfo=timezone.utc).timestamp()), y)
-                       for y in (year - 1, year, year + 1))
-            year = best[1]
+            there = _when(year, dated.group(2), dated.group(3))
+            year = min((y for y in (year - 1, year, year + 1)),
+                       key=lambda y: abs((_when(y, stamp.group(1), stamp.group(2)) or 0) - there))
         return YearGuess(year, f"the dated line {dated.group(0)!r} in the log")
     m = _VERSION.search(head)
     if m:
@@ -147,17 +153,14 @@ def infer_year(text: str, fallback: float) -> YearGuess:
         floor = _release_floor(major, minor)
         if floor is not None:
             year = floor.year
-            if stamp:
-                mo, d = int(stamp.group(1)), min(int(stamp.group(2)), 28)
-                if (mo, d) < (floor.month, floor.day):
-                    year += 1
+            if stamp and (int(stamp.group(1)), int(stamp.group(2))) < (floor.month, floor.day):
+                year += 1
             return YearGuess(year, f"vLLM {major}.{minor}, developed from {floor:%Y-%m} on "
                                    f"(the earliest year its stamps can have)")
     year = datetime.fromtimestamp(max(fallback, 0), timezone.utc).year
     if stamp:
-        mo, d = int(stamp.group(1)), min(int(stamp.group(2)), 28)
-        moment = datetime(year, mo, d, tzinfo=timezone.utc).timestamp()
-        if moment > fallback + 86400:
+        moment = _when(year, stamp.group(1), stamp.group(2))
+        if moment is not None and moment > fallback + 86400:
             year -= 1
     return YearGuess(year, "the file's modification time (no date or version in the log)")
 

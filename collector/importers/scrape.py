@@ -121,10 +121,12 @@ class Scraper:
         self.engine: str | None = None
         self.capture_sizes: list[int] = []
         self.warnings: list[str] = []
+        self.reset_polls = 0
 
     @property
     def resets(self) -> int:
-        return self.counters.resets
+        """Polls that found a restarted server (a counter lower than before)."""
+        return self.reset_polls
 
     def _run_record(self, ts: float, labels: dict[str, str]) -> dict[str, Any]:
         digest = hashlib.sha256(f"{self.url}|{ts:.6f}".encode()).hexdigest()[:20]
@@ -160,11 +162,14 @@ class Scraper:
         self.engine = self.engine or engine
         labels = next((l for name, l, _ in samples if name.startswith(("sglang", "vllm")) and "model_name" in l), {})
         baseline = self.polls == 0
+        resets_before = self.counters.resets
         interval = max(0.0, ts - self.previous_ts) if self.previous_ts is not None else None
         if self.engine == "sglang":
             events = self._sglang(samples, ts, interval, baseline)
         else:
             events = self._vllm(samples, ts, interval, baseline)
+        if self.counters.resets > resets_before:
+            self.reset_polls += 1
         if self.run is None:
             self.run = self._run_record(ts, labels)
         self.polls += 1

@@ -45,7 +45,7 @@ def logs(tmp_path):
 def test_json_output_lists_runs_with_their_figures(logs):
     data = json.loads(run(["import", "sglang", str(logs / "sglang_old.log"), "--json", "--dry-run"]))
     assert data["source"] == "sglang-log"
-    assert data["rank_policy"].startswith("merged:")
+    assert data["rank_policy"].startswith("per rank:")
     assert data["written_to"] is None
     (r,) = data["runs"]
     assert r["status"] == "finished"
