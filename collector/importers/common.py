@@ -312,7 +312,7 @@ class RunBuilder:
             failure.error, failure.wrapper = error, wrapper
         failure.fatal = failure.fatal or fatal
         trace = self.trace.get(rank)
-        failure.phase = phase or failure.phase or self._phase_from(trace) or self.failing_stage()
+        failure.phase = phase or self._phase_from(trace) or failure.phase or self.failing_stage()
         if graph_bs is not None:
             failure.graph_bs = graph_bs
         elif failure.phase == "capture" and failure.graph_bs is None:
@@ -360,6 +360,10 @@ class RunBuilder:
         self.closed = True
         self.close()
         failure = self.headline_failure()
+        specific = next((f.phase for f in self.failures if f.phase not in (None, "startup")), None)
+        for other in self.failures:       # a rank that only went down with the others failed where they did
+            if other.phase in (None, "startup") and specific:
+                other.phase = specific
         status = run_status(ready=self.ready, failed=failure is not None and (not self.ready or failure.fatal
                                                                                 or failure.phase == "serving"),
                             last=last, ends_mid_line=ends_mid_line, restarted=restarted, warnings=self.warnings)

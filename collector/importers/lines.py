@@ -157,7 +157,9 @@ def infer_year(text: str, fallback: float) -> YearGuess:
                 year += 1
             return YearGuess(year, f"vLLM {major}.{minor}, developed from {floor:%Y-%m} on "
                                    f"(the earliest year its stamps can have)")
-    year = datetime.fromtimestamp(max(fallback, 0), timezone.utc).year
+    if fallback <= 0:                    # text with no file behind it: now is the best guess
+        fallback = datetime.now(timezone.utc).timestamp()
+    year = datetime.fromtimestamp(fallback, timezone.utc).year
     if stamp:
         moment = _when(year, stamp.group(1), stamp.group(2))
         if moment is not None and moment > fallback + 86400:
