@@ -453,7 +453,7 @@ class LogParser:
     newlines and carriage returns); ``finish`` ends the last run."""
 
     def __init__(self, engine: Engine, *, year: YearGuess, run_id: Callable[[int, LogLine], str],
-                 fallback_ts: float, first_seq: int = 0, continued: bool = False):
+                 fallback_ts: float, first_seq: int = 0, continued: bool = False, continued_ready: bool = False):
         self.engine = engine
         self.reader = LineReader(year)
         self.make_run_id = run_id
@@ -463,6 +463,7 @@ class LogParser:
         self.pending_lines: list[LogLine] = []     # lines before the first fact of a run
         self.first_seq = first_seq
         self.continued = continued
+        self.continued_ready = continued_ready   # the run went on was already serving
         self.lineno = 0
         self.failures = 0
         self.warnings: list[str] = []
@@ -504,6 +505,8 @@ class LogParser:
                                       fallback_ts=self.fallback_ts)
             if self.continued and index == 0:
                 run.saw_start = run.started = True
+                if self.continued_ready:
+                    run.ready, run.stage = True, "serving"
             self.runs.append(run)
             self.current = run
             for line in self.pending_lines:

@@ -40,6 +40,7 @@ class TailState:
     run_id: str | None = None
     next_seq: int = 0
     run_posted: bool = False
+    run_ready: bool = False
     run_index: int = 0
 
     @classmethod
@@ -179,7 +180,7 @@ class LiveImport:
         self.log = log
         self.parser = LogParser(engine, year=year, run_id=self._run_id, fallback_ts=clock(),
                                 first_seq=state.next_seq if state.run_id else 0,
-                                continued=state.run_id is not None)
+                                continued=state.run_id is not None, continued_ready=state.run_ready)
         self.sending: dict[int, _Sending] = {}
         self.runs_sent: list[str] = []
         self.resumed_posted = bool(state.run_id and state.run_posted)
@@ -230,8 +231,10 @@ class LiveImport:
             self.state.run_id = current.run_id
             self.state.next_seq = current.seq
             self.state.run_posted = bool(self.sending.get(len(runs) - 1) and self.sending[len(runs) - 1].sink)
+            self.state.run_ready = current.ready
         else:
             self.state.run_id, self.state.next_seq, self.state.run_posted = None, 0, False
+            self.state.run_ready = False
         self.state.run_index = len(runs)
 
     @staticmethod
