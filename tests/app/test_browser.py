@@ -106,21 +106,39 @@ def screenshot(driver, name):
     driver.set_window_size(1400, 1000)
 
 
+def grid_row(driver, grid_id, row_id):
+    """{column id: shown text} of one row of an AG Grid table."""
+    row = driver.find_element(By.CSS_SELECTOR, f"#{grid_id} .ag-center-cols-container [row-id='{row_id}']")
+    return {cell.get_attribute("col-id"): cell.text for cell in row.find_elements(By.CSS_SELECTOR, ".ag-cell")}
+
+
 def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
+    from app import components as c
     from collector import queries
 
     open_page(driver, env["url"] + "/")
     wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
     real = next(r for r in queries.list_runs(env["store"]) if r["run_id"] == "real-run")
-    row = next(tr for tr in driver.find_elements(By.CSS_SELECTOR, "#runs-table tr")
-               if "real-run" in tr.text)
-    cells = {td.get_attribute("data-dash-column"): td.text for td in row.find_elements(By.CSS_SELECTOR, "td")}
-    assert cells["steps"] == str(real["steps"])
-    assert cells["eager_pct"] == f"{round(real['eager_ratio'] * 100, 1):g}"
-    assert cells["padded_pct"] == f"{round(real['padded_ratio'] * 100, 1):g}"
+    cells = grid_row(driver, "runs-table", "real-run")
+    assert cells["steps"] == c.count(real["steps"])
+    assert cells["eager_pct"] == c.pct(real["eager_ratio"])
+    assert cells["padded_pct"] == c.pct(real["padded_ratio"])
     assert cells["backend"] == "static" and cells["source"] == "runner"
     assert len(queries.list_runs(env["store"])) == 4
     assert "4 runs" in driver.find_element(By.ID, "runs-count").text
+    assert severe_errors(driver) == []
+
+
+def test_a_run_name_in_the_runs_table_links_to_its_page(env, driver):
+    open_page(driver, env["url"] + "/")
+    wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
+    marker = driver.execute_script("window.__no_reload = 1; return window.__no_reload")
+    link = driver.find_element(By.CSS_SELECTOR, "#runs-table [row-id='real-run'] [col-id=name] a")
+    assert link.get_attribute("href") == env["url"] + "/run/real-run"
+    link.click()
+    wait(driver, lambda d: d.find_elements(By.ID, "run-name") and d.find_element(By.ID, "run-name").text)
+    assert driver.find_element(By.ID, "run-name").text == "static-tiny-mixed"
+    assert driver.execute_script("return window.__no_reload") == marker    # navigated inside the app
     assert severe_errors(driver) == []
 
 
@@ -159,7 +177,7 @@ def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
                                      if "(baseline-run)" in o.text])
     option[0].click()
     wait(driver, lambda d: "baseline" in d.find_element(By.ID, "startup-baseline-summary").text)
-    rows = driver.find_elements(By.CSS_SELECTOR, "#startup-diff-table td[data-dash-column=item]")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#startup-diff-table .ag-cell[col-id=item]")
     assert any("phase load_weights" == r.text for r in rows)
     assert any(r.text.startswith("capture bs") for r in rows)
     assert severe_errors(driver) == []
@@ -207,6 +225,24 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
     wait(driver, lambda d: "eager-high" in d.find_element(By.ID, "alerts-rules").text)
     [rule] = queries.alert_rules(env["store"])
     assert rule["threshold"] == 0.3 and rule["window_s"] == 300
+    assert severe_errors(driver) == []
+
+
+def test_selecting_a_rule_loads_it_into_the_form(env, driver):
+    from collector import queries
+    from collector.alerts import create_rule
+
+    rule = create_rule(env["store"], {"name": "to-edit", "threshold": 0.45, "window_s": 120, "min_steps": 7})
+    open_page(driver, env["url"] + "/alerts")
+    cell = wait(driver, lambda d: d.find_elements(
+        By.CSS_SELECTOR, f"#alerts-rules .ag-center-cols-container [row-id='{rule['id']}'] [col-id=name]"))
+    cell[0].click()
+    wait(driver, lambda d: d.find_element(By.ID, "rule-name").get_attribute("value") == "to-edit")
+    assert driver.find_element(By.ID, "rule-threshold").get_attribute("value") == "0.45"
+    assert driver.find_element(By.ID, "rule-window").get_attribute("value") == "120"
+    driver.find_element(By.ID, "rule-delete").click()
+    wait(driver, lambda d: "Deleted the rule" in d.find_element(By.ID, "rule-message").text)
+    assert all(r["name"] != "to-edit" for r in queries.alert_rules(env["store"]))
     assert severe_errors(driver) == []
 
 
