@@ -155,3 +155,4 @@ def test_import_through_the_collector_api(logs, collector_url):
     assert {r["source"] for r in runs} == {"vllm-log"}
     with pytest.raises(ReplayscopeError, match="401"):
         run(["import", "vllm", str(logs / "vllm_restart.log"), "--collector", base, "--token", "wrong"])
+
