@@ -6,13 +6,70 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dash_table, dcc, html
+from dash import Input, Output, State, callback, dcc, html
 
 from app import charts
 from app import components as c
 
 dash.register_page(__name__, path_template="/startup/<run_id>", title="replayscope · startup",
                    name="Startup")
+
+
+DIFF_COLUMNS = (
+    c.Column("item", "phase / size", min_width=160, flex=2),
+    c.Column("run_s", "this run", numeric=True, shown=lambda r: c.seconds(r["run_s"], "not in this run"),
+             min_width=100),
+    c.Column("baseline_s", "baseline", numeric=True,
+             shown=lambda r: c.seconds(r["baseline_s"], "not in the baseline"), min_width=100),
+    c.Column("diff_s", "difference", numeric=True, shown=lambda r: c.signed_seconds(r["diff_s"]), min_width=100),
+)
+
+
+# -- ranks side by side (engine logs name every rank's figures) --------------------------
+RANK_PHASES = ("load_weights", "compile", "kv_cache", "capture", "engine_init")
+
+
+def _phase_text(name: str):
+    def shown(row: dict[str, Any]) -> str:
+        cell = row.get(name + "_cell")
+        if cell is None:
+            return "not in the log"
+        text = c.seconds(cell["duration_s"]) if cell["duration_s"] is not None else "time not in the log"
+        return text + (f" · {c.size(cell['mem_bytes'])}" if cell["mem_bytes"] is not None else "")
+    return shown
+
+
+RANK_COLUMNS = (c.Column("rank_label", "rank", min_width=110),
+                *(c.Column(name, name.replace("_", " "), numeric=True, shown=_phase_text(name), min_width=130)
+                  for name in RANK_PHASES),
+                c.Column("failed", "failed", shown=lambda r: r["failed"] or "no", min_width=160, flex=2))
+
+
+def rank_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """One row per rank the log named: its own startup figures and whether it failed."""
+    from collector import queries
+
+    rows = []
+    for entry in queries.rank_table(store, run_id):
+        row: dict[str, Any] = {"rank_label": entry["rank"] or "no rank (driver)", "failed": entry["failed"]}
+        for name in RANK_PHASES:
+            cell = entry["phases"].get(name)
+            row[name + "_cell"] = cell
+            row[name] = cell["duration_s"] if cell else None
+        rows.append(row)
+    return rows
+
+
+def _ranks_section(store: Any, run_id: str) -> Any:
+    rows = rank_rows(store, run_id)
+    if len(rows) < 2:
+        return c.section("Ranks side by side", html.P("One process in this run: no ranks to compare.",
+                                                       className="hint"))
+    return c.section("Ranks side by side",
+                     html.P("Each rank's own figures from the log; the run's headline is rank 0's, or the "
+                            "lowest rank that printed it (see docs/importing.md).", className="hint"),
+                     c.grid("startup-ranks", RANK_COLUMNS, c.grid_rows(RANK_COLUMNS, rows), filters=False,
+                            row_id="rank_label"))
 
 
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
@@ -25,8 +82,10 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
     phases, caps, degrades = (queries.phases(store, run_id), queries.captures(store, run_id),
                               queries.degrades(store, run_id))
     diagnosis = diagnose_run(store, run_id).as_dict()     # what GET /v1/runs/{id}/diagnosis returns
+    unknown = c.unknown(summary["source"])
     out: dict[str, Any] = {
         "summary": summary,
+        "unknown": unknown,
         "diagnosis": diagnosis,
         "startup_s": startup_seconds(phases, caps),
         "captures": caps,
@@ -35,7 +94,7 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "findings": diagnosis["findings"],
         "stats": stats(diagnosis),
         "waterfall": charts.waterfall_figure(phases, caps),
-        "capture_fig": charts.capture_figure(caps),
+        "capture_fig": charts.capture_figure(caps, unknown),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
@@ -56,7 +115,7 @@ def stats(diagnosis: dict[str, Any]) -> dict[str, str]:
     """The four numbers at the top, from what the run recorded or its log stated; what
     neither said is "not in the log" / "not measured", never 0."""
     capture = diagnosis["capture"]
-    unknown = "not in the log" if diagnosis["source"].endswith("-log") else "not measured"
+    unknown = c.unknown(diagnosis["source"])
     startup = c.seconds(diagnosis["startup_s"]) if diagnosis["startup_s"] else unknown
     count = capture["count"]
     if count:
@@ -94,10 +153,12 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         html.Div([c.stat("startup", "…", "startup-total"), c.stat("captures", "…", "startup-captures"),
                   c.stat("capture time", "…", "startup-capture-s"), c.stat("failed", "…", "startup-failed")],
                  className="stats"),
-        c.section("Ranked diagnosis", html.Div(id="startup-diagnosis")),
+        c.section("Post-mortem: the outcome, then what took longer than expected",
+                  html.Div(id="startup-diagnosis")),
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
         c.section("Capture time and pool memory per size", c.graph("startup-captures-fig")),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),
+        _ranks_section(store, run_id),
         c.section("Against a baseline run",
                   dcc.Dropdown(id="startup-baseline",
                                options=[{"label": f"{r['name']} ({r['run_id']})", "value": r["run_id"]}
@@ -105,13 +166,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
                                placeholder="choose a baseline run", clearable=True),
                   html.Div(id="startup-baseline-summary", className="hint"),
                   c.graph("startup-diff", height=300),
-                  dash_table.DataTable(id="startup-diff-table",
-                                       columns=[{"id": "item", "name": "phase / size"},
-                                                {"id": "run_s", "name": "this run (s)", "type": "numeric"},
-                                                {"id": "baseline_s", "name": "baseline (s)", "type": "numeric"},
-                                                {"id": "diff_s", "name": "difference (s)", "type": "numeric"}],
-                                       data=[], sort_action="native",
-                                       style_cell={"fontFamily": "inherit", "fontSize": "13px"})),
+                  c.grid("startup-diff-table", DIFF_COLUMNS, filters=False, row_id="item")),
     ], className="page")
 
 
@@ -170,15 +225,11 @@ def diagnosis_children(data: dict[str, Any]) -> list[Any]:
     return children
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
-
-
 @callback(Output("startup-total", "children"), Output("startup-captures", "children"),
           Output("startup-capture-s", "children"), Output("startup-failed", "children"),
           Output("startup-diagnosis", "children"), Output("startup-waterfall", "figure"),
           Output("startup-captures-fig", "figure"), Output("startup-failures", "children"),
-          Output("startup-diff", "figure"), Output("startup-diff-table", "data"),
+          Output("startup-diff", "figure"), Output("startup-diff-table", "rowData"),
           Output("startup-baseline-summary", "children"),
           Input("startup-baseline", "value"), State("startup-run-id", "data"))
 def refresh(baseline, run_id):
@@ -189,10 +240,9 @@ def refresh(baseline, run_id):
     if "baseline_startup_s" in data:
         delta = data["startup_s"] - data["baseline_startup_s"]
         baseline_text = (f"This run {c.seconds(data['startup_s'])}, baseline {c.seconds(data['baseline_startup_s'])} "
-                         f"({'+' if delta >= 0 else '−'}{c.seconds(abs(delta))}).")
+                         f"({c.signed_seconds(delta)}).")
     stat = data["stats"]
     return (stat["startup-total"], stat["startup-captures"], stat["startup-capture-s"], stat["startup-failed"],
             diagnosis_children(data), data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
-            [{**d, "run_s": _round(d["run_s"]), "baseline_s": _round(d["baseline_s"]),
-              "diff_s": _round(d["diff_s"])} for d in data["diff"]],
+            c.grid_rows(DIFF_COLUMNS, data["diff"]),
             baseline_text)

@@ -2,7 +2,7 @@
 graph replays of the same stage and batch sizes
 
 Revision ID: 0013
-Revises: 0002
+Revises: 0012
 Create Date: 2026-12-01 10:00:00
 """
 from __future__ import annotations
@@ -12,22 +12,32 @@ import sqlalchemy as sa
 
 
 revision = '0013'
-down_revision = '0002'
+down_revision = '0012'
 branch_labels = None
 depends_on = None
 
-# The rollup is rebuilt from the raw steps (the old one has no reason to keep).
-_REBUILD = """
+# The rollup is rebuilt from the raw steps and the step counts that carry a batch size
+# (the old one has no reason to keep).
+_SOURCES = """
+SELECT run_pk, stage, raw_bs, mode, COALESCE(reason, '') AS reason, 1 AS steps, num_tokens, padded_tokens,
+       duration_s, CASE WHEN duration_s IS NULL THEN 0 ELSE 1 END AS timed
+FROM steps
+UNION ALL
+SELECT run_pk, stage, raw_bs, mode, COALESCE(reason, ''), count, num_tokens, padded_tokens,
+       duration_s, CASE WHEN duration_s IS NULL THEN 0 ELSE count END
+FROM step_counts WHERE raw_bs IS NOT NULL
+"""
+_REBUILD = f"""
 INSERT INTO batch_rollups (run_pk, stage, raw_bs, mode, reason, steps, num_tokens, padded_tokens,
                            duration_s, timed_steps)
-SELECT run_pk, stage, raw_bs, mode, COALESCE(reason, ''), COUNT(*), SUM(num_tokens), SUM(padded_tokens),
-       COALESCE(SUM(duration_s), 0.0), COUNT(duration_s)
-FROM steps GROUP BY run_pk, stage, raw_bs, mode, COALESCE(reason, '')
+SELECT run_pk, stage, raw_bs, mode, reason, SUM(steps), SUM(num_tokens), SUM(padded_tokens),
+       COALESCE(SUM(duration_s), 0.0), SUM(timed)
+FROM ({_SOURCES}) AS s GROUP BY run_pk, stage, raw_bs, mode, reason
 """
-_REBUILD_OLD = """
+_REBUILD_OLD = f"""
 INSERT INTO batch_rollups (run_pk, stage, raw_bs, mode, steps, num_tokens, padded_tokens, duration_s)
-SELECT run_pk, stage, raw_bs, mode, COUNT(*), SUM(num_tokens), SUM(padded_tokens), COALESCE(SUM(duration_s), 0.0)
-FROM steps GROUP BY run_pk, stage, raw_bs, mode
+SELECT run_pk, stage, raw_bs, mode, SUM(steps), SUM(num_tokens), SUM(padded_tokens), COALESCE(SUM(duration_s), 0.0)
+FROM ({_SOURCES}) AS s GROUP BY run_pk, stage, raw_bs, mode
 """
 
 
