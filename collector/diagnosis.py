@@ -202,6 +202,7 @@ def capture_summary(facts: RunFacts) -> dict[str, Any]:
     if not sizes and facts.config.get("capture_sizes"):
         sizes = sorted({int(s) for s in facts.config["capture_sizes"]})
         sizes_prov = "log" if source.endswith("-log") else "measured"
+    listed = facts.config.get("capture_count")      # the list's length, else a bar's total
     passes = facts.config.get("capture_passes") or []
     bar_total = sum(int(p.get("graphs") or 0) for p in passes)
     bar_done = sum(int(p.get("graphs_done") or 0) for p in passes)
@@ -211,6 +212,8 @@ def capture_summary(facts: RunFacts) -> dict[str, Any]:
         count, count_prov, planned, done = bar_done, "log", bar_total, bar_done
     elif sizes and total is not None:
         count, count_prov, planned, done = len(sizes), sizes_prov, None, None
+    elif listed and total is not None:
+        count, count_prov, planned, done = int(listed), "log", None, None
     else:
         count, count_prov, planned, done = 0, None, (len(sizes) or None), None
     return {"total_s": total, "total_provenance": total_prov, "sizes": sizes, "sizes_provenance": sizes_prov,
@@ -243,9 +246,11 @@ def _where(facts: RunFacts) -> tuple[dict[str, Any], str]:
     if where["phase"] is None:
         passes = [p for p in facts.config.get("capture_passes") or []
                   if p.get("graphs") and (p.get("graphs_done") or 0) < p["graphs"]]
-        # the last thing recorded, in the order it was recorded (log order for imported runs)
-        events = [(r.get("seq", i), "capture", r) for i, r in enumerate(facts.captures)]
-        events += [(r.get("seq", i), "phase", r) for i, r in enumerate(facts.phases) if "." not in r.get("phase", "")]
+        # the last thing recorded: by time, then in the order it was recorded
+        def when(r: dict[str, Any], i: int) -> tuple[float, int]:
+            return (float(r["ts"]) if r.get("ts") is not None else float("-inf"), r.get("seq", i))
+        events = [(when(r, i), "capture", r) for i, r in enumerate(facts.captures)]
+        events += [(when(r, i), "phase", r) for i, r in enumerate(facts.phases) if "." not in r.get("phase", "")]
         last = max(events, key=lambda e: e[0]) if events else None
         if passes or (last is not None and last[1] == "capture"):
             where["phase"] = "capture"
@@ -665,8 +670,9 @@ def _memory_evidence(facts: RunFacts) -> list[Evidence]:
         out.append(Evidence(f"graph memory estimated at {ex.human_bytes(estimate)} before capture", prov))
     if actual is not None:
         out.append(Evidence(f"graph memory after capture: {ex.human_bytes(actual)}", prov))
-    if config.get("avail_mem_after_capture_bytes") is not None:
-        out.append(Evidence(f"{ex.human_bytes(config['avail_mem_after_capture_bytes'])} free after capture", prov))
+    if config.get("available_gpu_mem_bytes") is not None:
+        out.append(Evidence(f"{ex.human_bytes(config['available_gpu_mem_bytes'])} of GPU memory free once the "
+                            f"server was set up (after capture)", prov))
     if config.get("memory_cap_bytes"):
         out.append(Evidence(f"the process was capped at {ex.human_bytes(config['memory_cap_bytes'])} of GPU memory",
                             "measured"))
@@ -676,7 +682,7 @@ def _memory_evidence(facts: RunFacts) -> list[Evidence]:
 def _memory_finding(facts: RunFacts) -> list[Finding]:
     config = facts.config
     actual, estimate = config.get("graph_mem_bytes"), config.get("graph_mem_estimate_bytes")
-    free = config.get("avail_mem_after_capture_bytes")
+    free = config.get("available_gpu_mem_bytes")
     risky_estimate = (actual is not None and estimate is not None and actual > 1.1 * estimate
                       and actual - estimate >= 128 * ex.MIB)
     risky_free = free is not None and free < ex.GIB
@@ -746,11 +752,17 @@ def facts_for_run(store: Any, run_id: str) -> RunFacts | None:
     summary = queries.run_summary(store, run_id)
     if summary is None:
         return None
-    captures = queries.captures(store, run_id)
+    config = summary.get("config") or {}
+    # one rank's figures where several ranks logged the same fact (docs/importing.md, Ranks);
+    # every rank's failed captures
+    every = queries.captures(store, run_id)
+    headline = queries.headline_rows(every, config, "captures")
+    captures = [c for c in every if c in headline or c.get("status") == "failed"]
     return RunFacts(
         run_id=run_id, source=summary["source"], backend=summary["backend"], status=summary["status"],
-        started_at=summary["started_at"], config=dict(summary.get("config") or {}, partial=summary.get("partial")),
-        error=summary.get("error"), failure=summary.get("failure"), phases=queries.phases(store, run_id),
+        started_at=summary["started_at"], config=dict(config, partial=summary.get("partial")),
+        error=summary.get("error"), failure=summary.get("failure"),
+        phases=queries.headline_rows(queries.phases(store, run_id), config),
         captures=captures, degrades=queries.degrades(store, run_id), steps=summary["steps"],
         served=served_sizes(queries.batch_times(store, run_id), captures))
 

@@ -75,7 +75,7 @@ def test_a_finished_run_with_a_failed_capture_leads_with_it():
 def test_a_run_stopped_during_startup_says_so():
     run = facts(source="sglang-log", status="interrupted", steps=0,
                 phases=[phase("load_weights", 8.0, start=0.0, mem=15 * GIB, seq=0)],
-                captures=[capture(32, 2.0, seq=1)])
+                captures=[capture(32, 2.0, seq=1, ts=10.0)])
     first = diagnose(run).findings[0]
     assert first.label == "interrupted"
     assert first.title == "The log ends before the server was ready (during capture after bs 32)"
