@@ -204,7 +204,8 @@ def finding_card(finding: dict[str, Any], rank: int) -> html.Div:
         html.Div([html.B("Evidence"), evidence]),
         html.Div([html.B("What to do"), c.engine_flags(actions.get("replayscope", []), actions.get("vllm", []),
                                                        actions.get("sglang", []))]),
-    ], className="card finding", **{"data-cause": finding["cause"]})
+    ], className="card finding", **{"data-cause": finding["cause"],
+                                    "data-failure-class": finding["failure_class"] or ""})
 
 
 def diagnosis_children(data: dict[str, Any]) -> list[Any]:

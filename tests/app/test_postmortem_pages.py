@@ -86,3 +86,17 @@ def test_cpu_stand_in_times_are_labelled_on_both_pages(store, pages):
     run = pages["run"].page_data(store, "syn-1")
     assert all(text.startswith("CPU stand-in (static backend)") for _, text in run["reasons"])
     assert "CPU stand-in" in str(pages["run"].header(run["summary"]))
+
+
+def test_the_advisor_page_shows_what_the_api_returns(store, pages):
+    from fastapi.testclient import TestClient
+
+    from app.pages import advisor
+    from collector.api import create_api
+    from collector.settings import Settings
+
+    synthetic.fill(store, "syn-1", steps=300)
+    data = advisor.page_data(store, "syn-1", budget=3)
+    api = TestClient(create_api(store, Settings(run_services=False)))
+    body = api.get("/v1/runs/syn-1/advice", params={"budget": 3}).json()
+    assert body["sizes"] == data["advice"].sizes and body["flags"] == data["advice"].flags
