@@ -42,7 +42,7 @@ class Case:
 def _runner(tag: str, failed_capture: str) -> list[Case]:
     kind = f"runner-{tag}"
     return [
-        Case(f"{tag}-clean", kind, "none", "default sizes, nothing injected"),
+        Case(f"{tag}-clean", kind, "none", "the sizes its traffic uses, nothing injected"),
         Case(f"{tag}-many-sizes", kind, "too_many_sizes", "every size from 1 up, traffic up to 32"),
         Case(f"{tag}-compile", kind, "torch_compile", "--backend compile"),
         Case(f"{tag}-failed-capture", kind, failed_capture, "--fail-capture 16"),

@@ -29,7 +29,7 @@ run_case() {   # NAME, then `replayscope run` flags
   echo "case $TAG-$name: exit $? in $((SECONDS - started)) s"
 }
 
-run_case clean --backend "$BACKEND" --preset "$PRESET"
+run_case clean --backend "$BACKEND" --preset "$PRESET" --capture-sizes 1,16,24,32   # the sizes its traffic uses
 run_case many-sizes --backend "$BACKEND" --preset "$PRESET" --capture-sizes "$(seq -s, 1 "$MANY")"
 run_case compile --backend compile --preset tiny --capture-sizes 1,8
 run_case failed-capture --backend "$BACKEND" --preset "$PRESET" --fail-capture 16
