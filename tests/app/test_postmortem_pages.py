@@ -47,8 +47,19 @@ def test_an_imported_vllm_run_shows_the_logs_capture_total_not_zero(store, pages
     data = pages["startup"].page_data(store, run_id)
     assert data["stats"]["startup-capture-s"] == "6.00 s (from the log)"
     assert data["stats"]["startup-captures"] == "5"
+    assert "All 5 captures recorded succeeded" in str(pages["startup"]._failures(data))
+
+
+def test_a_run_without_captures_never_says_every_capture_succeeded(store, pages):
+    from collector.importers.vllm_log import parse_text
+
+    no_capture = "\n".join(VLLM_LOG.splitlines()[:4]) + "\n"     # the log stops before capture
+    run_id = import_log(store, no_capture, parse_text)
+    data = pages["startup"].page_data(store, run_id)
     text = str(pages["startup"]._failures(data))
-    assert "succeeded" not in text or "All 5 captures" in text
+    assert "succeeded" not in text and "No capture was recorded" in text
+    assert data["stats"]["startup-capture-s"] == "not in the log"
+    assert data["stats"]["startup-captures"] == "0 of 5"
 
 
 def test_an_imported_failure_is_shown_as_the_runs_failure(store, pages):
