@@ -331,6 +331,40 @@ def test_inputs_that_break_the_static_contract_are_refused_by_name(inputs, messa
     assert runner.emitter.of("step") == []
 
 
+def test_inputs_are_checked_on_every_step_not_only_the_first_of_their_shape():
+    runner = make_runner()
+    runner.step(batch(3))
+    with pytest.raises(ReplayscopeError, match="input 'x' has dtype torch.float64, expected torch.float32"):
+        runner.step({"x": torch.zeros(3, FEATURES, dtype=torch.float64), "slots": torch.arange(3)})
+    with pytest.raises(ReplayscopeError, match=r"unknown inputs \['mask'\]"):
+        runner.step({"x": torch.zeros(3, FEATURES), "mask": torch.arange(3)})
+    assert len(runner.emitter.of("step")) == 1
+
+
+def test_a_step_before_capture_is_refused_with_a_message():
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan(SIZES), backend="static", device="cpu",
+                         emitter=Recorder(), progress=False)
+    with pytest.raises(ReplayscopeError, match=r"call capture\(\) before the first step"):
+        runner.step(batch(4))
+
+
+def test_dispatch_follows_the_plan_after_a_later_capture_drops_a_size():
+    step = CacheStep()
+    broken = set()
+
+    def fn(x, slots):
+        if capturing_size() in broken:
+            raise RuntimeError("boom")
+        return step(x, slots)
+
+    runner = make_runner(fn)
+    runner.step(batch(3))
+    broken.add(4)
+    runner.capture()                    # a second capture: size 4 fails this time
+    runner.step(batch(3))
+    assert [(s["mode"], s["graph_bs"]) for s in runner.emitter.of("step")] == [("padded", 4), ("padded", 8)]
+
+
 def test_a_plan_size_above_max_bs_is_refused():
     with pytest.raises(ReplayscopeError, match=r"capture size 16 is larger than the static buffers \(max_bs=8\)"):
         GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 16)), backend="static", device="cpu", max_bs=8)
