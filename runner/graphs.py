@@ -30,7 +30,7 @@ from runner import wire
 from runner.dispatch import BatchShape, Decision, dispatch
 from runner.errors import ReplayscopeError
 from runner.plan import CapturePlan
-from runner.progress import ProgressBar
+from runner.progress import Progress
 
 BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
 _HUGE = 3.0e38   # divergence past float32's range is reported as this, keeping the wire finite
@@ -244,12 +244,11 @@ class GraphRunner:
             return self.report
         self._allocate_buffers()
         started = time.perf_counter()
-        bar = ProgressBar(len(self.plan.sizes), f"Capturing {self.backend} graphs ({self.stage})",
-                          enabled=self.progress)
-        for size in reversed(self.plan.sizes):
-            self._capture_size(size)
-            status = "failed" if size in self.report.failed else f"{self.report.seconds[size]:.2f}s"
-            bar.update(f"bs={size} {status}")
+        with Progress(self._capture_label(), len(self.plan.sizes), enabled=self.progress) as bar:
+            for size in reversed(self.plan.sizes):
+                self._capture_size(size, bar)
+                status = "failed" if size in self.report.failed else f"{self.report.seconds[size]:.2f}s"
+                bar.update(note=f"bs={size} {status}")
         self.report.total_s = time.perf_counter() - started
         self.report.pool_bytes = graph_pool_bytes(self.pool) if self.on_cuda else None
         self._emit("phase", phase="capture" if self.stage == "decode" else f"capture_{self.stage}",
@@ -272,7 +271,14 @@ class GraphRunner:
     def _views(self, size: int) -> dict[str, torch.Tensor]:
         return {s.name: self._buffers[s.name].narrow(s.batch_dim, 0, size) for s in self.inputs}
 
-    def _capture_size(self, size: int) -> None:
+    def _capture_label(self) -> str:
+        if self.backend == "compile":
+            what = "Compiling and capturing CUDA graphs" if self.on_cuda else "Compiling"
+        else:
+            what = "Capturing CUDA graphs" if self.on_cuda else "Capturing static stand-ins"
+        return f"{what} ({self.stage})"
+
+    def _capture_size(self, size: int, bar: Progress) -> None:
         views = self._views(size)
         before = graph_pool_bytes(self.pool) if self.on_cuda else None
         started = time.perf_counter()
@@ -281,7 +287,9 @@ class GraphRunner:
         _capture_state.size = size
         try:
             if self.backend == "compile":
+                bar.describe(f"bs={size} compiling")
                 fn, variant = self._compiled(size, views)
+            bar.describe(f"bs={size} capturing")
             if self.on_cuda:
                 captured = self._capture_cuda(size, fn, views)
             else:
