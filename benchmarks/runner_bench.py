@@ -13,8 +13,9 @@ around the call, the synchronise outside it; median). The host time *added* per 
 the instrumented call's minus the bare loop's.
 
 On any machine (CPU included) the host cost is also measured on the static backend with
-a trivial step, where both loops run the same Python: bare loop vs ``GraphRunner.step``,
-plus ``Emitter.step`` alone. Step times, capture and the overhead ratio need CUDA.
+a trivial step, where both loops run the same Python: bare loop vs ``GraphRunner.step``;
+plus ``Emitter.step`` alone and the run's progress line per step. Step times, capture and
+the overhead ratio need CUDA.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
+from runner.progress import Progress
 
 RUN = {"run_id": "bench", "name": "bench", "source": "library", "started_at": 0.0, "backend": "cuda",
        "model": "bench", "device": "bench"}
@@ -129,6 +131,17 @@ def host_cost_cpu(sizes: list[int], calls: int = 20_000, repeats: int = 7) -> li
     return rows
 
 
+def progress_tick_us(calls: int = 200_000) -> float:
+    """Host µs per step of the engine's progress line (``update_to`` between redraws), enabled."""
+    import io
+
+    progress = Progress("Running mixed workload", None, unit="steps", stream=io.StringIO())
+    started = time.perf_counter()
+    for step in range(calls):
+        progress.update_to(step, str)
+    return (time.perf_counter() - started) / calls * 1e6
+
+
 def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
     """Per call: (step ms, synchronised after the call; host µs of the call alone, no synchronise inside)."""
     for _ in range(warmup):
@@ -213,9 +226,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
     sizes = [int(s) for s in options.sizes.split(",")]
-    result = {"emitter": emitter_cost_us(), "torch": torch.__version__, "host_cpu": host_cost_cpu(sizes)}
+    result = {"emitter": emitter_cost_us(), "progress_tick_us": progress_tick_us(), "torch": torch.__version__,
+              "host_cpu": host_cost_cpu(sizes)}
     print(f"emitter: {result['emitter']['emitter_step_us']:.2f} us per Emitter.step "
-          f"(bare list append {result['emitter']['list_append_us']:.2f} us)")
+          f"(bare list append {result['emitter']['list_append_us']:.2f} us); "
+          f"progress line: {result['progress_tick_us']:.2f} us per step")
     print("\nhost us per step on the CPU static backend, trivial step (median of 7 x mean of 20000 calls):")
     print(f"{'bs':>4} {'bare':>8} {'step()':>8} {'added':>8}")
     for r in result["host_cpu"]:
