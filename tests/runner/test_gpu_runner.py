@@ -149,9 +149,9 @@ def test_step_timings_follow_the_stream_the_step_runs_on(model):
     runner.capture()
     inputs = batch(4, seed=5)
     side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
     runner.step(inputs)
     assert runner._clock._stream == torch.cuda.current_stream()
+    side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
         runner.step(inputs)
         assert runner._clock._stream == side          # its events are recorded where the replay ran
