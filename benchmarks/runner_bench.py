@@ -99,7 +99,8 @@ def host_cost_cpu(sizes: list[int], calls: int = 20_000, repeats: int = 7) -> li
 
     Both loops copy the same inputs into the same static buffers and call the same step,
     so the difference is the instrumentation: input checks, dispatch, timing, the step
-    event. Median over ``repeats`` of the mean of ``calls`` calls, the two interleaved.
+    event. Each figure is the best of ``repeats`` means of ``calls`` calls, the two loops
+    interleaved: the cost itself, without what other processes on the machine take.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -122,9 +123,8 @@ def host_cost_cpu(sizes: list[int], calls: int = 20_000, repeats: int = 7) -> li
             for _ in range(repeats):
                 bare_us += mean_us(bare, calls, 1)
                 step_us += mean_us(instrumented, calls, 1)
-            rows.append({"bs": bs, "bare_host_us": statistics.median(bare_us),
-                         "instrumented_host_us": statistics.median(step_us),
-                         "added_host_us": statistics.median(step_us) - statistics.median(bare_us)})
+            rows.append({"bs": bs, "bare_host_us": min(bare_us), "instrumented_host_us": min(step_us),
+                         "added_host_us": min(step_us) - min(bare_us)})
     finally:
         emitter.close()
         torch.set_num_threads(threads)
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"emitter: {result['emitter']['emitter_step_us']:.2f} us per Emitter.step "
           f"(bare list append {result['emitter']['list_append_us']:.2f} us); "
           f"progress line: {result['progress_tick_us']:.2f} us per step")
-    print("\nhost us per step on the CPU static backend, trivial step (median of 7 x mean of 20000 calls):")
+    print("\nhost us per step on the CPU static backend, trivial step (best of 7 means of 20000 calls):")
     print(f"{'bs':>4} {'bare':>8} {'step()':>8} {'added':>8}")
     for r in result["host_cpu"]:
         print(f"{r['bs']:>4} {r['bare_host_us']:8.2f} {r['instrumented_host_us']:8.2f} {r['added_host_us']:8.2f}")
@@ -253,6 +253,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
                   f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.3f} {r['bare_host_us']:9.1f} "
                   f"{r['instrumented_host_us']:10.1f} {r['added_host_us']:8.1f} {r['capture_s']:9.3f}")
+        worst = max(result["rows"], key=lambda r: r["overhead_ratio"])
+        costliest = max(result["rows"], key=lambda r: r["added_host_us"])
+        print(f"worst instr/bare {worst['overhead_ratio']:.3f} ({worst['preset']} bs {worst['bs']}); "
+              f"most host time added {costliest['added_host_us']:.1f} us ({costliest['preset']} bs {costliest['bs']})")
         print(f"\n{'preset':>6} {'params':>8} {'capture':>9} {'pool MiB':>9} {'pad 5->8':>9} {'eager 5':>8} {'speedup':>8}")
         for s in result["summaries"]:
             print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
