@@ -94,7 +94,7 @@ def mean_us(fn, calls: int, repeats: int) -> list[float]:
     return means
 
 
-def host_cost_cpu(sizes: list[int], calls: int = 20_000, repeats: int = 7) -> list[dict]:
+def host_cost_cpu(sizes: list[int], calls: int = 5_000, repeats: int = 15) -> list[dict]:
     """Host µs per step on the CPU static backend with a trivial step: bare loop vs GraphRunner.step.
 
     Both loops copy the same inputs into the same static buffers and call the same step,
@@ -231,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"emitter: {result['emitter']['emitter_step_us']:.2f} us per Emitter.step "
           f"(bare list append {result['emitter']['list_append_us']:.2f} us); "
           f"progress line: {result['progress_tick_us']:.2f} us per step")
-    print("\nhost us per step on the CPU static backend, trivial step (best of 7 means of 20000 calls):")
+    print("\nhost us per step on the CPU static backend, trivial step (best of 15 means of 5000 calls):")
     print(f"{'bs':>4} {'bare':>8} {'step()':>8} {'added':>8}")
     for r in result["host_cpu"]:
         print(f"{r['bs']:>4} {r['bare_host_us']:8.2f} {r['instrumented_host_us']:8.2f} {r['added_host_us']:8.2f}")
