@@ -6,6 +6,7 @@ here but the CUDA capture itself is specified on CPU.
 """
 
 import itertools
+import re
 import time
 
 import pytest
@@ -279,6 +280,26 @@ def test_a_failed_compile_falls_back_to_capture_without_compile():
     assert [(c["graph_bs"], c["status"], c["variant"]) for c in capture] == [(2, "ok", "static")]
     out, _ = runner.step(batch(2, value=3))
     assert recorder.of("step")[-1]["mode"] == "graph" and torch.equal(out, torch.full((2, FEATURES), 6.0))
+
+
+def test_capture_progress_names_each_size_while_it_compiles_and_its_time_when_done(capsys):
+    torch._dynamo.reset()
+
+    def uncompilable(x, slots):
+        return doubled(x), slots
+
+    runner = GraphRunner(uncompilable, INPUTS, CapturePlan((2, 4)), backend="compile", device="cpu",
+                         emitter=Recorder(), progress=True)
+    runner.capture()
+    torch._dynamo.reset()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("Compiling (decode):   0%|          | 0/2 [") and lines[0].endswith(", bs=4 compiling]")
+    assert re.match(r"Compiling \(decode\): 100%\|##########\| 2/2 \[.*, bs=2 \d+\.\d\ds\]$", lines[-1])
+
+
+def test_a_runner_without_progress_prints_nothing(capsys):
+    make_runner().step(batch(3))
+    assert capsys.readouterr().err == ""
 
 
 # --- parity --------------------------------------------------------------------------------
