@@ -377,19 +377,22 @@ class DecodeEngine:
         deadline = None if config.duration_s is None else started + config.duration_s
         idle = 0
         label = f"Running {self.spec.name} workload" + (f" for {config.duration_s:g}s" if deadline else "")
-        with torch.inference_mode(), Progress(label, config.steps, unit="steps", enabled=config.progress) as bar:
-            bar.update_to(0, self.mode_shares)
-            while True:
-                if config.steps is not None and self.stats.steps >= config.steps:
-                    break
-                if deadline is not None and time.perf_counter() >= deadline:
-                    break
-                if self.step_once() is None:
-                    idle += 1
-                    if idle > 100_000:
-                        raise ReplayscopeError("the workload produced no requests")
-                bar.update_to(self.stats.steps, self.mode_shares)
-            bar.note = self.mode_shares()
+        bar = Progress(label, config.steps, unit="steps", enabled=config.progress)
+        bar.update_to(0, self.mode_shares)
+        try:
+            with torch.inference_mode():
+                while True:
+                    if config.steps is not None and self.stats.steps >= config.steps:
+                        break
+                    if deadline is not None and time.perf_counter() >= deadline:
+                        break
+                    if self.step_once() is None:
+                        idle += 1
+                        if idle > 100_000:
+                            raise ReplayscopeError("the workload produced no requests")
+                    bar.update_to(self.stats.steps, self.mode_shares)   # one clock read between redraws
+        finally:
+            bar.close(self.mode_shares())
         self.stats.finished_requests = self.scheduler.finished
         self.stats.wall_s = time.perf_counter() - started
         return self.stats
