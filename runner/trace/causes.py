@@ -107,17 +107,17 @@ def decide(facts: StepFacts) -> StepOutcome:
         return StepOutcome("eager", None, facts.recipe_hint.reason, facts.recipe_hint.evidence)
     if facts.compile_skip is not None:
         return StepOutcome("eager", None, facts.compile_skip.reason, facts.compile_skip.evidence)
+    if facts.captured_sizes:            # graphs exist (so CUDA is in use): why none served this batch
+        if facts.raw_bs > facts.captured_sizes[-1]:
+            return StepOutcome("eager", None, "batch_too_large", f"batch of {facts.raw_bs}; largest "
+                                                                 f"captured graph holds {facts.captured_sizes[-1]}")
+        return StepOutcome("eager", None, "unknown", clip(
+            f"no graph replayed in the step; graphs captured in this process for batch sizes "
+            f"{_sizes(facts.captured_sizes)}"))
     if facts.cuda == "unavailable":
         return StepOutcome("eager", None, "cpu_device", "torch.cuda.is_available() is False in this process")
     if facts.cuda == "uninitialized":
         return StepOutcome("eager", None, "cpu_device",
                            "CUDA was never initialised in this process: the step ran on the CPU")
-    if facts.captured_sizes and facts.raw_bs > facts.captured_sizes[-1]:
-        return StepOutcome("eager", None, "batch_too_large",
-                           f"batch of {facts.raw_bs}; largest captured graph holds {facts.captured_sizes[-1]}")
-    if facts.captured_sizes:
-        evidence = (f"no graph replayed in the step; graphs captured in this process for batch sizes "
-                    f"{_sizes(facts.captured_sizes)}")
-    else:
-        evidence = "no graph replayed in the step; no CUDA graph captured in this process so far"
-    return StepOutcome("eager", None, "unknown", clip(evidence))
+    return StepOutcome("eager", None, "unknown",
+                       "no graph replayed in the step; no CUDA graph captured in this process so far")

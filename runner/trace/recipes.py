@@ -321,13 +321,16 @@ def vllm_batch(tracer: Tracer) -> BatchOf:
     return batch
 
 
-def vllm_capture_size(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
-    size = _size(_arg(args, kwargs, 1, "num_tokens"))
-    if size is None:
-        return None
-    mode = kwargs.get("cudagraph_runtime_mode")
-    label = f"vllm {getattr(mode, 'name', mode)}" if mode is not None else "vllm"
-    return size, "decode", label
+def vllm_capture_size(tracer: Tracer) -> SizeOf:
+    def size_of(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
+        size = _size(_arg(args, kwargs, 1, "num_tokens"))
+        if size is None:
+            return None
+        tracer.set_model(getattr(getattr(args[0], "model_config", None), "model", None))
+        mode = kwargs.get("cudagraph_runtime_mode")
+        label = f"vllm {getattr(mode, 'name', mode)}" if mode is not None else "vllm"
+        return size, "decode", label
+    return size_of
 
 
 def install_vllm(tracer: Tracer, module: Any, patches: Patches) -> None:
@@ -339,7 +342,7 @@ def install_vllm(tracer: Tracer, module: Any, patches: Patches) -> None:
                     lambda original: step_wrapper(tracer, original, vllm_batch(tracer), "vLLM"))
     if callable(getattr(runner, "_dummy_run", None)):
         patches.replace(runner, "_dummy_run",
-                        lambda original: capture_wrapper(tracer, original, vllm_capture_size, "vLLM"))
+                        lambda original: capture_wrapper(tracer, original, vllm_capture_size(tracer), "vLLM"))
     tracer.recipes.append("vllm")
 
 
@@ -375,9 +378,15 @@ def sglang_batch(tracer: Tracer) -> BatchOf:
     return batch
 
 
-def sglang_capture_size(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
-    size = _size(_arg(args, kwargs, 1, "bs"))
-    return None if size is None else (size, "decode", "sglang")
+def sglang_capture_size(tracer: Tracer) -> SizeOf:
+    def size_of(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
+        size = _size(_arg(args, kwargs, 1, "bs"))
+        if size is None:
+            return None
+        server_args = getattr(getattr(args[0], "model_runner", None), "server_args", None)
+        tracer.set_model(getattr(server_args, "model_path", None))
+        return size, "decode", "sglang"
+    return size_of
 
 
 def install_sglang_runner(tracer: Tracer, module: Any, patches: Patches) -> None:
@@ -397,7 +406,7 @@ def install_sglang_capture(tracer: Tracer, module: Any, patches: Patches) -> Non
         if isinstance(value, type) and value.__module__ == module.__name__ \
                 and callable(value.__dict__.get("capture_one_batch_size")):
             patches.replace(value, "capture_one_batch_size",
-                            lambda original: capture_wrapper(tracer, original, sglang_capture_size, "SGLang"))
+                            lambda original: capture_wrapper(tracer, original, sglang_capture_size(tracer), "SGLang"))
 
 
 # module imported -> installer; the bootstrap registers these as post-import hooks

@@ -408,6 +408,8 @@ class Tracer:
                   variant=variant, rank=self._label())
 
     def _label(self) -> str | None:
+        """The process's label for an event's ``rank`` (opening the run, which names it)."""
+        self._ensure_run()
         return self.label
 
     def _bind_unsized(self, graph: Any, size: int) -> None:
