@@ -2,9 +2,9 @@
 sitecustomize (this file is copied as ``sitecustomize.py`` into a folder that
 ``replayscope trace`` puts first on the traced command's ``PYTHONPATH``).
 
-replayscope's ``runner`` package is made importable from ``REPLAYSCOPE_TRACE_LIB``, appended
-at the end of ``sys.path`` so it never shadows the program's own modules. If tracing cannot
-start, the process says so on stderr and runs untraced.
+replayscope's ``runner`` package is imported from ``REPLAYSCOPE_TRACE_LIB`` and hidden again, so
+it never shadows the program's own modules. If tracing cannot start, the process says so on
+stderr and runs untraced.
 """
 
 import os
@@ -12,23 +12,27 @@ import sys
 
 
 def _replayscope_trace_start():
-    import importlib.util
-
+    """Import replayscope's tracer from REPLAYSCOPE_TRACE_LIB and start it, then hide its
+    package again: the program finds its own modules (even one named ``runner``) as it
+    would untraced; the tracer keeps the module objects it already holds."""
     lib = os.environ.get("REPLAYSCOPE_TRACE_LIB")
-    ours = os.path.realpath(os.path.join(lib, "runner")) if lib else None
-    found = importlib.util.find_spec("runner")
-    if found is None:
-        if lib:
-            sys.path.append(lib)
-    else:
-        theirs = os.path.dirname(os.path.realpath(found.origin or ""))
-        replayscope = os.path.exists(os.path.join(theirs, "trace", "bootstrap.py"))
-        if theirs != ours and not replayscope:
-            raise RuntimeError(f"this program has its own module named 'runner' ({theirs}), which "
-                               f"is also the name of replayscope's package")
-    from runner.trace.bootstrap import install_from_environment
+    if not lib:
+        raise RuntimeError("REPLAYSCOPE_TRACE_LIB is not set")
 
-    install_from_environment()
+    def ours():
+        return [name for name in sys.modules if name == "runner" or name.startswith("runner.")]
+
+    saved = {name: sys.modules.pop(name) for name in ours()}
+    sys.path.insert(0, lib)
+    try:
+        from runner.trace.bootstrap import install_from_environment
+
+        install_from_environment()
+    finally:
+        sys.path.remove(lib)
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(saved)
 
 
 def _replayscope_next_sitecustomize():

@@ -4,6 +4,8 @@ Called by the ``sitecustomize`` that ``replayscope trace`` puts on the ``PYTHONP
 command it runs, so it runs in every Python process of that command (the program, its
 ``multiprocessing`` workers whether spawned, forked or forkserver'd, its subprocesses).
 Nothing is imported from torch here: the hooks wait for their modules (see ``imports``).
+Everything the tracer needs is imported with this module: once started, its package is hidden
+from the program (``sys.modules`` forgets it), so it must never import from it again.
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the program's step function, e.g. mypkg.engine:Engine.decode_step "
                              "(__main__:step for a function of the script itself); vLLM, SGLang and "
                              "transformers generate are recognised without it")
-    parser.add_argument("command", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
+    parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the command to run, unmodified")
 
 
@@ -40,5 +40,5 @@ def add_parser(sub) -> None:
 def trace_command(args) -> int:
     from runner.trace.launch import run_traced
 
-    return run_traced(list(args.command), collector=args.collector, events=args.events, token=args.token,
+    return run_traced(list(args.program), collector=args.collector, events=args.events, token=args.token,
                       name=args.name, step=args.step)

@@ -21,6 +21,7 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
+from runner.emitter import Emitter, HttpSink, JsonlSink
 from runner.trace import device
 from runner.trace.causes import (Cause, StepFacts, clip, decide, inductor_skip_evidence,
                                  inductor_skip_reason)
@@ -228,8 +229,6 @@ class Tracer:
         return self.emitter
 
     def _open_run(self) -> None:
-        from runner.emitter import Emitter
-
         self.label = process_label()
         name = f"{self.settings.name} [{self.label}]"[:200]
         run = {"run_id": self.run_id, "name": name, "source": "trace", "started_at": self.started_at,
@@ -261,8 +260,6 @@ class Tracer:
     def _sink(self) -> tuple[Any, str]:
         if self._make_sink is not None:
             return self._make_sink(self.run_id), "test"
-        from runner.emitter import HttpSink, JsonlSink
-
         if self.settings.collector:
             return HttpSink(self.settings.collector, token=self.settings.token), self.settings.collector
         if self.settings.events:
