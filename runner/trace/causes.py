@@ -82,6 +82,15 @@ def _sizes(sizes: tuple[int, ...]) -> str:
     return shown + (f", … ({len(sizes)} sizes)" if len(sizes) > 12 else "")
 
 
+def replayed(raw_bs: int, replayed_bs: int) -> StepOutcome | None:
+    """A step that replayed a graph of a known size at least its batch: graph, or padded."""
+    if replayed_bs == raw_bs:
+        return StepOutcome("graph", replayed_bs, None)
+    if replayed_bs > raw_bs:
+        return StepOutcome("padded", replayed_bs, None)
+    return None
+
+
 def decide(facts: StepFacts) -> StepOutcome:
     """The step's mode, graph size, reason and evidence. The order of the checks is the order of
     precedence: an Inductor call that ran without its graph makes the step eager even when other
@@ -94,10 +103,9 @@ def decide(facts: StepFacts) -> StepOutcome:
         return StepOutcome("eager", None, cause.reason, evidence)
     if facts.replays:
         size = facts.replayed_bs
-        if size > facts.raw_bs:
-            return StepOutcome("padded", size, None)
-        if size == facts.raw_bs:
-            return StepOutcome("graph", size, None)
+        outcome = replayed(facts.raw_bs, size)
+        if outcome is not None:
+            return outcome
         if size == 0:
             note = f"{facts.replays} replays of graphs whose batch size was not seen at capture"
         else:

@@ -16,7 +16,6 @@ missing in the installed version is a warning on the run, never an error in the 
 
 from __future__ import annotations
 
-import itertools
 import sys
 from typing import Any, Callable, NamedTuple
 
@@ -101,17 +100,19 @@ def _incomplete(tracer: Tracer, recipe: str, missing: str) -> None:
 
 # -- --step MODULE:QUALNAME -------------------------------------------------------------------
 _TENSOR: Any = None
+_CONTAINERS = (dict, list, tuple)
 
 
-def _first_tensor(value: Any, tensor_type: type) -> Any:
-    if isinstance(value, tensor_type):
-        return value
-    if isinstance(value, dict):
-        value = list(value.values())
-    if isinstance(value, (list, tuple)):
-        for item in value[:16]:
-            if isinstance(item, tensor_type):
-                return item
+def _first_tensor(values: Any, tensor_type: type) -> Any:
+    for value in values:
+        if isinstance(value, tensor_type):
+            return value
+    for value in values:
+        if isinstance(value, _CONTAINERS):
+            items = value.values() if isinstance(value, dict) else value[:16]
+            for item in items:
+                if isinstance(item, tensor_type):
+                    return item
     return None
 
 
@@ -122,12 +123,11 @@ def tensor_batch(args: tuple, kwargs: dict) -> StepBatch:
     if _TENSOR is None:
         import torch
         _TENSOR = torch.Tensor
-    for value in itertools.chain(args, kwargs.values()):
-        tensor = _first_tensor(value, _TENSOR)
-        if tensor is not None and tensor.dim() >= 1 and tensor.shape[0] >= 1:
-            rows = int(tensor.shape[0])
-            per_row = int(tensor.shape[1]) if tensor.dim() == 2 and not tensor.is_floating_point() else 1
-            return StepBatch("decode", rows, rows * max(per_row, 1))
+    tensor = _first_tensor(args + tuple(kwargs.values()) if kwargs else args, _TENSOR)
+    if tensor is not None and tensor.dim() >= 1 and tensor.shape[0] >= 1:
+        rows = tensor.shape[0]
+        per_row = tensor.shape[1] if tensor.dim() == 2 and not tensor.is_floating_point() else 1
+        return StepBatch("decode", rows, rows * max(per_row, 1))
     return StepBatch("decode", None)
 
 

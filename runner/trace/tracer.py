@@ -23,8 +23,8 @@ from typing import Any, Callable
 
 from runner.emitter import Emitter, HttpSink, JsonlSink
 from runner.trace import device
-from runner.trace.causes import (Cause, StepFacts, clip, decide, inductor_skip_evidence,
-                                 inductor_skip_reason)
+from runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason,
+                                 replayed)
 from runner.trace.settings import REGISTRY_FILE, TraceSettings, claim_events_path
 
 # Names under which programs keep the batch size they are capturing (SGLang ``bs``, vLLM
@@ -529,17 +529,18 @@ class Tracer:
             self.warn("step_batch_unknown", "a step's arguments hold no tensor to read its batch size "
                                             "from; such steps are recorded with the size of the graph "
                                             "they replayed (or 1)", once="step_batch_unknown")
-        unknown = len(self.step_unknown) if not self.step_max_bs else 0
-        facts = StepFacts(
-            stage=self.step_stage, raw_bs=raw_bs, replays=self.step_replays, replayed_bs=self.step_max_bs,
-            replays_of_unknown_size=unknown, inductor_eager=self.step_inductor, recipe_hint=self.step_hint,
-            compile_skip=self.compile_skip,
-            cuda=device.cuda_state() if not self.step_replays and self.step_inductor is None else "ok",
-            captured_sizes=self.captured_sizes)
-        outcome = decide(facts)
-        tokens = max(self.step_tokens, 0)
-        per_row = max(tokens // raw_bs, 1) if raw_bs else 1
-        padded = (outcome.graph_bs - raw_bs) * per_row if outcome.mode == "padded" else 0
+        outcome = None
+        if self.step_replays and self.step_inductor is None:
+            outcome = replayed(raw_bs, self.step_max_bs)      # the common case, decided at once
+        if outcome is None:
+            outcome = decide(StepFacts(
+                stage=self.step_stage, raw_bs=raw_bs, replays=self.step_replays, replayed_bs=self.step_max_bs,
+                replays_of_unknown_size=len(self.step_unknown) if not self.step_max_bs else 0,
+                inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
+                cuda=device.cuda_state() if not self.step_replays and self.step_inductor is None else "ok",
+                captured_sizes=self.captured_sizes))
+        tokens = self.step_tokens
+        padded = (outcome.graph_bs - raw_bs) * max(tokens // raw_bs, 1) if outcome.mode == "padded" else 0
         emitter = self._ensure_run()
         self.steps += 1
         self.modes[outcome.mode] += 1
