@@ -6,7 +6,7 @@ built-in recipes name it for the engines, and switch on when the program imports
 
 | engine | step | batch | capture of one size |
 | --- | --- | --- | --- |
-| vLLM (V1) | ``GPUModelRunner.execute_model`` | scheduled tokens (vLLM's graphs are keyed by tokens) | ``GPUModelRunner._dummy_run(num_tokens)`` |
+| vLLM (V1, and the model runner V2) | ``GPUModelRunner.execute_model`` (not its dummy runs) | scheduled tokens (vLLM's graphs are keyed by tokens) | ``GPUModelRunner._dummy_run(num_tokens)``; V2: the capturing frame's ``num_tokens`` |
 | SGLang | ``ModelRunner.forward`` | ``forward_batch.batch_size`` | ``CudaGraphRunner.capture_one_batch_size(bs)`` |
 | transformers | one forward of ``generate``: from ``prepare_inputs_for_generation`` to ``_update_model_kwargs_for_generation`` | the new tokens' rows | (Inductor: the step's shape) |
 
@@ -301,6 +301,8 @@ def vllm_batch(tracer: Tracer) -> BatchOf:
     known: dict[str, Any] = {}
 
     def batch(args: tuple, kwargs: dict) -> StepBatch | None:
+        if kwargs.get("dummy_run") or kwargs.get("is_profile"):
+            return None                       # the V2 runner's warm-up and capture runs
         runner, scheduled = args[0], _arg(args, kwargs, 1, "scheduler_output")
         tokens = _size(getattr(scheduled, "total_num_scheduled_tokens", None))
         if tokens is None:
@@ -413,6 +415,7 @@ def install_sglang_capture(tracer: Tracer, module: Any, patches: Patches) -> Non
 RECIPES = {
     "transformers.generation.utils": install_transformers,
     "vllm.v1.worker.gpu_model_runner": install_vllm,
+    "vllm.v1.worker.gpu.model_runner": install_vllm,      # vLLM's model runner V2
     "sglang.srt.model_executor.model_runner": install_sglang_runner,
     "sglang.srt.model_executor.cuda_graph_runner": install_sglang_capture,
 }
