@@ -15,6 +15,8 @@ missing is a warning on the run, and that part of the program runs untraced.
 
 from __future__ import annotations
 
+import functools
+import inspect
 import sys
 import time
 from typing import Any, Callable
@@ -28,22 +30,34 @@ class Patches:
     """Attributes replaced on classes and modules, so they can be put back."""
 
     def __init__(self):
-        self._done: list[tuple[Any, str, Any]] = []
+        self._done: list[tuple[Any, str, Any, bool]] = []
 
     def replace(self, owner: Any, name: str, make: Callable[[Any], Any]) -> bool:
-        original = owner.__dict__.get(name) if isinstance(owner, type) else getattr(owner, name, None)
+        """Put ``make(original)`` in place of ``owner.name``; False when there is no such attribute.
+        On a class, the attribute as the class holds it (an inherited one is wrapped on the
+        class itself). The wrapper looks like the original to ``inspect`` (``__wrapped__``)."""
+        original = inspect.getattr_static(owner, name, None) if isinstance(owner, type) \
+            else getattr(owner, name, None)
         if original is None or getattr(original, MARK, None) is not None:
             return original is not None
         wrapper = make(original)
+        if callable(original) and not isinstance(wrapper, (staticmethod, classmethod)):
+            try:
+                functools.update_wrapper(wrapper, original)
+            except (AttributeError, TypeError):
+                pass
         setattr(wrapper, MARK, original)
         setattr(owner, name, wrapper)
-        self._done.append((owner, name, original))
+        self._done.append((owner, name, original, isinstance(owner, type) and name not in owner.__dict__))
         return True
 
     def remove(self) -> None:
         while self._done:
-            owner, name, original = self._done.pop()
-            setattr(owner, name, original)
+            owner, name, original, inherited = self._done.pop()
+            if inherited:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, original)
 
 
 def _missing(tracer: Tracer, what: str, consequence: str) -> None:

@@ -255,7 +255,9 @@ class Tracer:
         try:
             self.emitter.start()
         except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
-            print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}", file=sys.stderr)
+            print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}; this process "
+                  f"is not traced any further", file=sys.stderr)
+            self.closed, self.emitter = True, None     # and nothing piles up in memory
 
     def _sink(self) -> tuple[Any, str]:
         if self._make_sink is not None:

@@ -95,7 +95,7 @@ class GPUModelRunner:
         for num_tokens in (8, 4, 2, 1):
             self._dummy_run(num_tokens, cudagraph_runtime_mode=types.SimpleNamespace(name="PIECEWISE"))
 
-    def execute_model(self, scheduler_output, intermediate_tensors=None):
+    def execute_model(self, scheduler_output, intermediate_tensors=None, dummy_run=False, is_profile=False):
         tokens = scheduler_output.total_num_scheduled_tokens
         size = next((s for s in sorted(self.graphs) if s >= tokens), None)
         if size is not None and len(scheduler_output.num_scheduled_tokens) == tokens:
@@ -132,6 +132,14 @@ def test_vllm_captures_are_one_event_per_size_and_steps_are_execute_model_calls(
     assert [(s["stage"], s["mode"], s["raw_bs"], s["graph_bs"], s["reason"]) for s in steps] == [
         ("decode", "padded", 3, 4, None), ("decode", "graph", 4, 4, None), ("mixed", "eager", 8, None, "prefill")]
     assert traced.sinks[0].run["model"] == "meta-llama/Llama-3.1-8B"
+
+
+def test_vllm_v2_dummy_runs_through_execute_model_are_not_steps(traced, vllm):
+    runner = GPUModelRunner()
+    runner.execute_model(scheduled(1, 1), dummy_run=True)
+    runner.execute_model(scheduled(1, 1), is_profile=True)
+    runner.execute_model(scheduled(1, 1))
+    assert len(kinds(traced.finish(), "step")) == 1
 
 
 def test_vllm_with_enforce_eager_steps_are_graphs_disabled(traced, vllm):
@@ -251,6 +259,20 @@ def test_transformers_generate_records_one_step_per_forward(traced, generation):
     assert steps[0]["reason"] == "prefill" and steps[0]["evidence"] == "5 new tokens per sequence"
     assert {s["reason"] for s in steps[1:]} == {"cpu_device"}
     assert traced.sinks[0].run["model"] == "LlamaForCausalLM"
+
+
+def test_wrapped_generation_methods_keep_their_signatures_for_transformers_own_introspection(traced):
+    import inspect
+
+    import transformers.generation.utils as generation_utils
+
+    mixin = generation_utils.GenerationMixin
+    before = {n: inspect.signature(getattr(mixin, n)) for n in
+              ("generate", "prepare_inputs_for_generation", "_update_model_kwargs_for_generation")}
+    recipes.install_transformers(traced.tracer, generation_utils, traced.patches)
+    assert {n: inspect.signature(getattr(mixin, n)) for n in before} == before
+    traced.patches.remove()
+    assert not hasattr(mixin.generate, "__replayscope_original__")
 
 
 def test_a_transformers_without_the_generation_loop_methods_is_a_warning(traced):
