@@ -82,19 +82,19 @@ def test_when_inductor_skips_cudagraphs_its_reason_is_recorded(tmp_path):
     skips = [w for w in of(recorded, "warning") if w["code"] == "cudagraph_skipped"]
     assert skips, of(recorded, "warning")
     assert any(inductor_skip_reason(w["message"]) == "mutated_inputs" for w in skips)
-    assert all(w["message"].startswith("Inductor: skipping cudagraph") for w in skips)
+    assert all(w["message"].startswith("Inductor: ") for w in skips)
     end = recorded[-1]
     assert end["kind"] == "run_end"
     eager = [s for s in of(recorded, "step") if s["mode"] == "eager" and s["stage"] == "decode"]
+    later = [s for s in eager if s["seq"] > skips[0]["seq"]]
+    assert all(s["reason"] in INDUCTOR_REASONS | {"graph_warmup"} for s in later), later
+    assert all(s["evidence"].startswith("Inductor") for s in later if s["reason"] in INDUCTOR_REASONS), later
     if end["status"] == "failed":
         # e.g. "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"
         assert result.returncode != 0 and end["error"]
     else:
-        assert result.returncode == 0 and eager
-    first_skip = skips[0]["seq"]
-    later = [s for s in eager if s["seq"] > first_skip]
-    assert all(s["reason"] in INDUCTOR_REASONS and s["evidence"].startswith("Inductor: ") for s in later), later
-    assert later or end["status"] == "failed"
+        assert result.returncode == 0
+        assert any(s["reason"] == "mutated_inputs" for s in later), later
 
 
 def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchronisation(tmp_path):
@@ -128,7 +128,7 @@ def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchro
 def test_the_runners_own_modes_per_step_equal_what_the_trace_saw(tmp_path):
     traced, own = tmp_path / "trace.jsonl", tmp_path / "runner.jsonl"
     result = trace(traced, sys.executable, "-m", "app.cli", "run", "--backend", "cuda", "--preset", "tiny",
-                   "--workload", "decode-only", "--steps", "150", "--capture-sizes", "1,2,4,8", "--quiet",
+                   "--workload", "decode-only", "--steps", "150", "--capture-sizes", "1,2,4,8,16,32", "--quiet",
                    "--events", str(own), step="runner.graphs:GraphRunner.run")
     assert result.returncode == 0
     _run, recorded = read_run(traced)
@@ -137,8 +137,8 @@ def test_the_runners_own_modes_per_step_equal_what_the_trace_saw(tmp_path):
     assert len(traced_steps) == len(own_steps) == 150
     assert [(s["mode"], s["graph_bs"], s["raw_bs"]) for s in traced_steps] == \
         [(s["mode"], s["graph_bs"], s["raw_bs"]) for s in own_steps]
-    assert {s["mode"] for s in own_steps} >= {"graph", "eager"}
+    assert {s["mode"] for s in own_steps} == {"graph", "padded", "eager"}
     for mine, theirs in zip(traced_steps, own_steps):
         if theirs["reason"] == "batch_too_large":
             assert mine["reason"] == "batch_too_large"
-    assert sorted(c["graph_bs"] for c in of(recorded, "capture")) == [1, 2, 4, 8]
+    assert sorted(c["graph_bs"] for c in of(recorded, "capture")) == [1, 2, 4, 8, 16, 32]
