@@ -1,6 +1,6 @@
 """Trace benchmark: what ``replayscope trace`` adds to a program's replays and steps.
 
-    python -m benchmarks.trace_bench [--presets 136m,1b] [--sizes 1,8,64] [--iters 300] [--json FILE]
+    python -m benchmarks.trace_bench [--presets 136m,1b] [--sizes 1,8,64] [--iters 200] [--json FILE]
 
 Every figure is against the same program untraced, measured in the same process:
 
@@ -198,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="136m,1b")
     parser.add_argument("--sizes", default="1,8,64")
-    parser.add_argument("--iters", type=int, default=300)
+    parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)

@@ -61,7 +61,6 @@ class StepFacts:
     raw_bs: int
     replays: int = 0
     replayed_bs: int = 0                   # largest known size among the graphs replayed; 0: none known
-    replays_of_unknown_size: int = 0
     inductor_eager: Cause | None = None    # an Inductor cudagraph call in the step ran without its graph
     recipe_hint: Cause | None = None       # what the engine's own state says (prefill, graphs off)
     compile_skip: Cause | None = None      # the latest skip Inductor decided at compile time

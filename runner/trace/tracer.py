@@ -537,7 +537,6 @@ class Tracer:
         if outcome is None:
             outcome = decide(StepFacts(
                 stage=self.step_stage, raw_bs=raw_bs, replays=self.step_replays, replayed_bs=self.step_max_bs,
-                replays_of_unknown_size=len(self.step_unknown) if not self.step_max_bs else 0,
                 inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
                 cuda=device.cuda_state() if not self.step_replays and self.step_inductor is None else "ok",
                 captured_sizes=self.captured_sizes))
