@@ -139,7 +139,7 @@ def _safely(tracer: Tracer, where: str, fn: Callable, *args: Any) -> None:
 
 
 # -- Inductor ---------------------------------------------------------------------------------
-SKIP_LOG_USERS = ("torch._inductor.cudagraph_trees", "torch._inductor.compile_fx",
+SKIP_LOG_USERS = ("torch._inductor.cudagraph_trees", "torch._inductor.compile_fx", "torch._inductor.codecache",
                   "torch._inductor.output_code", "torch._dynamo.backends.cudagraphs")
 
 

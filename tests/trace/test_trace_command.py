@@ -39,7 +39,7 @@ def steps_of(events):
     return [e for e in events if e["kind"] == "step"]
 
 
-@pytest.mark.parametrize("start_method", ["spawn", "fork"])
+@pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
 def test_a_cpu_program_and_its_multiprocessing_worker_are_each_a_run_with_eager_steps_and_their_cause(
         tmp_path, start_method):
     events = tmp_path / "trace.jsonl"
