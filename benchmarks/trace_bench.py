@@ -97,7 +97,7 @@ def host_costs(calls: int = 200_000) -> dict[str, float]:
     return {"replay_us": plain_replay, "hooked_replay_us": hooked_replay,
             "replay_added_us": hooked_replay - plain_replay, "step_us": plain_step,
             "traced_step_us": traced_step, "step_added_us": traced_step - plain_step,
-            "cuda_events": torch.cuda.is_available()}
+            "cuda_events": torch.cuda.is_initialized()}
 
 
 def synced_ms(fn, iters: int) -> list[float]:
@@ -202,6 +202,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
+    if torch.cuda.is_available():
+        torch.cuda.init()            # a traced step on a CUDA host times itself with CUDA events
     result = {"host": host_costs(), "torch": torch.__version__}
     h = result["host"]
     print(f"host: hooked replay {h['hooked_replay_us']:.2f} us (+{h['replay_added_us']:.2f} us over "
