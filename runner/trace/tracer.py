@@ -38,25 +38,24 @@ def _is_size(value: Any) -> bool:
     return type(value) is int and value >= 1
 
 
-def capture_size_from_stack(frame: Any) -> tuple[int | None, str | None]:
-    """The batch size a program is capturing, read from its frames: (size, where), or (None, None)."""
+def capture_size_from_stack(frame: Any) -> int | None:
+    """The batch size a program is capturing, read from the frames that led to the capture."""
     for _ in range(_STACK_DEPTH):
         if frame is None:
             break
         module = frame.f_globals.get("__name__", "") or ""
         if not (module == "torch" or module.startswith(("torch.", "runner.trace"))):
             names = frame.f_locals
-            where = f"{frame.f_code.co_name} ({module})"
             for name in SIZE_NAMES:
                 if _is_size(names.get(name)):
-                    return names[name], f"{name}={names[name]} in {where}"
-            descriptor = names.get("batch_descriptor")
-            if _is_size(getattr(descriptor, "num_tokens", None)):
-                return descriptor.num_tokens, f"batch_descriptor.num_tokens in {where}"
+                    return names[name]
+            descriptor = getattr(names.get("batch_descriptor"), "num_tokens", None)
+            if _is_size(descriptor):
+                return descriptor
             if "capture" in frame.f_code.co_name and _is_size(names.get("size")):
-                return names["size"], f"size={names['size']} in {where}"
+                return names["size"]
         frame = frame.f_back
-    return None, None
+    return None
 
 
 def describe_error(error: BaseException) -> str:
@@ -86,15 +85,13 @@ def process_label() -> str:
 class _Capture:
     """One CUDA-graph capture in progress."""
 
-    __slots__ = ("started", "started_ts", "reserved", "size", "size_note", "variant", "context",
-                 "stage", "body_error")
+    __slots__ = ("started", "started_ts", "reserved", "size", "variant", "context", "stage", "body_error")
 
     def __init__(self):
         self.started = time.perf_counter()
         self.started_ts = time.time()
         self.reserved = device.reserved_bytes()
         self.size: int | None = None
-        self.size_note: str | None = None
         self.variant = "cudagraph"
         self.context: CaptureContext | None = None
         self.stage = "decode"
@@ -224,8 +221,11 @@ class Tracer:
         if self.emitter is not None or self.closed:
             return self.emitter
         with self.lock:
-            if self.emitter is None:
-                self._open_run()
+            if self.emitter is None and not self.closed:
+                try:
+                    self._open_run()
+                except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
+                    self._stop_tracing(error)
         return self.emitter
 
     def _open_run(self) -> None:
@@ -255,9 +255,12 @@ class Tracer:
         try:
             self.emitter.start()
         except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
-            print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}; this process "
-                  f"is not traced any further", file=sys.stderr)
-            self.closed, self.emitter = True, None     # and nothing piles up in memory
+            self._stop_tracing(error)
+
+    def _stop_tracing(self, error: BaseException) -> None:
+        print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}; this process "
+              f"is not traced any further", file=sys.stderr)
+        self.closed, self.emitter = True, None     # and nothing piles up in memory
 
     def _sink(self) -> tuple[Any, str]:
         if self._make_sink is not None:
@@ -322,13 +325,13 @@ class Tracer:
         if recording is not None:
             capture.variant = "inductor re-record" if recording[1] else "inductor"
             if self.in_step and self.step_bs:
-                capture.size, capture.size_note = self.step_bs, "the step's batch (Inductor records its shape)"
+                capture.size = self.step_bs          # Inductor records the shape it is called with
         if capture.size is None and context is not None:
             capture.size, capture.context, capture.stage = context.size, context, context.stage
         if capture.size is None:
-            capture.size, capture.size_note = capture_size_from_stack(sys._getframe(2))
+            capture.size = capture_size_from_stack(sys._getframe(2))
         if capture.size is None and self.in_step and self.step_bs:
-            capture.size, capture.size_note = self.step_bs, "the batch of the step it was captured in"
+            capture.size = self.step_bs              # the batch of the step it was captured in
         if self._capture_first_ts is None:
             self._capture_first_ts = capture.started_ts
         self._open[id(graph)] = capture
@@ -493,6 +496,15 @@ class Tracer:
         """A step starts. False when one is already running (the call is part of it)."""
         if self.in_step or self.closed:
             return False
+        try:
+            self._step_begin(stage, raw_bs, num_tokens, hint)
+        except Exception as error:  # noqa: BLE001
+            self.in_step = False
+            self.hook_error("step", error)
+            return False
+        return True
+
+    def _step_begin(self, stage: str, raw_bs: int | None, num_tokens: int | None, hint: Cause | None) -> None:
         self.in_step = True
         self.step_stage = stage
         self.step_bs = raw_bs
@@ -505,7 +517,6 @@ class Tracer:
         if self.step_unknown:
             self.step_unknown = []
         self.step_timing = device.start_timing(self._timings)
-        return True
 
     def step_abort(self) -> None:
         """The step raised: the program's error ends the run; the step is not recorded."""
@@ -517,6 +528,13 @@ class Tracer:
     def step_end(self) -> None:
         if not self.in_step:
             return
+        try:
+            self._step_end()
+        except Exception as error:  # noqa: BLE001
+            self.in_step = False
+            self.hook_error("step", error)
+
+    def _step_end(self) -> None:
         timing = device.stop_timing(self.step_timing)
         self.in_step = False
         self.step_timing = None

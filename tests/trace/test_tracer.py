@@ -331,3 +331,17 @@ def test_a_compile_is_a_compile_phase(traced):
     traced.tracer.compile_done(1000.0, 2.5)
     [phase] = kinds(traced.finish(), "phase")
     assert (phase["phase"], phase["start_ts"], phase["duration_s"]) == ("compile", 1000.0, 2.5)
+
+
+def test_a_run_that_cannot_be_written_stops_tracing_and_never_the_program(traced, capsys):
+    def broken_sink(run_id):
+        raise OSError("No space left on device")
+
+    traced.tracer._make_sink = broken_sink
+    graph = capture(4)
+    step(traced.tracer, 4, replay=[graph])
+    assert traced.tracer.closed and traced.tracer.emitter is None
+    assert not traced.tracer.step_begin("decode", 4, 4)       # no more steps are kept
+    graph.replay()                                            # the program goes on
+    assert "cannot write the run" in capsys.readouterr().err
+    assert traced.finish() == []
