@@ -338,8 +338,7 @@ def test_a_run_that_cannot_be_written_stops_tracing_and_never_the_program(traced
         raise OSError("No space left on device")
 
     traced.tracer._make_sink = broken_sink
-    graph = capture(4)
-    step(traced.tracer, 4, replay=[graph])
+    graph = capture(4)                          # its event opens the run, which fails
     assert traced.tracer.closed and traced.tracer.emitter is None
     assert not traced.tracer.step_begin("decode", 4, 4)       # no more steps are kept
     graph.replay()                                            # the program goes on
