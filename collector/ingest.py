@@ -84,7 +84,7 @@ _OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
                                    "pool_delta_bytes", "status", "error", "variant", "provenance", "rank")),
     "step_counts": (t.step_counts, *_same("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
                                           "padded_tokens", "duration_s", "interval_s", "provenance",
-                                          "evidence")),
+                                          "evidence", "raw_bs", "graph_bs")),
     "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs", "rank"),
                 ("seq", "ts", "from", "to", "error", "graph_bs", "rank")),
     "parity": (t.parity_checks, *_same("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
@@ -265,7 +265,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))
         if kind == "step_counts":
             acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
-                           e["padded_tokens"], e.get("duration_s"))
+                           e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"))
         elif kind == "capture":
             if e["duration_s"] is not None:
                 result.capture_durations.append((e["stage"], e["duration_s"]))

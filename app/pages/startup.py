@@ -25,6 +25,53 @@ DIFF_COLUMNS = (
 )
 
 
+# -- ranks side by side (engine logs name every rank's figures) --------------------------
+RANK_PHASES = ("load_weights", "compile", "kv_cache", "capture", "engine_init")
+
+
+def _phase_text(name: str):
+    def shown(row: dict[str, Any]) -> str:
+        cell = row.get(name + "_cell")
+        if cell is None:
+            return "not in the log"
+        text = c.seconds(cell["duration_s"]) if cell["duration_s"] is not None else "time not in the log"
+        return text + (f" · {c.size(cell['mem_bytes'])}" if cell["mem_bytes"] is not None else "")
+    return shown
+
+
+RANK_COLUMNS = (c.Column("rank_label", "rank", min_width=110),
+                *(c.Column(name, name.replace("_", " "), numeric=True, shown=_phase_text(name), min_width=130)
+                  for name in RANK_PHASES),
+                c.Column("failed", "failed", shown=lambda r: r["failed"] or "no", min_width=160, flex=2))
+
+
+def rank_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """One row per rank the log named: its own startup figures and whether it failed."""
+    from collector import queries
+
+    rows = []
+    for entry in queries.rank_table(store, run_id):
+        row: dict[str, Any] = {"rank_label": entry["rank"] or "no rank (driver)", "failed": entry["failed"]}
+        for name in RANK_PHASES:
+            cell = entry["phases"].get(name)
+            row[name + "_cell"] = cell
+            row[name] = cell["duration_s"] if cell else None
+        rows.append(row)
+    return rows
+
+
+def _ranks_section(store: Any, run_id: str) -> Any:
+    rows = rank_rows(store, run_id)
+    if len(rows) < 2:
+        return c.section("Ranks side by side", html.P("One process in this run: no ranks to compare.",
+                                                       className="hint"))
+    return c.section("Ranks side by side",
+                     html.P("Each rank's own figures from the log; the run's headline is rank 0's, or the "
+                            "lowest rank that printed it (see docs/importing.md).", className="hint"),
+                     c.grid("startup-ranks", RANK_COLUMNS, c.grid_rows(RANK_COLUMNS, rows), filters=False,
+                            row_id="rank_label"))
+
+
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
     from collector import queries
     from collector.diagnosis import diagnose, startup_seconds
@@ -88,6 +135,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
         c.section("Capture time and pool memory per size", c.graph("startup-captures-fig")),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),
+        _ranks_section(store, run_id),
         c.section("Against a baseline run",
                   dcc.Dropdown(id="startup-baseline",
                                options=[{"label": f"{r['name']} ({r['run_id']})", "value": r["run_id"]}
