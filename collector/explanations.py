@@ -191,10 +191,161 @@ EXPLANATIONS: dict[str, Explanation] = {
             "Remove --disable-cuda-graph; --cuda-graph-backend-decode full (not disabled).",
         ),
     ),
+    "graph_warmup": Explanation(
+        reason="graph_warmup",
+        title="Warm-up of a compiled function (no graph recorded yet)",
+        what="A function compiled with torch.compile(mode=\"reduce-overhead\") ran its warm-up call: "
+             "PyTorch Inductor runs the first call for each input shape eagerly and records the "
+             "graph on a later call.",
+        why="Inductor's CUDA-graph trees record a graph only after a warm-up run has settled the "
+            "memory the function allocates; until then there is nothing to replay.",
+        change=(
+            "Expected for the first steps and for every new shape; it only matters when it keeps "
+            "happening. Keep input shapes fixed (a static KV cache, padded batches) so each shape "
+            "warms up once.",
+            "Warm the compiled function up before serving, at the batch sizes you will use.",
+        ),
+        vllm=(
+            "vLLM captures its own graphs for every size in --cudagraph-capture-sizes at startup, "
+            "so serving steps do not warm up; Inductor's graph trees are not used there.",
+        ),
+        sglang=(
+            "SGLang captures every size in --cuda-graph-bs at startup (with --enable-torch-compile "
+            "the compiled model is captured too), so serving steps do not warm up.",
+        ),
+    ),
+    "mutated_inputs": Explanation(
+        reason="mutated_inputs",
+        title="Compiled code mutates an input (Inductor skipped graphs)",
+        what="PyTorch Inductor logged \"skipping cudagraphs due to mutated inputs\": the compiled "
+             "function writes into an input tensor that is neither a parameter nor a buffer it knows "
+             "stays at one address, so it runs without a CUDA graph.",
+        why="A graph replays fixed addresses; an input that is mutated in place (a KV cache passed "
+            "in as an argument, a counter tensor) may live elsewhere on the next call, and replaying "
+            "would write to the old place.",
+        change=(
+            "Mark persistent buffers the function mutates with torch._dynamo.mark_static_address "
+            "(Hugging Face's StaticCache does this when its prefill runs uncompiled), or make them "
+            "module buffers.",
+            "Compile only the decode step, not the prefill that allocates the cache; keep the "
+            "in-place update outside the compiled region otherwise.",
+        ),
+        vllm=(
+            "vLLM keeps its KV cache as static tensors bound before capture, so its own graphs "
+            "do not hit this; it appears with custom torch.compile code around a vLLM model.",
+        ),
+        sglang=(
+            "SGLang's KV pool is allocated once before capture; it appears with custom "
+            "torch.compile code, not with --enable-torch-compile's captured graphs.",
+        ),
+    ),
+    "cpu_device": Explanation(
+        reason="cpu_device",
+        title="Work on the CPU",
+        what="The step ran on the CPU: the process has no usable CUDA device, never initialised "
+             "CUDA, or PyTorch Inductor skipped graphs because the compiled graph holds CPU tensors "
+             "(\"skipping cudagraphs due to cpu device\").",
+        why="CUDA graphs record GPU work only; a graph that reads or writes a CPU tensor cannot be "
+            "replayed without the host.",
+        change=(
+            "Move the tensors named in the evidence to the GPU (an index or a scalar created on the "
+            "CPU is the usual one), or keep them out of the compiled function.",
+            "On a CPU-only host this is expected: there is nothing to capture.",
+        ),
+        vllm=(
+            "The CPU backend (--device cpu) runs without CUDA graphs; on a GPU host check that "
+            "CUDA is visible to the worker (CUDA_VISIBLE_DEVICES).",
+        ),
+        sglang=(
+            "--device cpu uses SGLang's CPU graph runner, not CUDA graphs; on a GPU host check "
+            "that CUDA is visible to the scheduler process.",
+        ),
+    ),
+    "dynamic_shapes": Explanation(
+        reason="dynamic_shapes",
+        title="Dynamic shapes (Inductor skipped graphs)",
+        what="PyTorch Inductor skipped CUDA graphs for a graph compiled with dynamic (symbolic) "
+             "shapes (torch._inductor.config.triton.cudagraph_skip_dynamic_graphs).",
+        why="A graph records one shape; a function compiled for many shapes would need a graph per "
+            "shape, which this setting declines.",
+        change=(
+            "Pad inputs to a few fixed sizes and compile with dynamic=False, or leave "
+            "cudagraph_skip_dynamic_graphs off so Inductor records one graph per size seen.",
+        ),
+        vllm=(
+            "vLLM compiles one dynamic-shape graph and captures it per size in "
+            "--cudagraph-capture-sizes; sizes outside the list run without a graph.",
+        ),
+        sglang=(
+            "SGLang pads decode batches to --cuda-graph-bs sizes, so each size has its own graph.",
+        ),
+    ),
+    "incompatible_op": Explanation(
+        reason="incompatible_op",
+        title="An op that cannot be captured (Inductor skipped graphs)",
+        what="PyTorch Inductor disabled CUDA graphs for a compiled graph because it holds an op that "
+             "cannot be captured (a host sync, data-dependent output shapes, a CPU-side op).",
+        why="Capture records GPU work without running the host; an op that needs the host "
+            "mid-graph (.item(), nonzero, a Python callback) cannot be part of the recording.",
+        change=(
+            "Move the op named in the evidence out of the compiled function, or replace it with a "
+            "shape-static equivalent (masking instead of nonzero, tensors instead of .item()).",
+        ),
+        vllm=(
+            "vLLM splits its graph around ops it cannot capture (piecewise graphs, "
+            "compilation_config splitting_ops); custom ops should be registered as such.",
+        ),
+        sglang=(
+            "SGLang's piecewise graphs (--cuda-graph-backend-prefill tc_piecewise) split around such "
+            "ops; in your own code keep them outside the captured step.",
+        ),
+    ),
+    "non_tensor_inputs": Explanation(
+        reason="non_tensor_inputs",
+        title="Inputs that are not tensors (Inductor skipped graphs)",
+        what="PyTorch Inductor skipped CUDA graphs because the compiled graph takes inputs that are "
+             "not tensors (Python objects it cannot copy into static buffers).",
+        why="A graph replays from static input buffers; an input that is not a tensor cannot be "
+            "copied into one before each replay.",
+        change=(
+            "Pass tensors (or plain ints Dynamo can specialise on) into the compiled function; keep "
+            "other objects out of its signature.",
+        ),
+        vllm=(
+            "vLLM's compiled model takes tensors only; this appears with custom torch.compile code.",
+        ),
+        sglang=(
+            "SGLang's captured forward takes static tensors only; this appears with custom "
+            "torch.compile code.",
+        ),
+    ),
+    "rerecord_limit": Explanation(
+        reason="rerecord_limit",
+        title="Re-recorded too often (Inductor gave up on the graph)",
+        what="PyTorch Inductor re-recorded a function's graph more often than "
+             "cudagraph_unexpected_rerecord_limit allows and now runs it eagerly.",
+        why="A graph must be re-recorded when an input it treats as static moves to a new address "
+            "(a parameter or buffer re-allocated between calls); past the limit re-recording costs "
+            "more than it saves.",
+        change=(
+            "Keep the tensors the evidence names at one address: allocate them once and update "
+            "them in place instead of replacing them.",
+        ),
+        vllm=(
+            "vLLM binds its persistent buffers before capture; re-recording appears with custom "
+            "torch.compile code, not with vLLM's own graphs.",
+        ),
+        sglang=(
+            "SGLang's graph input buffers are allocated once per runner; re-recording appears with "
+            "custom torch.compile code.",
+        ),
+    ),
     "unknown": Explanation(
         reason="unknown",
         title="Cause not reported by the engine",
-        what="The engine counted this step as eager but did not report a cause.",
+        what="The engine counted this step as eager but did not report a cause (for a traced "
+             "program: no graph replayed in the step and none of the causes above was seen; the "
+             "step's evidence says what was).",
         why="Imported data: vLLM's CUDAGraph Stats and SGLang's cuda_graph_passes_total give "
             "the mode, not the reason. Likely causes are the ones above: batch above the "
             "largest captured size, a mixed prefill-decode batch, padding disabled, DP ranks "

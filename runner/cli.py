@@ -85,6 +85,9 @@ def add_parsers(sub) -> None:
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(handler=run_command)
 
+    from runner.trace.cli import add_parser as add_trace_parser
+    add_trace_parser(sub)
+
 
 def config_from_args(args) -> RunConfig:
     from runner.engine import RunConfig
