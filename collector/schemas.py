@@ -31,6 +31,8 @@ def _field(name: str, spec: FieldSpec, *, all_optional: bool = False) -> tuple[s
                           ((spec.doc + "; ") if spec.doc else "") + _REASON_DOC}
     if spec.minimum is not None and spec.type in ("int", "float"):
         kw["ge"] = spec.minimum
+    if spec.maximum is not None and spec.type in ("int", "float"):
+        kw["le"] = spec.maximum
     if spec.type in ("str", "reason") and not spec.choices:
         kw["max_length"] = spec.max_chars
         if spec.pattern is not None:
