@@ -274,8 +274,10 @@ def _send_one(store: Store, delivery: Delivery, row: dict, now: float, clock, po
                       row["status"], _shown(row["url"]), attempts, error)
             return "expired"
         backoff = min(BACKOFF_FIRST_S * 2 ** (attempts - 1), BACKOFF_MAX_S)
-        conn.execute(an.update().where(an.c.id == row["id"]).values(next_attempt_at=done + backoff,
-                                                                      last_error=error))
+        retry_at = done + backoff
+        if row["state"] == "pending":
+            retry_at = min(retry_at, row["expires_at"])      # one last attempt when it expires
+        conn.execute(an.update().where(an.c.id == row["id"]).values(next_attempt_at=retry_at, last_error=error))
     if attempts == 1 or attempts % 10 == 0:
         log.warning("alert notification %s (%s) to %s failed (attempt %d, next in %.0fs): %s",
                     row["fingerprint"], row["status"], _shown(row["url"]), attempts, backoff, error)
