@@ -55,11 +55,25 @@ except ImportError:  # pragma: no cover
 
 MAX_JSON_DEPTH = 32
 OFF_LOOP_BYTES = 64 * 1024          # larger bodies are checked and parsed in a worker thread
+_QUOTES_AND_BRACKETS = bytes(c for c in range(256) if c not in b'"[]{}')
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _AS_SQUARE = bytes.maketrans(b"{}", b"[]")
 _STEP = [0] * 256
 _STEP[ord("[")], _STEP[ord("]")] = 1, -1
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+
+
+def _structure(body: bytes) -> bytes:
+    """The JSON text's brackets outside strings, as ``[`` and ``]``, at C speed."""
+    if b"\\" in body:                         # escapes: take the strings out properly
+        return _STRING.sub(b"", body).translate(_AS_SQUARE, _NOT_BRACKETS)
+    marks = body.translate(None, _QUOTES_AND_BRACKETS)
+    # Without escapes quotes alternate open/close: when every string's quotes are adjacent
+    # here, no string holds a bracket; else keep every other piece between quotes.
+    brackets = marks.replace(b'""', b"")
+    if b'"' in brackets:
+        brackets = b"".join(marks.split(b'"')[0::2])
+    return brackets.translate(_AS_SQUARE)
 
 
 def _bracket_depth(brackets: bytes, limit: int) -> int:
@@ -82,17 +96,9 @@ def _bracket_depth(brackets: bytes, limit: int) -> int:
 
 
 def json_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> int:
-    """Nesting depth of a JSON text's structure, counted before parsing and never from
-    string contents: when the brackets of the whole text look too deep (or do not
-    balance), they are counted again with the strings taken out."""
-    depth = _bracket_depth(body.translate(_AS_SQUARE, _NOT_BRACKETS), limit)
-    if depth <= limit or b'"' not in body:
-        return depth
-    if b"\\" in body:
-        structure = _STRING.sub(b"", body)
-    else:                                      # no escapes: strings are every other piece
-        structure = b"".join(body.split(b'"')[0::2])
-    return _bracket_depth(structure.translate(_AS_SQUARE, _NOT_BRACKETS), limit)
+    """Nesting depth of a JSON text's structure, counted before any parser runs; brackets
+    inside strings never count. Exact up to ``limit`` + 1."""
+    return _bracket_depth(_structure(body), limit)
 
 
 class _BodyTooLarge(Exception):
