@@ -19,10 +19,18 @@ class HttpError(Exception):
     (connection refused, timeout): only those, and 5xx, are worth retrying.
     """
 
-    def __init__(self, status: int | None, message: str):
+    def __init__(self, status: int | None, message: str, payload: Any = None):
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.message = message
+        self.payload = payload      # the error answer's JSON, when it was JSON
+
+    @property
+    def detail(self) -> str:
+        """What the server said was wrong (its ``detail``), else the message."""
+        if isinstance(self.payload, dict) and isinstance(self.payload.get("detail"), str):
+            return self.payload["detail"]
+        return self.message
 
     @property
     def retryable(self) -> bool:
@@ -56,8 +64,13 @@ def request_json(method: str, url: str, payload: Any = None, *, token: str | Non
         with opener.open(request, timeout=timeout) as response:
             raw = response.read()
     except urllib.error.HTTPError as error:
-        detail = error.read().decode(errors="replace")[:500]
-        raise HttpError(error.code, detail or error.reason) from None
+        raw = error.read()
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            payload = None
+        detail = raw.decode(errors="replace")[:500]
+        raise HttpError(error.code, detail or error.reason, payload) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise HttpError(None, f"cannot reach {url}: {reason}") from None
