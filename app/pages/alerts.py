@@ -108,12 +108,11 @@ def layout(**_query: Any) -> html.Div:
                "stage ran and the eager share of them is above the threshold (0..1).", className="hint"),
         dcc.Interval(id="alerts-interval", interval=REFRESH_MS),
         dcc.Store(id="auth-changed", data=0),
-        c.section("Access", html.Div([
-            html.Div(id="auth-status", role="status", className="hint"),
+        c.section("Access", html.Div(id="auth-status", role="status", className="hint"), html.Div([
             _field("token", dcc.Input(id="auth-token", type="password", autoComplete="off", debounce=False)),
             html.Div([html.Button("Sign in", id="auth-sign-in", n_clicks=0),
                       html.Button("Sign out", id="auth-sign-out", n_clicks=0)], className="buttons"),
-        ], className="form"), id="alerts-access"),
+        ], className="form", style=None if _token() else {"display": "none"}), id="alerts-access"),
         c.section("Rules", c.grid("alerts-rules", RULE_COLUMNS, filters=False, row_id="id", selectable=True),
             html.P("Select a rule to edit or delete it; clear the selection to create a new one.",
                    className="hint")),
