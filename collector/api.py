@@ -285,7 +285,8 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     errors = {400: {"model": schemas.Problem}, 404: {"model": schemas.Problem},
               413: {"model": schemas.Problem}, 422: {"model": schemas.Problem},
               503: {"model": schemas.Problem}}
-    write_errors = {**errors, 401: {"model": schemas.Problem}}
+    write_errors = {**errors, 401: {"model": schemas.Problem}, 403: {"model": schemas.Problem},
+                    415: {"model": schemas.Problem}}
 
     # -- writes ---------------------------------------------------------------------------
     @app.post("/v1/runs", dependencies=writer, response_model=schemas.RunCreated, tags=["ingest"],
