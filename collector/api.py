@@ -54,6 +54,9 @@ except ImportError:  # pragma: no cover
 
 
 MAX_JSON_DEPTH = 32
+# Objects and arrays in one body: a runner's batch of 5000 events has ~5000; parsing millions
+# (an 8 MB body of nested brackets) would hold the interpreter for seconds.
+MAX_JSON_CONTAINERS = 200_000
 OFF_LOOP_BYTES = 64 * 1024          # larger bodies are checked and parsed in a worker thread
 _QUOTES_AND_BRACKETS = bytes(c for c in range(256) if c not in b'"[]{}')
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
@@ -99,6 +102,18 @@ def json_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> int:
     """Nesting depth of a JSON text's structure, counted before any parser runs; brackets
     inside strings never count. Exact up to ``limit`` + 1."""
     return _bracket_depth(_structure(body), limit)
+
+
+def check_structure(body: bytes) -> None:
+    """Refuse, before parsing, a body nested too deep or holding too many objects and arrays."""
+    structure = _structure(body)
+    too_deep = ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if b"[" * (MAX_JSON_DEPTH + 1) in structure:          # the plainest deep text, at C speed
+        raise too_deep
+    if structure.count(b"[") > MAX_JSON_CONTAINERS:
+        raise ApiError(400, f"JSON with more than {MAX_JSON_CONTAINERS} objects and arrays; send smaller batches")
+    if _bracket_depth(structure, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise too_deep
 
 
 class _BodyTooLarge(Exception):
@@ -162,8 +177,7 @@ class ApiError(Exception):
 
 
 def _decode(body: bytes) -> Any:
-    if json_depth(body) > MAX_JSON_DEPTH:
-        raise ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    check_structure(body)
     try:
         return _loads(body)
     except RecursionError:

@@ -226,21 +226,42 @@ def test_a_large_body_is_checked_off_the_event_loop(server, monkeypatch):
     client, _store = server()
     client.post("/v1/runs", json=run_record())
     where = []
-    real = collector_api.json_depth
+    real = collector_api.check_structure
 
-    def spying(body, *args):
+    def spying(body):
         try:
             asyncio.get_running_loop()
             where.append("event loop")
         except RuntimeError:
             where.append(threading.current_thread().name)
-        return real(body, *args)
+        return real(body)
 
-    monkeypatch.setattr(collector_api, "json_depth", spying)
+    monkeypatch.setattr(collector_api, "check_structure", spying)
     body = b'{"events": [' + (b"[" * 30 + b"]" * 30 + b",") * 130_000 + b"1]}"     # 7.9 MB, depth 32
     response = client.post("/v1/runs/run-1/events", content=body, headers={"Content-Type": "application/json"})
-    assert response.status_code == 422
+    assert response.status_code == 400
     assert where and "event loop" not in where
+
+
+def test_a_body_of_millions_of_arrays_is_refused_before_parsing(server, monkeypatch):
+    """Parsing millions of containers holds the interpreter for seconds: refused unparsed."""
+    client, store = server()
+    client.post("/v1/runs", json=run_record())
+    parsed = []
+    real = collector_api._loads
+
+    def spying(body):
+        parsed.append(len(body))
+        return real(body)
+
+    monkeypatch.setattr(collector_api, "_loads", spying)
+    before = row_counts(store)
+    body = b'{"events": [' + b",".join([b"[[]]"] * 150_000) + b"]}"
+    response = client.post("/v1/runs/run-1/events", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 400 and "objects and arrays" in response.json()["detail"]
+    assert parsed == [] and row_counts(store) == before
+    events = [step(i, 1000.0 + i * 0.001) for i in range(5000)]          # a runner's batch is far below it
+    assert client.post("/v1/runs/run-1/events", json={"events": events}).status_code == 200
 
 
 # -- deleting a run ---------------------------------------------------------------------------
