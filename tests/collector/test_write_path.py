@@ -313,3 +313,33 @@ def test_replayscope_runs_delete_through_a_collector_needs_its_token(tmp_path, c
         assert "401" in capsys.readouterr().err
         assert main(["runs", "delete", "r1", "--collector", url, "--token", TOKEN]) == 0
     store.dispose()
+
+
+# -- serving beyond loopback ---------------------------------------------------------------
+
+def test_serve_refuses_a_non_loopback_address_without_a_token(tmp_path, monkeypatch, capsys):
+    from app.cli import main
+    from tests.live_server import free_port
+
+    monkeypatch.delenv("REPLAYSCOPE_TOKEN", raising=False)
+    url = f"sqlite:///{tmp_path}/s.db"
+    Store.open(url, upgrade=True).dispose()
+    assert main(["serve", "--host", "0.0.0.0", "--port", str(free_port()), "--db", url]) == 2
+    assert "refusing to listen on 0.0.0.0 without REPLAYSCOPE_TOKEN" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("host, token, insecure, allowed", [
+    ("127.0.0.1", None, False, True), ("::1", None, False, True), ("localhost", None, False, True),
+    ("0.0.0.0", None, False, False), ("10.1.2.3", None, False, False), ("0.0.0.0", "t", False, True),
+    ("0.0.0.0", None, True, True),
+])
+def test_who_may_listen_where(host, token, insecure, allowed):
+    from app.commands import _refuse_open_writes
+    from runner.errors import ReplayscopeError
+
+    settings = Settings(host=host, token=token)
+    if allowed:
+        _refuse_open_writes(settings, insecure)
+    else:
+        with pytest.raises(ReplayscopeError, match="--insecure"):
+            _refuse_open_writes(settings, insecure)
