@@ -25,11 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
 from collector.store import Store
 from collector.tables import alert_events as ae, alert_notifications as an
+from runner.errors import ReplayscopeError
 
 log = logging.getLogger("replayscope.notifications")
 
@@ -54,6 +56,11 @@ class Delivery:
 
     @classmethod
     def from_settings(cls, settings: Any) -> "Delivery":
+        """From ``Settings``; a receiver URL that is not http(s) is a ReplayscopeError naming it."""
+        for variable, url in (("REPLAYSCOPE_ALERT_WEBHOOK", settings.alert_webhook),
+                              ("REPLAYSCOPE_ALERTMANAGER_URL", settings.alertmanager_url)):
+            if url and not _is_http(url):
+                raise ReplayscopeError(f"{variable}={url!r}: must be an http(s) URL")
         return cls(default_webhook=settings.alert_webhook or None,
                    alertmanager_url=(settings.alertmanager_url or "").rstrip("/") or None,
                    external_url=external_url(settings), expire_s=settings.notify_expire_s,
@@ -190,9 +197,16 @@ def pending_count(conn) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(an).where(an.c.state == "pending")).scalar())
 
 
+def _is_http(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
 def _post(url: str, body: Any, timeout_s: float) -> None:
     from runner.http import post_json
 
+    if not _is_http(url):              # never a file:, ftp: or data: URL, whatever the store holds
+        raise ValueError(f"not an http(s) URL: {url!r}")
     post_json(url, body, timeout=timeout_s, decode=False, follow_redirects=False)
 
 

@@ -252,3 +252,23 @@ def test_migration_0011_downgrades_and_upgrades_again(db_url):
         assert {"for_s", "keep_firing_for_s", "resolve_threshold"} <= columns
     finally:
         store.dispose()
+
+
+@pytest.mark.parametrize("variable, value", [("alert_webhook", "file:///etc/passwd"),
+                                             ("alertmanager_url", "gopher://127.0.0.1:6379")])
+def test_a_receiver_setting_that_is_not_http_is_refused_at_start(variable, value):
+    from collector.settings import Settings
+    from runner.errors import ReplayscopeError
+
+    with pytest.raises(ReplayscopeError, match="must be an http\\(s\\) URL"):
+        Delivery.from_settings(Settings(**{variable: value}))
+
+
+def test_nothing_but_http_is_ever_posted_whatever_the_outbox_holds(sqlite_store, tmp_path):
+    secret = tmp_path / "secret.txt"
+    secret.write_text("do not read")
+    delivery = Delivery(default_webhook=f"file://{secret}", external_url=EXTERNAL)
+    fire_and_resolve(sqlite_store, delivery, resolve=False)
+    result = send_due(sqlite_store, delivery)
+    [row] = outbox_rows(sqlite_store)
+    assert result.failed == 1 and "not an http(s) URL" in row["last_error"]
