@@ -8,12 +8,15 @@ raw HTML or markdown for stored strings.
 
 from __future__ import annotations
 
-import datetime as dt
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
 import dash_ag_grid as dag
 from dash import dcc, html
+
+# The pages' number formats live in app.formats; re-exported so a page needs one import.
+from app.formats import (count, number, pct, plural, seconds, signed_seconds, size,  # noqa: F401
+                         unknown, when)
 
 _CONTEXT: dict[str, Any] = {"store": None, "settings": None}
 
@@ -32,40 +35,6 @@ def store() -> Any:
     if _CONTEXT["store"] is None:
         raise RuntimeError("the dashboard has no store bound (app.server.create_server binds it)")
     return _CONTEXT["store"]
-
-
-# -- formats (the browser tests compare these strings with the query layer) ---------------
-def pct(ratio: float | None) -> str:
-    return "–" if ratio is None else f"{ratio * 100:.1f}%"
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value < 1:
-        return f"{value * 1000:.1f} ms"
-    return f"{value:.2f} s"
-
-
-def signed_seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    return ("+" if value >= 0 else "−") + seconds(abs(value))
-
-
-def count(value: int | None) -> str:
-    return "–" if value is None else f"{value:,}"
-
-
-def mib(value: int | float | None) -> str:
-    return "–" if value is None else f"{value / 2**20:.1f} MiB"
-
-
-def when(ts: float | None, seconds: bool = True) -> str:
-    if ts is None:
-        return "–"
-    moment = dt.datetime.fromtimestamp(ts, dt.timezone.utc)
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC") if seconds else moment.strftime("%Y-%m-%d %H:%M")
 
 
 # -- layout pieces ---------------------------------------------------------------------
@@ -91,7 +60,8 @@ def stat(label: str, value: str, id: str | None = None, note: str | None = None)
 
 
 def graph(id: str, figure: Any = None, height: int = 320) -> dcc.Graph:
-    return dcc.Graph(id=id, figure=figure if figure is not None else {},
+    """A chart that follows its container's width (window resizes included)."""
+    return dcc.Graph(id=id, figure=figure if figure is not None else {}, responsive=True,
                      config={"displaylogo": False}, style={"height": f"{height}px"})
 
 
@@ -170,8 +140,9 @@ def grid(id: str, columns: Iterable[Column], rows: Iterable[dict[str, Any]] = ()
     return dag.AgGrid(
         id=id, columnDefs=[col.definition(filters) for col in columns], rowData=list(rows),
         defaultColDef={"sortable": True, "resizable": True, "floatingFilter": filters,
+                       "wrapHeaderText": True, "autoHeaderHeight": True,
                        "suppressHeaderMenuButton": True},
-        dashGridOptions=options, columnSize="responsiveSizeToFit", className="grid",
+        dashGridOptions=options, className="grid",
         style={"height": None, "width": "100%"}, **props)
 
 

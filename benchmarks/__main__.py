@@ -63,6 +63,10 @@ def runner_rows(verbose: bool) -> list[tuple[str, str, str]]:
     e = result["emitter"]
     rows = [("runner", "Emitter.step host cost", f"{e['emitter_step_us']:.2f} us/step "
                                                  f"(list append {e['list_append_us']:.2f} us)")]
+    worst = max(result["host_cpu"], key=lambda r: r["added_host_us"])
+    rows.append(("runner", "GraphRunner.step host cost over a bare loop (CPU static, worst bs)",
+                 f"+{worst['added_host_us']:.2f} us/step at bs {worst['bs']} "
+                 f"({worst['instrumented_host_us']:.2f} vs {worst['bare_host_us']:.2f} us)"))
     if "rows" not in result:
         rows.append(("runner", "graph vs eager, instrumentation overhead, capture",
                      "needs CUDA (figures in docs/gpu-results.md)"))

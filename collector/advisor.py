@@ -279,7 +279,11 @@ def run_inputs(store: Any, run_id: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     distribution: dict[int, int] = {}
-    for row in queries.batch_histogram(store, run_id, stage="decode"):
+    # vLLM V1 batches mix prefill and decode tokens (stage "mixed"): their token counts are
+    # what its graphs are sized by, so they stand in when a run has no decode-only batches.
+    rows = queries.batch_histogram(store, run_id, stage="decode") or queries.batch_histogram(
+        store, run_id, stage="mixed")
+    for row in rows:
         if row.get("raw_bs") is None:
             continue
         distribution[row["raw_bs"]] = distribution.get(row["raw_bs"], 0) + row["steps"]

@@ -60,7 +60,8 @@ class Accumulator:
             bacc[3] += dur
 
     def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
-                   num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
+                   num_tokens: int, padded_tokens: int, duration_s: float | None,
+                   raw_bs: int | None = None) -> None:
         key = (math.floor(ts), stage, mode, reason or NO_REASON)
         timed = duration_s is not None
         acc = self.seconds.setdefault(key, [0, 0, 0, 0.0, 0])
@@ -69,6 +70,12 @@ class Accumulator:
         acc[2] += padded_tokens
         acc[3] += duration_s if timed else 0.0
         acc[4] += count if timed else 0
+        if raw_bs is not None:       # per-size counts feed the batch-size histogram too
+            bacc = self.batches.setdefault((stage, raw_bs, mode), [0, 0, 0, 0.0])
+            bacc[0] += count
+            bacc[1] += num_tokens
+            bacc[2] += padded_tokens
+            bacc[3] += duration_s if timed else 0.0
 
     def __bool__(self) -> bool:
         return bool(self.seconds)
@@ -146,7 +153,7 @@ def accumulate(step_events: Iterable[dict], count_events: Iterable[dict]) -> Acc
                      e["padded_tokens"], e["duration_s"])
     for e in count_events:
         acc.add_counts(e["ts"], e["stage"], e["mode"], e.get("reason"), e["count"],
-                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"))
+                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"))
     return acc
 
 
@@ -160,5 +167,5 @@ def rebuild(conn: Connection, run_pk: int) -> None:
                      r["padded_tokens"], r["duration_s"])
     for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
         acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
-                       r["padded_tokens"], r["duration_s"])
+                       r["padded_tokens"], r["duration_s"], r["raw_bs"])
     acc.flush(conn, run_pk)

@@ -113,6 +113,8 @@ step_counts = sa.Table(
     sa.Column("interval_s", sa.Float),
     sa.Column("provenance", sa.String(16)),
     sa.Column("evidence", sa.String(500)),
+    sa.Column("raw_bs", sa.Integer),              # NULL: the source gave counts without sizes
+    sa.Column("graph_bs", sa.Integer),
 )
 
 degrades = sa.Table(

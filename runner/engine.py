@@ -24,6 +24,7 @@ from runner.errors import ReplayscopeError
 from runner.graphs import GraphRunner, StaticInput, capturing_size, resolve_backend
 from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
 from runner.plan import CapturePlan, default_capture_sizes
+from runner.progress import Progress
 from runner.workload import Iteration, Request, Scheduler, workload_by_name
 
 VERIFY_MAX_BS = 16        # speculative requests are a minority: fewer verify graphs
@@ -166,10 +167,14 @@ class DecodeEngine:
         started = time.perf_counter()
         if config.model_dir:
             from runner.checkpoint import load_checkpoint
-            self.model = load_checkpoint(config.model_dir, device)
+            with Progress(f"Loading safetensors weights ({os.path.basename(os.path.normpath(config.model_dir))})",
+                          unit="tensors", enabled=config.progress) as bar:
+                self.model = load_checkpoint(config.model_dir, device, progress=bar)
         else:
-            self.model = Transformer.random(ModelArgs.from_preset(config.preset), seed=config.seed,
-                                            device=device, dtype=default_dtype(device))
+            with Progress(f"Building random weights ({config.preset})", unit="tensors",
+                          enabled=config.progress) as bar:
+                self.model = Transformer.random(ModelArgs.from_preset(config.preset), seed=config.seed,
+                                                device=device, dtype=default_dtype(device), progress=bar)
         args = self.model.args
         param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
         self._phase("load_weights", started, param_bytes)
@@ -361,21 +366,33 @@ class DecodeEngine:
         self.stats.tokens += sum(len(t) for t in new_tokens)
         return iteration
 
+    def mode_shares(self) -> str:
+        """The steps so far by mode, as the progress line shows them."""
+        steps = max(self.stats.steps, 1)
+        return " ".join(f"{mode} {100 * self.stats.modes[mode] / steps:.0f}%" for mode in ("graph", "padded", "eager"))
+
     def run(self) -> RunStats:
         config = self.config
         started = time.perf_counter()
         deadline = None if config.duration_s is None else started + config.duration_s
         idle = 0
-        with torch.inference_mode():
-            while True:
-                if config.steps is not None and self.stats.steps >= config.steps:
-                    break
-                if deadline is not None and time.perf_counter() >= deadline:
-                    break
-                if self.step_once() is None:
-                    idle += 1
-                    if idle > 100_000:
-                        raise ReplayscopeError("the workload produced no requests")
+        label = f"Running {self.spec.name} workload" + (f" for {config.duration_s:g}s" if deadline else "")
+        bar = Progress(label, config.steps, unit="steps", enabled=config.progress)
+        bar.update_to(0, self.mode_shares)
+        try:
+            with torch.inference_mode():
+                while True:
+                    if config.steps is not None and self.stats.steps >= config.steps:
+                        break
+                    if deadline is not None and time.perf_counter() >= deadline:
+                        break
+                    if self.step_once() is None:
+                        idle += 1
+                        if idle > 100_000:
+                            raise ReplayscopeError("the workload produced no requests")
+                    bar.update_to(self.stats.steps, self.mode_shares)   # one clock read between redraws
+        finally:
+            bar.close(self.mode_shares())
         self.stats.finished_requests = self.scheduler.finished
         self.stats.wall_s = time.perf_counter() - started
         return self.stats

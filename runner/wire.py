@@ -200,6 +200,12 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "provenance": _provenance(),
         "evidence": _f("str", required=False, nullable=True, max_chars=500,
                        doc="what supports the reason (required in spirit when provenance is inferred)"),
+        # Per-size counts (vLLM's --cudagraph-metrics rows, /metrics histogram buckets): the
+        # batch size these steps had and the graph that served them, when the source says.
+        "raw_bs": _f("int", required=False, nullable=True, minimum=1,
+                     doc="the batch size (tokens) of these steps; null when the source gives none"),
+        "graph_bs": _f("int", required=False, nullable=True, minimum=1,
+                       doc="the captured size that served them; null when eager or not said"),
     },
     "degrade": {
         "from": _f("str", max_chars=64),
@@ -346,6 +352,8 @@ def validate_event(event: Any) -> None:
             raise WireError("reason", "an eager step needs a reason")
         if event["mode"] != "eager" and event.get("reason") is not None:
             raise WireError("reason", "only eager steps carry a reason")
+        if event["mode"] == "eager" and event.get("graph_bs") is not None:
+            raise WireError("graph_bs", "must be null for eager steps")
 
 
 def _check_step_modes(event: dict[str, Any]) -> None:

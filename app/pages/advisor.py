@@ -22,8 +22,9 @@ PLAN_COLUMNS = (
     c.Column("padding", "padding share", numeric=True, shown=lambda r: c.pct(r["padding"]), min_width=110),
     c.Column("eager_steps", "eager steps", numeric=True, shown=lambda r: c.count(r["eager_steps"]), min_width=100),
     c.Column("padded_rows", "padded rows", numeric=True, shown=lambda r: c.count(r["padded_rows"]), min_width=105),
-    c.Column("capture", "capture time", numeric=True, shown=lambda r: c.seconds(r["capture"]), min_width=105),
-    c.Column("pool", "pool memory", numeric=True, shown=lambda r: c.mib(r["pool"]), min_width=105),
+    c.Column("capture", "capture time", numeric=True, shown=lambda r: c.seconds(r["capture"], r["unknown"]),
+             min_width=105),
+    c.Column("pool", "pool memory", numeric=True, shown=lambda r: c.size(r["pool"], r["unknown"]), min_width=105),
 )
 FLAG_LABELS = (("replayscope", "replayscope run"), ("vllm", "vLLM (command line)"),
                ("vllm_config", "vLLM (Python / config)"), ("sglang", "SGLang"))
@@ -42,6 +43,7 @@ def page_data(store: Any, run_id: str, budget: int | None = None,
     advice = advise(inputs["distribution"], budget, eager_weight=inputs["eager_weight"],
                     current_sizes=inputs["current_sizes"], capture_s=inputs["capture_s"],
                     pool_bytes=inputs["pool_bytes"])
+    unknown = c.unknown(inputs["summary"]["source"])
     records = []
     for name, plan in (("current", advice.current), ("proposed", advice.predicted)):
         if plan is None:
@@ -51,7 +53,8 @@ def page_data(store: Any, run_id: str, budget: int | None = None,
                         "coverage": plan.coverage, "padding": plan.waste_share,
                         "eager_steps": plan.eager_steps, "padded_rows": plan.padded_rows,
                         "capture": advice.capture_s_current if current else advice.capture_s_predicted,
-                        "pool": advice.pool_bytes_current if current else advice.pool_bytes_predicted})
+                        "pool": advice.pool_bytes_current if current else advice.pool_bytes_predicted,
+                        "unknown": unknown})
     rows = c.grid_rows(PLAN_COLUMNS, records)
     hist = [{"raw_bs": bs, "mode": "graph", "steps": n, "num_tokens": 0, "padded_tokens": 0}
             for bs, n in sorted(inputs["distribution"].items())]
@@ -73,8 +76,8 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         c.nav(run_id),
         dcc.Store(id="advisor-run-id", data=run_id),
         html.H2(["Capture sizes for ", html.Span(inputs["summary"]["name"], id="advisor-name")]),
-        html.P(f"From {sum(inputs['distribution'].values()):,} decode steps over {len(inputs['distribution'])} "
-               f"distinct batch sizes. Sizes are chosen exactly (dynamic programming) to minimise padded rows "
+        html.P(f"From {c.plural(sum(inputs['distribution'].values()), 'decode step')} over "
+               f"{c.plural(len(inputs['distribution']), 'distinct batch size')}. Sizes are chosen exactly (dynamic programming) to minimise padded rows "
                f"plus eager fallbacks weighted {inputs['eager_weight']:.2f}× per row; the largest observed size "
                f"is always covered.", className="hint"),
         html.Div([html.Label("Budget: graphs to capture", htmlFor="advisor-budget"),
@@ -107,7 +110,7 @@ def refresh(budget, run_id):
         saved.append(f"capture time saved {c.seconds(advice.capture_s_saved)}" if advice.capture_s_saved >= 0
                      else f"capture time added {c.seconds(-advice.capture_s_saved)}")
     if advice.pool_bytes_saved is not None:
-        saved.append(f"pool memory saved {c.mib(advice.pool_bytes_saved)}" if advice.pool_bytes_saved >= 0
-                     else f"pool memory added {c.mib(-advice.pool_bytes_saved)}")
+        saved.append(f"pool memory saved {c.size(advice.pool_bytes_saved)}" if advice.pool_bytes_saved >= 0
+                     else f"pool memory added {c.size(-advice.pool_bytes_saved)}")
     note = ("; ".join(saved) + " against the current plan (scaled from this run's captures)") if saved else ""
     return data["rows"], flags, note, data["figure"]

@@ -64,8 +64,10 @@ def history_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return c.grid_rows(HISTORY_COLUMNS, ({
         "id": e["id"], "rule_name": e["rule_name"], "run_name": e["run_name"], "run_id": e["run_id"],
         "status": e["status"], "threshold": e["threshold"], "peak": e["peak"], "value": e["value"],
-        "steps": e["steps"], "reason": e["reason"] or "–",
-        "started": c.when(e["started_at"]), "ended": c.when(e["ended_at"])} for e in events))
+        "steps": e["steps"], "reason": e["reason"] or "none reported",
+        "started": c.when(e["started_at"], seconds=False),
+        "ended": c.when(e["ended_at"], seconds=False, missing="still firing" if e["status"] == "firing" else "not recorded")}
+        for e in events))
 
 
 def page_data(store: Any, writer: bool = True) -> dict[str, Any]:

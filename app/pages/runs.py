@@ -24,9 +24,10 @@ COLUMNS = (
     c.Column("started", "started (UTC)", min_width=140, flex=1.5),
     c.Column("steps", "steps", numeric=True, shown=lambda r: c.count(r["steps"]), min_width=70),
     c.Column("eager_pct", "eager %", numeric=True, shown=lambda r: c.pct(r["eager_ratio"]), min_width=80),
-    c.Column("padded_pct", "padded %", numeric=True, shown=lambda r: c.pct(r["padded_ratio"]), min_width=85),
-    c.Column("capture_s", "capture", numeric=True, shown=lambda r: c.seconds(r["capture_total_s"]),
-             min_width=80),
+    c.Column("padded_pct", "padding % of decode", numeric=True, min_width=95, flex=1.2,
+             shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
+    c.Column("capture_s", "capture", numeric=True, min_width=80,
+             shown=lambda r: c.seconds(r["capture_total_s"], c.unknown(r["source"]))),
     c.Column("alerts_firing", "alerts", numeric=True, min_width=65),
 )
 
@@ -35,7 +36,8 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows from ``queries.list_runs``: percentages sort and filter as numbers."""
     return c.grid_rows(COLUMNS, ({
         **r, "started": c.when(r["started_at"], seconds=False),
-        "eager_pct": round(r["eager_ratio"] * 100, 1), "padded_pct": round(r["padded_ratio"] * 100, 1),
+        "eager_pct": round(r["eager_ratio"] * 100, 1),
+        "padded_pct": None if r["decode_padded_ratio"] is None else round(r["decode_padded_ratio"] * 100, 1),
         "capture_s": r["capture_total_s"],
     } for r in runs))
 
@@ -64,4 +66,4 @@ def layout(**_query: Any) -> html.Div:
           Input("runs-interval", "n_intervals"))
 def refresh(_n):
     rows = page_data(c.store())
-    return rows, f"{len(rows)} runs"
+    return rows, c.plural(len(rows), "run")

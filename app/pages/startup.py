@@ -17,10 +17,59 @@ dash.register_page(__name__, path_template="/startup/<run_id>", title="replaysco
 
 DIFF_COLUMNS = (
     c.Column("item", "phase / size", min_width=160, flex=2),
-    c.Column("run_s", "this run", numeric=True, shown=lambda r: c.seconds(r["run_s"]), min_width=100),
-    c.Column("baseline_s", "baseline", numeric=True, shown=lambda r: c.seconds(r["baseline_s"]), min_width=100),
+    c.Column("run_s", "this run", numeric=True, shown=lambda r: c.seconds(r["run_s"], "not in this run"),
+             min_width=100),
+    c.Column("baseline_s", "baseline", numeric=True,
+             shown=lambda r: c.seconds(r["baseline_s"], "not in the baseline"), min_width=100),
     c.Column("diff_s", "difference", numeric=True, shown=lambda r: c.signed_seconds(r["diff_s"]), min_width=100),
 )
+
+
+# -- ranks side by side (engine logs name every rank's figures) --------------------------
+RANK_PHASES = ("load_weights", "compile", "kv_cache", "capture", "engine_init")
+
+
+def _phase_text(name: str):
+    def shown(row: dict[str, Any]) -> str:
+        cell = row.get(name + "_cell")
+        if cell is None:
+            return "not in the log"
+        text = c.seconds(cell["duration_s"]) if cell["duration_s"] is not None else "time not in the log"
+        return text + (f" · {c.size(cell['mem_bytes'])}" if cell["mem_bytes"] is not None else "")
+    return shown
+
+
+RANK_COLUMNS = (c.Column("rank_label", "rank", min_width=110),
+                *(c.Column(name, name.replace("_", " "), numeric=True, shown=_phase_text(name), min_width=130)
+                  for name in RANK_PHASES),
+                c.Column("failed", "failed", shown=lambda r: r["failed"] or "no", min_width=160, flex=2))
+
+
+def rank_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """One row per rank the log named: its own startup figures and whether it failed."""
+    from collector import queries
+
+    rows = []
+    for entry in queries.rank_table(store, run_id):
+        row: dict[str, Any] = {"rank_label": entry["rank"] or "no rank (driver)", "failed": entry["failed"]}
+        for name in RANK_PHASES:
+            cell = entry["phases"].get(name)
+            row[name + "_cell"] = cell
+            row[name] = cell["duration_s"] if cell else None
+        rows.append(row)
+    return rows
+
+
+def _ranks_section(store: Any, run_id: str) -> Any:
+    rows = rank_rows(store, run_id)
+    if len(rows) < 2:
+        return c.section("Ranks side by side", html.P("One process in this run: no ranks to compare.",
+                                                       className="hint"))
+    return c.section("Ranks side by side",
+                     html.P("Each rank's own figures from the log; the run's headline is rank 0's, or the "
+                            "lowest rank that printed it (see docs/importing.md).", className="hint"),
+                     c.grid("startup-ranks", RANK_COLUMNS, c.grid_rows(RANK_COLUMNS, rows), filters=False,
+                            row_id="rank_label"))
 
 
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
@@ -41,15 +90,17 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
                 used.add(size)
     findings = diagnose(phases, caps, degrades, config=summary.get("config") or {},
                         used_sizes=used if summary["steps"] and used else None)
+    unknown = c.unknown(summary["source"])
     out: dict[str, Any] = {
         "summary": summary,
+        "unknown": unknown,
         "startup_s": startup_seconds(phases, caps),
         "captures": caps,
         "failed": [x for x in caps if x["status"] == "failed"],
         "degrades": degrades,
         "findings": [f.as_dict() for f in findings],
         "waterfall": charts.waterfall_figure(phases, caps),
-        "capture_fig": charts.capture_figure(caps),
+        "capture_fig": charts.capture_figure(caps, unknown),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
@@ -84,6 +135,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
         c.section("Capture time and pool memory per size", c.graph("startup-captures-fig")),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),
+        _ranks_section(store, run_id),
         c.section("Against a baseline run",
                   dcc.Dropdown(id="startup-baseline",
                                options=[{"label": f"{r['name']} ({r['run_id']})", "value": r["run_id"]}
@@ -96,7 +148,8 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
 
 
 def _failures(data: dict[str, Any]) -> list[Any]:
-    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed after {c.seconds(x['duration_s'])}: "
+    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed after "
+             f"{c.seconds(x['duration_s'], data['unknown'])}: "
              f"{x.get('error') or 'no error text'}" for x in data["failed"]]
     items += [f"degraded {d['from']} → {d['to']}" + (f" (bs {d['graph_bs']})" if d.get("graph_bs") else "")
               + (f": {d['error']}" if d.get("error") else "") for d in data["degrades"]]
@@ -124,9 +177,9 @@ def refresh(baseline, run_id):
     if "baseline_startup_s" in data:
         delta = data["startup_s"] - data["baseline_startup_s"]
         baseline_text = (f"This run {c.seconds(data['startup_s'])}, baseline {c.seconds(data['baseline_startup_s'])} "
-                         f"({'+' if delta >= 0 else '−'}{c.seconds(abs(delta))}).")
+                         f"({c.signed_seconds(delta)}).")
     return (c.seconds(data["startup_s"]), c.count(len(caps)),
-            c.seconds(_known_sum(x["duration_s"] for x in caps)), c.count(len(data["failed"])),
+            c.seconds(_known_sum(x["duration_s"] for x in caps), data["unknown"]), c.count(len(data["failed"])),
             diagnosis, data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
             c.grid_rows(DIFF_COLUMNS, data["diff"]),
             baseline_text)
