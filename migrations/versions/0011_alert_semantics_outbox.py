@@ -1,7 +1,7 @@
 """alert semantics (pending duration, hold, resolve threshold), per-run evaluation state, notification outbox
 
 Revision ID: 0011
-Revises: 0002
+Revises: 0012
 Create Date: 2026-12-01 09:00:00
 """
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 
 
 revision = '0011'
-down_revision = '0002'
+down_revision = '0012'
 branch_labels = None
 depends_on = None
 

@@ -232,6 +232,7 @@ def test_a_real_alertmanager_gets_the_alert_firing_then_resolved(sqlite_store, a
 
 
 def test_migration_0011_downgrades_and_upgrades_again(db_url):
+    """0011 is the head; one step down removes exactly its tables and columns."""
     from alembic import command
 
     from collector.store import Store, _alembic_config
@@ -241,7 +242,7 @@ def test_migration_0011_downgrades_and_upgrades_again(db_url):
         with store.engine.begin() as conn:
             config = _alembic_config(db_url)
             config.attributes["connection"] = conn
-            command.downgrade(config, "0002")
+            command.downgrade(config, "-1")                 # to just before 0011, wherever it is chained
         with store.read() as conn:
             assert "alert_notifications" not in sa.inspect(conn).get_table_names()
         store.upgrade()
