@@ -51,6 +51,7 @@ RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "sta
                "for_s", "keep_firing_for_s", "resolve_threshold")
 MAX_WINDOW_S = 7 * 24 * 3600
 MAX_POINTS_PER_RUN = 200_000     # seconds of one run evaluated in one tick; the rest next tick
+SETTLE_S = 1.0                   # a run's latest second is complete once nothing arrived for this long
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
 _ADVISORY_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across collectors
 
@@ -334,7 +335,7 @@ def _candidates(conn, rule: dict) -> list:
     joined = runs.outerjoin(st, sa.and_(st.c.run_pk == runs.c.id, st.c.rule_id == rule["id"]))
     return conn.execute(
         sa.select(runs.c.id, runs.c.run_id, runs.c.name, runs.c.status, runs.c.created_at, runs.c.ended_at,
-                  runs.c.last_event_ts, st.c.run_pk.label("has_state"), st.c.evaluated_to, st.c.pending_since,
+                  runs.c.last_event_ts, runs.c.last_seen_at, st.c.run_pk.label("has_state"), st.c.evaluated_to, st.c.pending_since,
                   st.c.clear_since, st.c.alert_id)
         .select_from(joined)
         .where(runs.c.last_event_ts.is_not(None), sa.or_(
@@ -368,8 +369,9 @@ def _skip_run(conn, rule: dict, run) -> None:
 
 def _evaluate_run(conn, rule: dict, run, now: float, delivery: Delivery | None) -> list[Transition]:
     ended = run.status != "running"
-    # A running run's latest second may still be arriving; an ended run is complete.
-    last = math.floor(run.last_event_ts) - (0 if ended else 1)
+    # A running run's latest second may still be arriving, unless nothing came for a second.
+    settled = ended or now - run.last_seen_at >= SETTLE_S
+    last = math.floor(run.last_event_ts) - (0 if settled else 1)
     window_s = rule["window_s"]
     if run.has_state is None:
         first_data = conn.execute(sa.select(sa.func.min(sr.c.t)).where(

@@ -333,3 +333,12 @@ def test_the_app_lifespan_runs_the_evaluator_and_notifier_services(tmp_path):
             time.sleep(0.02)
         assert app.state.evaluator.ticks >= 2 and app.state.notifier.ticks >= 2
     store.dispose()
+
+
+def test_the_latest_second_of_a_run_that_went_quiet_is_evaluated(store, live_run):
+    """Steps still arriving for the latest second wait; once nothing came for a second, it counts."""
+    live_run({**RULE, "min_steps": 10})
+    ingest_events(store, "run-1", [step(i, T0 + i * 0.05, mode="eager") for i in range(12)])   # all in one second
+    seen = queries.run_summary(store, "run-1")["last_seen_at"]
+    assert alerts.evaluate_alerts(store, now=seen + 0.1) == []
+    assert statuses(alerts.evaluate_alerts(store, now=seen + 1.5)) == ["firing"]
