@@ -5,13 +5,14 @@ reads through ``collector.queries``. The event route parses its body itself
 (``json.loads`` + ``runner.wire.validate_event`` inside ``ingest_events``); the models in
 ``collector.schemas`` document it in OpenAPI (/docs). Bodies above
 ``settings.max_body_bytes`` are refused with 413 before parsing, from Content-Length and
-while reading. With a token set, writes need ``Authorization: Bearer <token>``.
+while reading, and checked for depth and size of structure before any parser runs. With a
+token set, every write needs it (``collector.auth``); every write is JSON from this server's
+own pages or a non-browser client (``WriteGuard``).
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import re
 from contextlib import asynccontextmanager
 from itertools import accumulate
@@ -33,7 +34,6 @@ from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
 
-log = logging.getLogger("replayscope.api")
 from runner.wire import STEP_STAGES
 
 StageName = Literal[STEP_STAGES]  # type: ignore[valid-type]
@@ -58,7 +58,7 @@ MAX_JSON_DEPTH = 32
 # (an 8 MB body of nested brackets) would hold the interpreter for seconds.
 MAX_JSON_CONTAINERS = 200_000
 OFF_LOOP_BYTES = 64 * 1024          # larger bodies are checked and parsed in a worker thread
-_QUOTES_AND_BRACKETS = bytes(c for c in range(256) if c not in b'"[]{}')
+_NOT_QUOTES_OR_BRACKETS = bytes(c for c in range(256) if c not in b'"[]{}')
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
 _AS_SQUARE = bytes.maketrans(b"{}", b"[]")
 _STEP = [0] * 256
@@ -70,7 +70,7 @@ def _structure(body: bytes) -> bytes:
     """The JSON text's brackets outside strings, as ``[`` and ``]``, at C speed."""
     if b"\\" in body:                         # escapes: take the strings out properly
         return _STRING.sub(b"", body).translate(_AS_SQUARE, _NOT_BRACKETS)
-    marks = body.translate(None, _QUOTES_AND_BRACKETS)
+    marks = body.translate(None, _NOT_QUOTES_OR_BRACKETS)
     # Without escapes quotes alternate open/close: when every string's quotes are adjacent
     # here, no string holds a bracket; else keep every other piece between quotes.
     brackets = marks.replace(b'""', b"")

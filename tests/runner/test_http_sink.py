@@ -189,7 +189,6 @@ def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_p
     assert sink.spooled > 0
 
     def collector_back_later():
-        import uvicorn
         time.sleep(1.5)
         server.run()
 
