@@ -124,10 +124,9 @@ def test_a_batch_the_collector_refuses_is_narrowed_to_the_event_it_names(tmp_pat
     monkeypatch.setattr(ingest, "validate_event", stricter)
     store = Store.open(f"sqlite:///{tmp_path}/c.db", upgrade=True)
     with serving(create_api(store, Settings(run_services=False))) as url:
-        emitter = Emitter(sink_to(url, tmp_path), run_record(), flush_interval_s=60, heartbeat_s=600)
-        emitter.sink.run = emitter.run
-        emitter.start()
-        for event in steps(0, 5000):
+        sink = HttpSink(url, spool_path=str(tmp_path / "spool.jsonl"), retries=1, backoff_s=0.01)
+        emitter = Emitter(sink, run_record(), flush_interval_s=60, heartbeat_s=600).start()
+        for _ in range(5000):                   # one batch: flushed at close
             emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
         emitter.close()
     from collector import queries
