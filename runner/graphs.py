@@ -29,10 +29,9 @@ import torch
 from runner import wire
 from runner.dispatch import BatchShape, Decision, dispatch
 from runner.errors import ReplayscopeError
-from runner.plan import CapturePlan
+from runner.plan import BACKENDS, CapturePlan
 from runner.progress import ProgressBar
 
-BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
 _HUGE = 3.0e38   # divergence past float32's range is reported as this, keeping the wire finite
 
 _capture_state = threading.local()

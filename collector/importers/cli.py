@@ -1,7 +1,8 @@
 """``replayscope import vllm|sglang LOGFILE`` and ``replayscope scrape URL``.
 
-Both write through a *sink*: the store directly (``--db URL``, the default
-``sqlite:///replayscope.db``) or a running collector over HTTP (``--collector URL``).
+Both write through a *sink*: the store directly (``--db URL``, else ``$REPLAYSCOPE_DB``,
+else ``sqlite:///replayscope.db``; a store that is behind is migrated only with
+``--migrate``) or a running collector over HTTP (``--collector URL``).
 A log is parsed completely before anything is written, so a bad file changes nothing.
 """
 
@@ -17,7 +18,6 @@ from typing import Any, Callable
 
 from runner.errors import ReplayscopeError
 
-DEFAULT_DB = "sqlite:///replayscope.db"
 BATCH = 500
 
 
@@ -27,17 +27,13 @@ BATCH = 500
 class DbSink:
     """Writes through collector.ingest into the store at ``url``."""
 
-    def __init__(self, url: str):
-        from collector import ingest, store
+    def __init__(self, url: str, migrate: bool = False):
+        from collector import ingest
+        from collector.store import Store
 
-        self.url = url
         self._ingest = ingest
-        try:
-            self.store = store.Store.open(url, upgrade=True)
-        except ReplayscopeError:
-            raise
-        except Exception as error:
-            raise ReplayscopeError(f"cannot open the store {url}: {error}") from None
+        self.store = Store.open(url, upgrade=migrate)
+        self.url = self.store.safe_url
 
     def write_run(self, record: dict[str, Any]) -> None:
         self._ingest.ingest_run(self.store, record)
@@ -93,9 +89,12 @@ class CollectorSink:
 
 
 def open_sink(args: argparse.Namespace):
+    from collector.settings import resolve
+
+    settings = resolve(args)
     if getattr(args, "collector", None):
-        return CollectorSink(args.collector, getattr(args, "token", None))
-    return DbSink(args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_DB)
+        return CollectorSink(args.collector, settings.token)
+    return DbSink(settings.db, migrate=getattr(args, "migrate", False))
 
 
 # -- import ------------------------------------------------------------------------------
@@ -257,12 +256,18 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
+    from collector.settings import DEFAULT_DB
+
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--db", metavar="URL", default=None,
                        help=f"write into this store (SQLAlchemy URL; default $REPLAYSCOPE_DB or {DEFAULT_DB})")
     group.add_argument("--collector", metavar="URL", default=None,
                        help="post to a running collector instead, e.g. http://127.0.0.1:8300")
-    parser.add_argument("--token", metavar="T", default=None, help="bearer token for --collector")
+    parser.add_argument("--token", metavar="T", default=None,
+                        help="bearer token for --collector (default $REPLAYSCOPE_TOKEN)")
+    parser.add_argument("--migrate", action="store_true",
+                        help="upgrade a --db store whose schema is behind this replayscope (a new SQLite "
+                             "file is always created)")
 
 
 def add_parsers(sub) -> None:
