@@ -6,6 +6,9 @@ reads through ``collector.queries``. The event route parses its body itself
 ``collector.schemas`` document it in OpenAPI (/docs). Bodies above
 ``settings.max_body_bytes`` are refused with 413 before parsing, from Content-Length and
 while reading. With a token set, writes need ``Authorization: Bearer <token>``.
+Errors are ``runner.errors.ReplayscopeError`` subclasses carrying their HTTP status; one
+handler turns any of them (and a database that stopped answering) into
+``{"detail": ..., <the error's body fields>}``.
 """
 
 from __future__ import annotations
@@ -24,12 +27,13 @@ from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
 from collector import alerts, queries, schemas
-from collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
+from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
 from collector.services import Evaluator
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
+from runner.errors import NotFound, ReplayscopeError, TooLarge, Unauthorized
 from runner.wire import STEP_STAGES
 
 StageName = Literal[STEP_STAGES]  # type: ignore[valid-type]
@@ -112,31 +116,35 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send):
-        body = json.dumps({"detail": f"request body larger than {self.limit} bytes "
-                                     f"(REPLAYSCOPE_MAX_BODY_BYTES); send smaller batches"}).encode()
-        await send({"type": "http.response.start", "status": 413,
+        error = TooLarge(f"request body larger than {self.limit} bytes (REPLAYSCOPE_MAX_BODY_BYTES); "
+                         f"send smaller batches")
+        body = json.dumps(error.body()).encode()
+        await send({"type": "http.response.start", "status": error.status,
                     "headers": [(b"content-type", b"application/json"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, detail: str, **extra: Any):
-        self.status, self.detail, self.extra = status, detail, extra
-
-
 async def _json_body(request: Request) -> Any:
     body = await request.body()
     if not body:
-        raise ApiError(400, "empty body: expected JSON")
+        raise ReplayscopeError("empty body: expected JSON")
     if json_depth_bound(body) > MAX_JSON_DEPTH:
-        raise ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+        raise ReplayscopeError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     try:
         return _loads(body)
     except RecursionError:
-        raise ApiError(400, "JSON nested too deeply") from None
+        raise ReplayscopeError("JSON nested too deeply") from None
     except ValueError as error:
-        raise ApiError(400, f"invalid JSON: {error}") from None
+        raise ReplayscopeError(f"invalid JSON: {error}") from None
+
+
+async def _problem(_request: Request, error: Exception) -> JSONResponse:
+    """The one error handler: any ReplayscopeError answers with its status and body."""
+    if isinstance(error, sa_exc.OperationalError):
+        text = str(error.orig).strip().splitlines()[0] if error.orig else "database error"
+        error = StoreUnavailable(f"the store is unavailable ({text}); retry later")
+    return JSONResponse(error.body(), status_code=error.status, headers=dict(error.headers) or None)
 
 
 # Rule ids are database integers: anything outside SQLite's and PostgreSQL's BIGINT is a 422.
@@ -173,34 +181,12 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         header = request.headers.get("authorization", "")
         scheme, _, supplied = header.partition(" ")
         if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), settings.token.encode()):
-            raise ApiError(401, "writes need 'Authorization: Bearer <token>' (REPLAYSCOPE_TOKEN)",
-                           headers={"WWW-Authenticate": "Bearer"})
+            raise Unauthorized("writes need 'Authorization: Bearer <token>' (REPLAYSCOPE_TOKEN)")
 
     writer = [Depends(require_writer)]
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_request, error: ApiError):
-        headers = error.extra.pop("headers", None)
-        return JSONResponse({"detail": error.detail, **error.extra}, status_code=error.status, headers=headers)
-
-    @app.exception_handler(StoreUnavailable)
-    async def _unavailable(_request, error: StoreUnavailable):
-        return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": "1"})
-
-    @app.exception_handler(sa_exc.OperationalError)
-    async def _db_error(_request, error: sa_exc.OperationalError):
-        text = str(error.orig).strip().splitlines()[0] if error.orig else "database error"
-        return JSONResponse({"detail": f"the store is unavailable ({text}); retry later"}, status_code=503,
-                            headers={"Retry-After": "1"})
-
-    @app.exception_handler(alerts.InvalidRule)
-    async def _bad_rule(_request, error: alerts.InvalidRule):
-        status = 409 if isinstance(error, alerts.DuplicateRule) else 422
-        return JSONResponse({"detail": str(error), "field": error.field}, status_code=status)
-
-    @app.exception_handler(alerts.UnknownRule)
-    async def _no_rule(_request, error):
-        return JSONResponse({"detail": str(error)}, status_code=404)
+    app.add_exception_handler(ReplayscopeError, _problem)
+    app.add_exception_handler(sa_exc.OperationalError, _problem)
 
     errors = {400: {"model": schemas.Problem}, 404: {"model": schemas.Problem},
               413: {"model": schemas.Problem}, 422: {"model": schemas.Problem},
@@ -213,10 +199,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     async def post_run(request: Request):
         """Register a run (wire contract v1). Posting the same run again changes nothing."""
         record = await _json_body(request)
-        try:
-            result = await run_in_threadpool(ingest_run, store, record)
-        except InvalidRun as error:
-            raise ApiError(422, str(error), field=error.field) from None
+        result = await run_in_threadpool(ingest_run, store, record)
         return JSONResponse(result, status_code=201 if result["created"] else 200)
 
     @app.post("/v1/runs/{run_id}/events", dependencies=writer, response_model=schemas.IngestResponse,
@@ -227,12 +210,12 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         events = payload.get("events") if isinstance(payload, dict) else None
         try:
             result = await run_in_threadpool(ingest_events, store, run_id, events)
-        except InvalidBatch as error:
+        except InvalidBatch:
             metrics.observe_rejected(len(events) if isinstance(events, list) else 0)
-            raise ApiError(422, str(error), index=error.index, field=error.field) from None
-        except UnknownRun as error:
+            raise
+        except UnknownRun:
             metrics.observe_rejected(len(events))
-            raise ApiError(404, str(error)) from None
+            raise
         except StoreUnavailable:
             metrics.observe_rejected(len(events), unavailable=True)
             raise
@@ -242,7 +225,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     # -- reads ----------------------------------------------------------------------------
     def run_or_404(run_id: str) -> None:
         if not queries.run_exists(store, run_id):
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
 
     @app.get("/v1/runs", response_model=list[schemas.RunListItem], tags=["runs"])
     def get_runs(limit: int = Query(500, ge=1, le=5000)):
@@ -254,7 +237,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         """One run with its summary: steps, modes, reasons, eager_ratio, padded_tokens."""
         summary = queries.run_summary(store, run_id)
         if summary is None:
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
         return JSONResponse(summary)
 
     def _run_read(path: str, fn, model, doc: str, with_stage: bool = False, with_bucket: bool = False):

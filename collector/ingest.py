@@ -23,31 +23,29 @@ from sqlalchemy import exc as sa_exc
 from collector import tables as t
 from collector.rollups import NO_REASON, Accumulator
 from collector.store import Store, StoreUnavailable
-from runner.errors import ReplayscopeError
+from runner.errors import Invalid, NotFound, ReplayscopeError
 from runner.wire import WireError, validate_event, validate_run
 
 MAX_CONFIG_DEPTH = 16
 
 
-class InvalidRun(ReplayscopeError):
+class InvalidRun(Invalid):
     def __init__(self, field: str, message: str):
-        super().__init__(f"run record: {field}: {message}")
-        self.field = field
-        self.message = message
+        super().__init__(field, message, f"run record: {field}: {message}")
 
 
-class InvalidBatch(ReplayscopeError):
+class InvalidBatch(Invalid):
     """A batch rejected as a whole; ``index`` is the offending event (None: the batch)."""
+
+    body_fields = ("index", "field")
 
     def __init__(self, index: int | None, field: str, message: str):
         where = "batch" if index is None else f"event {index}"
-        super().__init__(f"{where}: {field}: {message}")
+        super().__init__(field, message, f"{where}: {field}: {message}")
         self.index = index
-        self.field = field
-        self.message = message
 
 
-class UnknownRun(ReplayscopeError):
+class UnknownRun(NotFound):
     def __init__(self, run_id: str):
         super().__init__(f"unknown run {run_id!r}: POST the run record to /v1/runs first")
         self.run_id = run_id

@@ -25,7 +25,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from collector.settings import DEFAULT_DB as DEFAULT_URL
-from runner.errors import ReplayscopeError
+from runner.errors import ReplayscopeError, Unavailable
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
@@ -42,7 +42,7 @@ class SchemaAhead(ReplayscopeError):
     """The store was migrated by a newer replayscope than this one."""
 
 
-class StoreUnavailable(ReplayscopeError):
+class StoreUnavailable(Unavailable):
     """The database cannot take a write right now (locked, disk full, unreachable)."""
 
 
