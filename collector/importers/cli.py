@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import time
 import urllib.parse
@@ -151,51 +150,24 @@ def run_import(args: argparse.Namespace, out=None) -> int:
 # -- events files (the runner's --events, a spool) ----------------------------------------
 
 
-def read_events_file(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The run record and events of a JSON-lines events file, all validated before use."""
-    from runner import wire
-
-    if os.path.isdir(path):
-        raise ReplayscopeError(f"{path} is a directory, not an events file")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [(n, line) for n, line in enumerate(handle, start=1) if line.strip()]
-    except OSError as error:
-        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise ReplayscopeError(f"{path} is not a text file of JSON lines") from None
-    records = []
-    for lineno, line in lines:
-        try:
-            records.append((lineno, json.loads(line)))
-        except ValueError as error:
-            raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
-    if not records or not isinstance(records[0][1], dict) or records[0][1].get("kind") != "run":
-        raise ReplayscopeError(f'{path}: the first line must be the run record ({{"kind": "run", ...}})')
-    run = {k: v for k, v in records[0][1].items() if k != "kind"}
-    try:
-        wire.validate_run(run)
-    except wire.WireError as error:
-        raise ReplayscopeError(f"{path}:{records[0][0]}: run record: {error}") from None
-    for lineno, event in records[1:]:
-        try:
-            wire.validate_event(event)
-        except wire.WireError as error:
-            raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
-    return run, [event for _, event in records[1:]]
-
-
 def run_import_events(args: argparse.Namespace, out=None) -> int:
+    """Every file is read and checked before anything is written; then each is reported."""
+    from runner.events_file import read_events_file
+
     out = out or sys.stdout
-    run, events = read_events_file(args.logfile)        # raises before anything is written
+    files = [(path, read_events_file(path)) for path in args.files]      # raises before any write
     sink = open_sink(args)
     try:
-        sink.write_run(run)
-        accepted, duplicates = sink.write_events(run["run_id"], events)
+        for path, events_file in files:
+            run = events_file.run
+            sink.write_run(run)
+            accepted, duplicates = sink.write_events(run["run_id"], events_file.events)
+            print(f"{path}: run {run['run_id']} ({run['name']}): {accepted} events new, "
+                  f"{duplicates} already there, into {sink.describe()}", file=out)
+            for warning in events_file.warnings:
+                print(f"  warning: {warning}", file=out)
     finally:
         sink.close()
-    print(f"{args.logfile}: run {run['run_id']} ({run['name']}): {accepted} events new, "
-          f"{duplicates} already there, into {sink.describe()}", file=out)
     return 0
 
 
@@ -285,8 +257,11 @@ def add_parsers(sub) -> None:
         p.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
         p.add_argument("--dry-run", action="store_true", help="parse only; write nothing")
         p.set_defaults(handler=run_import)
-    events = engines.add_parser("events", help="a replayscope events file (a runner's --events, a spool)")
-    events.add_argument("logfile", metavar="FILE")
+    events = engines.add_parser("events", help="replayscope events files (a runner's --events, a spool)",
+                                description="Import one or more events files (each a run record, then one "
+                                            "event per line). Every file is checked first; a bad line in "
+                                            "any of them writes nothing.")
+    events.add_argument("files", metavar="FILE", nargs="+")
     _add_target(events)
     events.set_defaults(handler=run_import_events)
 

@@ -14,6 +14,7 @@ from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_event
 from collector.store import SchemaBehind, Store, head_revision
 from collector.tables import metadata, steps
 from runner.errors import ReplayscopeError
+from runner.events_file import write_events_file
 
 from .conftest import run_record, step
 
@@ -221,9 +222,7 @@ def test_every_event_kind_is_stored_and_read_back(store, run_in):
 
 def test_jsonl_events_file_loads_run_and_events(store, tmp_path):
     path = tmp_path / "events.jsonl"
-    lines = [json.dumps({"kind": "run", **run_record("file-run")})]
-    lines += [json.dumps(step(i, 1000.0 + i)) for i in range(10)]
-    path.write_text("\n".join(lines) + "\n")
+    write_events_file(path, run_record("file-run"), [step(i, 1000.0 + i) for i in range(10)])
     result = ingest_jsonl(store, path)
     assert result.accepted == 10
     assert ingest_jsonl(store, path).duplicates == 10
