@@ -139,3 +139,52 @@ def test_workload_flags_override_the_named_workload(capsys, tmp_path):
     prefills = [e for e in lines if e["kind"] == "step" and e["stage"] == "prefill"]
     assert prefills and all(4 * e["raw_bs"] <= e["num_tokens"] <= 6 * e["raw_bs"] for e in prefills)
     assert max(e["raw_bs"] for e in lines if e["kind"] == "step") <= 20
+
+
+def config_of(*argv):
+    from runner.cli import config_from_args
+
+    return config_from_args(build_parser().parse_args(["run", *argv]))
+
+
+@pytest.mark.parametrize("flag", ["--enforce-eager", "--disable-cuda-graph"])
+def test_the_engines_eager_flags_mean_backend_disabled(flag):
+    assert config_of(flag).backend == "disabled"
+    assert config_of().backend == "auto"
+
+
+def test_enforce_eager_with_a_graph_backend_is_refused(capsys):
+    code, _, err = run_cli(capsys, "--enforce-eager", "--backend", "cuda", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "--enforce-eager" in err and "--backend cuda" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--capture-sizes", "1,2,4,8"], ["--capture-sizes", "1", "2", "4", "8"],
+    ["--cudagraph-capture-sizes", "1", "2", "4", "8"], ["--cudagraph-capture-sizes", "1,2,4,8"],
+    ["--cuda-graph-bs", "8", "4", "2", "1"], ["--cuda-graph-bs", "1, 2, 4, 8"],
+])
+def test_capture_sizes_take_vllm_and_sglang_spellings_comma_or_space_separated(argv):
+    config = config_of(*argv)
+    assert config.capture_sizes == (1, 2, 4, 8) and config.max_bs == 8
+
+
+@pytest.mark.parametrize("flag", ["--max-bs", "--max-cudagraph-capture-size", "--cuda-graph-max-bs"])
+def test_the_largest_captured_size_takes_vllm_and_sglang_spellings(flag):
+    config = config_of(flag, "16")
+    assert config.max_bs == 16 and config.sizes == (1, 2, 4, 8, 16)
+
+
+def test_a_largest_size_that_contradicts_the_capture_sizes_is_refused(capsys):
+    code, _, err = run_cli(capsys, "--cuda-graph-bs", "1", "2", "4", "--cuda-graph-max-bs", "8", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "differs from the largest of --capture-sizes" in err
+
+
+@pytest.mark.parametrize("flag", ["--max-running", "--max-num-seqs", "--max-running-requests"])
+def test_the_running_request_cap_takes_vllm_and_sglang_spellings(flag):
+    assert config_of(flag, "20").workload_overrides["max_running"] == 20
+
+
+@pytest.mark.parametrize("flag, field, value", [("--disable-cuda-graph-padding", "padding", False),
+                                                ("--enable-torch-compile", "compile", True)])
+def test_sglang_padding_and_compile_flags_mean_ours(flag, field, value):
+    assert getattr(config_of(flag), field) == value
