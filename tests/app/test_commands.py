@@ -96,18 +96,24 @@ def test_server_without_dashboard_serves_only_the_api(filled):
         assert client.get("/run/syn-1").status_code == 404
 
 
-def test_demo_streams_a_live_run_and_stops_cleanly(tmp_path):
-    
+def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
+    """Without --db the demo keeps its own file, whatever $REPLAYSCOPE_DB says, so its alert
+    rule never lands in the store that serve and the importers use."""
+    import os
+
     from collector import queries
     from collector.store import Store
 
     port = free_port()
-    db = f"sqlite:///{tmp_path / 'demo.db'}"
-    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--db", db,
-                           "--duration", "20"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    shared = tmp_path / "shared.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAYSCOPE_DB": f"sqlite:///{shared}"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--duration", "20"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"http://127.0.0.1:{port}" in done.stdout and "stopped" in done.stdout
-    store = Store.open(db)
+    assert "(store sqlite:///replayscope-demo.db)" in done.stdout
+    assert not shared.exists() and not (tmp_path / "replayscope.db").exists()
+    store = Store.open(f"sqlite:///{tmp_path / 'replayscope-demo.db'}")
     [run] = queries.list_runs(store)
     assert run["name"] == "demo" and run["source"] == "runner" and run["steps"] > 0
     [rule] = queries.alert_rules(store)              # the demo's eager-ratio rule, made once
