@@ -11,7 +11,7 @@ call ``capture()`` once, then ``step()`` per batch. Each batch goes through the 
   ``pad_value`` and outputs are sliced back to the real rows;
 - ``eager``: the step callable runs on the batch as given, with the reason recorded.
 
-Capture never kills the process (seed 004 §4.6): a failed compile falls back to
+Capture never kills the process: a failed compile falls back to
 capture without compile, a failed capture drops that size, and if nothing captures
 the runner runs eager and says so; each rung is a ``degrade`` event.
 """
@@ -246,7 +246,7 @@ class GraphRunner:
                    status="ok", variant=variant)
 
     def _compiled(self, size: int, views: dict[str, torch.Tensor]) -> tuple[Callable, str]:
-        """torch.compile for this size; on failure, degrade to the plain step (seed 004 §4.6)."""
+        """torch.compile for this size; on failure, degrade to the plain step."""
         _raise_recompile_limit(len(self.plan.sizes))
         started = time.perf_counter()
         try:

@@ -1,6 +1,6 @@
 """SGLang server logs -> replayscope runs.
 
-Reads the lines REFERENCE.md lists (older and newer wording, "cuda"/"cpu"/"npu" graph,
+Reads the lines docs/importing.md lists (older and newer wording, "cuda"/"cpu"/"npu" graph,
 the early-2025 end line with its fields swapped, negative mem usage): weight loading,
 the KV cache, each capture section (target / draft, decode / verify / prefill), the
 tqdm bar's per-size progression, capture failures, the startup timings line, and the

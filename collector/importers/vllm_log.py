@@ -1,6 +1,6 @@
 """vLLM server logs -> replayscope runs.
 
-Reads the lines REFERENCE.md lists, in their older and newer wording: weight loading,
+Reads the lines docs/importing.md lists, in their older and newer wording: weight loading,
 torch.compile (Dynamo transform, per-range / per-shape compiles, the total), the KV
 cache, the capture progress bars and the capture total, engine init, failures, and the
 ``--cudagraph-metrics`` tables. vLLM logs no per-size capture time, so a vLLM run has a
