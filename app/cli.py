@@ -18,7 +18,7 @@ from runner.errors import ReplayscopeError
 
 COMMAND_MODULES = (
     "app.commands",               # serve, demo, advise
-    "runner.cli",                 # run
+    "runner.cli",                 # run, and trace (runner.trace.cli)
     "collector.cli",              # db
     "collector.importers.cli",    # import, scrape
 )

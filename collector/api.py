@@ -26,7 +26,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import alerts, queries, schemas
+from collector import advisor, alerts, diagnosis, queries, schemas
 from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
 from collector.services import Evaluator
@@ -272,6 +272,27 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     _run_read("parity", queries.parity, schemas.ParityRow, "Graph-vs-eager parity checks.")
     _run_read("warnings", queries.warnings, schemas.WarningRow,
               "What the reader should know that is not a step or a phase (rejected events, missing hooks).")
+
+    @app.get("/v1/runs/{run_id}/diagnosis", response_model=schemas.Diagnosis, tags=["runs"], responses=errors)
+    def get_diagnosis(run_id: str):
+        """The startup post-mortem: the run's outcome first, then findings ranked by the seconds
+        over what was expected, each with its evidence and provenance and what to do per engine."""
+        found = diagnosis.diagnose_run(store, run_id)
+        if found is None:
+            raise NotFound(f"unknown run {run_id!r}")
+        return JSONResponse(found.as_dict())
+
+    @app.get("/v1/runs/{run_id}/advice", response_model=schemas.Advice, tags=["runs"], responses=errors)
+    def get_advice(run_id: str,
+                   budget: Optional[int] = Query(None, ge=1, le=4096, description="graphs to capture "
+                                                 "(default: the current plan's count, at most the distinct sizes)"),
+                   eager_weight: Optional[float] = Query(None, ge=0, le=1000, description="eager/graph step "
+                                                         "time minus one (default: measured, else 3)")):
+        """Capture sizes for a budget of K graphs, chosen exactly from the run's decode batch sizes."""
+        found = advisor.advice_dict(store, run_id, budget, eager_weight)
+        if found is None:
+            raise NotFound(f"unknown run {run_id!r}")
+        return JSONResponse(found)
 
     # -- alerts ---------------------------------------------------------------------------
     @app.get("/v1/alert-rules", response_model=list[schemas.AlertRule], tags=["alerts"])

@@ -56,7 +56,9 @@ class IngestResult:
     duplicates: int
     # What was accepted, for Prometheus (not part of equality).
     source: str = field(default="", compare=False)
+    model: str = field(default="", compare=False)
     step_counts: dict = field(default_factory=dict, compare=False)   # (stage, mode, reason) -> n
+    tokens_by_stage: dict = field(default_factory=dict, compare=False)      # stage -> num_tokens
     padded_by_stage: dict = field(default_factory=dict, compare=False)      # stage -> tokens
     capture_durations: list = field(default_factory=list, compare=False)    # (stage, seconds)
     pool_bytes: int | None = field(default=None, compare=False)
@@ -79,7 +81,7 @@ _OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
                                    "pool_delta_bytes", "status", "error", "variant", "provenance", "rank")),
     "step_counts": (t.step_counts, *_same("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
                                           "padded_tokens", "duration_s", "interval_s", "provenance",
-                                          "evidence")),
+                                          "evidence", "raw_bs", "graph_bs")),
     "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs", "rank"),
                 ("seq", "ts", "from", "to", "error", "graph_bs", "rank")),
     "parity": (t.parity_checks, *_same("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
@@ -200,13 +202,13 @@ def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
 
 def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> IngestResult:
     run = conn.execute(
-        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.status, t.runs.c.end_seq,
+        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.model, t.runs.c.status, t.runs.c.end_seq,
                   t.runs.c.last_event_ts).where(t.runs.c.run_id == run_id)
     ).first()
     if run is None:
         raise UnknownRun(run_id)
     run_pk = run.id
-    result = IngestResult(accepted=0, duplicates=0, source=run.source)
+    result = IngestResult(accepted=0, duplicates=0, source=run.source, model=run.model)
     if not events:
         conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(last_seen_at=now))
         return result
@@ -237,30 +239,33 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             tokens, pad, dur = e["num_tokens"], e["padded_tokens"], e["duration_s"]
             step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur,
                               e.get("evidence")))
-            key = (floor(ts), stage, mode, reason or NO_REASON)
+            reason_key = reason or NO_REASON
+            key = (floor(ts), stage, mode, reason_key)
             a = seconds.get(key)
             if dur is None:
                 if a is None:
                     seconds[key] = [1, tokens, pad, 0.0, 0]
                 else:
                     a[0] += 1; a[1] += tokens; a[2] += pad
-                dur = 0.0
-            elif a is None:
-                seconds[key] = [1, tokens, pad, dur, 1]
+                dur, timed = 0.0, 0
             else:
-                a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
-            bkey = (stage, raw_bs, mode)
+                timed = 1
+                if a is None:
+                    seconds[key] = [1, tokens, pad, dur, 1]
+                else:
+                    a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
+            bkey = (stage, raw_bs, mode, reason_key)
             b = batches.get(bkey)
             if b is None:
-                batches[bkey] = [1, tokens, pad, dur]
+                batches[bkey] = [1, tokens, pad, dur, timed]
             else:
-                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur
+                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur; b[4] += timed
             continue
         table, cols, keys = _OTHER[kind]
         other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))
         if kind == "step_counts":
             acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
-                           e["padded_tokens"], e.get("duration_s"))
+                           e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"))
         elif kind == "capture":
             if e["duration_s"] is not None:
                 result.capture_durations.append((e["stage"], e["duration_s"]))
@@ -270,10 +275,12 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             if run_end is None or seq > run_end["seq"]:
                 run_end = e
 
-    counts, padded = result.step_counts, result.padded_by_stage
+    counts, computed, padded = result.step_counts, result.tokens_by_stage, result.padded_by_stage
     for (_second, stage, mode, reason), a in seconds.items():
         key = (stage, mode, reason or None)
         counts[key] = counts.get(key, 0) + a[0]
+        if a[1]:
+            computed[stage] = computed.get(stage, 0) + a[1]
         if a[2]:
             padded[stage] = padded.get(stage, 0) + a[2]
 

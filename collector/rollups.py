@@ -2,7 +2,8 @@
 
 Buckets are 1 s and 60 s of the event's ``ts``; bucket 0 is the whole run (``t`` = 0),
 which is what run summaries and reason breakdowns read. ``batch_rollups`` keeps per-run
-totals by (stage, raw_bs, mode) for the batch-size histogram. Both raw ``step`` events
+totals by (stage, raw_bs, mode, reason) for the batch-size histogram and for the cost of
+each eager reason against graph replays of the same sizes. Both raw ``step`` events
 and ``step_counts`` aggregates (importers) feed them; ingest adds each accepted event
 exactly once, in the same transaction as the raw rows, so rollups equal the raw data.
 """
@@ -22,7 +23,7 @@ NO_REASON = ""   # rollup key for "no reason" (non-eager steps)
 
 # key -> [steps, num_tokens, padded_tokens, duration_s, timed_steps]
 RollupMap = dict[tuple[int, str, str, str], list]
-BatchMap = dict[tuple[str, int, str], list]
+BatchMap = dict[tuple[str, int, str, str], list]
 
 
 class Accumulator:
@@ -32,7 +33,7 @@ class Accumulator:
 
     def __init__(self) -> None:
         self.seconds: RollupMap = {}   # (second, stage, mode, reason) -> sums
-        self.batches: BatchMap = {}    # (stage, raw_bs, mode) -> sums
+        self.batches: BatchMap = {}    # (stage, raw_bs, mode, reason) -> sums
 
     def add_step(self, ts: float, stage: str, mode: str, reason: str | None, raw_bs: int,
                  num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
@@ -48,18 +49,20 @@ class Accumulator:
             acc[2] += padded_tokens
             acc[3] += dur
             acc[4] += timed
-        bkey = (stage, raw_bs, mode)
+        bkey = (stage, raw_bs, mode, reason or NO_REASON)
         bacc = self.batches.get(bkey)
         if bacc is None:
-            self.batches[bkey] = [1, num_tokens, padded_tokens, dur]
+            self.batches[bkey] = [1, num_tokens, padded_tokens, dur, 1 if timed else 0]
         else:
             bacc[0] += 1
             bacc[1] += num_tokens
             bacc[2] += padded_tokens
             bacc[3] += dur
+            bacc[4] += timed
 
     def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
-                   num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
+                   num_tokens: int, padded_tokens: int, duration_s: float | None,
+                   raw_bs: int | None = None) -> None:
         key = (math.floor(ts), stage, mode, reason or NO_REASON)
         timed = duration_s is not None
         acc = self.seconds.setdefault(key, [0, 0, 0, 0.0, 0])
@@ -68,6 +71,13 @@ class Accumulator:
         acc[2] += padded_tokens
         acc[3] += duration_s if timed else 0.0
         acc[4] += count if timed else 0
+        if raw_bs is not None:       # per-size counts feed the batch-size histogram too
+            bacc = self.batches.setdefault((stage, raw_bs, mode, reason or NO_REASON), [0, 0, 0, 0.0, 0])
+            bacc[0] += count
+            bacc[1] += num_tokens
+            bacc[2] += padded_tokens
+            bacc[3] += duration_s if timed else 0.0
+            bacc[4] += count if timed else 0
 
     def __bool__(self) -> bool:
         return bool(self.seconds)
@@ -94,9 +104,9 @@ class Accumulator:
 
     def batch_rows(self, run_pk: int) -> list[dict]:
         return [
-            {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "steps": a[0],
-             "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3]}
-            for (s, bs, m), a in self.batches.items()
+            {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "reason": r, "steps": a[0],
+             "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3], "timed_steps": a[4]}
+            for (s, bs, m, r), a in self.batches.items()
         ]
 
     def flush(self, conn: Connection, run_pk: int) -> None:
@@ -104,7 +114,7 @@ class Accumulator:
                     ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
         if self.batches:
             _upsert_add(conn, batch_rollups, self.batch_rows(run_pk),
-                        ("steps", "num_tokens", "padded_tokens", "duration_s"))
+                        ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
 
 
 def _upsert_add(conn: Connection, table: sa.Table, rows: list[dict], sums: tuple[str, ...]) -> None:
@@ -148,5 +158,5 @@ def rebuild(conn: Connection, run_pk: int) -> None:
                      r["padded_tokens"], r["duration_s"])
     for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
         acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
-                       r["padded_tokens"], r["duration_s"])
+                       r["padded_tokens"], r["duration_s"], r["raw_bs"])
     acc.flush(conn, run_pk)

@@ -114,6 +114,10 @@ class RunListItem(BaseModel):
     padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
     num_tokens: int
     padded_tokens: int
+    decode_num_tokens: int = Field(description="num_tokens of decode steps")
+    decode_padded_tokens: int = Field(description="padded_tokens of decode steps")
+    decode_padded_ratio: Optional[float] = Field(
+        description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without decode tokens")
     capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int
 
@@ -160,6 +164,69 @@ class StepTimeRow(BaseModel):
     steps: int
     total_s: float
     mean_s: Optional[float]
+
+
+class Evidence(BaseModel):
+    text: str
+    provenance: Literal[wire.PROVENANCES] = Field(  # type: ignore[valid-type]
+        description="measured, log (the engine's own line), inferred (derived by replayscope) or "
+                    "estimated (from a cost model)")
+
+
+class Finding(BaseModel):
+    cause: str = Field(description="failure, interrupted, slow_weight_load, load_setup, torch_compile, "
+                                   "slow_size, slow_captures, too_many_sizes, unaccounted, graph_memory")
+    title: str
+    severity: Literal["error", "warning", "info"]
+    seconds: Optional[float] = Field(description="startup time over the expectation; null when the "
+                                                 "finding is not a matter of time (failures, memory)")
+    evidence: list[Evidence]
+    actions: dict[str, list[str]] = Field(description="what to do, per engine: replayscope, vllm, sglang")
+    failure_class: Optional[str] = Field(description="oom, kernel_assert, collective, capture_invalidated, "
+                                                     "compile_error, timeout, unknown (failures only)")
+    where: Optional[dict[str, Any]] = Field(description="where a failure happened: phase, graph_bs, rank, ts")
+
+
+class Diagnosis(BaseModel):
+    run_id: str
+    source: str
+    status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
+    stand_in: bool = Field(description="CPU stand-in (static backend): its times are CPU timings")
+    timing_note: Optional[str]
+    startup_s: Optional[float]
+    capture: dict[str, Any] = Field(description="total_s, sizes, count, ok, failed, planned, with provenance")
+    findings: list[Finding] = Field(description="the outcome first, then by seconds over the expectation")
+
+
+class PlanCostOut(BaseModel):
+    sizes: list[int]
+    steps: int
+    graph_steps: int
+    eager_steps: int
+    padded_rows: int
+    computed_rows: int
+    cost: float
+    coverage: float
+    waste_share: float
+
+
+class Advice(BaseModel):
+    run_id: str
+    budget: int
+    eager_weight: float
+    sizes: list[int] = Field(description="the proposed capture sizes")
+    predicted: PlanCostOut
+    current: Optional[PlanCostOut]
+    capture_s_current: Optional[float]
+    capture_s_predicted: Optional[float]
+    capture_s_saved: Optional[float]
+    pool_bytes_current: Optional[int]
+    pool_bytes_predicted: Optional[int]
+    pool_bytes_saved: Optional[int]
+    flags: dict[str, str] = Field(description="ready-to-copy flags: replayscope, vllm, vllm_config, sglang")
+    decode_steps: int = Field(description="decode steps with a batch size the sizes were chosen from")
+    distinct_batch_sizes: int
+    note: Optional[str]
 
 
 class AlertRuleIn(BaseModel):

@@ -113,6 +113,8 @@ step_counts = sa.Table(
     sa.Column("interval_s", sa.Float),
     sa.Column("provenance", sa.String(16)),
     sa.Column("evidence", sa.String(500)),
+    sa.Column("raw_bs", sa.Integer),              # NULL: the source gave counts without sizes
+    sa.Column("graph_bs", sa.Integer),
 )
 
 degrades = sa.Table(
@@ -176,16 +178,20 @@ step_rollups = sa.Table(
     sqlite_with_rowid=False,
 )
 
-# Per-run batch-size totals for the histogram (raw steps only: aggregates have no bs).
+# Per-run batch-size totals for the histogram (raw steps only: aggregates have no bs), by
+# reason too, with the timed steps: an eager reason's cost compares its steps with graph
+# replays of the same stage and size, and only measured times count (duration_s sums them).
 batch_rollups = sa.Table(
     "batch_rollups", metadata, _run_fk(),
     sa.Column("stage", sa.String(16), primary_key=True),
     sa.Column("raw_bs", sa.Integer, primary_key=True),
     sa.Column("mode", sa.String(8), primary_key=True),
+    sa.Column("reason", _REASON, primary_key=True),
     sa.Column("steps", sa.BigInteger, nullable=False),
     sa.Column("num_tokens", sa.BigInteger, nullable=False),
     sa.Column("padded_tokens", sa.BigInteger, nullable=False),
     sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("timed_steps", sa.BigInteger, nullable=False),
     sqlite_with_rowid=False,
 )
 

@@ -61,9 +61,6 @@ def add_parsers(sub) -> None:
     graphs.add_argument("--parity-every", type=int, default=0, metavar="N",
                         help="every N graph replays, also run eager on the same inputs and record the "
                              "divergence (default 0: off)")
-    graphs.add_argument("--fail-capture", metavar="SIZES",
-                        help="fault injection: make the capture of these sizes fail (a host sync inside "
-                             "capture on CUDA), to exercise the degradation ladder")
 
     workload = run.add_argument_group("workload")
     workload.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed",
@@ -92,7 +89,24 @@ def add_parsers(sub) -> None:
     telemetry.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
                                                            "unreachable (default: replayscope-spool-RUN.jsonl)")
     telemetry.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    faults = run.add_argument_group("fault injection", "make a run fail or slow down on purpose, to see how "
+                                                       "it shows on the dashboard")
+    faults.add_argument("--fail-capture", metavar="SIZES",
+                        help="make the capture of these sizes fail (a host sync inside capture on CUDA), "
+                             "to exercise the degradation ladder")
+    faults.add_argument("--slow-capture", metavar="SIZE:SECONDS[,...]",
+                        help="the capture of SIZE takes SECONDS longer (a sleep), e.g. 8:5")
+    faults.add_argument("--slow-load-mbps", type=float, metavar="MB_PER_S",
+                        help="the weight load lasts as long as reading the weights at this many MB/s "
+                             "(10^6 bytes) would (a sleep after loading), as from slow storage")
+    faults.add_argument("--memory-cap-gib", type=float, metavar="GIB",
+                        help="cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction): "
+                             "allocations past it fail with out of memory, as on a smaller or shared GPU")
     run.set_defaults(handler=run_command)
+
+    from runner.trace.cli import add_parser as add_trace_parser
+    add_trace_parser(sub)
 
 
 def _backend(args) -> str:
@@ -134,7 +148,22 @@ def config_from_args(args) -> RunConfig:
         compile=args.compile, seed=args.seed, parity_every=args.parity_every,
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
-        fail_capture_sizes=failing, progress=not args.quiet)
+        fail_capture_sizes=failing, slow_capture=_slow_captures(args.slow_capture),
+        slow_load_mbps=args.slow_load_mbps, memory_cap_gib=args.memory_cap_gib, progress=not args.quiet)
+
+
+def _slow_captures(text: str | None) -> dict[int, float]:
+    """``8:5,16:2.5`` -> {8: 5.0, 16: 2.5}."""
+    if not text:
+        return {}
+    out: dict[int, float] = {}
+    for item in text.split(","):
+        try:
+            size, seconds = item.split(":")
+            out[int(size)] = float(seconds)
+        except ValueError:
+            raise ReplayscopeError(f"--slow-capture takes SIZE:SECONDS[,SIZE:SECONDS...], got {text!r}") from None
+    return out
 
 
 def _length_range(flag: str, text: str | None) -> tuple[int, int] | None:

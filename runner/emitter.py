@@ -223,10 +223,12 @@ class Emitter:
 
     # -- hot path -----------------------------------------------------------
     def step(self, stage: str, mode: str, raw_bs: int, graph_bs: int | None, num_tokens: int,
-             padded_tokens: int, reason: str | None, timing: Any) -> None:
-        """Record one step. ``timing`` is seconds (float) or a timing object."""
+             padded_tokens: int, reason: str | None, timing: Any, evidence: str | None = None) -> None:
+        """Record one step. ``timing`` is seconds (float) or a timing object; ``evidence`` says
+        what was seen that gave the reason, when the batch alone does not show it."""
         self._queue.append((next(self._seq), time.time(), "step",
-                            (stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason), timing))
+                            (stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence),
+                            timing))
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Record any other event (phase, capture, degrade, parity, run_end, ...)."""
@@ -239,6 +241,8 @@ class Emitter:
             return {"seq": seq, "ts": ts, "kind": kind, **fields}
         event = dict(zip(_STEP_FIELDS, fields))
         event.update(seq=seq, ts=ts, kind="step", duration_s=timing)
+        if fields[7] is not None:
+            event["evidence"] = fields[7]
         return event
 
     @staticmethod

@@ -49,7 +49,16 @@ REASONS = (
     "spec_shape",         # speculative verify width differs from the captured one
     "capture_failed",     # the graph that would serve this size failed to capture
     "graphs_disabled",    # graphs off for the run (backend disabled / enforce-eager)
-    "unknown",            # imported data: the engine did not say why
+    # Seen by `replayscope trace` in programs it did not write, from PyTorch Inductor's own
+    # cudagraph decisions ("skipping cudagraphs due to ...") and from the device in use:
+    "graph_warmup",       # Inductor's warm-up call of a compiled function: no graph recorded yet
+    "mutated_inputs",     # Inductor skipped graphs: the compiled code mutates an input it does not own
+    "cpu_device",         # the work ran on the CPU (no CUDA in the process, or CPU tensors in the graph)
+    "dynamic_shapes",     # Inductor skipped graphs for a graph with dynamic (symbolic) shapes
+    "incompatible_op",    # Inductor skipped graphs: the graph holds an op that cannot be captured
+    "non_tensor_inputs",  # Inductor skipped graphs: the compiled graph takes inputs that are not tensors
+    "rerecord_limit",     # Inductor re-recorded the graph too often and runs the function eager for good
+    "unknown",            # the source did not say why (imported data; or trace saw no cause)
 )
 # A caller of the runner library may name a reason of its own; it is recorded as is,
 # behind this prefix, and shown as the caller's own words.
@@ -174,6 +183,12 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "provenance": _provenance(),
         "evidence": _f("str", required=False, nullable=True, max_chars=500,
                        doc="what supports the reason (required in spirit when provenance is inferred)"),
+        # Per-size counts (vLLM's --cudagraph-metrics rows, /metrics histogram buckets): the
+        # batch size these steps had and the graph that served them, when the source says.
+        "raw_bs": _f("int", required=False, nullable=True, minimum=1,
+                     doc="the batch size (tokens) of these steps; null when the source gives none"),
+        "graph_bs": _f("int", required=False, nullable=True, minimum=1,
+                       doc="the captured size that served them; null when eager or not said"),
     },
     "degrade": {
         "from": _f("str", max_chars=64),
@@ -306,6 +321,8 @@ def validate_event(event: Any) -> None:
             raise WireError("reason", "an eager step needs a reason")
         if event["mode"] != "eager" and event.get("reason") is not None:
             raise WireError("reason", "only eager steps carry a reason")
+        if event["mode"] == "eager" and event.get("graph_bs") is not None:
+            raise WireError("graph_bs", "must be null for eager steps")
 
 
 def _check_step_modes(event: dict[str, Any]) -> None:

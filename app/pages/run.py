@@ -12,10 +12,13 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import charts
 from app import components as c
+from collector.explanations import STAND_IN_NOTE, is_stand_in
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
 
 REFRESH_MS = 2000
+NO_DECODE_TOKENS = "no decode tokens"
+PADDING_NOTE = "of decode tokens: padded ÷ (decode + padded)"
 STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
 
 
@@ -28,7 +31,7 @@ def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, flo
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
     from collector import queries
-    from collector.explanations import cost_sentence, reason_costs
+    from collector.explanations import cost_sentence, explain_run
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
@@ -41,15 +44,16 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] == "decode"})
     if not captured:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
-    costs = reason_costs(queries.reason_breakdown(store, run_id), step_times)
+    costs = explain_run(store, run_id)
     now = time.time() if summary["status"] == "running" else None
+    unknown = c.unknown(summary["source"])
     return {
         "summary": summary,
         "stats": {
             "run-steps": c.count(summary["steps"]),
             "run-eager": c.pct(summary["eager_ratio"]),
-            "run-padded": c.pct(summary["padded_ratio"]),
-            "run-capture": c.seconds(summary["capture_total_s"]),
+            "run-padded": c.pct(summary["decode_padded_ratio"], NO_DECODE_TOKENS),
+            "run-capture": c.seconds(summary["capture_total_s"], unknown),
             "run-status": summary["status"],
             "run-alerts": c.count(summary["alerts_firing"]),
         },
@@ -82,6 +86,8 @@ def header(summary: dict[str, Any]) -> list[Any]:
     ]
     if source_note:
         parts.append(html.P(source_note, className="note imported"))
+    if is_stand_in(summary):
+        parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
         parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
     return parts
@@ -99,7 +105,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         dcc.Interval(id="run-interval", interval=REFRESH_MS, disabled=False),
         html.Div(header(summary), id="run-header"),
         html.Div([c.stat("steps", "…", "run-steps"), c.stat("eager", "…", "run-eager", "of all steps"),
-                  c.stat("padding", "…", "run-padded", "of tokens computed"),
+                  c.stat("padding", "…", "run-padded", PADDING_NOTE),
                   c.stat("capture time", "…", "run-capture"), c.stat("status", "…", "run-status"),
                   c.stat("alerts firing", "…", "run-alerts")], className="stats"),
         html.Div(id="run-live", className="hint"),
@@ -109,7 +115,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         ], className="grid2"),
         html.Div([
             c.section("Batch sizes by mode (▲ captured sizes)", c.graph("run-batch-hist")),
-            c.section("Padding waste per batch size", c.graph("run-padding")),
+            c.section("Padding per batch size (share of decode tokens)", c.graph("run-padding")),
         ], className="grid2"),
         c.section("Why steps ran eager", html.Div(id="run-reasons"), id="run-reasons-section"),
         html.Div([

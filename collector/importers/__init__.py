@@ -1,10 +1,12 @@
-"""Engine importers: vLLM and SGLang server logs, and SGLang's /metrics endpoint.
+"""Engine importers: vLLM and SGLang server logs (whole files and growing ones), and their
+Prometheus endpoints.
 
 ``import_log(engine, path)`` reads a log file into an ``ImportResult``: the runs found
 (a restart in the same file starts a new one), each a wire run record plus its events,
 checked against ``runner.wire``. ``parse_vllm_text`` / ``parse_sglang_text`` do the
 same for text in memory. None of them raises on the content of a log; a path that is
-not a readable text file raises ``ReplayscopeError``.
+not a readable text file raises ``ReplayscopeError``. ``follow`` (``collector.importers.follow``)
+feeds the same parsers line by line.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ _EXPORTS = {
 def __getattr__(name: str):
     if name == "ENGINES":
         return {"vllm": __getattr__("parse_vllm_text"), "sglang": __getattr__("parse_sglang_text")}
+    if name == "ENGINE_SPECS":
+        return {engine: importlib.import_module(f"collector.importers.{engine}_log").ENGINE
+                for engine in ("vllm", "sglang")}
     if name not in _EXPORTS:
         raise AttributeError(f"module 'collector.importers' has no attribute {name!r}")
     module, attribute = _EXPORTS[name]
@@ -39,5 +44,5 @@ def import_log(engine: str, path: str):
     return __getattr__("ENGINES")[engine](text, path=path, mtime=mtime, digest=digest)
 
 
-__all__ = ["ENGINES", "RANK_POLICY", "ImportResult", "ImportedRun", "import_log",
+__all__ = ["ENGINES", "ENGINE_SPECS", "RANK_POLICY", "ImportResult", "ImportedRun", "import_log",
            "parse_sglang_text", "parse_vllm_text"]
