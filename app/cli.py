@@ -1,15 +1,28 @@
 """The ``replayscope`` command: one front for the runner, the collector and the dashboard.
 
-Each package registers its own subcommands; heavy imports happen only inside the
-command that needs them, so ``replayscope run`` works on a GPU host without dash.
+Each module in ``COMMAND_MODULES`` registers its subcommands with ``add_parsers(sub)``.
+Building the parser must stay cheap and torch-free (``replayscope --help``, ``serve``,
+``import`` never load torch): a registering module imports only the standard library and
+torch-free names at module level; heavy imports happen inside the command's handler.
+To add a command, write ``add_parsers(sub)`` in its module and list the module here.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
+from app import __version__
 from runner.errors import ReplayscopeError
+
+COMMAND_MODULES = (
+    "app.commands",               # serve, demo, advise
+    "runner.cli",                 # run, and trace (runner.trace.cli)
+    "collector.cli",              # db
+    "collector.importers.cli",    # import, scrape, follow
+    "collector.run_commands",     # runs delete
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -20,20 +33,15 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from collector import cli as collector_cli
-    from runner import cli as runner_cli
-
-    from app import commands as app_commands
-
     parser = _Parser(
         prog="replayscope",
         description="Observability for CUDA-graph capture, replay and fallback in LLM inference.",
     )
+    parser.add_argument("--version", action="version", version=f"replayscope {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
-    app_commands.add_parsers(sub)
-    runner_cli.add_parsers(sub)
-    collector_cli.add_parsers(sub)
+    for name in COMMAND_MODULES:
+        importlib.import_module(name).add_parsers(sub)
     return parser
 
 

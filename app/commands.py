@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -12,42 +11,7 @@ import time
 
 from runner.errors import ReplayscopeError
 
-DEFAULT_PORT = 8300          # collector.settings.Settings.port, the one default
 RUNNER_SEGMENT_S = 600.0     # the demo restarts the runner after this long (a fresh run)
-
-
-def _db_url(args) -> str:
-    from collector.store import DEFAULT_URL
-
-    return args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_URL
-
-
-def open_store(url: str):
-    """The store at ``url``: the embedded default upgrades itself, any other URL must
-    already be at head (``Store.open`` refuses a schema that is behind, naming the fix)."""
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError, OperationalError
-
-    from collector.store import DEFAULT_URL, Store
-
-    shown = _without_password(url)
-    try:
-        return Store.open(url, upgrade=(url == DEFAULT_URL))
-    except (ArgumentError, NoSuchModuleError) as error:
-        raise ReplayscopeError(f"--db {shown!r}: not a usable database URL ({error})") from None
-    except ModuleNotFoundError as error:
-        raise ReplayscopeError(f"--db {shown}: its database driver is not installed ({error.name}); "
-                               f"for PostgreSQL: pip install 'replayscope[postgres]'") from None
-    except OperationalError as error:
-        raise ReplayscopeError(f"cannot open {shown}: {' '.join(str(error.orig).split())}") from None
-
-
-def _without_password(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:
-        return url
 
 
 def _check_port(host: str, port: int) -> None:
@@ -62,19 +26,20 @@ def _check_port(host: str, port: int) -> None:
 def _serve(args) -> int:
     import uvicorn
 
-    from collector.settings import Settings
     from app.server import create_server
+    from collector.settings import resolve
+    from collector.store import Store
 
-    url = _db_url(args)
-    store = open_store(url)
-    settings = Settings.from_env(db=url, host=args.host, port=args.port)
-    _refuse_open_writes(settings, args.insecure)
-    _check_port(settings.host, settings.port)
-    app = create_server(store, settings, dashboard=not args.no_dashboard)
-    what = "collector" if args.no_dashboard else "collector and dashboard"
-    print(f"replayscope {what} on http://{settings.host}:{settings.port} (store {store.safe_url})", flush=True)
+    settings = resolve(args)
+    _refuse_open_writes(settings, args.insecure)     # before opening (and maybe creating) a store
+    store = Store.open(settings.db, upgrade=args.migrate)
     try:
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level="warning")
+        _check_port(settings.host, settings.port)
+        app = create_server(store, settings, dashboard=not args.no_dashboard)
+        what = "collector" if args.no_dashboard else "collector and dashboard"
+        print(f"replayscope {what} on http://{settings.host}:{settings.port} (store {store.safe_url})", flush=True)
+        # uvicorn's access log (one line per request) shows at info and below.
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
     finally:
         store.dispose()
     return 0
@@ -109,17 +74,18 @@ class _Demo:
     def run(self) -> int:
         import uvicorn
 
-        from collector.settings import Settings
         from app.server import create_server
-
-        host, port = "127.0.0.1", self.args.port
-        db = self.args.db or "sqlite:///replayscope.db"
+        from collector.settings import DEMO_DB, resolve
         from collector.store import Store
-        store = Store.open(db, upgrade=True)     # the demo's own embedded store
+
+        # The demo's own store, never $REPLAYSCOPE_DB: its alert rule must not fire on other runs.
+        settings = resolve(self.args, db=self.args.db or DEMO_DB, host="127.0.0.1", evaluate_every_s=5.0)
+        host, port = settings.host, settings.port
         _check_port(host, port)
+        store = Store.open(settings.db, upgrade=settings.db == DEMO_DB)   # its own file is the demo's to migrate
         _ensure_demo_rule(store)
-        app = create_server(store, Settings(db=db, host=host, port=port, evaluate_every_s=5.0))
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+        app = create_server(store, settings)
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=settings.log_level))
         thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         url = f"http://{host}:{port}"
@@ -183,6 +149,9 @@ def _ensure_demo_rule(store) -> None:
 
 
 def _demo(args) -> int:
+    from runner.cli import require_torch
+
+    require_torch()
     return _Demo(args).run()
 
 
@@ -191,7 +160,10 @@ def _advise(args) -> int:
 
     if args.budget is not None and args.budget < 1:
         raise ReplayscopeError("--budget must be at least 1")
-    store = open_store(_db_url(args))
+    from collector.settings import resolve
+    from collector.store import Store
+
+    store = Store.open(resolve(args).db)
     try:
         advice = advise_run(store, args.run_id, budget=args.budget, eager_weight=args.eager_weight)
         if advice is None:
@@ -205,17 +177,24 @@ def _advise(args) -> int:
 
 
 def add_parsers(sub) -> None:
-    """Register this package's subcommands on ``sub``."""
-    db_help = "SQLAlchemy URL (default: $REPLAYSCOPE_DB or sqlite:///replayscope.db)"
+    """Register ``serve``, ``demo`` and ``advise`` on ``sub``."""
+    from collector.settings import DEFAULT_DB, DEFAULT_PORT, DEMO_DB, LOG_LEVELS
+
+    db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
+    log_help = ("uvicorn's log level; info and debug include the access log, a line per request "
+                "(default $REPLAYSCOPE_LOG_LEVEL or info)")
 
     serve = sub.add_parser("serve", help="serve the collector API and the dashboard on one port",
                            description="Serve the collector (ingest API, /metrics, alerts) and the Dash "
-                                       "dashboard on one port. The embedded default SQLite store upgrades "
-                                       "itself; any other database must be upgraded first "
-                                       "(replayscope db upgrade --db URL).")
+                                       "dashboard on one port. A new SQLite store is created; a store whose "
+                                       "schema is behind is migrated only with --migrate (or replayscope db "
+                                       "upgrade). Every flag falls back to its REPLAYSCOPE_* variable.")
     serve.add_argument("--db", metavar="URL", help=db_help)
     serve.add_argument("--host", help="interface to listen on (default $REPLAYSCOPE_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help=f"port (default $REPLAYSCOPE_PORT or {DEFAULT_PORT})")
+    serve.add_argument("--log-level", choices=LOG_LEVELS, help=log_help)
+    serve.add_argument("--migrate", action="store_true",
+                       help="upgrade a store whose schema is behind this replayscope before serving")
     serve.add_argument("--no-dashboard", action="store_true", help="serve the collector API only")
     serve.add_argument("--insecure", action="store_true",
                        help="listen on a non-loopback address without REPLAYSCOPE_TOKEN (anyone reaching it "
@@ -223,14 +202,17 @@ def add_parsers(sub) -> None:
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo", help="collector + dashboard + the runner streaming live, in one command",
-                          description="Create the embedded SQLite store, serve collector and dashboard on "
+                          description="Create the demo's own SQLite store, serve collector and dashboard on "
                                       "127.0.0.1, run the 'mixed' workload on the best backend available "
-                                      "streaming into it, and print the URL. Ctrl-C stops everything.")
-    demo.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT})")
-    demo.add_argument("--db", metavar="URL", help="SQLite URL (default sqlite:///replayscope.db)")
-    demo.add_argument("--duration", type=float, metavar="S",
-                      help="stop after S seconds (default: run until Ctrl-C)")
-    demo.set_defaults(handler=_demo)
+                                      "streaming into it, and print the URL. Ctrl-C stops everything. "
+                                      "Needs torch: pip install 'replayscope[runner]'.")
+    demo.add_argument("--port", type=int, help=f"port (default $REPLAYSCOPE_PORT or {DEFAULT_PORT})")
+    demo.add_argument("--db", metavar="URL", help=f"SQLite URL (default {DEMO_DB}, the demo's own, "
+                                                  f"apart from the store serve and import use)")
+    demo.add_argument("--duration", type=float, metavar="S", help="stop after S seconds (default: run until Ctrl-C)")
+    demo.add_argument("--log-level", choices=LOG_LEVELS,
+                      help="uvicorn's log level (default warning: the demo prints its own lines)")
+    demo.set_defaults(handler=_demo, log_level="warning")
 
     advise = sub.add_parser("advise", help="capture sizes for a budget of K graphs, from a run's batches",
                             description="Choose the capture sizes that minimise padding waste plus eager "

@@ -10,6 +10,7 @@ plus the startup of ``replayscope demo`` to its first chart, and prints one summ
 - ingest: HTTP ingest against raw ``sqlite3.executemany`` into the same table;
 - query latency at 1M and 5M steps (``--quick``: 100k and 500k);
 - dashboard page data time (layout + callback data of every page) on a 1M-step run;
+- ``replayscope --help`` wall time against a bare interpreter start (target < 0.3 s);
 - ``replayscope demo`` from launch to the run page's data holding a step, measured through
   the HTTP API the run page's chart reads (``GET /v1/runs/{id}/timeline`` non-empty).
 """
@@ -143,6 +144,17 @@ def dashboard_rows(verbose: bool, steps: int) -> list[tuple[str, str, str]]:
     return rows
 
 
+def cli_rows(verbose: bool) -> list[tuple[str, str, str]]:
+    from benchmarks import cli_bench
+
+    result = cli_bench.measure(repeat=15)
+    if verbose:
+        print(json.dumps(result, indent=2), flush=True)
+    heavy = ", ".join(result["heavy_imports"]) or "none"
+    return [("cli", "replayscope --help, median of 15 processes (target < 0.3 s)",
+             f"{result['help_s'] * 1000:.0f} ms ({result['ratio']:.1f}x python -c pass; heavy imports: {heavy})")]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -207,10 +219,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller stores (100k/500k query steps, 200k "
                                                              "dashboard steps, fewer ingest batches)")
-    parser.add_argument("--only", help="comma-separated subset: runner,trace,ingest,query,dashboard,demo")
+    parser.add_argument("--only", help="comma-separated subset: cli,runner,trace,ingest,query,dashboard,demo")
     parser.add_argument("--verbose", action="store_true", help="also print each benchmark's own output")
     args = parser.parse_args(argv)
-    wanted = set((args.only or "runner,trace,ingest,query,dashboard,demo").split(","))
+    wanted = set((args.only or "cli,runner,trace,ingest,query,dashboard,demo").split(","))
     query_steps = (100_000, 500_000) if args.quick else (1_000_000, 5_000_000)
     dash_steps = 200_000 if args.quick else 1_000_000
 
@@ -218,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"replayscope benchmarks, {started}; {machine()}", flush=True)
     rows: list[tuple[str, str, str]] = []
     sections = [
+        ("cli", lambda: cli_rows(args.verbose)),
         ("runner", lambda: runner_rows(args.verbose)),
         ("trace", lambda: trace_rows(args.verbose)),
         ("ingest", lambda: ingest_rows(args.verbose, args.quick)),

@@ -6,7 +6,8 @@ Cost model, in rows of compute wasted (a "row" is one request of a decode batch)
   ``g - s`` padded rows (zero when ``g == s``);
 - a step above the largest chosen size runs eager and costs ``eager_weight * s`` rows:
   eager takes ``eager/graph`` times as long as a graph would, so the weight is that
-  measured ratio minus one (REFERENCE.md measured 4-6x on an H200; default 3.0).
+  measured ratio minus one (on an H200 eager took 1.1-7.2x a graph step, by model and
+  batch size: docs/gpu-results.md; default 3.0).
 
 Only observed sizes can be optimal (moving a chosen size down to the largest observed
 size below it never costs more), so the search runs over sorted distinct observed sizes:

@@ -40,7 +40,7 @@ from collector.notifications import Delivery
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_notifications as an, alert_rules as ar,
                               alert_state as st, runs, step_rollups as sr)
-from runner.errors import ReplayscopeError
+from runner.errors import Conflict, Invalid, NotFound, ReplayscopeError
 from runner.wire import STEP_STAGES
 
 RULE_DEFAULTS: dict[str, Any] = {
@@ -56,20 +56,17 @@ _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
 _ADVISORY_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across collectors
 
 
-class InvalidRule(ReplayscopeError):
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
+class InvalidRule(Invalid):
+    pass
 
 
-class UnknownRule(ReplayscopeError):
+class UnknownRule(NotFound):
     def __init__(self, rule_id: int):
         super().__init__(f"no alert rule with id {rule_id}")
         self.rule_id = rule_id
 
 
-class DuplicateRule(InvalidRule):
+class DuplicateRule(Conflict, InvalidRule):
     def __init__(self, name: str):
         super().__init__("name", f"a rule named {name!r} already exists")
 

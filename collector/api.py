@@ -7,7 +7,9 @@ reads through ``collector.queries``. The event route parses its body itself
 ``settings.max_body_bytes`` are refused with 413 before parsing, from Content-Length and
 while reading, and checked for depth and size of structure before any parser runs. With a
 token set, every write needs it (``collector.auth``); every write is JSON from this server's
-own pages or a non-browser client (``WriteGuard``).
+own pages or a non-browser client (``WriteGuard``). Errors are
+``runner.errors.ReplayscopeError`` subclasses carrying their HTTP status; one handler turns
+any of them (and a database that stopped answering) into ``{"detail": ..., <body fields>}``.
 """
 
 from __future__ import annotations
@@ -27,13 +29,13 @@ from starlette.concurrency import run_in_threadpool
 
 from collector import advisor, alerts, auth, diagnosis, notifications, queries, schemas
 from collector.deletion import delete_run
-from collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
+from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
 from collector.services import Evaluator, Notifier
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
-
+from runner.errors import Forbidden, NotFound, ReplayscopeError, TooLarge, Unauthorized, UnsupportedMediaType
 from runner.wire import STEP_STAGES
 
 StageName = Literal[STEP_STAGES]  # type: ignore[valid-type]
@@ -107,11 +109,11 @@ def json_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> int:
 def check_structure(body: bytes) -> None:
     """Refuse, before parsing, a body nested too deep or holding too many objects and arrays."""
     structure = _structure(body)
-    too_deep = ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    too_deep = ReplayscopeError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
     if b"[" * (MAX_JSON_DEPTH + 1) in structure:          # the plainest deep text, at C speed
         raise too_deep
     if structure.count(b"[") > MAX_JSON_CONTAINERS:
-        raise ApiError(400, f"JSON with more than {MAX_JSON_CONTAINERS} objects and arrays; send smaller batches")
+        raise ReplayscopeError(f"JSON with more than {MAX_JSON_CONTAINERS} objects and arrays; send smaller batches")
     if _bracket_depth(structure, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
         raise too_deep
 
@@ -163,17 +165,17 @@ class BodyLimit:
                 await self._refuse(send)
 
     async def _refuse(self, send):
-        body = json.dumps({"detail": f"request body larger than {self.limit} bytes "
-                                     f"(REPLAYSCOPE_MAX_BODY_BYTES); send smaller batches"}).encode()
-        await send({"type": "http.response.start", "status": 413,
-                    "headers": [(b"content-type", b"application/json"),
-                                (b"content-length", str(len(body)).encode())]})
-        await send({"type": "http.response.body", "body": body})
+        await _send_error(send, TooLarge(f"request body larger than {self.limit} bytes "
+                                         f"(REPLAYSCOPE_MAX_BODY_BYTES); send smaller batches"))
 
 
-class ApiError(Exception):
-    def __init__(self, status: int, detail: str, **extra: Any):
-        self.status, self.detail, self.extra = status, detail, extra
+async def _send_error(send, error: ReplayscopeError) -> None:
+    """An error answered from ASGI middleware, before FastAPI's handler can see it: same body."""
+    body = json.dumps(error.body()).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers += [(k.lower().encode(), v.encode()) for k, v in error.headers.items()]
+    await send({"type": "http.response.start", "status": error.status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _decode(body: bytes) -> Any:
@@ -181,15 +183,23 @@ def _decode(body: bytes) -> Any:
     try:
         return _loads(body)
     except RecursionError:
-        raise ApiError(400, "JSON nested too deeply") from None
+        raise ReplayscopeError("JSON nested too deeply") from None
     except ValueError as error:
-        raise ApiError(400, f"invalid JSON: {error}") from None
+        raise ReplayscopeError(f"invalid JSON: {error}") from None
+
+
+async def _problem(_request: Request, error: Exception) -> JSONResponse:
+    """The one error handler: any ReplayscopeError answers with its status and body."""
+    if isinstance(error, sa_exc.OperationalError):
+        text = str(error.orig).strip().splitlines()[0] if error.orig else "database error"
+        error = StoreUnavailable(f"the store is unavailable ({text}); retry later")
+    return JSONResponse(error.body(), status_code=error.status, headers=dict(error.headers) or None)
 
 
 async def _json_body(request: Request) -> Any:
     body = await request.body()
     if not body:
-        raise ApiError(400, "empty body: expected JSON")
+        raise ReplayscopeError("empty body: expected JSON")
     if len(body) > OFF_LOOP_BYTES:     # never hold up other requests while a big body is checked
         return await run_in_threadpool(_decode, body)
     return _decode(body)
@@ -211,20 +221,14 @@ class WriteGuard:
             return await self.app(scope, receive, send)
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ())}
         if not auth.origin_allowed(headers):
-            return await _refuse(send, 403, f"cross-origin write refused (Origin {headers.get('origin')!r} is "
-                                            "not this server)")
+            return await _send_error(send, Forbidden(f"cross-origin write refused (Origin "
+                                                     f"{headers.get('origin')!r} is not this server)"))
         if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:   # it has a body
             media = headers.get("content-type", "").split(";")[0].strip().lower()
             if media != "application/json" and not media.endswith("+json"):
-                return await _refuse(send, 415, f"writes take application/json, not {media or 'no content type'}")
+                return await _send_error(send, UnsupportedMediaType(
+                    f"writes take application/json, not {media or 'no content type'}"))
         return await self.app(scope, receive, send)
-
-
-async def _refuse(send, status: int, detail: str) -> None:
-    body = json.dumps({"detail": detail}).encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
-    await send({"type": "http.response.body", "body": body})
 
 
 # Rule ids are database integers: anything outside SQLite's and PostgreSQL's BIGINT is a 422.
@@ -267,34 +271,12 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
 
     def require_writer(request: Request) -> None:
         if not is_writer(request):
-            raise ApiError(401, "writes need 'Authorization: Bearer <token>' (REPLAYSCOPE_TOKEN)",
-                           headers={"WWW-Authenticate": "Bearer"})
+            raise Unauthorized("writes need 'Authorization: Bearer <token>' (REPLAYSCOPE_TOKEN)")
 
     writer = [Depends(require_writer)]
 
-    @app.exception_handler(ApiError)
-    async def _api_error(_request, error: ApiError):
-        headers = error.extra.pop("headers", None)
-        return JSONResponse({"detail": error.detail, **error.extra}, status_code=error.status, headers=headers)
-
-    @app.exception_handler(StoreUnavailable)
-    async def _unavailable(_request, error: StoreUnavailable):
-        return JSONResponse({"detail": str(error)}, status_code=503, headers={"Retry-After": "1"})
-
-    @app.exception_handler(sa_exc.OperationalError)
-    async def _db_error(_request, error: sa_exc.OperationalError):
-        text = str(error.orig).strip().splitlines()[0] if error.orig else "database error"
-        return JSONResponse({"detail": f"the store is unavailable ({text}); retry later"}, status_code=503,
-                            headers={"Retry-After": "1"})
-
-    @app.exception_handler(alerts.InvalidRule)
-    async def _bad_rule(_request, error: alerts.InvalidRule):
-        status = 409 if isinstance(error, alerts.DuplicateRule) else 422
-        return JSONResponse({"detail": str(error), "field": error.field}, status_code=status)
-
-    @app.exception_handler(alerts.UnknownRule)
-    async def _no_rule(_request, error):
-        return JSONResponse({"detail": str(error)}, status_code=404)
+    app.add_exception_handler(ReplayscopeError, _problem)
+    app.add_exception_handler(sa_exc.OperationalError, _problem)
 
     errors = {400: {"model": schemas.Problem}, 404: {"model": schemas.Problem},
               413: {"model": schemas.Problem}, 422: {"model": schemas.Problem},
@@ -308,10 +290,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     async def post_run(request: Request):
         """Register a run (wire contract v1). Posting the same run again changes nothing."""
         record = await _json_body(request)
-        try:
-            result = await run_in_threadpool(ingest_run, store, record)
-        except InvalidRun as error:
-            raise ApiError(422, str(error), field=error.field) from None
+        result = await run_in_threadpool(ingest_run, store, record)
         return JSONResponse(result, status_code=201 if result["created"] else 200)
 
     @app.post("/v1/runs/{run_id}/events", dependencies=writer, response_model=schemas.IngestResponse,
@@ -322,12 +301,12 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         events = payload.get("events") if isinstance(payload, dict) else None
         try:
             result = await run_in_threadpool(ingest_events, store, run_id, events)
-        except InvalidBatch as error:
+        except InvalidBatch:
             metrics.observe_rejected(len(events) if isinstance(events, list) else 0)
-            raise ApiError(422, str(error), index=error.index, field=error.field) from None
-        except UnknownRun as error:
+            raise
+        except UnknownRun:
             metrics.observe_rejected(len(events))
-            raise ApiError(404, str(error)) from None
+            raise
         except StoreUnavailable:
             metrics.observe_rejected(len(events), unavailable=True)
             raise
@@ -340,13 +319,13 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         """Delete a run and everything recorded for it (events, rollups, alerts; a firing
         alert is resolved and its receivers told). 404 for an unknown run."""
         if not delete_run(store, run_id, delivery=delivery):
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
         return Response(status_code=204)
 
     # -- reads ----------------------------------------------------------------------------
     def run_or_404(run_id: str) -> None:
         if not queries.run_exists(store, run_id):
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
 
     @app.get("/v1/runs", response_model=list[schemas.RunListItem], tags=["runs"])
     def get_runs(limit: int = Query(500, ge=1, le=5000)):
@@ -358,7 +337,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         """One run with its summary: steps, modes, reasons, eager_ratio, padded_tokens."""
         summary = queries.run_summary(store, run_id)
         if summary is None:
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
         return JSONResponse(summary)
 
     def _run_read(path: str, fn, model, doc: str, with_stage: bool = False, with_bucket: bool = False):
@@ -400,7 +379,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         over what was expected, each with its evidence and provenance and what to do per engine."""
         found = diagnosis.diagnose_run(store, run_id)
         if found is None:
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
         return JSONResponse(found.as_dict())
 
     @app.get("/v1/runs/{run_id}/advice", response_model=schemas.Advice, tags=["runs"], responses=errors)
@@ -412,7 +391,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         """Capture sizes for a budget of K graphs, chosen exactly from the run's decode batch sizes."""
         found = advisor.advice_dict(store, run_id, budget, eager_weight)
         if found is None:
-            raise ApiError(404, f"unknown run {run_id!r}")
+            raise NotFound(f"unknown run {run_id!r}")
         return JSONResponse(found)
 
     # -- alerts ---------------------------------------------------------------------------

@@ -2,42 +2,14 @@
 
 from __future__ import annotations
 
-import os
-
-from runner.errors import ReplayscopeError
-
-
-def _db_url(args) -> str:
-    from collector.store import DEFAULT_URL
-
-    return args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_URL
-
-
-def _open(url: str):
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    from collector.store import Store
-
-    try:
-        return Store(url)
-    except (ArgumentError, NoSuchModuleError) as error:
-        raise ReplayscopeError(f"--db {url!r}: not a usable database URL ({error})") from None
-
 
 def _upgrade(args) -> int:
-    from sqlalchemy.exc import OperationalError
+    from collector.settings import resolve
+    from collector.store import Store, head_revision
 
-    from collector.store import head_revision
-
-    store = _open(_db_url(args))
-    try:
-        before = store.current_revision()
-        store.upgrade()
-    except OperationalError as error:
-        raise ReplayscopeError(f"cannot upgrade {store.safe_url}: {str(error.orig).strip()}") from None
-    finally:
-        store.dispose()
-    head = head_revision()
+    store = Store.open(resolve(args).db, upgrade=True)      # asked for: any store, PostgreSQL included
+    store.dispose()
+    head, before = head_revision(), store.found_revision
     if before == head:
         print(f"{store.safe_url}: already at {head}")
     else:
@@ -46,36 +18,28 @@ def _upgrade(args) -> int:
 
 
 def _current(args) -> int:
-    from sqlalchemy.exc import OperationalError
+    from collector.settings import resolve
+    from collector.store import Store, head_revision
 
-    from collector.store import head_revision
-
-    store = _open(_db_url(args))
-    try:
-        current = store.current_revision()
-    except OperationalError as error:
-        raise ReplayscopeError(f"cannot read {store.safe_url}: {str(error.orig).strip()}") from None
-    finally:
-        store.dispose()
-    head = head_revision()
+    store = Store.connect(resolve(args).db)                 # reads the revision, changes nothing
+    store.dispose()
+    current, head = store.found_revision, head_revision()
     state = "up to date" if current == head else f"behind head {head}: run replayscope db upgrade --db {store.safe_url}"
     print(f"{store.safe_url}: {current or 'empty'} ({state})")
     return 0
 
 
 def add_parsers(sub) -> None:
-    """Register this package's subcommands on ``sub``."""
+    """Register ``db upgrade`` and ``db current`` on ``sub``."""
+    from collector.settings import DEFAULT_DB
+
+    db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
     db = sub.add_parser("db", help="manage the collector's database schema")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
     upgrade = db_sub.add_parser("upgrade", help="create or upgrade the schema to this version's head")
-    upgrade.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: $REPLAYSCOPE_DB or sqlite:///replayscope.db)")
+    upgrade.add_argument("--db", metavar="URL", help=db_help)
     upgrade.set_defaults(handler=_upgrade)
     current = db_sub.add_parser("current", help="show the schema revision of a database")
-    current.add_argument("--db", metavar="URL", help="SQLAlchemy URL (default: $REPLAYSCOPE_DB or sqlite:///replayscope.db)")
+    current.add_argument("--db", metavar="URL", help=db_help)
     current.set_defaults(handler=_current)
-
-    from collector.importers import cli as importers_cli
-    importers_cli.add_parsers(sub)
-    from collector import run_commands
-    run_commands.add_parsers(sub)

@@ -10,7 +10,6 @@ positional tuples, not the ORM.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -23,31 +22,29 @@ from sqlalchemy import exc as sa_exc
 from collector import tables as t
 from collector.rollups import NO_REASON, Accumulator
 from collector.store import Store, StoreUnavailable
-from runner.errors import ReplayscopeError
+from runner.errors import Invalid, NotFound
 from runner.wire import WireError, validate_event, validate_run
 
 MAX_CONFIG_DEPTH = 16
 
 
-class InvalidRun(ReplayscopeError):
+class InvalidRun(Invalid):
     def __init__(self, field: str, message: str):
-        super().__init__(f"run record: {field}: {message}")
-        self.field = field
-        self.message = message
+        super().__init__(field, message, f"run record: {field}: {message}")
 
 
-class InvalidBatch(ReplayscopeError):
+class InvalidBatch(Invalid):
     """A batch rejected as a whole; ``index`` is the offending event (None: the batch)."""
+
+    body_fields = ("index", "field")
 
     def __init__(self, index: int | None, field: str, message: str):
         where = "batch" if index is None else f"event {index}"
-        super().__init__(f"{where}: {field}: {message}")
+        super().__init__(field, message, f"{where}: {field}: {message}")
         self.index = index
-        self.field = field
-        self.message = message
 
 
-class UnknownRun(ReplayscopeError):
+class UnknownRun(NotFound):
     def __init__(self, run_id: str):
         super().__init__(f"unknown run {run_id!r}: POST the run record to /v1/runs first")
         self.run_id = run_id
@@ -331,54 +328,15 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
 
 
 def ingest_jsonl(store: Store, path: str | Path, *, batch_size: int = 5000) -> IngestResult:
-    """Load a runner ``--events`` file: the run record first, then one event per line."""
-    path = Path(path)
-    try:
-        handle = path.open("r", encoding="utf-8")
-    except OSError as error:
-        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+    """Load an events file (``runner.events_file``), checked whole before anything is written."""
+    from runner.events_file import read_events_file
+
+    events_file = read_events_file(path)
+    ingest_run(store, events_file.run)
     total = IngestResult(accepted=0, duplicates=0)
-    with handle:
-        run_id = None
-        batch: list = []
-        lines: list[int] = []
-        for lineno, line in enumerate(handle, start=1):
-            line = line.strip()
-            if not line:
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as error:
-                raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
-            if run_id is None:
-                if not isinstance(record, dict) or record.get("kind") != "run":
-                    raise ReplayscopeError(f'{path}:{lineno}: the first line must be the run record ({{"kind": "run", ...}})')
-                record = {k: v for k, v in record.items() if k != "kind"}
-                try:
-                    ingest_run(store, record)
-                except InvalidRun as error:
-                    raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
-                run_id = record["run_id"]
-                continue
-            batch.append(record)
-            lines.append(lineno)
-            if len(batch) >= batch_size:
-                _add(total, _ingest_file_batch(store, run_id, batch, path, lines))
-                batch, lines = [], []
-        if run_id is None:
-            raise ReplayscopeError(f"{path}: empty, no run record")
-        if batch:
-            _add(total, _ingest_file_batch(store, run_id, batch, path, lines))
-    total.source = ""
+    for start in range(0, len(events_file.events), batch_size):
+        _add(total, ingest_events(store, events_file.run["run_id"], events_file.events[start:start + batch_size]))
     return total
-
-
-def _ingest_file_batch(store, run_id, batch, path, lines):
-    try:
-        return ingest_events(store, run_id, batch)
-    except InvalidBatch as error:
-        line = lines[error.index] if error.index is not None else lines[0]
-        raise ReplayscopeError(f"{path}:{line}: {error.field}: {error.message}") from None
 
 
 def _add(total: IngestResult, part: IngestResult) -> None:

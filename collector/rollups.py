@@ -11,7 +11,6 @@ exactly once, in the same transaction as the raw rows, so rollups equal the raw 
 from __future__ import annotations
 
 import math
-from typing import Iterable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
@@ -147,17 +146,6 @@ def _upsert_sql(dialect, table: sa.Table, columns: tuple[str, ...], sums: tuple[
                f"VALUES ({', '.join([mark] * len(columns))}) ON CONFLICT ({keys}) DO UPDATE SET {updates}")
         _UPSERT_SQL[cache_key] = sql
     return sql
-
-
-def accumulate(step_events: Iterable[dict], count_events: Iterable[dict]) -> Accumulator:
-    acc = Accumulator()
-    for e in step_events:
-        acc.add_step(e["ts"], e["stage"], e["mode"], e["reason"], e["raw_bs"], e["num_tokens"],
-                     e["padded_tokens"], e["duration_s"])
-    for e in count_events:
-        acc.add_counts(e["ts"], e["stage"], e["mode"], e.get("reason"), e["count"],
-                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"))
-    return acc
 
 
 def rebuild(conn: Connection, run_pk: int) -> None:

@@ -8,9 +8,6 @@ import urllib.parse
 
 from runner.errors import ReplayscopeError
 
-DEFAULT_DB = "sqlite:///replayscope.db"
-
-
 def _delete(args) -> int:
     if args.collector:
         from runner.http import HttpError, request_json
@@ -25,15 +22,10 @@ def _delete(args) -> int:
         print(f"deleted run {args.run_id} through the collector at {args.collector}")
         return 0
     from collector.deletion import delete_run
+    from collector.settings import resolve
     from collector.store import Store
 
-    url = args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_DB
-    try:
-        store = Store.open(url)
-    except ReplayscopeError:
-        raise
-    except Exception as error:
-        raise ReplayscopeError(f"cannot open the store {url}: {error}") from None
+    store = Store.open(resolve(args).db)
     try:
         if not delete_run(store, args.run_id):
             raise ReplayscopeError(f"no run {args.run_id!r} in {store.safe_url}")
@@ -54,7 +46,7 @@ def add_parsers(sub) -> None:
     delete.add_argument("run_id", metavar="RUN_ID")
     target = delete.add_mutually_exclusive_group()
     target.add_argument("--db", metavar="URL",
-                        help=f"the store (SQLAlchemy URL; default $REPLAYSCOPE_DB or {DEFAULT_DB})")
+                        help="the store (SQLAlchemy URL; default $REPLAYSCOPE_DB or sqlite:///replayscope.db)")
     target.add_argument("--collector", metavar="URL", help="delete through a running collector instead")
     delete.add_argument("--token", metavar="T", default=os.environ.get("REPLAYSCOPE_TOKEN"),
                         help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")

@@ -1,22 +1,32 @@
-"""Collector settings, from the environment (``REPLAYSCOPE_*``) or given directly."""
+"""The collector's configuration, resolved one way for every command and the server:
+flags > environment (``REPLAYSCOPE_<FIELD>``) > defaults.
+
+``resolve(args)`` takes the command's parsed flags (an argparse namespace: any attribute
+named like a field, when not None) over the environment over the defaults below.
+Pure standard library, so building the command line stays cheap.
+"""
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Mapping
+from typing import Any, Mapping
 
 from runner.errors import ReplayscopeError
 
-from collector.store import DEFAULT_URL
+DEFAULT_DB = "sqlite:///replayscope.db"
+DEMO_DB = "sqlite:///replayscope-demo.db"     # the demo's own store: its alert rule stays there
+DEFAULT_PORT = 8300
+LOG_LEVELS = ("critical", "error", "warning", "info", "debug")   # uvicorn's; info shows the access log
 
 
 @dataclass(frozen=True)
 class Settings:
-    db: str = DEFAULT_URL                      # REPLAYSCOPE_DB
+    db: str = DEFAULT_DB                       # REPLAYSCOPE_DB, --db
     token: str | None = None                   # REPLAYSCOPE_TOKEN: writes need "Bearer <token>"
-    host: str = "127.0.0.1"                    # REPLAYSCOPE_HOST
-    port: int = 8300                           # REPLAYSCOPE_PORT
+    host: str = "127.0.0.1"                    # REPLAYSCOPE_HOST, --host
+    port: int = DEFAULT_PORT                   # REPLAYSCOPE_PORT, --port
+    log_level: str = "info"                    # REPLAYSCOPE_LOG_LEVEL, --log-level
     max_body_bytes: int = 8 * 1024 * 1024      # REPLAYSCOPE_MAX_BODY_BYTES
     heartbeat_timeout_s: float = 120.0         # REPLAYSCOPE_HEARTBEAT_TIMEOUT_S
     alert_webhook: str | None = None           # REPLAYSCOPE_ALERT_WEBHOOK (rules may name their own)
@@ -31,6 +41,7 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Settings":
+        """The environment over the defaults, then ``overrides`` (those not None) over both."""
         env = os.environ if environ is None else environ
         values: dict = {}
         for f in fields(cls):
@@ -39,7 +50,17 @@ class Settings:
                 continue
             values[f.name] = _convert(f.name, f.type, raw)
         settings = replace(cls(), **values)
-        return replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+        settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+        if settings.log_level not in LOG_LEVELS:
+            raise ReplayscopeError(f"log level {settings.log_level!r}: choose one of {', '.join(LOG_LEVELS)}")
+        return settings
+
+
+def resolve(args: Any = None, environ: Mapping[str, str] | None = None, **overrides) -> Settings:
+    """Flags (``args`` attributes named like a field, when not None) > environment > defaults;
+    ``overrides`` are what a command fixes itself (e.g. the demo's host)."""
+    flags = {f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None}
+    return Settings.from_env(environ, **{**flags, **overrides})
 
 
 def _convert(name: str, type_: str, raw: str):
@@ -58,4 +79,6 @@ def _convert(name: str, type_: str, raw: str):
             return raw.strip().lower() in ("1", "true", "yes", "on")
     except ValueError:
         raise ReplayscopeError(f"REPLAYSCOPE_{name.upper()}={raw!r}: expected a positive {type_}") from None
+    if name == "log_level":
+        return raw.strip().lower()
     return raw

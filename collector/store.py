@@ -1,9 +1,12 @@
 """The collector store: one SQLAlchemy engine, tuned for SQLite, behind a schema check.
 
-``Store(url)`` only builds the engine. ``Store.open(url, upgrade=False)`` also checks the
-schema revision against the migrations shipped in the package and refuses a store that
-is behind (``SchemaBehind``), naming the command that fixes it; ``upgrade=True`` runs
-the Alembic upgrade itself (what the embedded default does on first start).
+``Store.open(url)`` is the one way commands and the server open a store: it builds the
+engine, reaches the database and applies one rule to its schema. A new embedded store (a
+SQLite file that does not exist yet or holds no tables, or in-memory SQLite) is created at
+head. A store that is behind is migrated only when asked (``upgrade=True``: ``replayscope
+db upgrade``, or a command's ``--migrate``); otherwise ``SchemaBehind`` names the command
+that fixes it. PostgreSQL is never migrated without asking, even when empty. Every error
+is one line with the password masked. ``Store(url)`` only builds the engine (no I/O).
 
 SQLite gets WAL, ``synchronous=NORMAL`` and a busy timeout on every connection, and
 write transactions start with ``BEGIN IMMEDIATE`` behind a process-wide lock, so writers
@@ -12,6 +15,7 @@ queue instead of failing half way on a lock upgrade.
 
 from __future__ import annotations
 
+import re
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,21 +24,25 @@ from typing import Iterator
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from runner.errors import ReplayscopeError
+from collector.settings import DEFAULT_DB as DEFAULT_URL
+from runner.errors import ReplayscopeError, Unavailable
 
-DEFAULT_URL = "sqlite:///replayscope.db"
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 
 
 class SchemaBehind(ReplayscopeError):
     """The store's schema is older than this replayscope; the message names the fix."""
 
+    def __init__(self, message: str, current: str | None = None):
+        super().__init__(message)
+        self.current = current
+
 
 class SchemaAhead(ReplayscopeError):
     """The store was migrated by a newer replayscope than this one."""
 
 
-class StoreUnavailable(ReplayscopeError):
+class StoreUnavailable(Unavailable):
     """The database cannot take a write right now (locked, disk full, unreachable)."""
 
 
@@ -74,6 +82,7 @@ class Store:
         if self.is_sqlite:
             self._tune_sqlite(self.engine, busy_timeout_ms)
         self._writer = self.engine.execution_options(replayscope_write=True)
+        self.found_revision: str | None = None     # the schema revision Store.open found
 
     @staticmethod
     def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
@@ -96,18 +105,44 @@ class Store:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, **kwargs) -> "Store":
-        """A store whose schema is at head: upgraded when ``upgrade``, else checked."""
-        store = cls(url, **kwargs)
+    def connect(cls, url: str = DEFAULT_URL, **kwargs) -> "Store":
+        """A store whose database answers, its schema not yet checked (``db current`` reads it)."""
         try:
-            if upgrade:
+            store = cls(url, **kwargs)
+        except ReplayscopeError:
+            raise
+        except Exception as error:
+            raise _unusable(url, error) from None
+        try:
+            store.found_revision = store.current_revision()
+        except Exception as error:
+            store.dispose()
+            raise _unusable(url, error) from None
+        return store
+
+    @classmethod
+    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, **kwargs) -> "Store":
+        """A store at head: a new embedded one is created; one behind is migrated only when
+        ``upgrade``, else refused naming the fix. ``found_revision`` is what it held before."""
+        store = cls.connect(url, **kwargs)
+        try:
+            current = store.found_revision
+            if current != head_revision():
+                store.check_schema(current, refuse_behind=not (upgrade or store._is_new_embedded(current)))
                 store.upgrade()
-            else:
-                store.check_schema()
-        except Exception:
+        except ReplayscopeError:
             store.dispose()
             raise
+        except Exception as error:
+            store.dispose()
+            raise _unusable(url, error) from None
         return store
+
+    def _is_new_embedded(self, current: str | None) -> bool:
+        if not self.is_sqlite or current is not None:
+            return False
+        with self.engine.connect() as conn:
+            return not sa.inspect(conn).get_table_names()
 
     def dispose(self) -> None:
         self.engine.dispose()
@@ -119,8 +154,10 @@ class Store:
         with self.engine.connect() as conn:
             return MigrationContext.configure(conn).get_current_revision()
 
-    def check_schema(self) -> None:
-        current, head = self.current_revision(), head_revision()
+    def check_schema(self, current: str | None, *, refuse_behind: bool = True) -> None:
+        """Raise ``SchemaAhead`` when revision ``current`` is newer than this replayscope and,
+        when ``refuse_behind``, ``SchemaBehind`` when it is older (None: an empty store)."""
+        head = head_revision()
         if current == head:
             return
         from alembic.script import ScriptDirectory
@@ -129,9 +166,12 @@ class Store:
         if current is not None and not _known(script, current):
             raise SchemaAhead(f"the store at {self.safe_url} has schema revision {current}, "
                               f"newer than this replayscope (head {head}); upgrade replayscope")
+        if not refuse_behind:
+            return
         state = "empty" if current is None else f"at revision {current}"
         raise SchemaBehind(f"the store at {self.safe_url} is {state}, behind this replayscope "
-                           f"(head {head}); run: replayscope db upgrade --db {self.safe_url}")
+                           f"(head {head}); run: replayscope db upgrade --db {self.safe_url} "
+                           f"(or add --migrate)", current=current)
 
     def upgrade(self, revision: str = "head") -> None:
         from alembic import command
@@ -144,7 +184,7 @@ class Store:
 
     @property
     def safe_url(self) -> str:
-        return sa.make_url(self.url).render_as_string(hide_password=True)
+        return safe_url(self.url)
 
     # -- connections ----------------------------------------------------------------------
     @contextmanager
@@ -173,6 +213,43 @@ class Store:
         cols = ", ".join(prep.quote(c) for c in columns)
         marks = ", ".join([mark] * len(columns))
         return f"INSERT INTO {prep.format_table(table)} ({cols}) VALUES ({marks})"
+
+
+def safe_url(url: str) -> str:
+    """``url`` with its password as ``***`` (also when SQLAlchemy cannot parse it)."""
+    try:
+        return sa.make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return re.sub(r"(//[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
+def _unusable(url: str, error: Exception) -> ReplayscopeError:
+    """One line saying why the store at ``url`` cannot be opened, its password masked."""
+    from sqlalchemy import exc
+
+    shown = safe_url(url)
+    kind: type[ReplayscopeError] = ReplayscopeError
+    if isinstance(error, ModuleNotFoundError):
+        extra = "pip install 'replayscope[postgres]'" if shown.startswith("postgres") else f"pip install {error.name}"
+        text = f"{shown}: its database driver ({error.name}) is not installed: {extra}"
+    elif isinstance(error, (exc.ArgumentError, exc.NoSuchModuleError)):
+        text = f"{shown!r} is not a usable database URL ({error})"
+    else:
+        reason = getattr(error, "orig", None) or error
+        text = f"cannot open {shown}: {' '.join(str(reason).split()) or type(reason).__name__}"
+        kind = StoreUnavailable
+    password = _password(url)
+    if password:
+        text = text.replace(password, "***")
+    return kind(text)
+
+
+def _password(url: str) -> str | None:
+    try:
+        return sa.make_url(url).password
+    except Exception:
+        match = re.search(r"//[^/@:]*:([^/@]*)@", url)
+        return match.group(1) if match else None
 
 
 def _known(script, revision: str) -> bool:

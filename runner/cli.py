@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import sys
@@ -15,78 +14,117 @@ if TYPE_CHECKING:
 
 
 def add_parsers(sub) -> None:
-    """Register this package's subcommands on ``sub``."""
-    from runner.graphs import BACKENDS
+    """Register ``replayscope run`` on ``sub``. Torch-free: torch loads when a run starts.
+
+    Where vLLM or SGLang have a flag with the same meaning, it is accepted as an alias
+    (``--enforce-eager``, ``--cudagraph-capture-sizes``/``--cuda-graph-bs``, ``--max-num-seqs``...).
+    """
+    from runner.plan import BACKENDS
     from runner.workload import WORKLOADS
 
     run = sub.add_parser(
         "run", help="run a transformer decode workload through CUDA graphs, recording every step",
         description="Run a Llama-family decode workload with continuous batching through the graph "
                     "runner. Every step's mode (graph, padded, eager) and cause, every capture's "
-                    "duration and pool memory, and the startup phases are written as events.",
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter)
-    run.add_argument("--backend", choices=BACKENDS, default="auto",
-                     help="cuda: torch.cuda.CUDAGraph per size; compile: torch.compile per size (then "
-                          "capture on CUDA); static: CPU stand-in with the same static buffers and "
-                          "dispatch, no graph; disabled: eager only; auto: cuda with a GPU, else static")
-    model = run.add_mutually_exclusive_group()
-    model.add_argument("--preset", help="a named model with seeded random weights: tiny, 136m, 1b, 3b "
-                                        "(default tiny when no --model-dir)")
-    model.add_argument("--model-dir", help="a Hugging Face-format checkpoint directory "
-                                           "(config.json + *.safetensors; Llama, Qwen2, Mistral)")
-    run.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed",
-                     help="request mix; mixed has LoRA, grammar and speculative requests and bursts "
-                          "above --max-bs")
-    run.add_argument("--arrival-rate", type=float, metavar="R",
-                     help="mean requests per second of the workload's virtual clock (Poisson); "
-                          "default: the workload's own")
-    run.add_argument("--max-running", type=int, metavar="N",
-                     help="cap on running requests (default: the workload's own; above --max-bs "
-                          "some batches run eager as batch_too_large)")
-    run.add_argument("--prompt-len", metavar="MIN,MAX", help="prompt lengths, uniform (default: the workload's)")
-    run.add_argument("--output-len", metavar="MIN,MAX", help="output lengths, uniform (default: the workload's)")
-    length = run.add_mutually_exclusive_group()
+                    "duration and pool memory, and the startup phases are written as events. "
+                    "Needs torch: pip install 'replayscope[runner]'.")
+    model = run.add_argument_group("model")
+    source = model.add_mutually_exclusive_group()
+    source.add_argument("--preset", help="a named model with random weights (from --seed): tiny, 136m, 1b, 3b "
+                                         "(default tiny when no --model-dir)")
+    source.add_argument("--model-dir", help="a Hugging Face-format checkpoint directory "
+                                            "(config.json + *.safetensors; Llama, Qwen2, Mistral)")
+    model.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
+    model.add_argument("--seed", type=int, default=0, help="seeds the weights and the workload (default 0)")
+
+    graphs = run.add_argument_group("graphs", "vLLM's and SGLang's spellings are accepted where they mean the same")
+    graphs.add_argument("--backend", choices=BACKENDS, default=None,
+                        help="cuda: torch.cuda.CUDAGraph per size; compile: torch.compile per size (then "
+                             "capture on CUDA); static: CPU stand-in with the same static buffers and "
+                             "dispatch, no graph; disabled: eager only; auto (the default): cuda with a "
+                             "GPU, else static")
+    graphs.add_argument("--enforce-eager", "--disable-cuda-graph", dest="enforce_eager", action="store_true",
+                        help="no graphs, every step eager (= --backend disabled)")
+    graphs.add_argument("--max-bs", "--max-cudagraph-capture-size", "--cuda-graph-max-bs", dest="max_bs",
+                        type=int, metavar="N", help="largest batch size to capture (default 32)")
+    graphs.add_argument("--capture-sizes", "--cudagraph-capture-sizes", "--cuda-graph-bs", dest="capture_sizes",
+                        nargs="+", metavar="N",
+                        help="batch sizes to capture, comma or space separated: 1,2,4,8 or 1 2 4 8 "
+                             "(default: 1, 2, 4, 8, then every 8 up to --max-bs)")
+    graphs.add_argument("--no-padding", "--disable-cuda-graph-padding", dest="no_padding", action="store_true",
+                        help="send batch sizes without their own graph to eager instead of padding them "
+                             "up to the next captured size")
+    graphs.add_argument("--compile", "--enable-torch-compile", dest="compile", action="store_true",
+                        help="torch.compile each size before capture")
+    graphs.add_argument("--lora-graph-adapters", type=int, default=3, metavar="K",
+                        help="LoRA adapters 1..K are held by the captured graphs; others run eager (default 3)")
+    graphs.add_argument("--parity-every", type=int, default=0, metavar="N",
+                        help="every N graph replays, also run eager on the same inputs and record the "
+                             "divergence (default 0: off)")
+
+    workload = run.add_argument_group("workload")
+    workload.add_argument("--workload", choices=sorted(WORKLOADS), default="mixed",
+                          help="request mix (default mixed: LoRA, grammar and speculative requests and "
+                               "bursts above --max-bs)")
+    workload.add_argument("--arrival-rate", type=float, metavar="R",
+                          help="mean requests per second of the workload's virtual clock (Poisson); "
+                               "default: the workload's own")
+    workload.add_argument("--max-running", "--max-num-seqs", "--max-running-requests", dest="max_running",
+                          type=int, metavar="N",
+                          help="cap on running requests (default: the workload's own; above --max-bs "
+                               "some batches run eager as batch_too_large)")
+    workload.add_argument("--prompt-len", metavar="MIN,MAX", help="prompt lengths, uniform (default: the workload's)")
+    workload.add_argument("--output-len", metavar="MIN,MAX", help="output lengths, uniform (default: the workload's)")
+    length = workload.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, help="stop after this many scheduler iterations (default 500)")
-    length.add_argument("--duration", type=float, help="stop after this many seconds of running")
-    run.add_argument("--max-bs", type=int, default=32, help="largest batch size to capture")
-    run.add_argument("--capture-sizes", help="explicit batch sizes to capture, e.g. 1,2,4,8,16 "
-                                             "(default: 1,2,4,8 then every 8 up to --max-bs)")
-    run.add_argument("--no-padding", action="store_true",
-                     help="send batch sizes without their own graph to eager instead of padding them "
-                          "up to the next captured size")
-    run.add_argument("--compile", action="store_true", help="torch.compile each size before capture")
-    run.add_argument("--lora-graph-adapters", type=int, default=3,
-                     help="LoRA adapters 1..K are held by the captured graphs; others run eager")
-    run.add_argument("--parity-every", type=int, default=0, metavar="N",
-                     help="every N graph replays, also run eager on the same inputs and record the "
-                          "divergence (0: off)")
-    run.add_argument("--seed", type=int, default=0, help="seeds weights and the workload")
-    run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
-    run.add_argument("--name", help="a human name for the run (default: model-workload-backend)")
-    run.add_argument("--run-id", help="the run's id (default: random)")
-    run.add_argument("--events", metavar="FILE", help="write the run as JSON lines to FILE")
-    run.add_argument("--collector", metavar="URL", help="stream events to a replayscope collector")
-    run.add_argument("--token", default=os.environ.get("REPLAYSCOPE_TOKEN"),
-                     help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
-    run.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
-                                                     "unreachable (default: replayscope-spool-RUN.jsonl)")
-    run.add_argument("--fail-capture", metavar="SIZES",
-                     help="fault injection: make the capture of these sizes fail (a host sync inside "
-                          "capture on CUDA), to exercise the degradation ladder")
-    run.add_argument("--slow-capture", metavar="SIZE:SECONDS[,...]",
-                     help="fault injection: the capture of SIZE takes SECONDS longer (a sleep), "
-                          "e.g. 8:5")
-    run.add_argument("--slow-load-mbps", type=float, metavar="MB_PER_S",
-                     help="fault injection: the weight load lasts as long as reading the weights at this "
-                          "many MB/s (10^6 bytes) would (a sleep after loading), as from slow storage")
-    run.add_argument("--memory-cap-gib", type=float, metavar="GIB",
-                     help="cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction): "
-                          "allocations past it fail with out of memory, as on a smaller or shared GPU")
-    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    length.add_argument("--duration", type=float, metavar="S", help="stop after S seconds of running")
+
+    telemetry = run.add_argument_group("telemetry")
+    telemetry.add_argument("--name", help="a human name for the run (default: model-workload-backend)")
+    telemetry.add_argument("--run-id", help="the run's id (default: random)")
+    telemetry.add_argument("--events", metavar="FILE", help="write the run as JSON lines to FILE")
+    telemetry.add_argument("--collector", metavar="URL", help="stream events to a replayscope collector")
+    telemetry.add_argument("--token", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+                           help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
+    telemetry.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
+                                                           "unreachable (default: replayscope-spool-RUN.jsonl)")
+    telemetry.add_argument("--quiet", action="store_true", help="no progress bars")
+
+    faults = run.add_argument_group("fault injection", "make a run fail or slow down on purpose, to see how "
+                                                       "it shows on the dashboard")
+    faults.add_argument("--fail-capture", metavar="SIZES",
+                        help="make the capture of these sizes fail (a host sync inside capture on CUDA), "
+                             "to exercise the degradation ladder")
+    faults.add_argument("--slow-capture", metavar="SIZE:SECONDS[,...]",
+                        help="the capture of SIZE takes SECONDS longer (a sleep), e.g. 8:5")
+    faults.add_argument("--slow-load-mbps", type=float, metavar="MB_PER_S",
+                        help="the weight load lasts as long as reading the weights at this many MB/s "
+                             "(10^6 bytes) would (a sleep after loading), as from slow storage")
+    faults.add_argument("--memory-cap-gib", type=float, metavar="GIB",
+                        help="cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction): "
+                             "allocations past it fail with out of memory, as on a smaller or shared GPU")
     run.set_defaults(handler=run_command)
 
     from runner.trace.cli import add_parser as add_trace_parser
     add_trace_parser(sub)
+
+
+def _backend(args) -> str:
+    if args.enforce_eager:
+        if args.backend not in (None, "disabled"):
+            raise ReplayscopeError(f"--enforce-eager runs without graphs; it contradicts --backend {args.backend}")
+        return "disabled"
+    return args.backend or "auto"
+
+
+def _sizes_and_max_bs(args) -> tuple[tuple[int, ...] | None, int]:
+    from runner.plan import parse_capture_sizes
+
+    sizes = parse_capture_sizes(" ".join(args.capture_sizes)) if args.capture_sizes else None
+    if sizes and args.max_bs is not None and args.max_bs != sizes[-1]:
+        raise ReplayscopeError(f"--max-bs {args.max_bs} differs from the largest of --capture-sizes "
+                               f"({sizes[-1]}); give one or make them agree")
+    return sizes, sizes[-1] if sizes else (32 if args.max_bs is None else args.max_bs)
 
 
 def config_from_args(args) -> RunConfig:
@@ -97,15 +135,16 @@ def config_from_args(args) -> RunConfig:
         raise ReplayscopeError(f"--events {args.events} is a directory")
     if args.events and not os.path.isdir(os.path.dirname(os.path.abspath(args.events))):
         raise ReplayscopeError(f"--events {args.events}: its directory does not exist")
-    sizes = parse_capture_sizes(args.capture_sizes) if args.capture_sizes else None
+    backend = _backend(args)
+    sizes, max_bs = _sizes_and_max_bs(args)
     overrides = {"arrival_rate": args.arrival_rate, "max_running": args.max_running,
                  "prompt_len": _length_range("--prompt-len", args.prompt_len),
                  "output_len": _length_range("--output-len", args.output_len)}
     failing = parse_capture_sizes(args.fail_capture) if args.fail_capture else ()
     return RunConfig(
-        backend=args.backend, preset=None if args.model_dir else (args.preset or "tiny"),
+        backend=backend, preset=None if args.model_dir else (args.preset or "tiny"),
         model_dir=args.model_dir, workload=args.workload, steps=args.steps, duration_s=args.duration,
-        max_bs=sizes[-1] if sizes else args.max_bs, capture_sizes=sizes, padding=not args.no_padding,
+        max_bs=max_bs, capture_sizes=sizes, padding=not args.no_padding,
         compile=args.compile, seed=args.seed, parity_every=args.parity_every,
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
@@ -171,7 +210,18 @@ class TeeSink:
             sink.close()
 
 
+def require_torch() -> None:
+    """One line naming the extra to install when torch is missing (the collector's install lacks it)."""
+    try:
+        import torch  # noqa: F401
+    except ImportError as error:
+        raise ReplayscopeError(f"this command runs a model and needs torch ({error}): "
+                               f"pip install 'replayscope[runner]' (on a GPU host, install your CUDA "
+                               f"build of torch >= 2.4 first)") from None
+
+
 def run_command(args) -> int:
+    require_torch()
     from runner.emitter import Emitter, sigterm_as_interrupt
     from runner.engine import DecodeEngine
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import json
 import os
 import signal
 import sys
@@ -22,6 +21,7 @@ from typing import Any, Iterator, Protocol
 
 from runner import wire
 from runner.errors import ReplayscopeError
+from runner.events_file import EventsFileWriter, append_events, read_events_file, write_events_file
 from runner.http import HttpError, post_json
 
 
@@ -39,25 +39,22 @@ def _warn(message: str) -> None:
 
 
 class JsonlSink:
-    """The JSON-lines form of a run: the run record first, then one event per line."""
+    """The run as an events file (``runner.events_file``): the run record, then one event per line."""
 
     def __init__(self, path: str):
         self.path = path
-        self._file = None
+        self._writer: EventsFileWriter | None = None
 
     def open(self, run: dict[str, Any]) -> None:
-        self._file = open(self.path, "w", encoding="utf-8")
-        self._file.write(json.dumps({"kind": "run", **run}) + "\n")
-        self._file.flush()
+        self._writer = EventsFileWriter(self.path, run)
 
     def write(self, events: list[dict[str, Any]]) -> None:
-        self._file.write("".join(json.dumps(e) + "\n" for e in events))
-        self._file.flush()
+        self._writer.write(events)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
 
 
 class HttpSink:
@@ -256,26 +253,18 @@ class HttpSink:
         return [[self._warning_for(bad, error.detail, "the collector")]]
 
     def _spool(self, events: list[dict[str, Any]]) -> None:
-        new_file = not os.path.exists(self.spool_path) or os.path.getsize(self.spool_path) == 0
-        with open(self.spool_path, "a", encoding="utf-8") as spool:
-            if new_file:
-                spool.write(json.dumps({"kind": "run", **self.run}) + "\n")
-            spool.write("".join(json.dumps(e) + "\n" for e in events))
+        append_events(self.spool_path, self.run, events)
         self._spooled += len(events)
 
     def _drain_spool(self) -> bool:
         """Re-send the spool; True when it is empty afterwards."""
         if not self._run_posted and not self._try_post_run():
             return False
-        with open(self.spool_path, encoding="utf-8") as spool:
-            lines = spool.read().splitlines()
-        events = [json.loads(line) for line in lines[1:] if line]
+        events = read_events_file(self.spool_path, validate=False).events
         undelivered = self._send(events)
         if undelivered:
             # Keep what is left, run record first, for the next attempt.
-            with open(self.spool_path, "w", encoding="utf-8") as spool:
-                spool.write(lines[0] + "\n")
-                spool.write("".join(json.dumps(e) + "\n" for e in undelivered))
+            write_events_file(self.spool_path, self.run, undelivered)
             self._spooled = len(undelivered)
             return False
         os.remove(self.spool_path)

@@ -1,5 +1,65 @@
-"""User-facing errors: the command line prints them as one line and exits non-zero."""
+"""User-facing errors, one hierarchy for the command line and the collector's API.
+
+The command line prints any of them as one line and exits 2. The API answers each with
+its ``status`` and the JSON body ``{"detail": <message>, <body_fields>...}`` (one handler,
+``collector.api``). Pure Python: the runner and the collector both import it without torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Mapping
 
 
 class ReplayscopeError(Exception):
     """Bad input or an unusable environment, explained in one line for the user."""
+
+    status: ClassVar[int] = 400                          # the HTTP status the API answers with
+    body_fields: ClassVar[tuple[str, ...]] = ()          # attributes sent next to "detail"
+    headers: ClassVar[Mapping[str, str]] = {}            # response headers (Retry-After, ...)
+
+    def body(self) -> dict[str, Any]:
+        return {"detail": str(self), **{name: getattr(self, name) for name in self.body_fields}}
+
+
+class Unauthorized(ReplayscopeError):
+    status = 401
+    headers = {"WWW-Authenticate": "Bearer"}
+
+
+class Forbidden(ReplayscopeError):
+    status = 403
+
+
+class NotFound(ReplayscopeError):
+    status = 404
+
+
+class Conflict(ReplayscopeError):
+    status = 409
+
+
+class TooLarge(ReplayscopeError):
+    status = 413
+
+
+class UnsupportedMediaType(ReplayscopeError):
+    status = 415
+
+
+class Invalid(ReplayscopeError):
+    """A well-formed request whose content is wrong; ``field`` names what (422)."""
+
+    status = 422
+    body_fields = ("field",)
+
+    def __init__(self, field: str | None, message: str, text: str | None = None):
+        super().__init__(text or (f"{field}: {message}" if field else message))
+        self.field = field
+        self.message = message
+
+
+class Unavailable(ReplayscopeError):
+    """Something the request needs cannot answer right now; retrying may help (503)."""
+
+    status = 503
+    headers = {"Retry-After": "1"}

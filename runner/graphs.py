@@ -11,7 +11,7 @@ call ``capture()`` once, then ``step()`` per batch. Each batch goes through the 
   ``pad_value`` and outputs are sliced back to the real rows;
 - ``eager``: the step callable runs on the batch as given, with the reason recorded.
 
-Capture never kills the process (seed 004 §4.6): a failed compile falls back to
+Capture never kills the process: a failed compile falls back to
 capture without compile, a failed capture drops that size, and if nothing captures
 the runner runs eager and says so; each rung is a ``degrade`` event.
 """
@@ -29,10 +29,9 @@ import torch
 from runner import wire
 from runner.dispatch import BatchShape, Decision, dispatch
 from runner.errors import ReplayscopeError
-from runner.plan import CapturePlan
+from runner.plan import BACKENDS, CapturePlan
 from runner.progress import Progress
 
-BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
 _HUGE = 3.0e38   # divergence past float32's range is reported as this, keeping the wire finite
 
 _capture_state = threading.local()
@@ -319,7 +318,7 @@ class GraphRunner:
                    status="ok", variant=variant)
 
     def _compiled(self, size: int, views: dict[str, torch.Tensor]) -> tuple[Callable, str]:
-        """torch.compile for this size; on failure, degrade to the plain step (seed 004 §4.6)."""
+        """torch.compile for this size; on failure, degrade to the plain step."""
         _raise_recompile_limit(len(self.plan.sizes))
         started = time.perf_counter()
         try:

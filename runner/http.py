@@ -81,7 +81,3 @@ def request_json(method: str, url: str, payload: Any = None, *, token: str | Non
 
 def post_json(url: str, payload: Any, *, token: str | None = None, timeout: float = 10.0, **kwargs) -> Any:
     return request_json("POST", url, payload, token=token, timeout=timeout, **kwargs)
-
-
-def get_json(url: str, *, token: str | None = None, timeout: float = 10.0) -> Any:
-    return request_json("GET", url, token=token, timeout=timeout)

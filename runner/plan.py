@@ -6,6 +6,11 @@ from dataclasses import dataclass, field, replace
 
 from runner.errors import ReplayscopeError
 
+# How a plan's sizes are served: cuda graphs, torch.compile then graphs, the CPU stand-in,
+# eager only, or the best the device allows. Here, not in runner.graphs, so the command
+# line can offer them without importing torch.
+BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
+
 
 def default_capture_sizes(max_bs: int) -> tuple[int, ...]:
     """Like the engines: 1, 2, 4, 8, then every 8 up to ``max_bs`` (and ``max_bs`` itself)."""

@@ -39,8 +39,8 @@ def default_provenance(source: str) -> str:
     return "log" if source in _LOG_SOURCES else "measured"
 
 
-# Why a step ran eager. Closed vocabulary, from the seeds' §4 tables and the engines'
-# code; extend deliberately (collector/explanations.py must explain every entry).
+# Why a step ran eager. Closed vocabulary, from the engines' code and docs (vLLM's CUDA
+# graph dispatcher, SGLang's cuda graph runner); extend deliberately (collector/explanations.py must explain every entry).
 REASONS = (
     "prefill",            # variable-length input: a graph records fixed shapes
     "batch_too_large",    # batch size above the largest captured size

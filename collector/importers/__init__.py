@@ -11,20 +11,37 @@ feeds the same parsers line by line.
 
 from __future__ import annotations
 
-from collector.importers.common import RANK_POLICY, ImportedRun, ImportResult, read_log_file
-from collector.importers.sglang_log import ENGINE as SGLANG
-from collector.importers.sglang_log import parse_text as parse_sglang_text
-from collector.importers.vllm_log import ENGINE as VLLM
-from collector.importers.vllm_log import parse_text as parse_vllm_text
+import importlib
 
-ENGINES = {"vllm": parse_vllm_text, "sglang": parse_sglang_text}
-ENGINE_SPECS = {"vllm": VLLM, "sglang": SGLANG}
+# Loaded on first use: the parsers compile many patterns, and ``replayscope --help`` imports
+# this package (for ``collector.importers.cli``) without needing them.
+_EXPORTS = {
+    "RANK_POLICY": ("collector.importers.common", "RANK_POLICY"),
+    "ImportedRun": ("collector.importers.common", "ImportedRun"),
+    "ImportResult": ("collector.importers.common", "ImportResult"),
+    "parse_sglang_text": ("collector.importers.sglang_log", "parse_text"),
+    "parse_vllm_text": ("collector.importers.vllm_log", "parse_text"),
+}
 
 
-def import_log(engine: str, path: str) -> ImportResult:
-    """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``)."""
+def __getattr__(name: str):
+    if name == "ENGINES":
+        return {"vllm": __getattr__("parse_vllm_text"), "sglang": __getattr__("parse_sglang_text")}
+    if name == "ENGINE_SPECS":
+        return {engine: importlib.import_module(f"collector.importers.{engine}_log").ENGINE
+                for engine in ("vllm", "sglang")}
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'collector.importers' has no attribute {name!r}")
+    module, attribute = _EXPORTS[name]
+    return getattr(importlib.import_module(module), attribute)
+
+
+def import_log(engine: str, path: str):
+    """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``) -> ``ImportResult``."""
+    from collector.importers.common import read_log_file
+
     text, mtime, digest = read_log_file(path)
-    return ENGINES[engine](text, path=path, mtime=mtime, digest=digest)
+    return __getattr__("ENGINES")[engine](text, path=path, mtime=mtime, digest=digest)
 
 
 __all__ = ["ENGINES", "ENGINE_SPECS", "RANK_POLICY", "ImportResult", "ImportedRun", "import_log",

@@ -1,8 +1,9 @@
 """``replayscope import vllm|sglang LOGFILE``, ``replayscope follow vllm|sglang FILE|-`` and
 ``replayscope scrape URL``.
 
-Both write through a *sink*: the store directly (``--db URL``, the default
-``sqlite:///replayscope.db``) or a running collector over HTTP (``--collector URL``).
+Both write through a *sink*: the store directly (``--db URL``, else ``$REPLAYSCOPE_DB``,
+else ``sqlite:///replayscope.db``; a store that is behind is migrated only with
+``--migrate``) or a running collector over HTTP (``--collector URL``).
 A log is parsed completely before anything is written, so a bad file changes nothing.
 """
 
@@ -18,7 +19,6 @@ from typing import Any, Callable
 
 from runner.errors import ReplayscopeError
 
-DEFAULT_DB = "sqlite:///replayscope.db"
 BATCH = 500
 
 
@@ -28,17 +28,13 @@ BATCH = 500
 class DbSink:
     """Writes through collector.ingest into the store at ``url``."""
 
-    def __init__(self, url: str):
-        from collector import ingest, store
+    def __init__(self, url: str, migrate: bool = False):
+        from collector import ingest
+        from collector.store import Store
 
-        self.url = url
         self._ingest = ingest
-        try:
-            self.store = store.Store.open(url, upgrade=True)
-        except ReplayscopeError:
-            raise
-        except Exception as error:
-            raise ReplayscopeError(f"cannot open the store {url}: {error}") from None
+        self.store = Store.open(url, upgrade=migrate)
+        self.url = self.store.safe_url
 
     def write_run(self, record: dict[str, Any]) -> None:
         self._ingest.ingest_run(self.store, record)
@@ -94,9 +90,12 @@ class CollectorSink:
 
 
 def open_sink(args: argparse.Namespace):
+    from collector.settings import resolve
+
+    settings = resolve(args)
     if getattr(args, "collector", None):
-        return CollectorSink(args.collector, getattr(args, "token", None))
-    return DbSink(args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_DB)
+        return CollectorSink(args.collector, settings.token)
+    return DbSink(settings.db, migrate=getattr(args, "migrate", False))
 
 
 # -- import ------------------------------------------------------------------------------
@@ -154,51 +153,24 @@ def run_import(args: argparse.Namespace, out=None) -> int:
 # -- events files (the runner's --events, a spool) ----------------------------------------
 
 
-def read_events_file(path: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The run record and events of a JSON-lines events file, all validated before use."""
-    from runner import wire
-
-    if os.path.isdir(path):
-        raise ReplayscopeError(f"{path} is a directory, not an events file")
-    try:
-        with open(path, encoding="utf-8") as handle:
-            lines = [(n, line) for n, line in enumerate(handle, start=1) if line.strip()]
-    except OSError as error:
-        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
-    except UnicodeDecodeError:
-        raise ReplayscopeError(f"{path} is not a text file of JSON lines") from None
-    records = []
-    for lineno, line in lines:
-        try:
-            records.append((lineno, json.loads(line)))
-        except ValueError as error:
-            raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
-    if not records or not isinstance(records[0][1], dict) or records[0][1].get("kind") != "run":
-        raise ReplayscopeError(f'{path}: the first line must be the run record ({{"kind": "run", ...}})')
-    run = {k: v for k, v in records[0][1].items() if k != "kind"}
-    try:
-        wire.validate_run(run)
-    except wire.WireError as error:
-        raise ReplayscopeError(f"{path}:{records[0][0]}: run record: {error}") from None
-    for lineno, event in records[1:]:
-        try:
-            wire.validate_event(event)
-        except wire.WireError as error:
-            raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
-    return run, [event for _, event in records[1:]]
-
-
 def run_import_events(args: argparse.Namespace, out=None) -> int:
+    """Every file is read and checked before anything is written; then each is reported."""
+    from runner.events_file import read_events_file
+
     out = out or sys.stdout
-    run, events = read_events_file(args.logfile)        # raises before anything is written
+    files = [(path, read_events_file(path)) for path in args.files]      # raises before any write
     sink = open_sink(args)
     try:
-        sink.write_run(run)
-        accepted, duplicates = sink.write_events(run["run_id"], events)
+        for path, events_file in files:
+            run = events_file.run
+            sink.write_run(run)
+            accepted, duplicates = sink.write_events(run["run_id"], events_file.events)
+            print(f"{path}: run {run['run_id']} ({run['name']}): {accepted} events new, "
+                  f"{duplicates} already there, into {sink.describe()}", file=out)
+            for warning in events_file.warnings:
+                print(f"  warning: {warning}", file=out)
     finally:
         sink.close()
-    print(f"{args.logfile}: run {run['run_id']} ({run['name']}): {accepted} events new, "
-          f"{duplicates} already there, into {sink.describe()}", file=out)
     return 0
 
 
@@ -223,15 +195,18 @@ class _RunWriter:
 def follow_sinks(args: argparse.Namespace):
     """(open_sink(record) -> sink, close_all): HttpSink (retries, spool) for --collector,
     the store for --db."""
+    from collector.settings import resolve
+
+    settings = resolve(args)
     if getattr(args, "collector", None):
         from runner.emitter import HttpSink
 
         def open_http(record: dict[str, Any]):
-            sink = HttpSink(args.collector, token=getattr(args, "token", None))
+            sink = HttpSink(args.collector, token=settings.token)
             sink.open(record)
             return sink
         return open_http, lambda: None, f"collector {args.collector}"
-    db = DbSink(args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_DB)
+    db = DbSink(settings.db, migrate=getattr(args, "migrate", False))
     return (lambda record: _RunWriter(db, record)), db.close, db.describe()
 
 
@@ -316,12 +291,18 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
+    from collector.settings import DEFAULT_DB
+
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--db", metavar="URL", default=None,
                        help=f"write into this store (SQLAlchemy URL; default $REPLAYSCOPE_DB or {DEFAULT_DB})")
     group.add_argument("--collector", metavar="URL", default=None,
                        help="post to a running collector instead, e.g. http://127.0.0.1:8300")
-    parser.add_argument("--token", metavar="T", default=None, help="bearer token for --collector")
+    parser.add_argument("--token", metavar="T", default=None,
+                        help="bearer token for --collector (default $REPLAYSCOPE_TOKEN)")
+    parser.add_argument("--migrate", action="store_true",
+                        help="upgrade a --db store whose schema is behind this replayscope (a new SQLite "
+                             "file is always created)")
 
 
 def add_parsers(sub) -> None:
@@ -339,8 +320,11 @@ def add_parsers(sub) -> None:
         p.add_argument("--json", action="store_true", help="print what was imported as one JSON object")
         p.add_argument("--dry-run", action="store_true", help="parse only; write nothing")
         p.set_defaults(handler=run_import)
-    events = engines.add_parser("events", help="a replayscope events file (a runner's --events, a spool)")
-    events.add_argument("logfile", metavar="FILE")
+    events = engines.add_parser("events", help="replayscope events files (a runner's --events, a spool)",
+                                description="Import one or more events files (each a run record, then one "
+                                            "event per line). Every file is checked first; a bad line in "
+                                            "any of them writes nothing.")
+    events.add_argument("files", metavar="FILE", nargs="+")
     _add_target(events)
     events.set_defaults(handler=run_import_events)
 
@@ -354,7 +338,7 @@ def add_parsers(sub) -> None:
     _add_target(follow)
     follow.add_argument("--state", metavar="FILE", default=None,
                         help="where the offset is kept (default FILE.replayscope-follow.json; none for -)")
-    follow.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between reads when idle")
+    follow.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between reads when idle (default 1)")
     follow.add_argument("--idle-exit", type=float, default=None, metavar="S",
                         help="end the run and exit after S seconds without new lines (default: run until Ctrl-C)")
     follow.set_defaults(handler=run_follow)
@@ -364,7 +348,7 @@ def add_parsers(sub) -> None:
                                         "vllm:iteration_tokens_total (and vllm:cudagraph_iterations where "
                                         "present) and record the increase between polls as step counts.")
     scrape.add_argument("url", metavar="URL", help="the server's /metrics URL (or its base URL)")
-    scrape.add_argument("--interval", type=float, default=15.0, metavar="S", help="seconds between polls")
+    scrape.add_argument("--interval", type=float, default=15.0, metavar="S", help="seconds between polls (default 15)")
     scrape.add_argument("--count", type=int, default=None, metavar="N",
                         help="stop after N polls (the first is the baseline); default: until Ctrl-C")
     _add_target(scrape)

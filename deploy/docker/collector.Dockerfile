@@ -8,10 +8,8 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
 
-# torch is a dependency of the package (the runner shares the CLI); the CPU wheel keeps
-# this image ~1 GB smaller than the default CUDA one. Installed first: it changes least.
-RUN pip install --index-url https://download.pytorch.org/whl/cpu "torch>=2.4"
-
+# No torch: the collector, dashboard and importers never run a model (torch comes only
+# with the [runner] extra, which the runner image installs).
 WORKDIR /src
 COPY pyproject.toml ./
 COPY runner ./runner

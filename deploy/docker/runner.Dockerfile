@@ -15,8 +15,8 @@ COPY runner ./runner
 COPY collector ./collector
 COPY app ./app
 COPY migrations ./migrations
-# torch comes from the base image (CUDA build); pip keeps it since it satisfies torch>=2.4.
-RUN pip install . \
+# The [runner] extra adds torch; the base image's CUDA build satisfies torch>=2.4, so pip keeps it.
+RUN pip install ".[runner]" \
     && python -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda)"
 
 # The spool (events kept while the collector is unreachable) lives in the working directory.

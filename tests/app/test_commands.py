@@ -28,11 +28,46 @@ def test_advise_rejects_a_zero_budget(filled, capsys):
     assert "--budget" in capsys.readouterr().err
 
 
-def test_serve_refuses_a_store_whose_schema_is_behind(tmp_path, capsys):
-    url = f"sqlite:///{tmp_path / 'empty.db'}"
-    assert main(["serve", "--db", url, "--port", "1"]) == 2
+def test_serve_refuses_a_store_whose_schema_is_behind_and_leaves_it_as_it_is(tmp_path, capsys):
+    from collector.store import Store
+
+    url = f"sqlite:///{tmp_path / 'old.db'}"
+    Store(url).upgrade("0001")
+    assert main(["serve", "--db", url, "--port", str(free_port())]) == 2
     err = capsys.readouterr().err
-    assert "behind" in err and "replayscope db upgrade" in err
+    assert err.count("\n") == 1 and "behind" in err and "replayscope db upgrade" in err and "--migrate" in err
+    store = Store.connect(url)
+    store.dispose()
+    assert store.found_revision == "0001"
+
+
+def test_serve_creates_a_new_store_named_by_the_environment_and_logs_each_request_at_info(tmp_path):
+    import os
+    import time
+    import urllib.request
+
+    port = free_port()
+    db = tmp_path / "fresh" / "new.db"
+    db.parent.mkdir()
+    env = {**os.environ, "REPLAYSCOPE_DB": f"sqlite:///{db}", "REPLAYSCOPE_LOG_LEVEL": "info"}
+    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--no-dashboard", "--port", str(port)],
+                              cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        answered = False
+        deadline = time.monotonic() + 60
+        while not answered and time.monotonic() < deadline and server.poll() is None:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/runs", timeout=2) as response:
+                    answered = response.status == 200
+            except OSError:
+                time.sleep(0.1)
+    finally:
+        server.terminate()
+        out, err = server.communicate(timeout=30)
+    assert answered, err
+    assert f"(store sqlite:///{db})" in out
+    assert '"GET /v1/runs HTTP/1.1" 200' in out                 # uvicorn's access log (on stdout)
 
 
 def test_server_keeps_the_api_next_to_the_dashboard(filled):
@@ -61,30 +96,29 @@ def test_server_without_dashboard_serves_only_the_api(filled):
         assert client.get("/run/syn-1").status_code == 404
 
 
-def test_demo_streams_a_live_run_and_stops_cleanly(tmp_path):
-    
+def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
+    """Without --db the demo keeps its own file, whatever $REPLAYSCOPE_DB says, so its alert
+    rule never lands in the store that serve and the importers use."""
+    import os
+
     from collector import queries
     from collector.store import Store
 
     port = free_port()
-    db = f"sqlite:///{tmp_path / 'demo.db'}"
-    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--db", db,
-                           "--duration", "20"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    shared = tmp_path / "shared.db"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAYSCOPE_DB": f"sqlite:///{shared}"}
+    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--duration", "20"],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"http://127.0.0.1:{port}" in done.stdout and "stopped" in done.stdout
-    store = Store.open(db)
+    assert "(store sqlite:///replayscope-demo.db)" in done.stdout
+    assert not shared.exists() and not (tmp_path / "replayscope.db").exists()
+    store = Store.open(f"sqlite:///{tmp_path / 'replayscope-demo.db'}")
     [run] = queries.list_runs(store)
     assert run["name"] == "demo" and run["source"] == "runner" and run["steps"] > 0
     [rule] = queries.alert_rules(store)              # the demo's eager-ratio rule, made once
     assert rule["threshold"] == 0.4 and rule["stage"] == "decode"
     store.dispose()
-
-
-def test_serve_and_demo_default_to_the_collectors_port():
-    from app.commands import DEFAULT_PORT
-    from collector.settings import Settings
-
-    assert DEFAULT_PORT == Settings().port
 
 
 def test_a_database_that_cannot_be_opened_is_one_line_without_the_password(capsys):

@@ -14,6 +14,7 @@ from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_event
 from collector.store import SchemaBehind, Store, head_revision
 from collector.tables import metadata, steps
 from runner.errors import ReplayscopeError
+from runner.events_file import write_events_file
 
 from .conftest import run_record, step
 
@@ -41,11 +42,73 @@ def test_the_migrations_build_exactly_the_tables_the_code_uses(db_url):
     assert diff == []
 
 
-def test_a_store_behind_is_refused_with_the_upgrade_command(db_url):
+def behind(url: str) -> None:
+    """Leave the store at ``url`` at the first revision, as an older replayscope would."""
+    store = Store(url)
+    try:
+        store.upgrade("0001")
+    finally:
+        store.dispose()
+
+
+def test_a_store_behind_is_refused_naming_both_fixes_and_left_as_it_is(db_url):
+    behind(db_url)
     with pytest.raises(SchemaBehind) as info:
         Store.open(db_url)
-    assert f"replayscope db upgrade --db {sa.make_url(db_url).render_as_string(hide_password=True)}" in str(info.value)
+    shown = sa.make_url(db_url).render_as_string(hide_password=True)
+    assert f"replayscope db upgrade --db {shown}" in str(info.value) and "--migrate" in str(info.value)
     assert isinstance(info.value, ReplayscopeError)
+    store = Store.connect(db_url)
+    store.dispose()
+    assert store.found_revision == "0001"
+
+
+def test_a_store_behind_is_migrated_when_asked(db_url):
+    behind(db_url)
+    store = Store.open(db_url, upgrade=True)
+    try:
+        assert store.found_revision == "0001" and store.current_revision() == head_revision()
+    finally:
+        store.dispose()
+
+
+def test_a_new_sqlite_file_at_any_path_is_created_at_head(tmp_path):
+    (tmp_path / "elsewhere").mkdir()
+    store = Store.open(f"sqlite:///{tmp_path / 'elsewhere' / 'new.db'}")
+    try:
+        assert store.found_revision is None and store.current_revision() == head_revision()
+    finally:
+        store.dispose()
+
+
+def test_in_memory_sqlite_is_created_at_head():
+    store = Store.open("sqlite://")
+    try:
+        assert store.current_revision() == head_revision()
+    finally:
+        store.dispose()
+
+
+@pytest.mark.postgres
+def test_an_empty_postgresql_database_is_not_migrated_without_asking():
+    from tests.postgres import temporary_database
+
+    with temporary_database("store tests") as url:
+        with pytest.raises(SchemaBehind, match="is empty"):
+            Store.open(url)
+        store = Store.connect(url)
+        try:
+            assert store.found_revision is None and sa.inspect(store.engine).get_table_names() == []
+        finally:
+            store.dispose()
+
+
+def test_an_unreachable_database_is_one_line_with_the_password_masked():
+    with pytest.raises(ReplayscopeError) as info:
+        Store.open("postgresql+psycopg://user:s3cret@127.0.0.1:9/x")
+    text = str(info.value)
+    assert text.startswith("cannot open postgresql+psycopg://user:***@127.0.0.1:9/x: ")
+    assert "s3cret" not in text and "\n" not in text
 
 
 def test_a_store_at_head_opens_without_upgrade(db_url):
@@ -159,9 +222,7 @@ def test_every_event_kind_is_stored_and_read_back(store, run_in):
 
 def test_jsonl_events_file_loads_run_and_events(store, tmp_path):
     path = tmp_path / "events.jsonl"
-    lines = [json.dumps({"kind": "run", **run_record("file-run")})]
-    lines += [json.dumps(step(i, 1000.0 + i)) for i in range(10)]
-    path.write_text("\n".join(lines) + "\n")
+    write_events_file(path, run_record("file-run"), [step(i, 1000.0 + i) for i in range(10)])
     result = ingest_jsonl(store, path)
     assert result.accepted == 10
     assert ingest_jsonl(store, path).duplicates == 10

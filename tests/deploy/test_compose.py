@@ -125,10 +125,21 @@ def test_the_images_are_the_documented_bases():
     collector = dockerfile_instructions(REPO / "deploy/docker/collector.Dockerfile")
     runner = dockerfile_instructions(REPO / "deploy/docker/runner.Dockerfile")
     assert ("FROM", "python:3.11-slim") in collector
-    assert any(k == "RUN" and "download.pytorch.org/whl/cpu" in r for k, r in collector)
     assert any(k == "RUN" and ".[postgres]" in r for k, r in collector)
     base = next(r for k, r in runner if k == "FROM")
     assert base.startswith("pytorch/pytorch:") and "cuda" in base and "runtime" in base
+    assert any(k == "RUN" and ".[runner]" in r for k, r in runner)
+
+
+def test_the_collector_image_installs_no_torch():
+    """The server never runs a model: no torch wheel, no [runner] extra in its image."""
+    runs = " ".join(r for k, r in dockerfile_instructions(REPO / "deploy/docker/collector.Dockerfile") if k == "RUN")
+    assert "torch" not in runs and "runner]" not in runs and "runner," not in runs
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    assert not any(d.startswith(("torch", "safetensors")) for d in project["dependencies"])
+    assert any(d.startswith("torch>=") for d in project["optional-dependencies"]["runner"])
 
 
 # -- commands, ports, health checks ----------------------------------------------------------

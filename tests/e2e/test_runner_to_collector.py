@@ -4,7 +4,6 @@ and `replayscope run --collector` surviving a collector restart with every event
 from __future__ import annotations
 
 import collections
-import json
 import os
 import subprocess
 import sys
@@ -14,8 +13,8 @@ import sqlalchemy as sa
 
 from collector import queries
 from collector.tables import runs, steps
-from runner import wire
 from runner.emitter import Emitter, HttpSink
+from runner.events_file import read_events_file
 
 from tests.e2e.conftest import ProcessCollector, ThreadCollector
 from tests.live_server import free_port
@@ -49,11 +48,6 @@ def wait_until(condition, timeout=10.0):
     return False
 
 
-def read_jsonl(path):
-    with open(path, encoding="utf-8") as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def test_http_sink_delivers_every_event_to_a_running_collector(collector, store, tmp_path):
     spool = tmp_path / "spool.jsonl"
     emitter = Emitter(HttpSink(collector.url, spool_path=str(spool)), run_record("http-1"),
@@ -79,11 +73,9 @@ def test_an_unreachable_collector_gets_the_spooled_events_once_it_is_back(store,
     emit_steps(emitter, 60)
     assert wait_until(lambda: sink.spooled == 60)
 
-    lines = read_jsonl(spool)                           # the spool is itself a valid events file
-    assert lines[0]["kind"] == "run" and lines[0]["run_id"] == "spool-1"
-    for event in lines[1:]:
-        wire.validate_event(event)
-    assert [e["seq"] for e in lines[1:]] == list(range(60))
+    run, spooled, _ = read_events_file(spool)           # the spool is itself a valid events file
+    assert run["run_id"] == "spool-1"
+    assert [e["seq"] for e in spooled] == list(range(60))
     assert queries.run_summary(store, "spool-1") is None
 
     server = ThreadCollector(store, port).start()
@@ -125,7 +117,7 @@ def test_a_collector_restart_in_the_middle_of_a_run_loses_and_duplicates_nothing
             runner.kill()
         collector.stop()
 
-    produced = read_jsonl(events_file)[1:]
+    produced = read_events_file(events_file).events
     produced_steps = [e for e in produced if e["kind"] == "step"]
     assert len(produced_steps) == 5000
     stored = stored_step_seqs(store, run_id)

@@ -120,12 +120,6 @@ def stop_process(proc: subprocess.Popen) -> None:
         proc.wait(10)
 
 
-def read_events(path: Path) -> tuple[dict, list[dict]]:
-    """A runner --events file: (run record, events)."""
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return lines[0], lines[1:]
-
-
 # Every table keyed (run_pk, seq): each event the runner writes lands in exactly one.
 SEQ_TABLES = ("steps", "step_counts", "phases", "captures", "degrades", "parity_checks", "run_marks")
 

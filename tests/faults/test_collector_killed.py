@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from tests.faults.conftest import (Collector, http_json, migrated_sqlite, read_events, start_runner,
+from runner.events_file import read_events_file
+from tests.faults.conftest import (Collector, http_json, migrated_sqlite, start_runner,
                                    stop_process, stored_seqs, wait_for)
 
 
@@ -32,7 +33,7 @@ def test_every_event_is_stored_exactly_once_across_a_collector_kill(tmp_path):
         stop_process(runner)
         collector.stop()
 
-    record, produced = read_events(events)
+    record, produced, _ = read_events_file(events)
     assert record["run_id"] == "killed-collector"
     expected = Counter(e["seq"] for e in produced)
     assert len(expected) == len(produced) > before_kill

@@ -7,7 +7,8 @@ from collections import Counter
 
 import pytest
 
-from tests.faults.conftest import Collector, read_events, start_runner, stop_process, stored_seqs
+from runner.events_file import read_events_file
+from tests.faults.conftest import Collector, start_runner, stop_process, stored_seqs
 
 pytestmark = pytest.mark.postgres
 
@@ -53,7 +54,7 @@ def test_two_concurrent_runners_on_postgresql_are_stored_whole_with_correct_roll
         a, b = (queries.run_summary(store, run_id) for run_id in runs)
         assert a["started_at"] < b["ended_at"] and b["started_at"] < a["ended_at"], "the runs overlapped"
         for run_id in runs:
-            _record, events = read_events(tmp_path / f"{run_id}.jsonl")
+            _record, events, _ = read_events_file(tmp_path / f"{run_id}.jsonl")
             assert stored_seqs(pg_url, run_id) == Counter(e["seq"] for e in events)
             summary = queries.run_summary(store, run_id)
             expected = expected_summary(events)

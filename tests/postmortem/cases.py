@@ -110,10 +110,9 @@ def load(case: Case, store) -> list[str]:
 
 
 def _run_id_of(path: Path) -> str:
-    import json
+    from runner.events_file import read_events_file
 
-    with open(path) as handle:
-        return json.loads(handle.readline())["run_id"]
+    return read_events_file(path, validate=False).run["run_id"]
 
 
 def first_finding(case: Case, store) -> str:

@@ -2,7 +2,6 @@
 every flag; a good run writes an events file that passes the wire contract."""
 
 import io
-import json
 import re
 import sys
 
@@ -10,7 +9,7 @@ import pytest
 import torch
 
 from app.cli import build_parser, main
-from runner import wire
+from runner.events_file import read_events_file
 
 torch.set_num_threads(1)
 
@@ -121,15 +120,11 @@ def test_a_good_run_writes_an_events_file_that_passes_the_contract(capsys, tmp_p
                            "--steps", "60", "--max-bs", "8", "--seed", "4", "--run-id", "cli-run-1",
                            "--name", "cli test", "--events", str(events), "--quiet")
     assert code == 0
-    lines = [json.loads(line) for line in events.read_text().splitlines()]
-    run = lines[0]
-    assert run["kind"] == "run" and run["run_id"] == "cli-run-1" and run["name"] == "cli test"
+    run, lines, _ = read_events_file(events)            # every line checked against the wire contract
+    assert run["run_id"] == "cli-run-1" and run["name"] == "cli test"
     assert run["backend"] == "static" and run["device"] == "cpu" and run["source"] == "runner"
     assert run["config"]["capture_sizes"] == [1, 2, 4, 8] and run["config"]["seed"] == 4
-    wire.validate_run({k: v for k, v in run.items() if k != "kind"})
-    for event in lines[1:]:
-        wire.validate_event(event)
-    assert [e["seq"] for e in lines[1:]] == list(range(len(lines) - 1))
+    assert [e["seq"] for e in lines] == list(range(len(lines)))
     assert sum(e["kind"] == "step" for e in lines) == 60
     assert lines[-1]["kind"] == "run_end" and lines[-1]["status"] == "finished"
     assert "run cli-run-1 (cli test, backend static on cpu): 60 steps" in err
@@ -141,17 +136,66 @@ def test_workload_flags_override_the_named_workload(capsys, tmp_path):
                            "--arrival-rate", "25", "--max-running", "20", "--prompt-len", "4,6",
                            "--output-len", "3,5")
     assert code == 0, err
-    lines = [json.loads(line) for line in events.read_text().splitlines()]
-    workload = lines[0]["config"]["workload"]
+    run, lines, _ = read_events_file(events)
+    workload = run["config"]["workload"]
     assert (workload["arrival_rate"], workload["max_running"]) == (25.0, 20)
     assert (workload["prompt_len"], workload["output_len"]) == ([4, 6], [3, 5])
-    prefills = [e for e in lines[1:] if e["kind"] == "step" and e["stage"] == "prefill"]
+    prefills = [e for e in lines if e["kind"] == "step" and e["stage"] == "prefill"]
     assert prefills and all(4 * e["raw_bs"] <= e["num_tokens"] <= 6 * e["raw_bs"] for e in prefills)
-    assert max(e["raw_bs"] for e in lines[1:] if e["kind"] == "step") <= 20
+    assert max(e["raw_bs"] for e in lines if e["kind"] == "step") <= 20
+
+
+def config_of(*argv):
+    from runner.cli import config_from_args
+
+    return config_from_args(build_parser().parse_args(["run", *argv]))
+
+
+@pytest.mark.parametrize("flag", ["--enforce-eager", "--disable-cuda-graph"])
+def test_the_engines_eager_flags_mean_backend_disabled(flag):
+    assert config_of(flag).backend == "disabled"
+    assert config_of().backend == "auto"
+
+
+def test_enforce_eager_with_a_graph_backend_is_refused(capsys):
+    code, _, err = run_cli(capsys, "--enforce-eager", "--backend", "cuda", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "--enforce-eager" in err and "--backend cuda" in err
+
+
+@pytest.mark.parametrize("argv", [
+    ["--capture-sizes", "1,2,4,8"], ["--capture-sizes", "1", "2", "4", "8"],
+    ["--cudagraph-capture-sizes", "1", "2", "4", "8"], ["--cudagraph-capture-sizes", "1,2,4,8"],
+    ["--cuda-graph-bs", "8", "4", "2", "1"], ["--cuda-graph-bs", "1, 2, 4, 8"],
+])
+def test_capture_sizes_take_vllm_and_sglang_spellings_comma_or_space_separated(argv):
+    config = config_of(*argv)
+    assert config.capture_sizes == (1, 2, 4, 8) and config.max_bs == 8
+
+
+@pytest.mark.parametrize("flag", ["--max-bs", "--max-cudagraph-capture-size", "--cuda-graph-max-bs"])
+def test_the_largest_captured_size_takes_vllm_and_sglang_spellings(flag):
+    config = config_of(flag, "16")
+    assert config.max_bs == 16 and config.sizes == (1, 2, 4, 8, 16)
+
+
+def test_a_largest_size_that_contradicts_the_capture_sizes_is_refused(capsys):
+    code, _, err = run_cli(capsys, "--cuda-graph-bs", "1", "2", "4", "--cuda-graph-max-bs", "8", "--quiet")
+    assert code == 2 and err.count("\n") == 1 and "differs from the largest of --capture-sizes" in err
+
+
+@pytest.mark.parametrize("flag", ["--max-running", "--max-num-seqs", "--max-running-requests"])
+def test_the_running_request_cap_takes_vllm_and_sglang_spellings(flag):
+    assert config_of(flag, "20").workload_overrides["max_running"] == 20
+
+
+@pytest.mark.parametrize("flag, field, value", [("--disable-cuda-graph-padding", "padding", False),
+                                                ("--enable-torch-compile", "compile", True)])
+def test_sglang_padding_and_compile_flags_mean_ours(flag, field, value):
+    assert getattr(config_of(flag), field) == value
 
 
 def _mode_shares(events_path, steps):
-    modes = [e["mode"] for e in map(json.loads, events_path.read_text().splitlines()) if e["kind"] == "step"]
+    modes = [e["mode"] for e in read_events_file(events_path).events if e["kind"] == "step"]
     assert len(modes) == steps
     return " ".join(f"{m} {100 * modes.count(m) / steps:.0f}%" for m in ("graph", "padded", "eager"))
 

@@ -2,12 +2,12 @@
 capture size, a GPU memory cap. Each shows in the events as the cause it simulates, and
 the run's config records it."""
 
-import json
 
 import pytest
 import torch
 
 from app.cli import main
+from runner.events_file import read_events_file
 
 torch.set_num_threads(1)
 
@@ -19,8 +19,8 @@ def run(tmp_path, capsys, *argv):
     err = capsys.readouterr().err
     if code != 0:
         return code, err, None, []
-    lines = [json.loads(line) for line in events.read_text().splitlines()]
-    return code, err, lines[0], lines[1:]
+    record, lines, _ = read_events_file(events)
+    return code, err, record, lines
 
 
 def test_a_slow_capture_size_takes_the_extra_seconds(tmp_path, capsys):

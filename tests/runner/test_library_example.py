@@ -1,13 +1,13 @@
 """examples/hf_decode.py: a transformers model wrapped in the runner library, end to end."""
 
 import importlib.util
-import json
 from pathlib import Path
 
 import pytest
 import torch
 
-from runner import open_emitter, wire
+from runner import open_emitter
+from runner.events_file import read_events_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hf_decode.py"
 
@@ -29,20 +29,12 @@ def reference_greedy(model, prompts, new_tokens):
     return tokens[:, prompts.shape[1]:]
 
 
-def read_events(path):
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines()]
-    assert lines[0]["kind"] == "run"
-    for event in lines[1:]:
-        wire.validate_event(event)
-    return lines[0], lines[1:]
-
-
 def test_example_runs_end_to_end_on_static_and_records_all_modes(tmp_path):
     example = load_example()
     target = tmp_path / "hf.jsonl"
     assert example.main(["--target", str(target), "--backend", "static", "--device", "cpu",
                          "--batches", "1,3,4,12", "--new-tokens", "5"]) == 0
-    run, events = read_events(target)
+    run, events, _ = read_events_file(target)
     assert run["source"] == "library" and run["name"] == "hf-llama-example"
     steps = [e for e in events if e["kind"] == "step"]
     assert {(e["mode"], e["reason"]) for e in steps} == {
@@ -72,7 +64,7 @@ def test_a_custom_reason_is_recorded_as_the_callers_own(tmp_path):
         decoder.runner.step(inputs, reason="adapter 7 is not loaded on this replica")
         decoder.runner.step(inputs, reason="lora_not_captured")
     emitter.close("finished")
-    _, events = read_events(tmp_path / "e.jsonl")
+    _, events, _ = read_events_file(tmp_path / "e.jsonl")
     reasons = [e["reason"] for e in events if e["kind"] == "step"]
     assert reasons == ["custom:adapter 7 is not loaded on this replica", "lora_not_captured"]
 

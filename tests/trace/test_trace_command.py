@@ -4,7 +4,6 @@ On CPU every step runs eager, and the run says why."""
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import wire
+from runner.events_file import read_events_file
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -26,12 +25,7 @@ def trace(*argv, cwd=REPO, env=None, timeout=240):
 
 
 def read_run(path) -> tuple[dict, list[dict]]:
-    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
-    run, events = lines[0], lines[1:]
-    assert run.pop("kind") == "run"
-    wire.validate_run(run)
-    for event in events:
-        wire.validate_event(event)
+    run, events, _ = read_events_file(path)             # every line checked against the wire contract
     return run, events
 
 

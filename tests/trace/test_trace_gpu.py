@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from runner import wire
+from runner.events_file import read_events_file
 from runner.trace.causes import inductor_skip_reason
 
 pytestmark = pytest.mark.gpu
@@ -41,12 +41,7 @@ def trace(events: Path, *argv: str, step: str | None = None, timeout: int = 300)
 
 
 def read_run(path: Path) -> tuple[dict, list[dict]]:
-    lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    run, events = lines[0], lines[1:]
-    assert run.pop("kind") == "run"
-    wire.validate_run(run)
-    for event in events:
-        wire.validate_event(event)
+    run, events, _ = read_events_file(path)             # every line checked against the wire contract
     return run, events
 
 

@@ -1,0 +1,109 @@
+"""The events file: one run as JSON lines, the run record first, then one wire event per line.
+
+    {"kind": "run", "run_id": "...", "name": "...", ...}
+    {"seq": 0, "ts": ..., "kind": "phase", ...}
+    {"seq": 1, "ts": ..., "kind": "step", ...}
+
+The runner's ``--events`` (``JsonlSink``) and the HTTP sink's spool write it;
+``replayscope import events``, ``collector.ingest.ingest_jsonl`` and the tests read it.
+This module is the only place that knows the format. Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Iterable, NamedTuple
+
+from runner import wire
+from runner.errors import ReplayscopeError
+
+RUN_KIND = "run"
+
+
+def run_line(run: dict[str, Any]) -> str:
+    return json.dumps({"kind": RUN_KIND, **run}) + "\n"
+
+
+def event_lines(events: Iterable[dict[str, Any]]) -> str:
+    return "".join(json.dumps(event) + "\n" for event in events)
+
+
+class EventsFileWriter:
+    """Writes one run's events file from the start: the run record, then events as they come."""
+
+    def __init__(self, path: str | os.PathLike, run: dict[str, Any]):
+        self.path = path
+        self._file = open(path, "w", encoding="utf-8")
+        self._file.write(run_line(run))
+        self._file.flush()
+
+    def write(self, events: list[dict[str, Any]]) -> None:
+        self._file.write(event_lines(events))
+        self._file.flush()          # a reader (or a crash) sees every batch written so far
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def write_events_file(path: str | os.PathLike, run: dict[str, Any], events: Iterable[dict[str, Any]] = ()) -> None:
+    """Create or replace ``path`` with ``run`` and ``events``."""
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(run_line(run) + event_lines(events))
+
+
+def append_events(path: str | os.PathLike, run: dict[str, Any], events: Iterable[dict[str, Any]]) -> None:
+    """Append ``events``; a file that does not exist yet or is empty gets the run record first."""
+    new = not os.path.exists(path) or os.path.getsize(path) == 0
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write((run_line(run) if new else "") + event_lines(events))
+
+
+class EventsFile(NamedTuple):
+    run: dict[str, Any]              # the run record, without "kind"
+    events: list[dict[str, Any]]
+    warnings: list[str]              # e.g. a last line cut off by a writer that died mid-line
+
+
+def read_events_file(path: str | os.PathLike, *, validate: bool = True) -> EventsFile:
+    """The run record and events of ``path``, every line checked against the wire contract
+    (``validate``) before anything is returned. Errors name the file and line. A last line
+    that is cut off (no newline, not JSON: the writer stopped mid-line) is skipped with a
+    warning; any other bad line is an error."""
+    if os.path.isdir(path):
+        raise ReplayscopeError(f"{path} is a directory, not an events file")
+    try:
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+    except OSError as error:
+        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+    except UnicodeDecodeError:
+        raise ReplayscopeError(f"{path} is not a text file of JSON lines") from None
+    lines = text.split("\n")
+    records: list[tuple[int, Any]] = []
+    warnings: list[str] = []
+    for lineno, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append((lineno, json.loads(line)))
+        except ValueError as error:
+            if lineno == len(lines) and records:       # the last line, without its newline
+                warnings.append(f"{path}:{lineno}: cut off (the writer stopped mid-line); skipped")
+                break
+            raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
+    if not records or not isinstance(records[0][1], dict) or records[0][1].get("kind") != RUN_KIND:
+        raise ReplayscopeError(f'{path}: the first line must be the run record ({{"kind": "run", ...}})')
+    run = {k: v for k, v in records[0][1].items() if k != "kind"}
+    events = [event for _, event in records[1:]]
+    if validate:
+        try:
+            wire.validate_run(run)
+        except wire.WireError as error:
+            raise ReplayscopeError(f"{path}:{records[0][0]}: run record: {error}") from None
+        for lineno, event in records[1:]:
+            try:
+                wire.validate_event(event)
+            except wire.WireError as error:
+                raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
+    return EventsFile(run, events, warnings)

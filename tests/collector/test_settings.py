@@ -1,0 +1,60 @@
+"""Configuration resolves one way everywhere: flags > REPLAYSCOPE_* environment > defaults."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from app.cli import build_parser
+from collector.settings import DEFAULT_DB, DEFAULT_PORT, Settings, resolve
+from runner.errors import ReplayscopeError
+
+ENV = {"REPLAYSCOPE_DB": "sqlite:///from-env.db", "REPLAYSCOPE_PORT": "9001", "REPLAYSCOPE_HOST": "0.0.0.0",
+       "REPLAYSCOPE_LOG_LEVEL": "DEBUG", "REPLAYSCOPE_TOKEN": "env-token"}
+
+
+def test_defaults_apply_when_neither_flag_nor_environment_says():
+    settings = resolve(build_parser().parse_args(["serve"]), environ={})
+    assert (settings.db, settings.port, settings.host, settings.log_level) == (DEFAULT_DB, DEFAULT_PORT, "127.0.0.1", "info")
+
+
+def test_the_environment_overrides_the_defaults():
+    settings = resolve(build_parser().parse_args(["serve"]), environ=ENV)
+    assert (settings.db, settings.port, settings.host, settings.log_level) == ("sqlite:///from-env.db", 9001, "0.0.0.0", "debug")
+    assert settings.token == "env-token"
+
+
+def test_flags_override_the_environment():
+    args = build_parser().parse_args(["serve", "--db", "sqlite:///flag.db", "--port", "9002", "--host", "::1",
+                                      "--log-level", "warning"])
+    settings = resolve(args, environ=ENV)
+    assert (settings.db, settings.port, settings.host, settings.log_level) == ("sqlite:///flag.db", 9002, "::1", "warning")
+
+
+@pytest.mark.parametrize("argv", [["import", "vllm", "x.log"], ["import", "events", "x.jsonl"], ["advise", "r"],
+                                  ["db", "upgrade"], ["db", "current"], ["scrape", "http://h/metrics"]])
+def test_every_command_with_a_store_reads_it_the_same_way(argv):
+    args = build_parser().parse_args(argv)
+    assert resolve(args, environ={}).db == DEFAULT_DB
+    assert resolve(args, environ=ENV).db == "sqlite:///from-env.db"
+    assert resolve(build_parser().parse_args([*argv, "--db", "sqlite:///f.db"]), environ=ENV).db == "sqlite:///f.db"
+
+
+def test_the_importers_collector_token_falls_back_to_the_environment():
+    args = build_parser().parse_args(["import", "vllm", "x.log", "--collector", "http://c:8300"])
+    assert resolve(args, environ=ENV).token == "env-token"
+    args = build_parser().parse_args(["import", "vllm", "x.log", "--collector", "http://c:8300", "--token", "t"])
+    assert resolve(args, environ=ENV).token == "t"
+
+
+@pytest.mark.parametrize("variable, value", [("REPLAYSCOPE_PORT", "eighty"), ("REPLAYSCOPE_PORT", "-1"),
+                                             ("REPLAYSCOPE_LOG_LEVEL", "verbose")])
+def test_a_bad_environment_value_is_one_clear_error(variable, value):
+    with pytest.raises(ReplayscopeError, match=variable.removeprefix("REPLAYSCOPE_").lower().replace("_", " ")
+                       if variable.endswith("LEVEL") else variable):
+        resolve(argparse.Namespace(), environ={variable: value})
+
+
+def test_settings_without_flags_are_the_environment_over_the_defaults():
+    assert Settings.from_env({"REPLAYSCOPE_MAX_BODY_BYTES": "1024"}).max_body_bytes == 1024

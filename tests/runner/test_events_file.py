@@ -1,0 +1,80 @@
+"""The events file (runner.events_file): written and read in one place, errors name the line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from runner.errors import ReplayscopeError
+from runner.events_file import EventsFileWriter, append_events, read_events_file, write_events_file
+
+RUN = {"run_id": "ev-1", "name": "events", "source": "runner", "started_at": 1.0, "backend": "static",
+       "model": "tiny", "device": "cpu", "config": {}}
+
+
+def step(seq: int) -> dict:
+    return {"seq": seq, "ts": 1.0 + seq, "kind": "step", "stage": "decode", "mode": "graph", "raw_bs": 4,
+            "graph_bs": 4, "num_tokens": 4, "padded_tokens": 0, "reason": None, "duration_s": 0.01}
+
+
+def test_what_the_writer_writes_the_reader_reads_back(tmp_path):
+    path = tmp_path / "run.jsonl"
+    writer = EventsFileWriter(path, RUN)
+    writer.write([step(0), step(1)])
+    writer.write([step(2)])
+    writer.close()
+    first = json.loads(path.read_text().splitlines()[0])
+    assert first == {"kind": "run", **RUN}
+    events_file = read_events_file(path)
+    assert events_file.run == RUN and events_file.events == [step(0), step(1), step(2)]
+    assert events_file.warnings == []
+
+
+def test_appending_to_a_new_file_puts_the_run_record_first_once(tmp_path):
+    path = tmp_path / "spool.jsonl"
+    append_events(path, RUN, [step(0)])
+    append_events(path, RUN, [step(1)])
+    assert [json.loads(line).get("kind") for line in path.read_text().splitlines()] == ["run", "step", "step"]
+    write_events_file(path, RUN, [step(1)])                 # what is left after a partial re-send
+    assert read_events_file(path).events == [step(1)]
+
+
+def test_a_last_line_cut_off_mid_write_is_skipped_with_a_warning(tmp_path):
+    path = tmp_path / "died.jsonl"
+    write_events_file(path, RUN, [step(0), step(1)])
+    path.write_text(path.read_text() + json.dumps(step(2))[:25])
+    events_file = read_events_file(path)
+    assert events_file.events == [step(0), step(1)]
+    assert events_file.warnings == [f"{path}:4: cut off (the writer stopped mid-line); skipped"]
+
+
+def test_a_bad_line_before_the_last_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    write_events_file(path, RUN, [step(0)])
+    path.write_text(path.read_text() + "{not json\n" + json.dumps(step(1)) + "\n")
+    with pytest.raises(ReplayscopeError, match=r"bad\.jsonl:3: not JSON"):
+        read_events_file(path)
+
+
+def test_an_event_against_the_wire_contract_names_its_line(tmp_path):
+    path = tmp_path / "wrong.jsonl"
+    write_events_file(path, RUN, [step(0), {**step(1), "mode": "sideways"}])
+    with pytest.raises(ReplayscopeError, match=r"wrong\.jsonl:3: mode"):
+        read_events_file(path)
+    assert read_events_file(path, validate=False).events[1]["mode"] == "sideways"
+
+
+@pytest.mark.parametrize("content", ["", json.dumps(step(0)) + "\n", "[1, 2]\n"])
+def test_a_file_without_the_run_record_first_is_refused(tmp_path, content):
+    path = tmp_path / "norun.jsonl"
+    path.write_text(content)
+    with pytest.raises(ReplayscopeError, match="the first line must be the run record"):
+        read_events_file(path)
+
+
+def test_a_directory_or_a_missing_file_is_one_clear_error(tmp_path):
+    with pytest.raises(ReplayscopeError, match="is a directory"):
+        read_events_file(tmp_path)
+    with pytest.raises(ReplayscopeError, match="cannot read"):
+        read_events_file(tmp_path / "missing.jsonl")
