@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,8 +28,6 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
        "TOKENIZERS_PARALLELISM": "false"}
-INDUCTOR_REASONS = {"mutated_inputs", "cpu_device", "dynamic_shapes", "incompatible_op", "non_tensor_inputs",
-                    "rerecord_limit"}
 
 
 def trace(events: Path, *argv: str, step: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
@@ -76,25 +75,33 @@ def test_transformers_static_cache_generation_under_reduce_overhead_captures_and
 
 
 def test_when_inductor_skips_cudagraphs_its_reason_is_recorded(tmp_path):
+    """The static cache created inside a compiled prefill: Inductor skips CUDA graphs for the decode
+    function ("mutated inputs (6 instances)": each layer's keys, values and length), and says so only
+    in a log line; the trace shows it as a warning and as the reason of every decode step."""
     events = tmp_path / "hf.jsonl"
     result = trace(events, sys.executable, str(PROGRAMS / "hf_generate.py"), "mutated")
     run, recorded = read_run(events)
+    assert "transformers generate" in run["config"]["trace"]["recipes"]
+    assert not [w for w in of(recorded, "warning") if w["code"] in ("hook_failed", "hook_missing")]
     skips = [w for w in of(recorded, "warning") if w["code"] == "cudagraph_skipped"]
     assert skips, of(recorded, "warning")
-    assert any(inductor_skip_reason(w["message"]) == "mutated_inputs" for w in skips)
-    assert all(w["message"].startswith("Inductor: ") for w in skips)
+    assert re.match(r"Inductor: skipping cudagraphs due to mutated inputs \(\d+ instances\)", skips[0]["message"]), skips
+    assert inductor_skip_reason(skips[0]["message"]) == "mutated_inputs"
+    steps = of(recorded, "step")
+    assert (steps[0]["stage"], steps[0]["mode"], steps[0]["reason"]) == ("prefill", "eager", "prefill")
+    decode = [s for s in steps if s["stage"] == "decode"]
+    assert all((s["mode"], s["reason"]) == ("eager", "mutated_inputs") for s in decode), decode
+    assert all(s["evidence"].startswith("Inductor: skipping cudagraphs due to mutated inputs") for s in decode)
+    assert all(s["seq"] > skips[0]["seq"] for s in decode)
     end = recorded[-1]
     assert end["kind"] == "run_end"
-    eager = [s for s in of(recorded, "step") if s["mode"] == "eager" and s["stage"] == "decode"]
-    later = [s for s in eager if s["seq"] > skips[0]["seq"]]
-    assert all(s["reason"] in INDUCTOR_REASONS | {"graph_warmup"} for s in later), later
-    assert all(s["evidence"].startswith("Inductor") for s in later if s["reason"] in INDUCTOR_REASONS), later
     if end["status"] == "failed":
-        # e.g. "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"
-        assert result.returncode != 0 and end["error"]
+        # The program's own failure after the skip (seen on the H200 for a cache made inside a graph):
+        assert result.returncode != 0
+        assert "overwritten by a subsequent run" in end["error"], end["error"]
     else:
-        assert result.returncode == 0
-        assert any(s["reason"] == "mutated_inputs" for s in later), later
+        assert (end["status"], result.returncode) == ("finished", 0)
+        assert len(decode) >= 8
 
 
 def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchronisation(tmp_path):

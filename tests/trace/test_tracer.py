@@ -235,8 +235,14 @@ class FakeTreeManager:
         self.graph = capture(1)                 # holds the pool alive; not a graph of the program
         self.graphs = {}
         self.mutating = set()
+        self.skip_messages = {}                 # function id -> what Inductor logs at its first call
 
     def run(self, new_inputs, function_id):
+        if function_id in self.skip_messages:   # Inductor checks for mutated inputs, logs once, runs eager
+            from torch._inductor import cudagraph_utils
+
+            cudagraph_utils.log_cudagraph_skip_and_bump_counter(self.skip_messages.pop(function_id))
+            self.mutating.add(function_id)
         if function_id in self.mutating:
             return "eager"
         if function_id not in self.graphs:
@@ -344,3 +350,33 @@ def test_a_run_that_cannot_be_written_stops_tracing_and_never_the_program(traced
     graph.replay()                                            # the program goes on
     assert "cannot write the run" in capsys.readouterr().err
     assert traced.finish() == []
+
+
+# What torch 2.11 logged on the H200 for a transformers StaticCache created inside a compiled prefill:
+# torch's own "Found from : \n " and the mutating use's stack trace (two layers x keys, values, length).
+CACHE_UPDATE_TRACE = ('  File "/opt/torch/.venv/lib/python3.12/site-packages/transformers/cache_utils.py", '
+                      'line 478, in update\n    self.cumulative_length.add_(kv_length)\n')
+
+
+def test_inductors_mutated_inputs_message_as_torch_formats_it_is_a_mutated_inputs_skip(traced, trees):
+    from torch._dynamo.utils import counters
+    from torch._inductor import cudagraph_utils
+
+    from runner.trace.hooks import install_inductor_skip_hook
+
+    assert install_inductor_skip_hook(traced.tracer, cudagraph_utils, traced.patches)
+    placeholders = [cudagraph_utils.PlaceholderInfo(name=f"arg{i}", stack_trace=None, users=[],
+                                                    mutating_use_stack_trace=CACHE_UPDATE_TRACE) for i in range(6)]
+    message = cudagraph_utils.get_mutation_stack_trace(placeholders, list(range(6)))   # torch's own words
+    assert message == ("skipping cudagraphs due to mutated inputs (6 instances). Found from : \n "
+                       + CACHE_UPDATE_TRACE)
+    skips_before = counters["inductor"]["cudagraph_skips"]
+    trees.skip_messages[3] = message
+    assert [inductor_step(traced, trees, 2, function_id=3) for _ in range(3)] == ["eager"] * 3
+    assert counters["inductor"]["cudagraph_skips"] == skips_before + 1      # torch's own function still ran
+    events = traced.finish()
+    [warning] = kinds(events, "warning")
+    assert (warning["code"], warning["message"]) == \
+        ("cudagraph_skipped", "Inductor: skipping cudagraphs due to mutated inputs (6 instances). Found from :")
+    steps = kinds(events, "step")
+    assert [(s["mode"], s["reason"], s["evidence"]) for s in steps] == [("eager", "mutated_inputs", warning["message"])] * 3
