@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 def add_parsers(sub) -> None:
     """Register this package's subcommands on ``sub``."""
     from runner.graphs import BACKENDS
+    from runner.timing import CUDA_TIME_EVERY
     from runner.workload import WORKLOADS
 
     run = sub.add_parser(
@@ -60,6 +61,10 @@ def add_parsers(sub) -> None:
     run.add_argument("--parity-every", type=int, default=0, metavar="N",
                      help="every N graph replays, also run eager on the same inputs and record the "
                           "divergence (0: off)")
+    run.add_argument("--time-every", type=int, default=CUDA_TIME_EVERY, metavar="N",
+                     help="on CUDA, time the first step of each stage, mode and batch size and then every "
+                          "Nth one with CUDA events (1: every step); the others are recorded without a "
+                          "duration. CPU steps are all timed")
     run.add_argument("--seed", type=int, default=0, help="seeds weights and the workload")
     run.add_argument("--device", help="torch device (default: cuda when available, else cpu)")
     run.add_argument("--name", help="a human name for the run (default: model-workload-backend)")
@@ -106,7 +111,7 @@ def config_from_args(args) -> RunConfig:
         backend=args.backend, preset=None if args.model_dir else (args.preset or "tiny"),
         model_dir=args.model_dir, workload=args.workload, steps=args.steps, duration_s=args.duration,
         max_bs=sizes[-1] if sizes else args.max_bs, capture_sizes=sizes, padding=not args.no_padding,
-        compile=args.compile, seed=args.seed, parity_every=args.parity_every,
+        compile=args.compile, seed=args.seed, parity_every=args.parity_every, time_every=args.time_every,
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
         fail_capture_sizes=failing, slow_capture=_slow_captures(args.slow_capture),

@@ -30,6 +30,7 @@ def run_cli(capsys, *argv):
     (["--capture-sizes", "1,two"], "--capture-sizes: 'two' is not an integer"),
     (["--capture-sizes", "0,4"], "batch sizes must be >= 1, got 0"),
     (["--parity-every", "-2"], "--parity-every must be >= 0"),
+    (["--time-every", "0"], "--time-every must be at least 1, got 0"),
     (["--preset", "huge"], "unknown model preset 'huge'"),
     (["--collector", "ftp://example"], "--collector 'ftp://example' is not an http(s) URL"),
     (["--arrival-rate", "0"], "arrival rate must be positive, got 0.0"),
@@ -126,6 +127,7 @@ def test_a_good_run_writes_an_events_file_that_passes_the_contract(capsys, tmp_p
     assert run["kind"] == "run" and run["run_id"] == "cli-run-1" and run["name"] == "cli test"
     assert run["backend"] == "static" and run["device"] == "cpu" and run["source"] == "runner"
     assert run["config"]["capture_sizes"] == [1, 2, 4, 8] and run["config"]["seed"] == 4
+    assert run["config"]["step_timing"] == {"clock": "host", "every": 1}     # CPU: every step, on the host
     wire.validate_run({k: v for k, v in run.items() if k != "kind"})
     for event in lines[1:]:
         wire.validate_event(event)

@@ -10,6 +10,7 @@ device machine needs no installed command.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -20,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from runner import wire
+from runner.timing import CUDA_TIME_EVERY
 from runner.trace.causes import inductor_skip_reason
 
 pytestmark = pytest.mark.gpu
@@ -30,9 +32,11 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.env
        "TOKENIZERS_PARALLELISM": "false"}
 
 
-def trace(events: Path, *argv: str, step: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def trace(events: Path, *argv: str, step: str | None = None, time_every: int | None = None,
+          timeout: int = 300) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "runner.trace", "--events", str(events)]
     command += ["--step", step] if step else []
+    command += ["--time-every", str(time_every)] if time_every else []
     result = subprocess.run([*command, "--", *argv], cwd=REPO, env=ENV, capture_output=True, text=True,
                             timeout=timeout)
     print(result.stdout[-3000:], result.stderr[-6000:], sep="\n")
@@ -51,6 +55,16 @@ def read_run(path: Path) -> tuple[dict, list[dict]]:
 
 def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["kind"] == kind]
+
+
+def sampled(keys, every=CUDA_TIME_EVERY):
+    """Which steps carry a duration: the first of each key, then every ``every``-th of that key."""
+    seen = collections.Counter()
+    timed = []
+    for key in keys:
+        timed.append(seen[key] % every == 0)
+        seen[key] += 1
+    return timed
 
 
 def test_transformers_static_cache_generation_under_reduce_overhead_captures_and_replays(tmp_path):
@@ -108,9 +122,10 @@ def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchro
     events, own = tmp_path / "decode.jsonl", tmp_path / "own.json"
     result = trace(events, sys.executable, "-c",
                    f"from tests.trace.programs.padded_decode import main; main({str(own)!r})",
-                   step="tests.trace.programs.padded_decode:Decoder.decode_step")
-    assert result.returncode == 0          # the steady state ran under sync debug mode "error"
-    _run, recorded = read_run(events)
+                   step="tests.trace.programs.padded_decode:Decoder.decode_step", time_every=1)
+    assert result.returncode == 0          # the steady state ran under sync debug mode "error",
+    run, recorded = read_run(events)       # CUDA events recorded around every step
+    assert run["config"]["trace"]["step_timing"] == {"clock": "cuda_events", "every": 1}
     captures = of(recorded, "capture")
     assert sorted(c["graph_bs"] for c in captures) == [1, 2, 4, 8]
     assert all(c["status"] == "ok" and c["duration_s"] > 0 and c["pool_delta_bytes"] is not None
@@ -148,4 +163,11 @@ def test_the_runners_own_modes_per_step_equal_what_the_trace_saw(tmp_path):
     for mine, theirs in zip(traced_steps, own_steps):
         if theirs["reason"] == "batch_too_large":
             assert mine["reason"] == "batch_too_large"
+    # Both time a sample of steps with CUDA events: the runner per stage, mode and batch size; the
+    # tracer per stage and batch size (a step's mode is known only at its end).
+    assert [s["duration_s"] is not None for s in own_steps] == \
+        sampled([(s["stage"], s["mode"], s["raw_bs"]) for s in own_steps])
+    assert [s["duration_s"] is not None for s in traced_steps] == \
+        sampled([(s["stage"], s["raw_bs"]) for s in traced_steps])
+    assert all(s["duration_s"] > 0 for s in traced_steps + own_steps if s["duration_s"] is not None)
     assert sorted(c["graph_bs"] for c in of(recorded, "capture")) == [1, 2, 4, 8, 16, 32]
