@@ -156,6 +156,23 @@ def validate_batch(events: Any) -> list:
     return events
 
 
+class _TotalsOverflow(Exception):
+    pass
+
+
+_OVERFLOW = ("events", "the run's totals would exceed what the store can sum (2^63); nothing was written")
+
+
+def _sums_overflowed(conn, run_pk: int) -> bool:
+    """SQLite turns an integer sum that overflows into a float, silently: look for one in
+    the run's whole-run totals (the largest sums) and batch-size totals."""
+    ints = ("steps", "num_tokens", "padded_tokens")
+    checks = " OR ".join(f"typeof({c}) = 'real'" for c in ints)
+    sql = (f"SELECT 1 FROM step_rollups WHERE run_pk = ? AND bucket_s = 0 AND ({checks} OR typeof(timed_steps) = 'real') "
+           f"UNION ALL SELECT 1 FROM batch_rollups WHERE run_pk = ? AND ({checks}) LIMIT 1")
+    return conn.exec_driver_sql(sql, (run_pk, run_pk)).first() is not None
+
+
 def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None = None) -> IngestResult:
     """Validate then store one batch of a run's events, all or nothing."""
     validate_batch(events)
@@ -164,6 +181,8 @@ def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None =
         try:
             with store.write() as conn:
                 return _write_batch(store, conn, run_id, events, now)
+        except (_TotalsOverflow, sa_exc.DataError):      # PostgreSQL: "bigint out of range"
+            raise InvalidBatch(None, *_OVERFLOW) from None
         except sa_exc.IntegrityError:
             # A concurrent writer stored some of these seqs first: retry, now as duplicates.
             if attempt == 2:
@@ -294,6 +313,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         conn.exec_driver_sql(store.insert_sql(table, ("run_pk",) + cols), rows)
     if acc:
         acc.flush(conn, run_pk)
+        if store.is_sqlite and _sums_overflowed(conn, run_pk):
+            raise _TotalsOverflow
 
     values: dict[str, Any] = {"last_seen_at": now}
     if max_ts and max_ts != run.last_event_ts:

@@ -31,6 +31,8 @@ def _field(name: str, spec: FieldSpec, *, all_optional: bool = False) -> tuple[s
                           ((spec.doc + "; ") if spec.doc else "") + _REASON_DOC}
     if spec.minimum is not None and spec.type in ("int", "float"):
         kw["ge"] = spec.minimum
+    if spec.maximum is not None and spec.type in ("int", "float"):
+        kw["le"] = spec.maximum
     if spec.type in ("str", "reason") and not spec.choices:
         kw["max_length"] = spec.max_chars
         if spec.pattern is not None:
@@ -231,15 +233,24 @@ class Advice(BaseModel):
 
 
 class AlertRuleIn(BaseModel):
-    """An eager-ratio alert rule; fires when eager/steps over the window > threshold."""
+    """An eager-ratio alert rule (Prometheus semantics, on each run's own event time): active
+    when eager/steps over the window > threshold with min_steps steps; fires after for_s
+    active; resolves after keep_firing_for_s at or below resolve_threshold (or too few steps)."""
 
     name: str = Field(max_length=100)
     threshold: float = Field(ge=0, le=1, description="eager ratio, 0..1")
-    window_s: int = Field(300, ge=1, description="seconds of event time")
+    window_s: int = Field(300, ge=1, le=7 * 24 * 3600, description="seconds of event time")
     min_steps: int = Field(100, ge=1, description="steps needed in the window to judge")
+    for_s: int = Field(60, ge=0, le=7 * 24 * 3600, description="active this long before it fires (pending)")
+    keep_firing_for_s: int = Field(300, ge=0, le=7 * 24 * 3600,
+                                   description="clear this long before a firing alert resolves")
+    resolve_threshold: Optional[float] = Field(None, ge=0, le=1,
+                                               description="resolves at or below this (<= threshold); "
+                                                           "null: the threshold")
     run_pattern: Optional[str] = Field(None, description="glob on run names; null = all runs")
     stage: Literal[wire.STEP_STAGES] = "decode"  # type: ignore[valid-type]
-    webhook_url: Optional[str] = Field(None, description="default: REPLAYSCOPE_ALERT_WEBHOOK")
+    webhook_url: Optional[str] = Field(None, description="http(s); default: REPLAYSCOPE_ALERT_WEBHOOK. "
+                                                         "Shown as scheme and host to readers without the token")
     enabled: bool = True
 
 

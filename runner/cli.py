@@ -177,7 +177,7 @@ class TeeSink:
 
 
 def run_command(args) -> int:
-    from runner.emitter import Emitter
+    from runner.emitter import Emitter, sigterm_as_interrupt
     from runner.engine import DecodeEngine
 
     config = config_from_args(args)          # every flag is checked before anything is written
@@ -189,8 +189,8 @@ def run_command(args) -> int:
     record = engine.run_record()
     emitter = Emitter(sink, record) if sink is not None else None
     engine.emitter = emitter
-    with emitter if emitter is not None else contextlib.nullcontext():   # ends the run however it ends
-        engine.setup()
+    with sigterm_as_interrupt(), emitter if emitter is not None else contextlib.nullcontext():
+        engine.setup()                       # the emitter ends the run however it ends (SIGTERM: interrupted)
         stats = engine.run()
     print(summary_line(record, engine, stats), file=sys.stderr)
     return 0

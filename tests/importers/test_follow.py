@@ -170,7 +170,7 @@ def test_an_alert_fires_in_a_running_collector_while_a_followed_log_grows(tmp_pa
     settings = Settings(token="s3cret", evaluate_every_s=0.1)
     with serving(create_server(store, settings, dashboard=False)) as url:
         post_json(url + "/v1/alert-rules", {"name": "eager", "threshold": 0.5, "window_s": 600, "min_steps": 5,
-                                           "stage": "decode"}, token="s3cret")
+                                           "stage": "decode", "for_s": 0}, token="s3cret")
         grown = {"n": 0}
 
         def sleep(seconds):
