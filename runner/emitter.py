@@ -360,7 +360,7 @@ class Emitter:
     def _timing_of(event: dict[str, Any]) -> Any:
         """The step's timing object, or None when its duration is already a number (or unknown)."""
         timing = event.get("duration_s")
-        if timing is None or type(timing) is float or event["kind"] != "step" or isinstance(timing, (int, float)):
+        if timing is None or isinstance(timing, (int, float)) or event["kind"] != "step":
             return None
         return timing
 
