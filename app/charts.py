@@ -133,6 +133,13 @@ def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
                    yaxis=dict(title=dict(text="padded share of decode tokens"), tickformat=".0%", rangemode="tozero"))
 
 
+def _timed_of(timed: int, steps: int) -> str:
+    """What a mean step time is taken over: 'N steps', or 'N timed steps of M' when not all were."""
+    if timed == steps:
+        return formats.plural(steps, "step")
+    return f"{formats.plural(timed, 'timed step')} of {steps:,}"
+
+
 def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
     """Mean step time per mode, grouped by stage."""
     timed = [r for r in step_times if r.get("mean_s") is not None]
@@ -144,7 +151,8 @@ def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
         if rows:
             traces.append(dict(type="bar", x=[r["stage"] for r in rows], y=[r["mean_s"] * 1000 for r in rows],
                                name=mode, marker=dict(color=MODE_COLORS[mode]),
-                               customdata=[[formats.seconds(r["mean_s"]), formats.plural(r["steps"], "step")]
+                               customdata=[[formats.seconds(r["mean_s"]),
+                                            _timed_of(r.get("timed_steps", r["steps"]), r["steps"])]
                                            for r in rows],
                                hovertemplate="%{x} " + mode + ": %{customdata[0]} mean over %{customdata[1]}"
                                                               "<extra></extra>"))

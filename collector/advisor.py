@@ -261,11 +261,11 @@ def measured_eager_weight(step_times: list[dict[str, Any]], backend: str | None)
     """eager/graph mean decode step time minus one, on real graph backends; else default."""
     if backend not in ("cuda", "compile"):
         return DEFAULT_EAGER_WEIGHT
-    def mean(modes: tuple[str, ...]) -> float | None:
+    def mean(modes: tuple[str, ...]) -> float | None:       # over the timed steps only
         rows = [r for r in step_times if r["mode"] in modes and r.get("stage") in ("decode", None)]
-        steps = sum(r["steps"] for r in rows)
+        timed = sum(r.get("timed_steps", r["steps"]) for r in rows)
         total = sum((r.get("total_s") or 0.0) for r in rows)
-        return total / steps if steps and total > 0 else None
+        return total / timed if timed and total > 0 else None
     eager, graph = mean(("eager",)), mean(("graph", "padded"))
     if eager is None or graph is None or eager <= graph:
         return DEFAULT_EAGER_WEIGHT

@@ -274,7 +274,8 @@ def batch_histogram(store: Store, run_id: str, stage: str | None = None) -> list
 
 
 def step_time_by_mode(store: Store, run_id: str) -> list[dict]:
-    """Step time per (stage, mode): stage, mode, steps, total_s, mean_s (over timed steps)."""
+    """Step time per (stage, mode): stage, mode, steps, timed_steps (steps with a duration), total_s
+    (their sum) and mean_s (over the timed steps; None when none was timed)."""
     with store.read() as conn:
         pk = _run_pk(conn, run_id)
         if pk is None:
@@ -284,8 +285,8 @@ def step_time_by_mode(store: Store, run_id: str) -> list[dict]:
                       sa.func.sum(sr.c.timed_steps))
             .where(sr.c.run_pk == pk, sr.c.bucket_s == WHOLE_RUN)
             .group_by(sr.c.stage, sr.c.mode).order_by(sr.c.stage, sr.c.mode)).all()
-    return [{"stage": stage, "mode": mode, "steps": int(n), "total_s": float(total or 0.0),
-             "mean_s": (float(total) / int(timed)) if timed else None}
+    return [{"stage": stage, "mode": mode, "steps": int(n), "timed_steps": int(timed or 0),
+             "total_s": float(total or 0.0), "mean_s": (float(total) / int(timed)) if timed else None}
             for stage, mode, n, total, timed in rows]
 
 

@@ -164,6 +164,7 @@ class StepTimeRow(BaseModel):
     stage: str
     mode: str
     steps: int
+    timed_steps: int
     total_s: float
     mean_s: Optional[float]
 

@@ -20,6 +20,7 @@ def add_parsers(sub) -> None:
     (``--enforce-eager``, ``--cudagraph-capture-sizes``/``--cuda-graph-bs``, ``--max-num-seqs``...).
     """
     from runner.plan import BACKENDS
+    from runner.timing import CUDA_TIME_EVERY
     from runner.workload import WORKLOADS
 
     run = sub.add_parser(
@@ -88,6 +89,10 @@ def add_parsers(sub) -> None:
                            help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
     telemetry.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
                                                            "unreachable (default: replayscope-spool-RUN.jsonl)")
+    telemetry.add_argument("--time-every", type=int, default=CUDA_TIME_EVERY, metavar="N",
+                           help="on CUDA, time the first step of each stage, mode and batch size and then "
+                                "every Nth one with CUDA events (1: every step); the others are recorded "
+                                "without a duration. CPU steps are all timed")
     telemetry.add_argument("--quiet", action="store_true", help="no progress bars")
 
     faults = run.add_argument_group("fault injection", "make a run fail or slow down on purpose, to see how "
@@ -145,7 +150,7 @@ def config_from_args(args) -> RunConfig:
         backend=backend, preset=None if args.model_dir else (args.preset or "tiny"),
         model_dir=args.model_dir, workload=args.workload, steps=args.steps, duration_s=args.duration,
         max_bs=max_bs, capture_sizes=sizes, padding=not args.no_padding,
-        compile=args.compile, seed=args.seed, parity_every=args.parity_every,
+        compile=args.compile, seed=args.seed, parity_every=args.parity_every, time_every=args.time_every,
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
         fail_capture_sizes=failing, slow_capture=_slow_captures(args.slow_capture),

@@ -1,10 +1,10 @@
 """Telemetry emitter: events leave the step loop through a queue and a background thread.
 
 ``Emitter.step`` appends one tuple to a deque and returns (well under 2 µs); it never
-blocks and never touches the GPU. Step durations may be given as a *timing* object
-(``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA events: the flush
-thread reads it only once ``ready()`` says the GPU got there, so no synchronisation is
-added. Sinks turn batches of wire events into JSON lines or HTTP posts.
+blocks and never touches the GPU. A step's duration is seconds, None (not timed), or a
+*timing* object (``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA
+events (``runner.timing``): the flush thread reads it only once ``ready()`` says the GPU got
+there, so no synchronisation is added. Sinks turn batches of wire events into JSON lines or HTTP posts.
 """
 
 from __future__ import annotations
@@ -272,9 +272,6 @@ class HttpSink:
         return True
 
 
-_STEP_FIELDS = ("stage", "mode", "raw_bs", "graph_bs", "num_tokens", "padded_tokens", "reason")
-
-
 class Emitter:
     """Sequence-numbers events and hands them to a sink from a background thread."""
 
@@ -324,7 +321,7 @@ class Emitter:
     # -- hot path -----------------------------------------------------------
     def step(self, stage: str, mode: str, raw_bs: int, graph_bs: int | None, num_tokens: int,
              padded_tokens: int, reason: str | None, timing: Any, evidence: str | None = None) -> None:
-        """Record one step. ``timing`` is seconds (float) or a timing object; ``evidence`` says
+        """Record one step. ``timing`` is seconds, None (not timed) or a timing object; ``evidence`` says
         what was seen that gave the reason, when the batch alone does not show it."""
         self._queue.append((next(self._seq), time.time(), "step",
                             (stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence),
@@ -335,21 +332,24 @@ class Emitter:
         self._queue.append((next(self._seq), time.time(), kind, fields, None))
 
     # -- background ---------------------------------------------------------
-    def _convert(self, item) -> dict[str, Any]:
+    @staticmethod
+    def _convert(item) -> dict[str, Any]:
         seq, ts, kind, fields, timing = item
         if kind != "step":
             return {"seq": seq, "ts": ts, "kind": kind, **fields}
-        event = dict(zip(_STEP_FIELDS, fields))
-        event.update(seq=seq, ts=ts, kind="step", duration_s=timing)
-        if fields[7] is not None:
-            event["evidence"] = fields[7]
+        stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence = fields
+        event = {"seq": seq, "ts": ts, "kind": "step", "stage": stage, "mode": mode, "raw_bs": raw_bs,
+                 "graph_bs": graph_bs, "num_tokens": num_tokens, "padded_tokens": padded_tokens,
+                 "reason": reason, "duration_s": timing}
+        if evidence is not None:
+            event["evidence"] = evidence
         return event
 
     @staticmethod
     def _timing_of(event: dict[str, Any]) -> Any:
-        """The step's timing object, or None when its duration is already a number."""
+        """The step's timing object, or None when its duration is already a number (or unknown)."""
         timing = event.get("duration_s")
-        if event["kind"] != "step" or timing is None or isinstance(timing, (int, float)):
+        if timing is None or isinstance(timing, (int, float)) or event["kind"] != "step":
             return None
         return timing
 

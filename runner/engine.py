@@ -25,6 +25,7 @@ from runner.graphs import GraphRunner, StaticInput, capturing_size, resolve_back
 from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
 from runner.plan import CapturePlan, default_capture_sizes
 from runner.progress import Progress
+from runner.timing import CUDA_TIME_EVERY, step_timing
 from runner.workload import Iteration, Request, Scheduler, workload_by_name
 
 VERIFY_MAX_BS = 16        # speculative requests are a minority: fewer verify graphs
@@ -46,6 +47,7 @@ class RunConfig:
     compile: bool = False
     seed: int = 0
     parity_every: int = 0
+    time_every: int = CUDA_TIME_EVERY     # on CUDA, time 1 step in N of each stage, mode and batch size
     lora_graph_adapters: int = 3      # adapters 1..K live in the graphs' LoRA bank
     verify_draft_len: int = 3         # k the verify graphs are captured with
     device: str | None = None
@@ -69,6 +71,8 @@ class RunConfig:
             raise ReplayscopeError(f"--max-bs must be at least 1, got {self.max_bs}")
         if self.parity_every < 0:
             raise ReplayscopeError("--parity-every must be >= 0")
+        if self.time_every < 1:
+            raise ReplayscopeError(f"--time-every must be at least 1, got {self.time_every}")
         if self.slow_load_mbps is not None and not self.slow_load_mbps > 0:
             raise ReplayscopeError(f"--slow-load-mbps must be positive, got {self.slow_load_mbps}")
         if self.memory_cap_gib is not None and not self.memory_cap_gib > 0:
@@ -155,6 +159,7 @@ class DecodeEngine:
                 "compile": self.backend == "compile", "workload": asdict(self.spec), "seed": config.seed,
                 "lora_graph_adapters": config.lora_graph_adapters,
                 "verify_draft_len": config.verify_draft_len, "parity_every": config.parity_every,
+                "step_timing": step_timing(self.device.type == "cuda", config.time_every),
                 "fail_capture_sizes": list(config.fail_capture_sizes),
                 "weights": "checkpoint" if config.model_dir else "random",
                 "memory_cap_bytes": None if config.memory_cap_gib is None else int(config.memory_cap_gib * 2**30),
@@ -249,7 +254,7 @@ class DecodeEngine:
         plan = CapturePlan(config.sizes, padding=config.padding,
                            lora_adapters=frozenset(self.resident_rows) - {0})
         common = dict(backend=self.backend, device=self.device, emitter=self.emitter,
-                      parity_every=config.parity_every, progress=config.progress,
+                      parity_every=config.parity_every, progress=config.progress, time_every=config.time_every,
                       parity_tolerance=PARITY_TOLERANCE.get(self.model.tok_embeddings.weight.dtype))
         decode_step = self._with_injected_faults(self._graph_step)
         self.decode_runner = GraphRunner(decode_step, self._static_inputs(1), plan, stage="decode", **common)

@@ -11,6 +11,10 @@ call ``capture()`` once, then ``step()`` per batch. Each batch goes through the 
   ``pad_value`` and outputs are sliced back to the real rows;
 - ``eager``: the step callable runs on the batch as given, with the reason recorded.
 
+With an emitter, every step is an event. On CUDA its duration comes from CUDA events on the
+first step of each (stage, mode, batch size) and every ``time_every``-th one after it (default
+8; 1 times every step), read later without synchronising; the other steps carry no duration.
+
 Capture never kills the process: a failed compile falls back to
 capture without compile, a failed capture drops that size, and if nothing captures
 the runner runs eager and says so; each rung is a ``degrade`` event.
@@ -31,6 +35,7 @@ from runner.dispatch import BatchShape, Decision, dispatch
 from runner.errors import ReplayscopeError
 from runner.plan import BACKENDS, CapturePlan
 from runner.progress import Progress
+from runner.timing import CUDA_TIME_EVERY, CudaClock, HostClock, step_timing
 
 _HUGE = 3.0e38   # divergence past float32's range is reported as this, keeping the wire finite
 
@@ -69,73 +74,6 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     if backend == "cuda" and device.type != "cuda":
         raise ReplayscopeError("backend 'cuda' needs a CUDA device; use 'static' or 'auto' on CPU")
     return backend
-
-
-class _CudaTiming:
-    """A pair of CUDA events around one step, read by the emitter once the GPU passed it."""
-
-    __slots__ = ("start", "end", "pool")
-
-    def __init__(self, pool: list):
-        self.pool = pool
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-
-    def ready(self) -> bool:
-        return self.end.query()
-
-    def wait(self) -> None:
-        self.end.synchronize()
-
-    def seconds(self) -> float:
-        return self.start.elapsed_time(self.end) / 1000.0
-
-    def release(self) -> None:
-        self.pool.append(self)
-
-
-class _HostClock:
-    """Step time on the host: what a CPU step costs."""
-
-    @staticmethod
-    def start() -> float:
-        return time.perf_counter()
-
-    @staticmethod
-    def stop(started: float) -> float:
-        return time.perf_counter() - started
-
-
-class _CudaClock:
-    """Step time on the GPU: pooled event pairs recorded on the current stream, read later.
-
-    ``torch.cuda.current_stream()`` builds a Python Stream object per call; the raw
-    handle is one C call, so the Stream object is looked up only when the stream changed.
-    """
-
-    def __init__(self, device: torch.device):
-        self.index = device.index
-        self.pool: list[_CudaTiming] = []
-        self._raw_stream: int | None = None
-        self._stream: Any = None
-
-    def _current_stream(self) -> Any:
-        if self.index is None:
-            self.index = torch.cuda.current_device()
-        raw = torch._C._cuda_getCurrentRawStream(self.index)
-        if raw != self._raw_stream:
-            self._stream = torch.cuda.current_stream(self.index)
-            self._raw_stream = raw
-        return self._stream
-
-    def start(self) -> _CudaTiming:
-        timing = self.pool.pop() if self.pool else _CudaTiming(self.pool)
-        timing.start.record(self._current_stream())
-        return timing
-
-    def stop(self, timing: _CudaTiming) -> _CudaTiming:
-        timing.end.record(self._current_stream())
-        return timing
 
 
 @dataclass
@@ -186,11 +124,14 @@ class GraphRunner:
                  backend: str = "auto", device: torch.device | str | None = None,
                  emitter: Any = None, stage: str = "decode", max_bs: int | None = None,
                  parity_every: int = 0, parity_tolerance: float | None = None,
-                 warmup_iters: int = 2, pool: Any = None, progress: bool = True):
+                 warmup_iters: int = 2, pool: Any = None, progress: bool = True,
+                 time_every: int = CUDA_TIME_EVERY):
         if stage not in wire.CAPTURE_STAGES:
             raise ReplayscopeError(f"stage must be one of {', '.join(wire.CAPTURE_STAGES)}, got {stage!r}")
         if not inputs:
             raise ReplayscopeError("a graph runner needs at least one StaticInput")
+        if type(time_every) is not int or time_every < 1:
+            raise ReplayscopeError(f"time_every must be a whole number >= 1, got {time_every!r}")
         names = [i.name for i in inputs]
         if len(set(names)) != len(names):
             raise ReplayscopeError(f"static input names must be unique: {names}")
@@ -217,7 +158,9 @@ class GraphRunner:
         self._buffers: dict[str, torch.Tensor] = {}
         self._dirty_until = 0     # rows at and above this index hold pad values
         self._replays = 0
-        self._clock = _CudaClock(self.device) if self.device.type == "cuda" else _HostClock()
+        # Steps on CUDA are timed by events on 1 step in ``time_every`` per (stage, mode, batch
+        # size); the others carry no duration (runner.timing says why). CPU steps: every one.
+        self._clock = CudaClock(self.device.index, time_every) if self.device.type == "cuda" else HostClock()
         # Per-size views and shapes, made once: the step path only looks them up. The device
         # inputs must be on is known up front, except plain "cuda" (the current device at capture).
         self._buffer_device = None if self.device.type == "cuda" and self.device.index is None else self.device
@@ -235,6 +178,11 @@ class GraphRunner:
     def plan(self, plan: CapturePlan) -> None:
         self._plan = plan
         self._decisions: dict[tuple[str, int, int], Decision] = {}   # dispatch is pure: memoised per plan
+
+    @property
+    def step_timing(self) -> dict[str, Any]:
+        """How steps are timed: every step on the host (CPU), 1 in ``time_every`` with CUDA events."""
+        return step_timing(isinstance(self._clock, CudaClock), self._clock.every)
 
     # -- capture ------------------------------------------------------------
     def capture(self) -> CaptureReport:
@@ -405,7 +353,7 @@ class GraphRunner:
                  num_tokens: int | None, eager_fn: Callable[..., Any] | None) -> Any:
         emitter = self.emitter
         if emitter is not None:
-            timing = self._clock.start()
+            timing = self._clock.start((stage, decision.mode, raw_bs))
         graph_bs = decision.graph_bs
         replayed = decision.mode != "eager"
         if replayed:

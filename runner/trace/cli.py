@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from runner.timing import CUDA_TIME_EVERY
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     target = parser.add_mutually_exclusive_group()
@@ -21,6 +23,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the program's step function, e.g. mypkg.engine:Engine.decode_step "
                              "(__main__:step for a function of the script itself); vLLM, SGLang and "
                              "transformers generate are recognised without it")
+    parser.add_argument("--time-every", type=int, default=CUDA_TIME_EVERY, metavar="N",
+                        help="on CUDA, time the first step of each stage and batch size and then every Nth "
+                             "one with CUDA events (1: every step); the others are recorded without a "
+                             "duration")
     parser.add_argument("program", nargs=argparse.REMAINDER, metavar="-- COMMAND ...",
                         help="the command to run, unmodified")
 
@@ -32,7 +38,8 @@ def add_parser(sub) -> None:
                     "CUDA-graph capture (size, duration, pool memory, failure), every replay, and "
                     "per step graph, padded or eager with the cause (Inductor's own reasons "
                     "included). See docs/trace.md.",
-        usage="%(prog)s (--collector URL | --events FILE) [--name N] [--step MODULE:QUALNAME] -- COMMAND ...")
+        usage="%(prog)s (--collector URL | --events FILE) [--name N] [--step MODULE:QUALNAME] "
+              "[--time-every N] -- COMMAND ...")
     add_arguments(trace)
     trace.set_defaults(handler=trace_command)
 
@@ -41,4 +48,4 @@ def trace_command(args) -> int:
     from runner.trace.launch import run_traced
 
     return run_traced(list(args.program), collector=args.collector, events=args.events, token=args.token,
-                      name=args.name, step=args.step)
+                      name=args.name, step=args.step, time_every=args.time_every)

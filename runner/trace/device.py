@@ -1,14 +1,14 @@
 """What the tracer reads from the device: memory, step timing, whether CUDA is in use.
 
 Nothing here synchronises the device: memory figures are the caching allocator's host-side
-counters, step durations are pairs of CUDA events read by the emitter's thread once the GPU
-has passed them. torch is imported on first use, never at import, because the tracer starts
+counters (step durations: ``runner.timing``, CUDA events read by the emitter's thread once the
+GPU has passed them). torch is imported on first use, never at import, because the tracer starts
 with the process (before the program imports torch, if it ever does).
 """
 
 from __future__ import annotations
 
-import time
+import sys
 from typing import Any
 
 
@@ -35,8 +35,12 @@ def cuda_state() -> str:
 
 
 def cuda_in_use() -> bool:
-    torch = _torch()
-    return torch.cuda.is_initialized()
+    """Whether this process has initialised CUDA (never imports torch to find out)."""
+    torch = sys.modules.get("torch")
+    try:
+        return torch is not None and torch.cuda.is_initialized()
+    except Exception:  # noqa: BLE001 (torch half-imported)
+        return False
 
 
 def reserved_bytes() -> int | None:
@@ -82,59 +86,12 @@ def torch_version() -> str | None:
         return None
 
 
-class CudaTiming:
-    """A pair of CUDA events around one step, read by the emitter once the GPU passed them."""
-
-    __slots__ = ("start", "end", "pool")
-
-    def __init__(self, pool: list):
-        torch = _torch()
-        self.pool = pool
-        self.start = torch.cuda.Event(enable_timing=True)
-        self.end = torch.cuda.Event(enable_timing=True)
-
-    def ready(self) -> bool:
-        try:
-            return self.end.query()
-        except Exception:  # noqa: BLE001 (a CUDA error after the step: report no duration)
-            return True
-
-    def wait(self) -> None:
-        try:
-            self.end.synchronize()
-        except Exception:  # noqa: BLE001
-            pass
-
-    def seconds(self) -> float | None:
-        try:
-            return self.start.elapsed_time(self.end) / 1000.0
-        except Exception:  # noqa: BLE001
-            return None
-
-    def release(self) -> None:
-        self.pool.append(self)
-
-
-def start_timing(pool: list) -> Any:
-    """CUDA events on the current stream when CUDA is in use and not capturing; else host time."""
-    torch = _torch()
-    if torch.cuda.is_initialized() and not torch.cuda.is_current_stream_capturing():
-        timing = pool.pop() if pool else CudaTiming(pool)
-        timing.start.record()
-        return timing
-    return time.perf_counter()
-
-
-def stop_timing(timing: Any) -> Any:
-    if isinstance(timing, float):
-        return time.perf_counter() - timing
-    timing.end.record()
-    return timing
-
-
-def drop_timing(timing: Any) -> None:
-    if isinstance(timing, CudaTiming):
-        timing.release()
+def capturing() -> bool:
+    """Whether the current stream is capturing a CUDA graph (no event may be recorded on it then)."""
+    try:
+        return bool(_torch().cuda.is_current_stream_capturing())
+    except Exception:  # noqa: BLE001 (cannot tell: take it as capturing, and record nothing)
+        return True
 
 
 def allow_synchronisation() -> None:

@@ -21,12 +21,14 @@ import uuid
 from pathlib import Path
 
 from runner.errors import ReplayscopeError
+from runner.timing import CUDA_TIME_EVERY
 from runner.trace.settings import REGISTRY_FILE, STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
 
 
-def check_arguments(command: list[str], collector: str | None, events: str | None, step: str | None) -> None:
+def check_arguments(command: list[str], collector: str | None, events: str | None, step: str | None,
+                    time_every: int = CUDA_TIME_EVERY) -> None:
     """Every argument checked before anything runs or is written."""
     if not command:
         raise ReplayscopeError("give the command to trace after --, e.g. "
@@ -40,6 +42,8 @@ def check_arguments(command: list[str], collector: str | None, events: str | Non
             raise ReplayscopeError(f"--events {events} is a directory")
         if not os.path.isdir(os.path.dirname(os.path.abspath(events))):
             raise ReplayscopeError(f"--events {events}: its directory does not exist")
+    if time_every < 1:
+        raise ReplayscopeError(f"--time-every must be at least 1, got {time_every}")
     if step is not None and not STEP_SPEC.match(step):
         raise ReplayscopeError(f"--step {step!r}: name the step function as MODULE:QUALNAME, e.g. "
                                f"mypkg.engine:Engine.decode_step (or __main__:step for a script)")
@@ -73,11 +77,11 @@ def default_name(command: list[str]) -> str:
 
 def run_traced(command: list[str], *, collector: str | None = None, events: str | None = None,
                token: str | None = None, name: str | None = None, step: str | None = None,
-               out=sys.stderr) -> int:
+               time_every: int = CUDA_TIME_EVERY, out=sys.stderr) -> int:
     """Run ``command`` traced; returns its exit status (128 + N when a signal N ended it)."""
     if command and command[0] == "--":
         command = command[1:]
-    check_arguments(command, collector, events, step)
+    check_arguments(command, collector, events, step, time_every)
     workdir = tempfile.mkdtemp(prefix="replayscope-trace-")
     try:
         boot, lib = prepare_workdir(workdir)
@@ -86,7 +90,8 @@ def run_traced(command: list[str], *, collector: str | None = None, events: str 
             os.remove(events_path)        # the trace writes it anew, as `replayscope run --events` does
         settings = TraceSettings(trace_id=uuid.uuid4().hex[:12], name=name or default_name(command),
                                  command=tuple(command), events=events_path, collector=collector,
-                                 token=token, step=step, lib=lib, workdir=workdir, parent_pid=os.getpid())
+                                 token=token, step=step, lib=lib, workdir=workdir, parent_pid=os.getpid(),
+                                 time_every=time_every)
         code = _run(command, child_environment(settings, boot))
         for line in summary_lines(os.path.join(workdir, REGISTRY_FILE), collector):
             print(line, file=out)

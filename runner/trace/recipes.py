@@ -116,19 +116,33 @@ def _first_tensor(values: Any, tensor_type: type) -> Any:
     return None
 
 
+_NO_BATCH = StepBatch("decode", None)
+_BATCHES: dict[tuple[int, int], StepBatch] = {}      # (rows, tokens) -> its StepBatch, made once
+_BATCHES_KEPT = 4096
+
+
 def tensor_batch(args: tuple, kwargs: dict) -> StepBatch:
     """The batch of a step named with --step: the leading dimension of its first tensor argument
-    (looked for in the arguments, then one level into dicts, lists and tuples)."""
+    (looked for in the arguments, then one level into dicts, lists and tuples). A 2-D integer
+    tensor (token ids) counts rows x columns tokens; anything else one token per row."""
     global _TENSOR
     if _TENSOR is None:
         import torch
         _TENSOR = torch.Tensor
     tensor = _first_tensor(args + tuple(kwargs.values()) if kwargs else args, _TENSOR)
-    if tensor is not None and tensor.dim() >= 1 and tensor.shape[0] >= 1:
-        rows = tensor.shape[0]
-        per_row = tensor.shape[1] if tensor.dim() == 2 and not tensor.is_floating_point() else 1
-        return StepBatch("decode", rows, rows * max(per_row, 1))
-    return StepBatch("decode", None)
+    if tensor is None:
+        return _NO_BATCH
+    shape = tensor.shape
+    if not shape or shape[0] < 1:
+        return _NO_BATCH
+    rows = shape[0]
+    tokens = rows * shape[1] if len(shape) == 2 and shape[1] > 1 and not tensor.is_floating_point() else rows
+    batch = _BATCHES.get((rows, tokens))
+    if batch is None:
+        batch = StepBatch("decode", rows, tokens)
+        if len(_BATCHES) < _BATCHES_KEPT:
+            _BATCHES[(rows, tokens)] = batch
+    return batch
 
 
 def resolve(owner: Any, qualname: str) -> tuple[Any, str]:

@@ -12,6 +12,8 @@ import os
 import re
 from dataclasses import dataclass
 
+from runner.timing import CUDA_TIME_EVERY
+
 ENV_ON = "REPLAYSCOPE_TRACE"
 ENV_ID = "REPLAYSCOPE_TRACE_ID"
 ENV_NAME = "REPLAYSCOPE_TRACE_NAME"
@@ -23,6 +25,7 @@ ENV_LIB = "REPLAYSCOPE_TRACE_LIB"         # a folder holding replayscope's ``run
 ENV_DIR = "REPLAYSCOPE_TRACE_DIR"         # the trace's working folder: the processes' registry
 ENV_PARENT_PID = "REPLAYSCOPE_TRACE_PARENT_PID"
 ENV_COMMAND = "REPLAYSCOPE_TRACE_COMMAND"
+ENV_TIME_EVERY = "REPLAYSCOPE_TRACE_TIME_EVERY"
 
 STEP_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 REGISTRY_FILE = "runs.jsonl"
@@ -40,11 +43,12 @@ class TraceSettings:
     lib: str | None = None
     workdir: str | None = None
     parent_pid: int | None = None
+    time_every: int = CUDA_TIME_EVERY   # on CUDA, steps timed with events: 1 in N per stage and batch size
 
     def environment(self) -> dict[str, str]:
         """The variables that carry these settings to the traced processes."""
         env = {ENV_ON: "1", ENV_ID: self.trace_id, ENV_NAME: self.name,
-               ENV_COMMAND: json.dumps(list(self.command))}
+               ENV_COMMAND: json.dumps(list(self.command)), ENV_TIME_EVERY: str(self.time_every)}
         optional = {ENV_STEP: self.step, ENV_EVENTS: self.events, ENV_COLLECTOR: self.collector,
                     ENV_TOKEN: self.token, ENV_LIB: self.lib, ENV_DIR: self.workdir,
                     ENV_PARENT_PID: None if self.parent_pid is None else str(self.parent_pid)}
@@ -62,11 +66,13 @@ class TraceSettings:
         except ValueError:
             command = ()
         parent = environ.get(ENV_PARENT_PID, "")
+        every = environ.get(ENV_TIME_EVERY, "")
         return cls(trace_id=environ[ENV_ID], name=environ.get(ENV_NAME) or "trace", command=command,
                    events=environ.get(ENV_EVENTS) or None, collector=environ.get(ENV_COLLECTOR) or None,
                    token=environ.get(ENV_TOKEN) or None, step=environ.get(ENV_STEP) or None,
                    lib=environ.get(ENV_LIB) or None, workdir=environ.get(ENV_DIR) or None,
-                   parent_pid=int(parent) if parent.isdigit() else None)
+                   parent_pid=int(parent) if parent.isdigit() else None,
+                   time_every=int(every) if every.isdigit() and int(every) >= 1 else CUDA_TIME_EVERY)
 
 
 def events_path_for(events: str, pid: int, first: bool) -> str:

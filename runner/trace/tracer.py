@@ -1,7 +1,7 @@
 """One traced process: its run, the graphs it captured, the step in progress, its events.
 
 The hooks (``runner.trace.hooks``, ``runner.trace.recipes``) call into the one ``Tracer`` of
-the process. The replay path is a counter and an attribute read; everything else (capture,
+the process. The replay path is a counter and a list append; everything else (capture,
 compile, a step's end) happens once per capture or per step. Events go through the runner's
 ``Emitter`` (a queue and a background thread: nothing blocks the program, nothing
 synchronises the device). A process gets a run only when it has something to report: its
@@ -22,6 +22,7 @@ from collections import Counter
 from typing import Any, Callable
 
 from runner.emitter import Emitter, HttpSink, JsonlSink
+from runner.timing import CudaClock, step_timing
 from runner.trace import device
 from runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason,
                                  replayed)
@@ -192,14 +193,13 @@ class Tracer:
         self.step_tokens = 0
         self.step_hint: Cause | None = None
         self.step_timing: Any = None
-        self.step_replays = 0
-        self.step_max_bs = 0
-        self.step_unknown: list[Any] = []
+        self._cuda_clock: CudaClock | None = None     # once the process uses CUDA
+        self._replayed: dict[tuple[int, int], Any] = {}
+        self.step_graphs: list[Any] = []       # the graphs replayed in the step so far, in order
         self.step_inductor: Cause | None = None
         self.step_captures = 0
-        self._timings: list = []
         self.total_replays = 0
-        self.outside_replays = 0
+        self.step_replays_total = 0             # replays inside steps (the others were outside any)
         self.steps = 0
         self.modes: Counter = Counter()
         self.reasons: Counter = Counter()
@@ -237,7 +237,8 @@ class Tracer:
                "config": {"trace": {"trace_id": self.settings.trace_id, "pid": self.pid,
                                     "ppid": os.getppid(), "process": self.label,
                                     "command": list(self.settings.command), "step": self.settings.step,
-                                    "recipes": list(self.recipes), "hooks": list(self.hooks)}}}
+                                    "recipes": list(self.recipes), "hooks": list(self.hooks),
+                                    "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every)}}}
         sink, target = self._sink()
         emitter = Emitter(sink, run)
         self.run, self.emitter = run, emitter
@@ -475,55 +476,47 @@ class Tracer:
         self.emit("phase", phase="compile", start_ts=started_ts, duration_s=duration, rank=self._label())
 
     # -- replays and steps ------------------------------------------------------
-    def on_replay(self, graph: Any) -> None:
-        self.total_replays += 1
-        if not self.in_step:
-            self.outside_replays += 1
-            return
-        self.step_replays += 1
-        try:
-            size = graph._replayscope_bs
-        except AttributeError:
-            size = 0
-        if size:
-            if size > self.step_max_bs:
-                self.step_max_bs = size
-        else:
-            self.step_unknown.append(graph)
-
     def step_begin(self, stage: str, raw_bs: int | None, num_tokens: int | None = None,
                    hint: Cause | None = None) -> bool:
         """A step starts. False when one is already running (the call is part of it)."""
         if self.in_step or self.closed:
             return False
         try:
-            self._step_begin(stage, raw_bs, num_tokens, hint)
+            self.in_step = True
+            self.step_stage = stage
+            self.step_bs = raw_bs
+            self.step_tokens = num_tokens if num_tokens is not None else (raw_bs or 0)
+            self.step_hint = hint
+            self.step_captures = 0
+            self.step_inductor = None
+            self.step_timing = self._start_timing(stage, raw_bs)
         except Exception as error:  # noqa: BLE001
             self.in_step = False
             self.hook_error("step", error)
             return False
         return True
 
-    def _step_begin(self, stage: str, raw_bs: int | None, num_tokens: int | None, hint: Cause | None) -> None:
-        self.in_step = True
-        self.step_stage = stage
-        self.step_bs = raw_bs
-        self.step_tokens = num_tokens if num_tokens is not None else (raw_bs or 0)
-        self.step_hint = hint
-        self.step_replays = 0
-        self.step_max_bs = 0
-        self.step_captures = 0
-        self.step_inductor = None
-        if self.step_unknown:
-            self.step_unknown = []
-        self.step_timing = device.start_timing(self._timings)
+    def _start_timing(self, stage: str, raw_bs: int | None) -> Any:
+        """Host time while the process has not used CUDA; then CUDA events on a sample of steps
+        (``runner.timing``: the first of each stage and batch size, then every Nth), never while
+        the stream is capturing (an event recorded there would break the capture)."""
+        if self._cuda_clock is None:
+            if not device.cuda_in_use():
+                return time.perf_counter()
+            self._cuda_clock = CudaClock(None, self.settings.time_every)
+        clock = self._cuda_clock
+        if not clock.due((stage, raw_bs)) or device.capturing():
+            return None
+        return clock.record_start()
 
     def step_abort(self) -> None:
         """The step raised: the program's error ends the run; the step is not recorded."""
         if self.in_step:
             self.in_step = False
-            device.drop_timing(self.step_timing)
+            CudaClock.drop(self.step_timing)
             self.step_timing = None
+            self.step_replays_total += len(self.step_graphs)
+            self.step_graphs.clear()
 
     def step_end(self) -> None:
         if not self.in_step:
@@ -535,40 +528,63 @@ class Tracer:
             self.hook_error("step", error)
 
     def _step_end(self) -> None:
-        timing = device.stop_timing(self.step_timing)
+        timing = self.step_timing
+        if timing is not None:
+            if type(timing) is float:
+                timing = time.perf_counter() - timing
+            else:
+                timing.end.record(timing.stream)        # the end, on the stream the start was recorded on
         self.in_step = False
         self.step_timing = None
         raw_bs = self.step_bs
-        if self.step_unknown and raw_bs:
-            for graph in self.step_unknown:
-                if "_replayscope_pending" in graph.__dict__:
-                    self._bind_unsized(graph, raw_bs)
-                    self.step_max_bs = max(self.step_max_bs, raw_bs)
+        graphs = self.step_graphs
+        replays = len(graphs)
+        max_bs = 0
+        if replays:
+            self.step_replays_total += replays
+            unknown = []
+            for graph in graphs:
+                size = getattr(graph, "_replayscope_bs", 0)
+                if size > max_bs:
+                    max_bs = size
+                elif not size:
+                    unknown.append(graph)
+            graphs.clear()
+            if unknown and raw_bs:
+                for graph in unknown:
+                    if "_replayscope_pending" in graph.__dict__:
+                        self._bind_unsized(graph, raw_bs)
+                        max_bs = max(max_bs, raw_bs)
         if raw_bs is None:
-            raw_bs = self.step_max_bs or 1
+            raw_bs = max_bs or 1
             self.warn("step_batch_unknown", "a step's arguments hold no tensor to read its batch size "
                                             "from; such steps are recorded with the size of the graph "
                                             "they replayed (or 1)", once="step_batch_unknown")
         outcome = None
-        if self.step_replays and self.step_inductor is None:
-            outcome = replayed(raw_bs, self.step_max_bs)      # the common case, decided at once
+        if replays and self.step_inductor is None:
+            # The common case, decided at once (and kept per batch and graph size).
+            key = (raw_bs, max_bs)
+            outcome = self._replayed.get(key)
+            if outcome is None:
+                outcome = self._replayed[key] = replayed(raw_bs, max_bs)
         if outcome is None:
             outcome = decide(StepFacts(
-                stage=self.step_stage, raw_bs=raw_bs, replays=self.step_replays, replayed_bs=self.step_max_bs,
+                stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
                 inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
-                cuda=device.cuda_state() if not self.step_replays and self.step_inductor is None else "ok",
+                cuda=device.cuda_state() if not replays and self.step_inductor is None else "ok",
                 captured_sizes=self.captured_sizes))
+        mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
         tokens = self.step_tokens
-        padded = (outcome.graph_bs - raw_bs) * max(tokens // raw_bs, 1) if outcome.mode == "padded" else 0
-        emitter = self._ensure_run()
+        padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
+        emitter = self.emitter if self.emitter is not None else self._ensure_run()
         self.steps += 1
-        self.modes[outcome.mode] += 1
-        if outcome.reason is not None:
-            self.reasons[outcome.reason] += 1
+        self.modes[mode] += 1
+        if reason is not None:
+            self.reasons[reason] += 1
         if emitter is not None:
-            emitter.step(self.step_stage, outcome.mode, raw_bs, outcome.graph_bs, tokens, padded,
-                         outcome.reason, timing, outcome.evidence)
-        self._maybe_capture_phase()
+            emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, outcome.evidence)
+        if not self._capture_phase_sent:
+            self._maybe_capture_phase()
 
     # -- the end ----------------------------------------------------------------
     def uncaught(self, exc_type: type, exc: BaseException) -> None:
@@ -595,9 +611,10 @@ class Tracer:
             self._ensure_run()
             self.closed = True
         self._maybe_capture_phase(final=True)
-        if self.steps == 0 and self.outside_replays:
+        outside_replays = self.total_replays - self.step_replays_total
+        if self.steps == 0 and outside_replays:
             self.warn("no_step_function",
-                      f"{self.outside_replays} graph replays were seen outside any step: name the "
+                      f"{outside_replays} graph replays were seen outside any step: name the "
                       f"program's step function with --step MODULE:QUALNAME to get per-step modes")
         if self._unsized:
             self.warn("graph_size_unknown",

@@ -111,3 +111,11 @@ def test_flags_are_ready_to_copy():
         "vllm_config": 'compilation_config={"cudagraph_capture_sizes": [1, 4, 16]}',
         "sglang": "--cuda-graph-bs 1 4 16",
     }
+
+
+def test_the_measured_eager_weight_is_a_ratio_of_means_over_timed_steps():
+    from collector.advisor import measured_eager_weight
+
+    rows = [{"stage": "decode", "mode": "graph", "steps": 800, "timed_steps": 100, "total_s": 0.2},
+            {"stage": "decode", "mode": "eager", "steps": 40, "timed_steps": 10, "total_s": 0.06}]
+    assert measured_eager_weight(rows, "cuda") == pytest.approx(0.006 / 0.002 - 1.0)

@@ -72,3 +72,13 @@ def test_the_capture_figures_memory_axis_has_its_own_round_ticks():
     yaxis2 = fig.to_plotly_json()["layout"]["yaxis2"]
     assert yaxis2["tickmode"] == "auto"              # not synced to the seconds axis (61.0514 MiB)
     assert yaxis2["title"]["text"] == "MiB" and yaxis2["rangemode"] == "tozero"
+
+
+def test_a_mean_step_time_says_how_many_steps_were_timed():
+    fig = charts.step_time_figure([
+        {"stage": "decode", "mode": "graph", "steps": 800, "timed_steps": 100, "total_s": 0.15, "mean_s": 0.0015},
+        {"stage": "decode", "mode": "eager", "steps": 3, "timed_steps": 3, "total_s": 0.03, "mean_s": 0.01},
+    ]).to_plotly_json()
+    eager, graph = sorted(fig["data"], key=lambda trace: trace["name"])
+    assert [row[1] for row in graph["customdata"]] == ["100 timed steps of 800"]
+    assert [row[1] for row in eager["customdata"]] == ["3 steps"]

@@ -29,6 +29,7 @@ def run_cli(capsys, *argv):
     (["--capture-sizes", "1,two"], "--capture-sizes: 'two' is not an integer"),
     (["--capture-sizes", "0,4"], "batch sizes must be >= 1, got 0"),
     (["--parity-every", "-2"], "--parity-every must be >= 0"),
+    (["--time-every", "0"], "--time-every must be at least 1, got 0"),
     (["--preset", "huge"], "unknown model preset 'huge'"),
     (["--collector", "ftp://example"], "--collector 'ftp://example' is not an http(s) URL"),
     (["--arrival-rate", "0"], "arrival rate must be positive, got 0.0"),
@@ -125,6 +126,7 @@ def test_a_good_run_writes_an_events_file_that_passes_the_contract(capsys, tmp_p
     assert run["backend"] == "static" and run["device"] == "cpu" and run["source"] == "runner"
     assert run["config"]["capture_sizes"] == [1, 2, 4, 8] and run["config"]["seed"] == 4
     assert [e["seq"] for e in lines] == list(range(len(lines)))
+    assert run["config"]["step_timing"] == {"clock": "host", "every": 1}     # CPU: every step, on the host
     assert sum(e["kind"] == "step" for e in lines) == 60
     assert lines[-1]["kind"] == "run_end" and lines[-1]["status"] == "finished"
     assert "run cli-run-1 (cli test, backend static on cpu): 60 steps" in err

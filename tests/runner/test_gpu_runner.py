@@ -3,6 +3,9 @@
 Run on the device machine with ``pytest -m gpu``; skipped where CUDA is absent.
 """
 
+import collections
+import statistics
+
 import pytest
 import torch
 
@@ -12,6 +15,7 @@ from runner.engine import DecodeEngine, RunConfig
 from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
+from runner.timing import CUDA_TIME_EVERY
 
 pytestmark = pytest.mark.gpu
 BF16_TOL = 2e-2
@@ -31,7 +35,7 @@ class ListSink:
         pass
 
 
-def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None):
+def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None, time_every=CUDA_TIME_EVERY):
     def step(tokens, positions, slots):
         logits = model(tokens, positions, slots)
         return logits.argmax(-1), logits
@@ -39,7 +43,22 @@ def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None):
     inputs = [StaticInput("tokens", (1,), torch.long), StaticInput("positions", (1,), torch.long),
               StaticInput("slots", (), torch.long, pad_value=scratch)]
     return GraphRunner(step, inputs, CapturePlan(sizes), backend="cuda", device="cuda", emitter=emitter,
-                       parity_every=parity_every, progress=False), step
+                       parity_every=parity_every, progress=False, time_every=time_every), step
+
+
+def sampled(keys, every=CUDA_TIME_EVERY):
+    """Which steps carry a duration: the first of each key, then every ``every``-th of that key."""
+    seen = collections.Counter()
+    timed = []
+    for key in keys:
+        timed.append(seen[key] % every == 0)
+        seen[key] += 1
+    return timed
+
+
+def new_emitter(sink, run_id):
+    return Emitter(sink, {"run_id": run_id, "name": run_id, "source": "library", "started_at": 0.0,
+                          "backend": "cuda", "model": "136m", "device": "cuda"}).start()
 
 
 def run_engine(**config):
@@ -117,15 +136,16 @@ def test_a_capture_that_fails_degrades_and_the_run_goes_on():
     assert not any(e["graph_bs"] == 8 for e in steps)
     assert any(e["mode"] == "padded" and e["graph_bs"] == 16 and 4 < e["raw_bs"] <= 8 for e in steps) \
         or not any(4 < e["raw_bs"] <= 8 for e in steps if e["stage"] == "decode")
-    assert all(e["duration_s"] is not None and e["duration_s"] > 0 for e in steps)
+    # GPU-timed: the first step of each stage, mode and batch size, then every 8th of it
+    assert [e["duration_s"] is not None for e in steps] == sampled([(e["stage"], e["mode"], e["raw_bs"]) for e in steps])
+    assert all(e["duration_s"] > 0 for e in steps if e["duration_s"] is not None)
 
 
 @torch.inference_mode()
 def test_instrumented_replay_adds_no_device_synchronisation(model):
     sink = ListSink()
-    emitter = Emitter(sink, {"run_id": "sync-check", "name": "sync", "source": "library", "started_at": 0.0,
-                             "backend": "cuda", "model": "136m", "device": "cuda"}).start()
-    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16)
+    emitter = new_emitter(sink, "sync-check")
+    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16, time_every=1)   # events on every step
     runner.capture()
     inputs = batch(6, seed=3)
     torch.cuda.synchronize()
@@ -143,9 +163,8 @@ def test_instrumented_replay_adds_no_device_synchronisation(model):
 @torch.inference_mode()
 def test_step_timings_follow_the_stream_the_step_runs_on(model):
     sink = ListSink()
-    emitter = Emitter(sink, {"run_id": "streams", "name": "streams", "source": "library", "started_at": 0.0,
-                             "backend": "cuda", "model": "136m", "device": "cuda"}).start()
-    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16)
+    emitter = new_emitter(sink, "streams")
+    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16, time_every=1)
     runner.capture()
     inputs = batch(4, seed=5)
     side = torch.cuda.Stream()
@@ -161,6 +180,39 @@ def test_step_timings_follow_the_stream_the_step_runs_on(model):
     emitter.close("finished")
     steps = [e for e in sink.events if e["kind"] == "step"]
     assert len(steps) == 3 and all(e["duration_s"] > 0 for e in steps)
+
+
+@torch.inference_mode()
+def test_sampled_steps_carry_their_gpu_time_and_the_others_none(model):
+    """Default timing: CUDA events on the first step of each (stage, mode, batch size) and every
+    8th after it; a timed step's duration is the GPU time of its copies and replay."""
+    sink = ListSink()
+    emitter = new_emitter(sink, "sampled")
+    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16)
+    runner.capture()
+    inputs = {bs: batch(bs, seed=bs) for bs in (4, 6, 8)}
+    order = [4, 6, 8] * 20
+    for bs in order:
+        runner.step(inputs[bs])
+    bare_ms = []                                # the same copies and replay, each timed with events
+    for bs in order:
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        views = [runner._buffers[name][:bs] for name in ("tokens", "positions", "slots")]
+        start.record()
+        for view, name in zip(views, ("tokens", "positions", "slots")):
+            view.copy_(inputs[bs][name], non_blocking=True)
+        runner._graphs[8 if bs == 6 else bs].graph.replay()
+        end.record()
+        end.synchronize()
+        bare_ms.append(start.elapsed_time(end))
+    emitter.close("finished")
+    steps = [e for e in sink.events if e["kind"] == "step"]
+    assert [(e["raw_bs"], e["mode"]) for e in steps] == [(bs, "padded" if bs == 6 else "graph") for bs in order]
+    assert [e["duration_s"] is not None for e in steps] == sampled([(e["stage"], e["mode"], e["raw_bs"]) for e in steps])
+    timed = [e["duration_s"] * 1000 for e in steps if e["duration_s"] is not None]
+    assert len(timed) == 9                      # steps 1, 9, 17 of each size
+    assert 0.5 < statistics.median(timed) / statistics.median(bare_ms) < 2.0, (timed, bare_ms)
+    assert runner.step_timing == {"clock": "cuda_events", "every": CUDA_TIME_EVERY}
 
 
 @torch.inference_mode()

@@ -430,33 +430,3 @@ def test_an_overlong_custom_reason_is_refused_before_the_step_runs():
     with pytest.raises(ReplayscopeError, match="custom reason is 1-120 printable characters"):
         runner.step(batch(4), reason="x" * (wire.CUSTOM_REASON_MAX_CHARS + 1))
     assert runner.emitter.of("step") == [] and step.seen_slots == []
-
-
-# --- GPU step timing, its bookkeeping on CPU ------------------------------------------------
-
-def test_the_cuda_clock_records_on_the_current_stream_and_looks_it_up_only_when_it_changed(monkeypatch):
-    from runner import graphs
-
-    class Event:
-        def __init__(self, enable_timing):
-            self.streams = []
-
-        def record(self, stream):
-            self.streams.append(stream)
-
-    current = {"raw": 0}
-    lookups = []
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: current["raw"], raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream",
-                        lambda index=None: lookups.append(current["raw"]) or f"stream {current['raw']}")
-    monkeypatch.setattr(torch.cuda, "Event", Event)
-    clock = graphs._CudaClock(torch.device("cuda:0"))
-    first = clock.stop(clock.start())
-    first.release()
-    again = clock.stop(clock.start())
-    current["raw"] = 7                            # the caller switched streams
-    other = clock.stop(clock.start())
-    assert again is first                         # event pairs come back to the pool
-    assert first.start.streams == first.end.streams == ["stream 0", "stream 0"]
-    assert other.start.streams == other.end.streams == ["stream 7"]
-    assert lookups == [0, 7]

@@ -52,6 +52,8 @@ def test_a_cpu_program_and_its_multiprocessing_worker_are_each_a_run_with_eager_
     for run, path in ((main_run, events), (worker_run, worker_file)):
         assert run["source"] == "trace" and run["name"].startswith("cpu decode [pid ")
     assert main_run["config"]["trace"]["trace_id"] == worker_run["config"]["trace"]["trace_id"]
+    assert main_run["config"]["trace"]["step_timing"] == {"clock": "host", "every": 1}    # no CUDA: every step
+    assert all(s["duration_s"] is not None for s in steps_of(main_events) + steps_of(worker_events))
     if start_method != "forkserver":     # a forkserver's workers are the fork server's children
         assert worker_run["config"]["trace"]["ppid"] == main_run["config"]["trace"]["pid"]
     assert main_run["run_id"] != worker_run["run_id"]
@@ -151,6 +153,7 @@ def test_a_program_with_its_own_module_named_runner_imports_its_own_and_is_trace
     (["--", "python", "-c", "0"], "give one of --collector URL or --events FILE"),
     (["--events", "t.jsonl", "--collector", "http://x", "--", "python", "-c", "0"], "not allowed with"),
     (["--events", "t.jsonl", "--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
+    (["--events", "t.jsonl", "--time-every", "0", "--", "python", "-c", "0"], "--time-every must be at least 1"),
 ])
 def test_bad_input_gets_one_error_line_exit_2_and_writes_nothing(tmp_path, argv, message):
     result = trace(*argv, cwd=tmp_path)

@@ -10,8 +10,10 @@ device machine needs no installed command.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -19,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from runner.events_file import read_events_file
+from runner.timing import CUDA_TIME_EVERY
 from runner.trace.causes import inductor_skip_reason
 
 pytestmark = pytest.mark.gpu
@@ -27,13 +30,13 @@ REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p),
        "TOKENIZERS_PARALLELISM": "false"}
-INDUCTOR_REASONS = {"mutated_inputs", "cpu_device", "dynamic_shapes", "incompatible_op", "non_tensor_inputs",
-                    "rerecord_limit"}
 
 
-def trace(events: Path, *argv: str, step: str | None = None, timeout: int = 300) -> subprocess.CompletedProcess:
+def trace(events: Path, *argv: str, step: str | None = None, time_every: int | None = None,
+          timeout: int = 300) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "runner.trace", "--events", str(events)]
     command += ["--step", step] if step else []
+    command += ["--time-every", str(time_every)] if time_every else []
     result = subprocess.run([*command, "--", *argv], cwd=REPO, env=ENV, capture_output=True, text=True,
                             timeout=timeout)
     print(result.stdout[-3000:], result.stderr[-6000:], sep="\n")
@@ -47,6 +50,16 @@ def read_run(path: Path) -> tuple[dict, list[dict]]:
 
 def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["kind"] == kind]
+
+
+def sampled(keys, every=CUDA_TIME_EVERY):
+    """Which steps carry a duration: the first of each key, then every ``every``-th of that key."""
+    seen = collections.Counter()
+    timed = []
+    for key in keys:
+        timed.append(seen[key] % every == 0)
+        seen[key] += 1
+    return timed
 
 
 def test_transformers_static_cache_generation_under_reduce_overhead_captures_and_replays(tmp_path):
@@ -71,34 +84,43 @@ def test_transformers_static_cache_generation_under_reduce_overhead_captures_and
 
 
 def test_when_inductor_skips_cudagraphs_its_reason_is_recorded(tmp_path):
+    """The static cache created inside a compiled prefill: Inductor skips CUDA graphs for the decode
+    function ("mutated inputs (6 instances)": each layer's keys, values and length), and says so only
+    in a log line; the trace shows it as a warning and as the reason of every decode step."""
     events = tmp_path / "hf.jsonl"
     result = trace(events, sys.executable, str(PROGRAMS / "hf_generate.py"), "mutated")
     run, recorded = read_run(events)
+    assert "transformers generate" in run["config"]["trace"]["recipes"]
+    assert not [w for w in of(recorded, "warning") if w["code"] in ("hook_failed", "hook_missing")]
     skips = [w for w in of(recorded, "warning") if w["code"] == "cudagraph_skipped"]
     assert skips, of(recorded, "warning")
-    assert any(inductor_skip_reason(w["message"]) == "mutated_inputs" for w in skips)
-    assert all(w["message"].startswith("Inductor: ") for w in skips)
+    assert re.match(r"Inductor: skipping cudagraphs due to mutated inputs \(\d+ instances\)", skips[0]["message"]), skips
+    assert inductor_skip_reason(skips[0]["message"]) == "mutated_inputs"
+    steps = of(recorded, "step")
+    assert (steps[0]["stage"], steps[0]["mode"], steps[0]["reason"]) == ("prefill", "eager", "prefill")
+    decode = [s for s in steps if s["stage"] == "decode"]
+    assert all((s["mode"], s["reason"]) == ("eager", "mutated_inputs") for s in decode), decode
+    assert all(s["evidence"].startswith("Inductor: skipping cudagraphs due to mutated inputs") for s in decode)
+    assert all(s["seq"] > skips[0]["seq"] for s in decode)
     end = recorded[-1]
     assert end["kind"] == "run_end"
-    eager = [s for s in of(recorded, "step") if s["mode"] == "eager" and s["stage"] == "decode"]
-    later = [s for s in eager if s["seq"] > skips[0]["seq"]]
-    assert all(s["reason"] in INDUCTOR_REASONS | {"graph_warmup"} for s in later), later
-    assert all(s["evidence"].startswith("Inductor") for s in later if s["reason"] in INDUCTOR_REASONS), later
     if end["status"] == "failed":
-        # e.g. "accessing tensor output of CUDAGraphs that has been overwritten by a subsequent run"
-        assert result.returncode != 0 and end["error"]
+        # The program's own failure after the skip (seen on the H200 for a cache made inside a graph):
+        assert result.returncode != 0
+        assert "overwritten by a subsequent run" in end["error"], end["error"]
     else:
-        assert result.returncode == 0
-        assert any(s["reason"] == "mutated_inputs" for s in later), later
+        assert (end["status"], result.returncode) == ("finished", 0)
+        assert len(decode) >= 8
 
 
 def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchronisation(tmp_path):
     events, own = tmp_path / "decode.jsonl", tmp_path / "own.json"
     result = trace(events, sys.executable, "-c",
                    f"from tests.trace.programs.padded_decode import main; main({str(own)!r})",
-                   step="tests.trace.programs.padded_decode:Decoder.decode_step")
-    assert result.returncode == 0          # the steady state ran under sync debug mode "error"
-    _run, recorded = read_run(events)
+                   step="tests.trace.programs.padded_decode:Decoder.decode_step", time_every=1)
+    assert result.returncode == 0          # the steady state ran under sync debug mode "error",
+    run, recorded = read_run(events)       # CUDA events recorded around every step
+    assert run["config"]["trace"]["step_timing"] == {"clock": "cuda_events", "every": 1}
     captures = of(recorded, "capture")
     assert sorted(c["graph_bs"] for c in captures) == [1, 2, 4, 8]
     assert all(c["status"] == "ok" and c["duration_s"] > 0 and c["pool_delta_bytes"] is not None
@@ -136,4 +158,11 @@ def test_the_runners_own_modes_per_step_equal_what_the_trace_saw(tmp_path):
     for mine, theirs in zip(traced_steps, own_steps):
         if theirs["reason"] == "batch_too_large":
             assert mine["reason"] == "batch_too_large"
+    # Both time a sample of steps with CUDA events: the runner per stage, mode and batch size; the
+    # tracer per stage and batch size (a step's mode is known only at its end).
+    assert [s["duration_s"] is not None for s in own_steps] == \
+        sampled([(s["stage"], s["mode"], s["raw_bs"]) for s in own_steps])
+    assert [s["duration_s"] is not None for s in traced_steps] == \
+        sampled([(s["stage"], s["raw_bs"]) for s in traced_steps])
+    assert all(s["duration_s"] > 0 for s in traced_steps + own_steps if s["duration_s"] is not None)
     assert sorted(c["graph_bs"] for c in of(recorded, "capture")) == [1, 2, 4, 8, 16, 32]

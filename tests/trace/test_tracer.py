@@ -235,8 +235,14 @@ class FakeTreeManager:
         self.graph = capture(1)                 # holds the pool alive; not a graph of the program
         self.graphs = {}
         self.mutating = set()
+        self.skip_messages = {}                 # function id -> what Inductor logs at its first call
 
     def run(self, new_inputs, function_id):
+        if function_id in self.skip_messages:   # Inductor checks for mutated inputs, logs once, runs eager
+            from torch._inductor import cudagraph_utils
+
+            cudagraph_utils.log_cudagraph_skip_and_bump_counter(self.skip_messages.pop(function_id))
+            self.mutating.add(function_id)
         if function_id in self.mutating:
             return "eager"
         if function_id not in self.graphs:
@@ -344,3 +350,107 @@ def test_a_run_that_cannot_be_written_stops_tracing_and_never_the_program(traced
     graph.replay()                                            # the program goes on
     assert "cannot write the run" in capsys.readouterr().err
     assert traced.finish() == []
+
+
+# What torch 2.11 logged on the H200 for a transformers StaticCache created inside a compiled prefill:
+# torch's own "Found from : \n " and the mutating use's stack trace (two layers x keys, values, length).
+CACHE_UPDATE_TRACE = ('  File "/opt/torch/.venv/lib/python3.12/site-packages/transformers/cache_utils.py", '
+                      'line 478, in update\n    self.cumulative_length.add_(kv_length)\n')
+
+
+def test_inductors_mutated_inputs_message_as_torch_formats_it_is_a_mutated_inputs_skip(traced, trees):
+    from torch._dynamo.utils import counters
+    from torch._inductor import cudagraph_utils
+
+    from runner.trace.hooks import install_inductor_skip_hook
+
+    assert install_inductor_skip_hook(traced.tracer, cudagraph_utils, traced.patches)
+    placeholders = [cudagraph_utils.PlaceholderInfo(name=f"arg{i}", stack_trace=None, users=[],
+                                                    mutating_use_stack_trace=CACHE_UPDATE_TRACE) for i in range(6)]
+    message = cudagraph_utils.get_mutation_stack_trace(placeholders, list(range(6)))   # torch's own words
+    assert message == ("skipping cudagraphs due to mutated inputs (6 instances). Found from : \n "
+                       + CACHE_UPDATE_TRACE)
+    skips_before = counters["inductor"]["cudagraph_skips"]
+    trees.skip_messages[3] = message
+    assert [inductor_step(traced, trees, 2, function_id=3) for _ in range(3)] == ["eager"] * 3
+    assert counters["inductor"]["cudagraph_skips"] == skips_before + 1      # torch's own function still ran
+    events = traced.finish()
+    [warning] = kinds(events, "warning")
+    assert (warning["code"], warning["message"]) == \
+        ("cudagraph_skipped", "Inductor: skipping cudagraphs due to mutated inputs (6 instances). Found from :")
+    steps = kinds(events, "step")
+    assert [(s["mode"], s["reason"], s["evidence"]) for s in steps] == [("eager", "mutated_inputs", warning["message"])] * 3
+
+
+# -- step timing ---------------------------------------------------------------------------------
+class FakeEvent:
+    """torch.cuda.Event's surface; each step takes 2.5 ms on this GPU."""
+
+    recorded = 0
+
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self, stream=None):
+        FakeEvent.recorded += 1
+
+    def query(self):
+        return True
+
+    def synchronize(self):
+        pass
+
+    def elapsed_time(self, end):
+        return 2.5
+
+
+@pytest.fixture()
+def cuda_in_use(monkeypatch):
+    """The process uses CUDA (stand-in events and streams); ``state["capturing"]`` says whether the
+    current stream is capturing."""
+    from runner.trace import device
+
+    state = {"capturing": False}
+    monkeypatch.setattr(device, "cuda_in_use", lambda: True)
+    monkeypatch.setattr(device, "capturing", lambda: state["capturing"])
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: "stream")
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    FakeEvent.recorded = 0
+    return state
+
+
+def test_with_cuda_the_first_step_of_each_batch_size_and_every_eighth_after_it_is_timed(traced, cuda_in_use):
+    graphs = {bs: capture(bs) for bs in (2, 4)}
+    sizes = [4] * 10 + [2] * 3
+    for bs in sizes:
+        step(traced.tracer, bs, replay=[graphs[bs]])
+    events = traced.finish()
+    durations = [(s["raw_bs"], s["duration_s"]) for s in kinds(events, "step")]
+    assert durations == [(4, 0.0025)] + [(4, None)] * 7 + [(4, 0.0025), (4, None), (2, 0.0025), (2, None), (2, None)]
+    assert FakeEvent.recorded == 2 * 3                  # a start and an end event per timed step, none else
+    assert traced.sinks[0].run["config"]["trace"]["step_timing"] == {"clock": "cuda_events", "every": 8}
+
+
+def test_a_step_while_the_stream_is_capturing_records_no_event(traced, cuda_in_use):
+    graph = capture(4)
+    cuda_in_use["capturing"] = True
+    step(traced.tracer, 4, replay=[graph])
+    cuda_in_use["capturing"] = False
+    [event] = kinds(traced.finish(), "step")
+    assert event["duration_s"] is None and FakeEvent.recorded == 0
+
+
+def test_without_cuda_every_step_is_timed_on_the_host(traced):
+    for bs in (4, 4, 4):
+        step(traced.tracer, bs)
+    assert all(s["duration_s"] is not None and s["duration_s"] >= 0 for s in kinds(traced.finish(), "step"))
+
+
+def test_the_sampling_reaches_every_traced_process_through_its_environment():
+    from runner.trace.settings import ENV_TIME_EVERY, TraceSettings
+
+    environment = TraceSettings(trace_id="t1", name="n", time_every=3).environment()
+    assert TraceSettings.from_environment(environment).time_every == 3
+    assert TraceSettings.from_environment({**environment, ENV_TIME_EVERY: "0"}).time_every == 8
