@@ -33,9 +33,12 @@ from runner.wire import STEP_STAGES
 
 RULE_DEFAULTS: dict[str, Any] = {
     "window_s": 300, "min_steps": 100, "run_pattern": None, "stage": "decode",
-    "webhook_url": None, "enabled": True,
+    "webhook_url": None, "enabled": True, "kind": "eager_ratio", "metric": None,
 }
-RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "stage", "webhook_url", "enabled")
+RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "stage", "webhook_url", "enabled",
+               "kind", "metric")
+# eager_ratio: the share of eager steps over a window; regression: collector.regressions.
+RULE_KINDS = ("eager_ratio", "regression")
 MAX_WINDOW_S = 7 * 24 * 3600
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
 
@@ -106,6 +109,15 @@ def _check_rule_field(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise InvalidRule(name, "must be true or false")
         return value
+    if name == "kind":
+        if value not in RULE_KINDS:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(RULE_KINDS)}")
+        return value
+    if name == "metric":
+        from collector.regressions import METRICS
+        if value is not None and value not in METRICS:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(METRICS)} (or null: any)")
+        return value
     raise InvalidRule(name, f"unknown field (known: {', '.join(RULE_FIELDS)})")
 
 
@@ -122,6 +134,8 @@ def validate_rule(data: Any, *, partial: bool = False) -> dict[str, Any]:
                 raise InvalidRule(required, "is required")
         for name, default in RULE_DEFAULTS.items():
             out.setdefault(name, default)
+    if out.get("metric") is not None and out.get("kind", "regression") != "regression":
+        raise InvalidRule("metric", "only a regression rule watches a metric")
     return out
 
 
@@ -235,6 +249,11 @@ def evaluate_alerts(store: Store, now: float | None = None) -> list[Transition]:
             if not rule["enabled"]:
                 _resolve_open(conn, rule["id"], now)
                 continue
+            if rule.get("kind") == "regression":
+                from collector import regressions
+                transitions.extend(Transition(status, alert, rule)
+                                   for status, alert in regressions.evaluate_rule(conn, rule, now))
+                continue
             transitions.extend(_evaluate_rule(conn, rule, now))
     return transitions
 
@@ -286,17 +305,21 @@ def _rfc3339(ts: float | None) -> str:
 def webhook_payload(transition: Transition, external_url: str = "") -> dict:
     """The Alertmanager webhook (version 4) body for one transition."""
     a, rule = transition.alert, transition.rule
-    labels = {"alertname": "ReplayscopeEagerRatioHigh", "rule": rule["name"], "run_id": a["run_id"],
-              "run_name": a["run_name"], "stage": rule["stage"], "severity": "warning"}
-    if a.get("reason"):
-        labels["reason"] = a["reason"]
-    annotations = {
-        "summary": f"eager ratio of run {a['run_name']} over {rule['window_s']}s "
-                   f"{'is' if transition.status == 'firing' else 'was'} above {rule['threshold']:.0%}",
-        "description": f"{rule['stage']} steps ran eager at {a['value']:.1%} (peak {a['peak']:.1%}, "
-                       f"threshold {rule['threshold']:.0%}); dominant reason: {a.get('reason') or 'none'}",
-        "peak": f"{a['peak']:.4f}", "value": f"{a['value']:.4f}",
-    }
+    if rule.get("kind") == "regression":
+        from collector import regressions
+        labels, annotations = regressions.webhook_labels(a, rule)
+    else:
+        labels = {"alertname": "ReplayscopeEagerRatioHigh", "rule": rule["name"], "run_id": a["run_id"],
+                  "run_name": a["run_name"], "stage": rule["stage"], "severity": "warning"}
+        if a.get("reason"):
+            labels["reason"] = a["reason"]
+        annotations = {
+            "summary": f"eager ratio of run {a['run_name']} over {rule['window_s']}s "
+                       f"{'is' if transition.status == 'firing' else 'was'} above {rule['threshold']:.0%}",
+            "description": f"{rule['stage']} steps ran eager at {a['value']:.1%} (peak {a['peak']:.1%}, "
+                           f"threshold {rule['threshold']:.0%}); dominant reason: {a.get('reason') or 'none'}",
+            "peak": f"{a['peak']:.4f}", "value": f"{a['value']:.4f}",
+        }
     fingerprint = hashlib.sha256(f"{rule['name']}|{a['run_id']}|{a['id']}".encode()).hexdigest()[:16]
     alert = {"status": transition.status, "labels": labels, "annotations": annotations,
              "startsAt": _rfc3339(a["started_at"]), "endsAt": _rfc3339(a.get("ended_at")),

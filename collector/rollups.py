@@ -3,8 +3,10 @@
 Buckets are 1 s and 60 s of the event's ``ts``; bucket 0 is the whole run (``t`` = 0),
 which is what run summaries and reason breakdowns read. ``batch_rollups`` keeps per-run
 totals by (stage, raw_bs, mode) for the batch-size histogram. Both raw ``step`` events
-and ``step_counts`` aggregates (importers) feed them; ingest adds each accepted event
-exactly once, in the same transaction as the raw rows, so rollups equal the raw data.
+and ``step_counts`` aggregates (importers, and sampled graph steps with their
+``batch_sizes``) feed them; ingest adds each accepted event exactly once, in the same
+transaction as the raw rows, so rollups equal the raw data. Rows are upserted in key
+order, so two collectors writing one run's rollups at once cannot deadlock.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from collector.tables import batch_rollups, step_counts, step_rollups, steps
+from collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
+from runner.errors import ReplayscopeError
 
 BUCKETS_S = (1, 60)
 WHOLE_RUN = 0
@@ -60,7 +63,8 @@ class Accumulator:
             bacc[3] += dur
 
     def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
-                   num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
+                   num_tokens: int, padded_tokens: int, duration_s: float | None,
+                   batch_sizes: dict | None = None) -> None:
         key = (math.floor(ts), stage, mode, reason or NO_REASON)
         timed = duration_s is not None
         acc = self.seconds.setdefault(key, [0, 0, 0, 0.0, 0])
@@ -69,6 +73,12 @@ class Accumulator:
         acc[2] += padded_tokens
         acc[3] += duration_s if timed else 0.0
         acc[4] += count if timed else 0
+        for raw_bs, part in (batch_sizes or {}).items():
+            bacc = self.batches.setdefault((stage, int(raw_bs), mode), [0, 0, 0, 0.0])
+            bacc[0] += part["count"]
+            bacc[1] += part["num_tokens"]
+            bacc[2] += part["padded_tokens"]
+            bacc[3] += part.get("duration_s") or 0.0
 
     def __bool__(self) -> bool:
         return bool(self.seconds)
@@ -90,14 +100,14 @@ class Accumulator:
             {"run_pk": run_pk, "bucket_s": b, "t": t, "stage": s, "mode": m, "reason": r,
              "steps": a[0], "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3],
              "timed_steps": a[4]}
-            for (b, t, s, m, r), a in levels.items()
+            for (b, t, s, m, r), a in sorted(levels.items())
         ]
 
     def batch_rows(self, run_pk: int) -> list[dict]:
         return [
             {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "steps": a[0],
              "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3]}
-            for (s, bs, m), a in self.batches.items()
+            for (s, bs, m), a in sorted(self.batches.items())
         ]
 
     def flush(self, conn: Connection, run_pk: int) -> None:
@@ -146,12 +156,22 @@ def accumulate(step_events: Iterable[dict], count_events: Iterable[dict]) -> Acc
                      e["padded_tokens"], e["duration_s"])
     for e in count_events:
         acc.add_counts(e["ts"], e["stage"], e["mode"], e.get("reason"), e["count"],
-                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"))
+                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"), e.get("batch_sizes"))
     return acc
 
 
+class DetailExpired(ReplayscopeError):
+    """The run's raw steps were pruned: its rollups are all that is left of them."""
+
+
 def rebuild(conn: Connection, run_pk: int) -> None:
-    """Recompute one run's rollups from its raw steps and step counts."""
+    """Recompute one run's rollups from its raw steps and step counts (refused once
+    retention pruned any of them: the rollups would lose what only they still hold)."""
+    expired = conn.execute(sa.select(runs.c.raw_expired_before, runs.c.seconds_expired_before)
+                           .where(runs.c.id == run_pk)).first()
+    if expired is not None and (expired[0] is not None or expired[1] is not None):
+        raise DetailExpired(f"run {run_pk}: its raw steps or 1-second rollups expired; "
+                            "its rollups are the only record left and are not rebuilt")
     conn.execute(step_rollups.delete().where(step_rollups.c.run_pk == run_pk))
     conn.execute(batch_rollups.delete().where(batch_rollups.c.run_pk == run_pk))
     acc = Accumulator()
@@ -160,5 +180,5 @@ def rebuild(conn: Connection, run_pk: int) -> None:
                      r["padded_tokens"], r["duration_s"])
     for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
         acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
-                       r["padded_tokens"], r["duration_s"])
+                       r["padded_tokens"], r["duration_s"], r["batch_sizes"])
     acc.flush(conn, run_pk)

@@ -70,6 +70,12 @@ def add_parsers(sub) -> None:
                      help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
     run.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
                                                      "unreachable (default: replayscope-spool-RUN.jsonl)")
+    run.add_argument("--graph-sample", type=_positive_int, default=1, metavar="N",
+                     help="send 1 in N graph steps one by one and the others as exact per-second counts "
+                          "(eager and padded steps are always sent): ~N times less raw data, same totals, "
+                          "ratios, alerts and batch-size histogram")
+    run.add_argument("--version-tag", metavar="TAG",
+                     help="the version of what you deploy (a release tag): the fleet page groups runs by it")
     run.add_argument("--fail-capture", metavar="SIZES",
                      help="fault injection: make the capture of these sizes fail (a host sync inside "
                           "capture on CUDA), to exercise the degradation ladder")
@@ -98,6 +104,16 @@ def config_from_args(args) -> RunConfig:
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
         fail_capture_sizes=failing, progress=not args.quiet)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
 
 
 def _length_range(flag: str, text: str | None) -> tuple[int, int] | None:
@@ -155,7 +171,9 @@ def run_command(args) -> int:
     engine = DecodeEngine(config)
     sink = make_sink(args)
     record = engine.run_record()
-    emitter = Emitter(sink, record) if sink is not None else None
+    if args.version_tag:
+        record["version"] = args.version_tag
+    emitter = Emitter(sink, record, graph_sample=args.graph_sample) if sink is not None else None
     engine.emitter = emitter
     with emitter if emitter is not None else contextlib.nullcontext():   # ends the run however it ends
         engine.setup()

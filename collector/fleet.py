@@ -1,0 +1,258 @@
+"""The fleet read model: every run's headline figures, grouped and over time.
+
+Read side only, from what is kept for good: whole-run rollups, captures and phases,
+never raw steps (so it answers the same after retention, and on a sharded store it
+needs no query across runs over raw steps). Part of the query layer: the fleet page and
+the API read it; ``collector.regressions`` compares runs with it.
+
+Per run: ``eager_ratio`` (eager / all steps), ``padded_ratio`` (padding over tokens
+computed), ``step_s`` (mean decode step time per mode, timed steps only), capture time
+(as ``queries.run_summary``), ``startup_s`` (first phase start to last phase end, over
+phases with a known length), ``pool_bytes`` (largest graph pool a capture reported).
+Unknown is None. Runs group by (model, backend, device, version); ``version`` is the run
+record's, else ``torch <torch_version>``, else None (not recorded).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+from dataclasses import dataclass, fields
+from typing import Any
+
+import sqlalchemy as sa
+
+from collector.rollups import WHOLE_RUN
+from collector.store import Store
+from collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
+from runner.wire import MODES
+
+# Configuration settings that make two runs comparable (outcomes such as pool sizes or
+# timings, seeds and file names are left out).
+CONFIG_KEYS = ("engine", "capture_sizes", "max_bs", "padding", "compile", "workload", "lora_graph_adapters",
+               "verify_draft_len", "parity_every", "enforce_eager", "fail_capture_sizes")
+GROUP_KEYS = ("model", "backend", "device", "version")
+DAY_S = 86400
+
+
+def config_key(model: str, backend: str, device: str, config: Any) -> str:
+    """Same model, backend, device and configuration settings -> same key."""
+    settings = {k: config[k] for k in CONFIG_KEYS if k in config} if isinstance(config, dict) else {}
+    text = json.dumps([model, backend, device, settings], sort_keys=True, default=str)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def version_of(version: str | None, torch_version: str | None) -> str | None:
+    if version:
+        return version
+    return f"torch {torch_version}" if torch_version else None
+
+
+@dataclass(frozen=True)
+class Filters:
+    model: str | None = None
+    backend: str | None = None
+    device: str | None = None
+    version: str | None = None
+    source: str | None = None
+    since: float | None = None       # runs started at or after (unix s)
+    until: float | None = None       # runs started before
+
+    @classmethod
+    def of(cls, **values: Any) -> "Filters":
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: (v or None) for k, v in values.items() if k in known})
+
+
+_RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.model, runs.c.backend, runs.c.device,
+             runs.c.version, runs.c.torch_version, runs.c.config_key, runs.c.status, runs.c.started_at,
+             runs.c.ended_at, runs.c.graph_sample, runs.c.raw_expired_before, runs.c.seconds_expired_before)
+
+
+def _where(query, f: Filters, *, for_baselines: bool):
+    """Filters on the runs table. Baselines ignore the version and ``since`` (earlier runs of
+    another version are what a run is compared with)."""
+    for name in ("model", "backend", "device", "source"):
+        value = getattr(f, name)
+        if value is not None:
+            query = query.where(getattr(runs.c, name) == value)
+    if f.until is not None:
+        query = query.where(runs.c.started_at < f.until)
+    if not for_baselines and f.since is not None:
+        query = query.where(runs.c.started_at >= f.since)
+    return query
+
+
+def _cond_sum(column, *conditions):
+    return sa.func.sum(sa.case((sa.and_(*conditions), column), else_=None))
+
+
+def _no_figures() -> dict[str, Any]:
+    return {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
+            "eager_ratio": None, "padded_ratio": None, "step_s": {m: None for m in MODES},
+            "step_sums": {m: (0.0, 0) for m in MODES}, "capture_total_s": None, "startup_s": None,
+            "pool_bytes": None}
+
+
+def metrics(conn, run_filter) -> dict[int, dict[str, Any]]:
+    """Headline figures of the runs ``run_filter`` (a WHERE clause on ``runs``) selects,
+    by run key: three grouped queries over whole-run rollups, captures and phases."""
+    decode = sr.c.stage == "decode"
+    step_cols = [sr.c.run_pk, sa.func.sum(sr.c.steps), sa.func.sum(sr.c.num_tokens),
+                 sa.func.sum(sr.c.padded_tokens)]
+    for mode in MODES:
+        step_cols += [_cond_sum(sr.c.steps, sr.c.mode == mode),
+                      _cond_sum(sr.c.duration_s, decode, sr.c.mode == mode),
+                      _cond_sum(sr.c.timed_steps, decode, sr.c.mode == mode)]
+    out = {pk: _no_figures() for pk in conn.execute(sa.select(runs.c.id).where(run_filter)).scalars()}
+    rows = conn.execute(sa.select(*step_cols).select_from(sr.join(runs, runs.c.id == sr.c.run_pk))
+                        .where(sr.c.bucket_s == WHOLE_RUN, run_filter).group_by(sr.c.run_pk))
+    for row in rows:
+        pk, steps, tokens, padded = row[0], int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)
+        figures = out[pk]
+        for i, mode in enumerate(MODES):
+            n, total, timed = row[4 + 3 * i: 7 + 3 * i]
+            figures["modes"][mode] = int(n or 0)
+            figures["step_sums"][mode] = (float(total or 0.0), int(timed or 0))
+            figures["step_s"][mode] = float(total) / int(timed) if timed else None
+        figures.update(steps=steps, num_tokens=tokens, padded_tokens=padded,
+                       eager_ratio=figures["modes"]["eager"] / steps if steps else None,
+                       padded_ratio=padded / (tokens + padded) if tokens + padded else None)
+    for pk, total, pool in conn.execute(
+            sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s), sa.func.max(cap.c.pool_bytes))
+            .select_from(cap.join(runs, runs.c.id == cap.c.run_pk)).where(run_filter).group_by(cap.c.run_pk)):
+        out[pk]["capture_total_s"] = None if total is None else float(total)
+        out[pk]["pool_bytes"] = None if pool is None else int(pool)
+    # As queries.run_summary: the capture phases, when logged, are the whole capture's time.
+    is_capture = sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!"))
+    start = sa.func.coalesce(ph.c.start_ts, ph.c.ts - ph.c.duration_s)
+    for pk, capture, first, last in conn.execute(
+            sa.select(ph.c.run_pk, _cond_sum(ph.c.duration_s, is_capture),
+                      sa.func.min(start), sa.func.max(start + ph.c.duration_s))
+            .select_from(ph.join(runs, runs.c.id == ph.c.run_pk))
+            .where(run_filter, ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
+        if capture is not None:
+            out[pk]["capture_total_s"] = float(capture)
+        if first is not None and last is not None:
+            out[pk]["startup_s"] = max(0.0, float(last) - float(first))
+    return out
+
+
+def _run_row(r, m: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "run_id": r.run_id, "name": r.name, "source": r.source, "model": r.model, "backend": r.backend,
+        "device": r.device, "version": version_of(r.version, r.torch_version), "config_key": r.config_key,
+        "status": r.status, "started_at": r.started_at, "ended_at": r.ended_at,
+        "graph_sample": r.graph_sample, "raw_expired_before": r.raw_expired_before,
+        "seconds_expired_before": r.seconds_expired_before,
+        "steps": m["steps"], "modes": m["modes"], "num_tokens": m["num_tokens"],
+        "padded_tokens": m["padded_tokens"], "eager_ratio": m["eager_ratio"], "padded_ratio": m["padded_ratio"],
+        "step_s": m["step_s"], "graph_step_s": m["step_s"]["graph"], "step_sums": m["step_sums"],
+        "capture_total_s": m["capture_total_s"], "startup_s": m["startup_s"], "pool_bytes": m["pool_bytes"],
+    }
+
+
+def fleet_runs(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
+    """Every run the filters select, oldest first, with its figures and (from
+    ``collector.regressions``) ``regressions``: the figures beyond the spread of the earlier
+    runs of its model and configuration, and ``baseline``: those runs, named."""
+    from collector import regressions
+
+    f = filters or Filters()
+    with store.read() as conn:
+        selected = _where(sa.select(*_RUN_COLS), f, for_baselines=True)
+        rows = conn.execute(selected.order_by(runs.c.started_at, runs.c.id)).all()
+        run_filter = runs.c.id.in_(sa.select(selected.subquery().c.id).scalar_subquery())
+        figures = metrics(conn, run_filter)
+    every = [_run_row(r, figures[r.id]) for r in rows]
+    regressions.annotate(every)
+    return [r for r in every
+            if (f.since is None or r["started_at"] >= f.since) and (f.version is None or r["version"] == f.version)]
+
+
+def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Figures of a set of runs: shares weighted by steps and tokens, step times by timed
+    steps, capture and startup as medians of the runs that have them."""
+    steps = sum(r["steps"] for r in rows)
+    eager = sum(r["modes"]["eager"] for r in rows)
+    tokens = sum(r["num_tokens"] for r in rows)
+    padded = sum(r["padded_tokens"] for r in rows)
+    step_s = {}
+    for mode in MODES:
+        total = sum(r["step_sums"][mode][0] for r in rows)
+        timed = sum(r["step_sums"][mode][1] for r in rows)
+        step_s[mode] = total / timed if timed else None
+
+    def median(key):
+        values = [r[key] for r in rows if r[key] is not None]
+        return statistics.median(values) if values else None
+
+    return {"runs": len(rows), "steps": steps, "eager_ratio": eager / steps if steps else None,
+            "padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
+            "capture_total_s": median("capture_total_s"), "startup_s": median("startup_s"),
+            "pool_bytes": max((r["pool_bytes"] for r in rows if r["pool_bytes"] is not None), default=None),
+            "regressions": sum(1 for r in rows if r["regressions"])}
+
+
+def group_key(row: dict[str, Any]) -> tuple:
+    return tuple(row[k] for k in GROUP_KEYS)
+
+
+def fleet_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (model, backend, device, version): weighted figures, the newest run."""
+    groups: dict[tuple, list] = {}
+    for row in rows:
+        groups.setdefault(group_key(row), []).append(row)
+    out = []
+    for key, members in groups.items():
+        latest = max(members, key=lambda r: r["started_at"])
+        out.append({**dict(zip(GROUP_KEYS, key)), **_weighted(members), "latest_run_id": latest["run_id"],
+                    "first_started_at": min(r["started_at"] for r in members),
+                    "last_started_at": latest["started_at"]})
+    return sorted(out, key=lambda g: (-g["last_started_at"], [str(g[k]) for k in GROUP_KEYS]))
+
+
+def choose_bucket_s(span_s: float) -> int:
+    """A day for spans over ~2 weeks, else hours, for at most a few hundred points per group."""
+    for bucket in (3600, 6 * 3600, DAY_S, 7 * DAY_S):
+        if span_s / bucket <= 400:
+            return bucket
+    return 7 * DAY_S
+
+
+def fleet_series(rows: list[dict[str, Any]], bucket_s: int | None = None) -> list[dict[str, Any]]:
+    """Per group and time bucket (of the runs' start): the group's weighted figures."""
+    if not rows:
+        return []
+    if bucket_s is None:
+        bucket_s = choose_bucket_s(rows[-1]["started_at"] - rows[0]["started_at"])
+    cells: dict[tuple, list] = {}
+    for row in rows:
+        t = row["started_at"] - row["started_at"] % bucket_s
+        cells.setdefault((group_key(row), t), []).append(row)
+    out = [{"group": " · ".join(str(v) if v is not None else "–" for v in key), **dict(zip(GROUP_KEYS, key)),
+            "t": t, "bucket_s": bucket_s, **_weighted(members)}
+           for (key, t), members in cells.items()]
+    return sorted(out, key=lambda p: (p["group"], p["t"]))
+
+
+def fleet_options(store: Store) -> dict[str, list[str]]:
+    """The values each filter can take, over every run."""
+    with store.read() as conn:
+        rows = conn.execute(sa.select(runs.c.model, runs.c.backend, runs.c.device, runs.c.version,
+                                      runs.c.torch_version, runs.c.source).distinct()).all()
+    options: dict[str, set] = {k: set() for k in GROUP_KEYS + ("source",)}
+    for model, backend, device, version, torch_version, source in rows:
+        for key, value in (("model", model), ("backend", backend), ("device", device),
+                           ("version", version_of(version, torch_version)), ("source", source)):
+            if value is not None:
+                options[key].add(value)
+    return {k: sorted(v) for k, v in options.items()}
+
+
+def fleet(store: Store, filters: Filters | None = None, bucket_s: int | None = None) -> dict[str, Any]:
+    """Everything the fleet page shows: ``runs``, ``groups``, ``series``, ``options``."""
+    rows = fleet_runs(store, filters)
+    return {"runs": rows, "groups": fleet_groups(rows), "series": fleet_series(rows, bucket_s),
+            "options": fleet_options(store)}
