@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 from collector import alerts, queries, schemas
 from collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
-from collector.services import Evaluator
+from collector.services import Evaluator, Retention
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
@@ -146,16 +146,19 @@ RuleId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the rule's id")]
 def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     evaluator = Evaluator(store, settings)
+    services = [evaluator, Retention(store, settings)]
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
         if settings.run_services:
-            evaluator.start()
+            for service in services:
+                service.start()
         try:
             yield
         finally:
             if settings.run_services:
-                await evaluator.stop()
+                for service in services:
+                    await service.stop()
 
     app = FastAPI(title="replayscope collector", version="1",
                   description="Ingest and query CUDA-graph capture, replay and fallback telemetry "
@@ -163,6 +166,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     app.state.settings = settings
     app.state.evaluator = evaluator
+    app.state.services = services
     metrics = Metrics(store_gauges=lambda: _store_gauges(store))
     app.state.metrics = metrics
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)

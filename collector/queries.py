@@ -100,12 +100,17 @@ def run_summary(store: Store, run_id: str) -> dict | None:
 
     Extra keys: ``error`` (from run_end), ``last_seen_at`` (collector clock), ``failure``
     (where a failed run failed: error, rank, phase, graph_bs, ts; None unless it said),
-    ``partial`` (the source did not see the start), ``time_provenance``.
+    ``partial`` (the source did not see the start), ``time_provenance``, ``version``, and
+    ``detail``: how much step detail is stored (``graph_sample``: 1 in N graph steps sent
+    one by one, None when all; ``raw_expired_before`` / ``seconds_expired_before``: raw
+    step events / 1-second rollups before this ts were pruned by retention, else None).
     """
     with store.read() as conn:
         row = conn.execute(sa.select(*_RUN_COLS, runs.c.config, runs.c.torch_version,
                                      runs.c.last_event_ts, runs.c.last_seen_at, runs.c.error,
-                                     runs.c.end_seq, runs.c.partial, runs.c.time_provenance)
+                                     runs.c.end_seq, runs.c.partial, runs.c.time_provenance,
+                                     runs.c.version, runs.c.graph_sample, runs.c.raw_expired_before,
+                                     runs.c.seconds_expired_before)
                            .where(runs.c.run_id == run_id)).first()
         if row is None:
             return None
@@ -120,7 +125,9 @@ def run_summary(store: Store, run_id: str) -> dict | None:
     d = _run_dict(row, totals)
     d.update(config=row.config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
              last_seen_at=row.last_seen_at, error=row.error, partial=bool(row.partial),
-             time_provenance=row.time_provenance,
+             time_provenance=row.time_provenance, version=row.version,
+             detail={"graph_sample": row.graph_sample, "raw_expired_before": row.raw_expired_before,
+                     "seconds_expired_before": row.seconds_expired_before},
              reasons={reason: int(n) for reason, n in reasons},
              failure=dict(end._mapping) if end is not None and row.status == "failed" else None)
     return d
@@ -137,15 +144,19 @@ def choose_bucket_s(span_s: float, max_points: int = TIMELINE_MAX_POINTS) -> int
 def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
                   stage: str | None = None) -> list[dict]:
     """Steps per mode per time bucket: ``t`` (bucket start, unix s), graph, padded, eager,
-    eager_ratio; extra key ``steps``. Buckets without steps are left out."""
+    eager_ratio; extra key ``steps``. Buckets without steps are left out. Once retention
+    pruned a run's 1-second rollups the buckets are whole minutes (at least 60 s)."""
     with store.read() as conn:
-        run = conn.execute(sa.select(runs.c.id, runs.c.started_at, runs.c.last_event_ts)
+        run = conn.execute(sa.select(runs.c.id, runs.c.started_at, runs.c.last_event_ts,
+                                     runs.c.seconds_expired_before)
                            .where(runs.c.run_id == run_id)).first()
         if run is None:
             return []
         if bucket_s is None:
             bucket_s = choose_bucket_s(max(0.0, (run.last_event_ts or run.started_at) - run.started_at))
         bucket_s = max(1, int(bucket_s))
+        if run.seconds_expired_before is not None and bucket_s % 60:
+            bucket_s = 60 * -(-bucket_s // 60)
         source = max(b for b in BUCKETS_S if bucket_s % b == 0)
         tb = sr.c.t if bucket_s == source else (sr.c.t // bucket_s) * bucket_s
         tb = tb.label("tb")

@@ -92,7 +92,7 @@ class PruneReport:
                f"runs whose detail expired now: {self.runs_marked}"]
         if self.partitions_dropped:
             out.append(f"partitions dropped: {len(self.partitions_dropped)} ({', '.join(self.partitions_dropped)})")
-        if self.rows_deleted:
+        if any(self.rows_deleted.values()):
             out.append("rows deleted: " + ", ".join(f"{t} {n:,}" for t, n in sorted(self.rows_deleted.items())))
         if not self.partitions_dropped and not any(self.rows_deleted.values()):
             out.append("nothing to expire")
