@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import alerts, queries, schemas
+from collector import alerts, leader, queries, schemas
 from collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
 from collector.services import Evaluator, Retention
@@ -344,6 +344,14 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         with store.read() as conn:
             conn.execute(sa.text("SELECT 1"))
         return {"status": "ok", "db": store.dialect}
+
+    @app.get("/v1/services", tags=["ops"])
+    def get_services():
+        """The periodic jobs: each one's last period across every collector on this store
+        (slot, ran_at, holder, runs) and what this collector did (ran, skipped)."""
+        shared = leader.ticks(store)
+        return [{"name": s.name, "interval_s": s.interval_s, "ran_here": s.ticks, "skipped_here": s.skipped,
+                 **{k: v for k, v in shared.get(s.name, {}).items() if k != "name"}} for s in services]
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def get_metrics():
