@@ -13,6 +13,8 @@ from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
+from app import formats
+
 MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b"}
 MODE_ORDER = ("graph", "padded", "eager")
 _LAYOUT = dict(margin=dict(l=50, r=20, t=30, b=40),
@@ -78,7 +80,9 @@ def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[st
         shapes.append(dict(type="rect", xref="x", x0=x0, x1=x1, yref="paper", y0=0, y1=1,
                            fillcolor="#c8453b", opacity=0.12, line=dict(width=0), layer="below"))
     return _figure([dict(type="scatter", x=x, y=[p["eager_ratio"] for p in timeline], name="eager ratio",
-                         mode="lines+markers", marker=dict(size=4), line=dict(color=MODE_COLORS["eager"]))],
+                         mode="lines+markers", marker=dict(size=4), line=dict(color=MODE_COLORS["eager"]),
+                         customdata=[formats.plural(p["steps"], "step") for p in timeline],
+                         hovertemplate="%{x}: %{y:.1%} eager of %{customdata}<extra></extra>")],
                    shapes=shapes, annotations=notes,
                    yaxis=dict(title=dict(text="eager share of steps"), tickformat=".0%", range=[0, 1.05]))
 
@@ -102,21 +106,31 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
                    yaxis=dict(title=dict(text="steps")))
 
 
-def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
-    """Padded tokens as a share of the tokens computed, per batch size."""
+def padding_by_size(hist: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per batch size: raw_bs, num_tokens, padded_tokens and share = padded / (num + padded)."""
     per_bs: dict[int, list[int]] = {}
     for r in hist:
         acc = per_bs.setdefault(r["raw_bs"], [0, 0])
         acc[0] += r["num_tokens"]
         acc[1] += r["padded_tokens"]
-    rows = [(bs, pad / (tok + pad) if tok + pad else 0.0, pad) for bs, (tok, pad) in sorted(per_bs.items())]
-    if not any(pad for _, _, pad in rows):
+    return [{"raw_bs": bs, "num_tokens": tok, "padded_tokens": pad,
+             "share": pad / (tok + pad) if tok + pad else None} for bs, (tok, pad) in sorted(per_bs.items())]
+
+
+def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
+    """Padded tokens as a share of the decode tokens computed (padded + real), per batch
+    size: the same share as the run's padding figure, size by size (``hist`` is decode only)."""
+    rows = [r for r in padding_by_size(hist) if r["share"] is not None]
+    if not any(r["padded_tokens"] for r in rows):
         return _empty("no padding")
-    return _figure([dict(type="bar", x=[r[0] for r in rows], y=[r[1] for r in rows], name="padding share",
-                         marker=dict(color=MODE_COLORS["padded"]), customdata=[r[2] for r in rows],
-                         hovertemplate="bs %{x}: %{y:.1%} padding (%{customdata} tokens)<extra></extra>")],
+    return _figure([dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["share"] for r in rows],
+                         name="padding share", marker=dict(color=MODE_COLORS["padded"]),
+                         customdata=[[formats.pct(r["share"]), formats.count(r["padded_tokens"]),
+                                      formats.count(r["num_tokens"] + r["padded_tokens"])] for r in rows],
+                         hovertemplate="bs %{x}: %{customdata[0]} padding (%{customdata[1]} of "
+                                       "%{customdata[2]} decode tokens)<extra></extra>")],
                    xaxis=dict(title=dict(text="batch size (raw)")),
-                   yaxis=dict(title=dict(text="padded share of compute"), tickformat=".0%"))
+                   yaxis=dict(title=dict(text="padded share of decode tokens"), tickformat=".0%", rangemode="tozero"))
 
 
 def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
@@ -130,10 +144,21 @@ def step_time_figure(step_times: list[dict[str, Any]]) -> go.Figure:
         if rows:
             traces.append(dict(type="bar", x=[r["stage"] for r in rows], y=[r["mean_s"] * 1000 for r in rows],
                                name=mode, marker=dict(color=MODE_COLORS[mode]),
-                               customdata=[r["steps"] for r in rows],
-                               hovertemplate="%{x} " + mode + ": %{y:.3f} ms mean over %{customdata} steps"
+                               customdata=[[formats.seconds(r["mean_s"]), formats.plural(r["steps"], "step")]
+                                           for r in rows],
+                               hovertemplate="%{x} " + mode + ": %{customdata[0]} mean over %{customdata[1]}"
                                                               "<extra></extra>"))
-    return _figure(traces, barmode="group", yaxis=dict(title=dict(text="mean step time (ms)")))
+    return _figure(traces, barmode="group", yaxis=dict(title=dict(text="mean step time (ms)"), tickformat=",~r"))
+
+
+def _bytes_axis(values: Iterable[float | None]) -> tuple[str, int]:
+    """The unit a bytes axis reads best in, from its largest known value."""
+    return formats.byte_unit(max((abs(v) for v in values if v is not None), default=0))
+
+
+def _scaled(values: list[float | None], scale: int) -> list[float | None]:
+    """Bytes in the axis unit; unknown stays a gap, never a zero."""
+    return [None if v is None else v / scale for v in values]
 
 
 def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
@@ -142,30 +167,44 @@ def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
     if not rows:
         return _empty("no pool memory reported")
     labels = [f"bs {c['graph_bs']} ({c['stage']})" for c in rows]
+    deltas, pools = [c.get("pool_delta_bytes") for c in rows], [c.get("pool_bytes") for c in rows]
+    unit, scale = _bytes_axis(deltas + pools)
     return _figure([
-        dict(type="bar", x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows],
-             name="delta (MiB)", marker=dict(color="#6a8fc8")),
-        dict(type="scatter", x=labels, y=[(c.get("pool_bytes") or 0) / 2**20 for c in rows],
-             name="pool after (MiB)", mode="lines+markers", line=dict(color="#1f4e9c")),
-    ], yaxis=dict(title=dict(text="MiB")), xaxis=dict(title=dict(text="capture (in order)")))
+        dict(type="bar", x=labels, y=_scaled(deltas, scale), name="delta", marker=dict(color="#6a8fc8"),
+             customdata=[formats.size(v) for v in deltas], hovertemplate="%{x}: delta %{customdata}<extra></extra>"),
+        dict(type="scatter", x=labels, y=_scaled(pools, scale), name="pool after", mode="lines+markers",
+             line=dict(color="#1f4e9c"), customdata=[formats.size(v) for v in pools],
+             hovertemplate="%{x}: pool %{customdata}<extra></extra>"),
+    ], yaxis=dict(title=dict(text=unit), tickformat=",~r", rangemode="tozero"),
+        xaxis=dict(title=dict(text="capture (in order)")))
 
 
 def parity_figure(parity: list[dict[str, Any]]) -> go.Figure:
-    """Divergence between graph replay and eager on the same inputs, per checked size."""
+    """Divergence between graph replay and eager on the same inputs, per checked size: on a
+    log axis, unless a check matched exactly (0 has no place on a log axis, and an exact
+    match must be seen, not dropped)."""
     if not parity:
         return _empty("no parity checks in this run")
+    values = [p[k] for p in parity for k in ("max_abs_diff", "rel_err")]
+    log = all(v > 0 for v in values)
     shapes, notes = [], []
     for tol in sorted({p["tolerance"] for p in parity if p.get("tolerance") is not None}):
-        shape, note = _hline(tol, f"tolerance {tol:g}", "#c8453b")
-        shapes.append({**shape, "y0": tol, "y1": tol})
-        notes.append({**note, "y": math.log10(tol) if tol > 0 else 0})
-    return _figure([
-        dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p["max_abs_diff"] for p in parity],
-             mode="markers", name="max |diff|", marker=dict(size=9)),
-        dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p["rel_err"] for p in parity],
-             mode="markers", name="relative error", marker=dict(size=9, symbol="diamond")),
-    ], shapes=shapes, annotations=notes, xaxis=dict(title=dict(text="graph batch size")),
-        yaxis=dict(title=dict(text="divergence"), type="log"))
+        shape, note = _hline(tol, f"tolerance {formats.number(tol)}", "#c8453b")
+        shapes.append(shape)
+        notes.append({**note, "y": math.log10(tol) if log and tol > 0 else tol})
+    exact = sum(1 for p in parity if p["max_abs_diff"] == 0)
+    checks = formats.plural(len(parity), "check") + (f", {exact} exact" if exact else "")
+    traces = []
+    for key, name, symbol in (("max_abs_diff", "max |diff|", "circle"), ("rel_err", "relative error", "diamond")):
+        traces.append(dict(type="scatter", x=[p["graph_bs"] for p in parity], y=[p[key] for p in parity],
+                           mode="markers", marker=dict(size=9, symbol=symbol),
+                           name=f"{name} ({checks})" if key == "max_abs_diff" else name,
+                           customdata=[formats.number(p[key]) for p in parity],
+                           hovertemplate="bs %{x}: " + name + " %{customdata}<extra></extra>"))
+    yaxis = (dict(type="log", tickformat=".1~e") if log
+             else dict(type="linear", rangemode="tozero", tickformat=".2~g"))
+    return _figure(traces, shapes=shapes, annotations=notes, xaxis=dict(title=dict(text="graph batch size")),
+                   yaxis=dict(title=dict(text="divergence"), **yaxis))
 
 
 def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -211,26 +250,37 @@ def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]
             traces.append(dict(type="bar", y=[b["label"] for b in rows], x=[b["duration"] for b in rows],
                                base=[b["start"] for b in rows], orientation="h", name=kind,
                                marker=dict(color=colors[kind]),
-                               hovertemplate="%{y}: %{x:.3f} s from %{base:.3f} s<extra></extra>"))
+                               customdata=[[formats.seconds(b["duration"]), formats.seconds(b["start"])]
+                                           for b in rows],
+                               hovertemplate="%{y}: %{customdata[0]} from %{customdata[1]}<extra></extra>"))
     return _figure(traces, xaxis=dict(title=dict(text="seconds since startup began")),
                    yaxis=dict(autorange="reversed", categoryorder="array",
                               categoryarray=[b["label"] for b in bars]),
                    height=max(260, 26 * len(bars) + 80))
 
 
-def capture_figure(captures: list[dict[str, Any]]) -> go.Figure:
-    """Capture duration per size (failed ones red) with the pool delta on a second axis."""
+def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED) -> go.Figure:
+    """Capture duration per size (failed ones red) with the pool delta on a second axis;
+    an unknown duration or delta is a gap (its hover says ``missing``), never a zero."""
     if not captures:
         return _empty("no captures reported")
     rows = sorted(captures, key=lambda c: (c["stage"], c["graph_bs"]))
     labels = [str(c["graph_bs"]) if c["stage"] == "decode" else f"{c['graph_bs']} {c['stage']}" for c in rows]
+    deltas = [c.get("pool_delta_bytes") for c in rows]
+    unit, scale = _bytes_axis(deltas)
     return _figure([
-        dict(type="bar", x=labels, y=[c["duration_s"] for c in rows], name="capture time (s)",
-             marker=dict(color=["#c8453b" if c.get("status") == "failed" else "#2e8b57" for c in rows])),
-        dict(type="scatter", x=labels, y=[(c.get("pool_delta_bytes") or 0) / 2**20 for c in rows], yaxis="y2",
-             name="pool delta (MiB)", mode="lines+markers", line=dict(color="#1f4e9c")),
-    ], xaxis=dict(title=dict(text="batch size"), type="category"), yaxis=dict(title=dict(text="seconds")),
-        yaxis2=dict(title=dict(text="MiB"), overlaying="y", side="right"))
+        dict(type="bar", x=labels, y=[c["duration_s"] for c in rows], name="capture time",
+             marker=dict(color=["#c8453b" if c.get("status") == "failed" else "#2e8b57" for c in rows]),
+             customdata=[formats.seconds(c["duration_s"], missing) for c in rows],
+             hovertemplate="bs %{x}: captured in %{customdata}<extra></extra>"),
+        dict(type="scatter", x=labels, y=_scaled(deltas, scale), yaxis="y2", name=f"pool delta ({unit})",
+             mode="lines+markers", line=dict(color="#1f4e9c"),
+             customdata=[formats.size(v, missing) for v in deltas],
+             hovertemplate="bs %{x}: pool delta %{customdata}<extra></extra>"),
+    ], xaxis=dict(title=dict(text="batch size"), type="category"),
+        yaxis=dict(title=dict(text="seconds"), tickformat=",~r", rangemode="tozero"),
+        yaxis2=dict(title=dict(text=unit), overlaying="y", side="right", tickmode="auto", showgrid=False,
+                    tickformat=",~r", rangemode="tozero"))
 
 
 def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
@@ -258,5 +308,6 @@ def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
         return _empty("choose a baseline run")
     return _figure([dict(type="bar", x=[d["item"] for d in diff], y=[d["diff_s"] for d in diff],
                          marker=dict(color=["#c8453b" if d["diff_s"] > 0 else "#2e8b57" for d in diff]),
-                         name="run − baseline (s)")],
+                         name="run − baseline (s)", customdata=[formats.signed_seconds(d["diff_s"]) for d in diff],
+                         hovertemplate="%{x}: %{customdata}<extra></extra>")],
                    yaxis=dict(title=dict(text="run − baseline (s)")))

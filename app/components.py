@@ -8,10 +8,15 @@ raw HTML or markdown for stored strings.
 
 from __future__ import annotations
 
-import datetime as dt
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
 
+import dash_ag_grid as dag
 from dash import dcc, html
+
+# The pages' number formats live in app.formats; re-exported so a page needs one import.
+from app.formats import (count, number, pct, plural, seconds, signed_seconds, size,  # noqa: F401
+                         unknown, when)
 
 _CONTEXT: dict[str, Any] = {"store": None, "settings": None}
 
@@ -25,33 +30,6 @@ def store() -> Any:
     if _CONTEXT["store"] is None:
         raise RuntimeError("the dashboard has no store bound (app.server.create_server binds it)")
     return _CONTEXT["store"]
-
-
-# -- formats (the browser tests compare these strings with the query layer) ---------------
-def pct(ratio: float | None) -> str:
-    return "–" if ratio is None else f"{ratio * 100:.1f}%"
-
-
-def seconds(value: float | None) -> str:
-    if value is None:
-        return "–"
-    if value < 1:
-        return f"{value * 1000:.1f} ms"
-    return f"{value:.2f} s"
-
-
-def count(value: int | None) -> str:
-    return "–" if value is None else f"{value:,}"
-
-
-def mib(value: int | float | None) -> str:
-    return "–" if value is None else f"{value / 2**20:.1f} MiB"
-
-
-def when(ts: float | None) -> str:
-    if ts is None:
-        return "–"
-    return dt.datetime.fromtimestamp(ts, dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # -- layout pieces ---------------------------------------------------------------------
@@ -77,8 +55,90 @@ def stat(label: str, value: str, id: str | None = None, note: str | None = None)
 
 
 def graph(id: str, figure: Any = None, height: int = 320) -> dcc.Graph:
-    return dcc.Graph(id=id, figure=figure if figure is not None else {},
+    """A chart that follows its container's width (window resizes included)."""
+    return dcc.Graph(id=id, figure=figure if figure is not None else {}, responsive=True,
                      config={"displaylogo": False}, style={"height": f"{height}px"})
+
+
+# -- tables (AG Grid) -------------------------------------------------------------------
+SHOWN = "__shown"    # a row's display text for a column: row[field + SHOWN]
+
+
+@dataclass(frozen=True)
+class Column:
+    """One grid column.
+
+    ``field`` is the row key the column sorts and filters on (a number for ``numeric``
+    columns, so "eager % ≥ 10" compares numbers). ``shown`` makes the text displayed from
+    the whole row (so unknown values can say why they are unknown); without it the raw
+    value is shown. ``link`` is a path template filled from the row ("/run/{run_id}"),
+    which makes the cell a link. ``min_width`` is in pixels; columns share the rest of the
+    width by ``flex``.
+    """
+
+    field: str
+    header: str
+    numeric: bool = False
+    shown: Callable[[dict[str, Any]], str] | None = None
+    link: str | None = None
+    min_width: int = 80
+    flex: float = 1.0
+
+    def definition(self, filters: bool) -> dict[str, Any]:
+        d: dict[str, Any] = {"field": self.field, "headerName": self.header, "minWidth": self.min_width,
+                             "flex": self.flex, "headerTooltip": self.header}
+        if self.numeric:
+            d.update(type="rightAligned", cellDataType="number", filter="agNumberColumnFilter",
+                     filterParams={"defaultOption": "greaterThanOrEqual", "buttons": ["reset"]})
+        else:
+            d.update(cellDataType="text", filter="agTextColumnFilter", tooltipField=self.field,
+                     filterParams={"buttons": ["reset"]})
+        if not filters:
+            d["filter"] = False
+        if self.shown is not None:
+            d["valueFormatter"] = {"function": "shown(params)"}
+            d["tooltipValueGetter"] = {"function": "shown(params)"}
+        if self.link is not None:
+            d["cellRenderer"] = "Link"
+            d["cellRendererParams"] = {"href": self.link}
+        return d
+
+
+def grid_rows(columns: Iterable[Column], records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Rows for ``grid``: each record with its display text for every formatted column."""
+    formatted = [col for col in columns if col.shown is not None]
+    return [{**r, **{col.field + SHOWN: col.shown(r) for col in formatted}} for r in records]
+
+
+def grid(id: str, columns: Iterable[Column], rows: Iterable[dict[str, Any]] = (), *,
+         filters: bool = True, page_size: int | None = None, row_id: str | None = None,
+         row_classes: dict[str, str] | None = None, selectable: bool = False) -> Any:
+    """The dashboard's table: sortable, filterable (a filter row under the headers),
+    columns sized to the page width, row heights to the content (no inner scrollbar).
+
+    ``rows`` come from ``grid_rows``. ``row_id`` names the field that identifies a row,
+    so a refresh updates rows in place; ``row_classes`` maps a CSS class to a JavaScript
+    condition on ``params.data``; ``selectable`` lets one row be selected (``selectedRows``).
+    """
+    columns = list(columns)
+    options: dict[str, Any] = {"domLayout": "autoHeight", "animateRows": False, "enableCellTextSelection": True,
+                               "ensureDomOrder": True, "tooltipShowDelay": 400, "suppressCellFocus": not selectable}
+    if page_size:
+        options.update(pagination=True, paginationPageSize=page_size, paginationPageSizeSelector=False)
+    if selectable:
+        options["rowSelection"] = {"mode": "singleRow", "checkboxes": False, "enableClickSelection": True}
+    props: dict[str, Any] = {}
+    if row_id:
+        props["getRowId"] = f"'' + params.data[{row_id!r}]"
+    if row_classes:
+        props["rowClassRules"] = row_classes
+    return dag.AgGrid(
+        id=id, columnDefs=[col.definition(filters) for col in columns], rowData=list(rows),
+        defaultColDef={"sortable": True, "resizable": True, "floatingFilter": filters,
+                       "wrapHeaderText": True, "autoHeaderHeight": True,
+                       "suppressHeaderMenuButton": True},
+        dashGridOptions=options, className="grid",
+        style={"height": None, "width": "100%"}, **props)
 
 
 def section(title: str, *children: Any, id: str | None = None) -> html.Section:

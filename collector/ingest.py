@@ -61,7 +61,9 @@ class IngestResult:
     duplicates: int
     # What was accepted, for Prometheus (not part of equality).
     source: str = field(default="", compare=False)
+    model: str = field(default="", compare=False)
     step_counts: dict = field(default_factory=dict, compare=False)   # (stage, mode, reason) -> n
+    tokens_by_stage: dict = field(default_factory=dict, compare=False)      # stage -> num_tokens
     padded_by_stage: dict = field(default_factory=dict, compare=False)      # stage -> tokens
     capture_durations: list = field(default_factory=list, compare=False)    # (stage, seconds)
     pool_bytes: int | None = field(default=None, compare=False)
@@ -218,13 +220,13 @@ def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
 
 def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> IngestResult:
     run = conn.execute(
-        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.status, t.runs.c.end_seq,
+        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.model, t.runs.c.status, t.runs.c.end_seq,
                   t.runs.c.last_event_ts, t.runs.c.raw_expired_before).where(t.runs.c.run_id == run_id)
     ).first()
     if run is None:
         raise UnknownRun(run_id)
     run_pk = run.id
-    result = IngestResult(accepted=0, duplicates=0, source=run.source)
+    result = IngestResult(accepted=0, duplicates=0, source=run.source, model=run.model)
     if not events:
         conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(last_seen_at=now))
         return result
@@ -296,10 +298,12 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             if run_end is None or seq > run_end["seq"]:
                 run_end = e
 
-    counts, padded = result.step_counts, result.padded_by_stage
+    counts, computed, padded = result.step_counts, result.tokens_by_stage, result.padded_by_stage
     for (_second, stage, mode, reason), a in seconds.items():
         key = (stage, mode, reason or None)
         counts[key] = counts.get(key, 0) + a[0]
+        if a[1]:
+            computed[stage] = computed.get(stage, 0) + a[1]
         if a[2]:
             padded[stage] = padded.get(stage, 0) + a[2]
 

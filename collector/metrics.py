@@ -1,9 +1,11 @@
 """Prometheus exposition: the only place that names replayscope's metrics.
 
 Each app gets its own ``CollectorRegistry`` (tests build several apps in one process).
-Labels are bounded: source, stage, mode, reason (custom reasons collapse to ``custom``
-via ``runner.wire.reason_label``; steps without a reason carry no reason label value),
-result, rule. Never a run id or a per-step value. Counters count what this process
+Labels are bounded: source, model, stage, mode, reason (custom reasons collapse to
+``custom`` via ``runner.wire.reason_label``; steps without a reason carry no reason label
+value), result, rule. ``model`` is the run's model as its record names it, cut to
+``MODEL_LABEL_CHARS``; past ``MAX_MODEL_LABELS`` distinct models in one process the rest
+count under ``other``. Never a run id or a per-step value. Counters count what this process
 ingested since it started (Prometheus handles the reset); ``replayscope_alerts_firing``
 is read from the store at scrape time, so it is right whichever process evaluates.
 """
@@ -18,6 +20,7 @@ from prometheus_client.core import GaugeMetricFamily
 from runner.wire import reason_label
 
 STEPS_TOTAL = "replayscope_steps_total"
+TOKENS_TOTAL = "replayscope_tokens_total"
 PADDED_TOKENS_TOTAL = "replayscope_padded_tokens_total"
 CAPTURE_DURATION_SECONDS = "replayscope_capture_duration_seconds"
 GRAPH_POOL_BYTES = "replayscope_graph_pool_bytes"
@@ -25,6 +28,12 @@ INGEST_EVENTS_TOTAL = "replayscope_ingest_events_total"
 INGEST_BATCHES_TOTAL = "replayscope_ingest_batches_total"
 ALERTS_FIRING = "replayscope_alerts_firing"
 RUNS = "replayscope_runs"
+
+# Per-run metrics carry the run's model; a fleet has a few, a typo-prone script could make many.
+MAX_MODEL_LABELS = 50
+MODEL_LABEL_CHARS = 120
+OTHER_MODELS = "other"
+RUN_LABELS = ("source", "model")
 
 # Captures take from about a millisecond (one small graph) to minutes (compile + capture).
 CAPTURE_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0,
@@ -52,20 +61,40 @@ class _StoreGauges:
         yield runs
 
 
+class ModelLabels:
+    """The ``model`` label value of a run's model: bounded in length and in number."""
+
+    def __init__(self, limit: int = MAX_MODEL_LABELS):
+        self._limit = limit
+        self._seen: set[str] = set()
+
+    def __call__(self, model: str | None) -> str:
+        value = (model or "").strip()[:MODEL_LABEL_CHARS] or "unknown"
+        if value in self._seen:
+            return value
+        if len(self._seen) >= self._limit:
+            return OTHER_MODELS
+        self._seen.add(value)
+        return value
+
+
 class Metrics:
     """One app's metrics and their registry."""
 
     def __init__(self, store_gauges: Callable[[], tuple[dict[str, int], dict[str, int]]] | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        self.model_label = ModelLabels()
         self.steps = Counter(STEPS_TOTAL, "Steps by execution mode and eager reason.",
-                             ["source", "stage", "mode", "reason"], registry=r)
+                             [*RUN_LABELS, "stage", "mode", "reason"], registry=r)
+        self.tokens = Counter(TOKENS_TOTAL, "Tokens computed for requests (padding not included).",
+                              [*RUN_LABELS, "stage"], registry=r)
         self.padded_tokens = Counter(PADDED_TOKENS_TOTAL, "Tokens computed as padding up to a captured size.",
-                                     ["source", "stage"], registry=r)
+                                     [*RUN_LABELS, "stage"], registry=r)
         self.capture_duration = Histogram(CAPTURE_DURATION_SECONDS, "Duration of one graph capture.",
-                                          ["source", "stage"], buckets=CAPTURE_BUCKETS_S, registry=r)
+                                          [*RUN_LABELS, "stage"], buckets=CAPTURE_BUCKETS_S, registry=r)
         self.graph_pool = Gauge(GRAPH_POOL_BYTES, "Graph memory pool size after the latest capture.",
-                                ["source"], registry=r)
+                                list(RUN_LABELS), registry=r)
         self.ingest_events = Counter(INGEST_EVENTS_TOTAL, "Events received, by what became of them.",
                                      ["result"], registry=r)
         self.ingest_batches = Counter(INGEST_BATCHES_TOTAL, "Event batches received, by outcome.",
@@ -79,21 +108,24 @@ class Metrics:
 
     def observe_ingest(self, result) -> None:
         """Count one accepted batch (an ``collector.ingest.IngestResult``)."""
-        source = result.source
+        run = (result.source, self.model_label(result.model))
         self.ingest_batches.labels("ok").inc()
         if result.accepted:
             self.ingest_events.labels("accepted").inc(result.accepted)
         if result.duplicates:
             self.ingest_events.labels("duplicate").inc(result.duplicates)
         for (stage, mode, reason), n in result.step_counts.items():
-            self.steps.labels(source, stage, mode, reason_label(reason) or "").inc(n)
+            self.steps.labels(*run, stage, mode, reason_label(reason) or "").inc(n)
+        for stage, tokens in result.tokens_by_stage.items():
+            if tokens:
+                self.tokens.labels(*run, stage).inc(tokens)
         for stage, padded in result.padded_by_stage.items():
             if padded:
-                self.padded_tokens.labels(source, stage).inc(padded)
+                self.padded_tokens.labels(*run, stage).inc(padded)
         for stage, seconds in result.capture_durations:
-            self.capture_duration.labels(source, stage).observe(seconds)
+            self.capture_duration.labels(*run, stage).observe(seconds)
         if result.pool_bytes is not None:
-            self.graph_pool.labels(source).set(result.pool_bytes)
+            self.graph_pool.labels(*run).set(result.pool_bytes)
 
     def observe_rejected(self, events: int, unavailable: bool = False) -> None:
         self.ingest_batches.labels("unavailable" if unavailable else "rejected").inc()

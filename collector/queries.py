@@ -7,8 +7,11 @@ for ``run_summary``) when the run is unknown.
 
 Definitions: ``eager_ratio`` = eager steps / all steps (every stage);
 ``padded_ratio`` = padded_tokens / (num_tokens + padded_tokens), the share of the
-computed tokens that were padding; ``share`` in ``reason_breakdown`` is the reason's
-share of the run's eager steps.
+computed tokens that were padding, every stage (prefill tokens included);
+``decode_padded_ratio`` = decode_padded_tokens / (decode_num_tokens +
+decode_padded_tokens), the same share over decode steps only (what padding to a captured
+size costs; None when the run has no decode tokens); ``share`` in ``reason_breakdown``
+is the reason's share of the run's eager steps.
 """
 
 from __future__ import annotations
@@ -40,22 +43,26 @@ def _run_pk(conn, run_id: str) -> int | None:
 
 
 def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
-    """Per run: modes, steps, tokens, capture time and firing alerts."""
+    """Per run: modes, steps, tokens (all stages and decode), capture time and firing alerts."""
     out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
+                "decode_num_tokens": 0, "decode_padded_tokens": 0,
                 "capture_total_s": None, "alerts_firing": 0} for pk in run_pks}
     if not run_pks:
         return out
     rows = conn.execute(
-        sa.select(sr.c.run_pk, sr.c.mode, sa.func.sum(sr.c.steps), sa.func.sum(sr.c.num_tokens),
+        sa.select(sr.c.run_pk, sr.c.stage, sr.c.mode, sa.func.sum(sr.c.steps), sa.func.sum(sr.c.num_tokens),
                   sa.func.sum(sr.c.padded_tokens))
         .where(sr.c.bucket_s == WHOLE_RUN, sr.c.run_pk.in_(run_pks))
-        .group_by(sr.c.run_pk, sr.c.mode))
-    for pk, mode, n, tokens, padded in rows:
+        .group_by(sr.c.run_pk, sr.c.stage, sr.c.mode))
+    for pk, stage, mode, n, tokens, padded in rows:
         o = out[pk]
-        o["modes"][mode] = int(n)
+        o["modes"][mode] += int(n)
         o["steps"] += int(n)
         o["num_tokens"] += int(tokens)
         o["padded_tokens"] += int(padded)
+        if stage == "decode":
+            o["decode_num_tokens"] += int(tokens)
+            o["decode_padded_tokens"] += int(padded)
     # Unknown stays None: a run whose source gave no capture time has no capture total.
     for pk, total in conn.execute(
             sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s))
@@ -77,6 +84,8 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     for o in out.values():
         o["eager_ratio"] = _ratio(o["modes"]["eager"], o["steps"])
         o["padded_ratio"] = _ratio(o["padded_tokens"], o["num_tokens"] + o["padded_tokens"])
+        decode = o["decode_num_tokens"] + o["decode_padded_tokens"]
+        o["decode_padded_ratio"] = o["decode_padded_tokens"] / decode if decode else None
     return out
 
 

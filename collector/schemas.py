@@ -115,6 +115,10 @@ class RunListItem(BaseModel):
     padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
     num_tokens: int
     padded_tokens: int
+    decode_num_tokens: int = Field(description="num_tokens of decode steps")
+    decode_padded_tokens: int = Field(description="padded_tokens of decode steps")
+    decode_padded_ratio: Optional[float] = Field(
+        description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without decode tokens")
     capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int
 

@@ -16,6 +16,8 @@ from app import components as c
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
 
 REFRESH_MS = 2000
+NO_DECODE_TOKENS = "no decode tokens"
+PADDING_NOTE = "of decode tokens: padded ÷ (decode + padded)"
 STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
 
 
@@ -43,13 +45,14 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
     costs = reason_costs(queries.reason_breakdown(store, run_id), step_times)
     now = time.time() if summary["status"] == "running" else None
+    unknown = c.unknown(summary["source"])
     return {
         "summary": summary,
         "stats": {
             "run-steps": c.count(summary["steps"]),
             "run-eager": c.pct(summary["eager_ratio"]),
-            "run-padded": c.pct(summary["padded_ratio"]),
-            "run-capture": c.seconds(summary["capture_total_s"]),
+            "run-padded": c.pct(summary["decode_padded_ratio"], NO_DECODE_TOKENS),
+            "run-capture": c.seconds(summary["capture_total_s"], unknown),
             "run-status": summary["status"],
             "run-alerts": c.count(summary["alerts_firing"]),
         },
@@ -99,7 +102,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         dcc.Interval(id="run-interval", interval=REFRESH_MS, disabled=False),
         html.Div(header(summary), id="run-header"),
         html.Div([c.stat("steps", "…", "run-steps"), c.stat("eager", "…", "run-eager", "of all steps"),
-                  c.stat("padding", "…", "run-padded", "of tokens computed"),
+                  c.stat("padding", "…", "run-padded", PADDING_NOTE),
                   c.stat("capture time", "…", "run-capture"), c.stat("status", "…", "run-status"),
                   c.stat("alerts firing", "…", "run-alerts")], className="stats"),
         html.Div(id="run-live", className="hint"),
@@ -109,7 +112,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         ], className="grid2"),
         html.Div([
             c.section("Batch sizes by mode (▲ captured sizes)", c.graph("run-batch-hist")),
-            c.section("Padding waste per batch size", c.graph("run-padding")),
+            c.section("Padding per batch size (share of decode tokens)", c.graph("run-padding")),
         ], className="grid2"),
         c.section("Why steps ran eager", html.Div(id="run-reasons"), id="run-reasons-section"),
         html.Div([

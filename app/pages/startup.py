@@ -6,13 +6,23 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dash_table, dcc, html
+from dash import Input, Output, State, callback, dcc, html
 
 from app import charts
 from app import components as c
 
 dash.register_page(__name__, path_template="/startup/<run_id>", title="replayscope · startup",
                    name="Startup")
+
+
+DIFF_COLUMNS = (
+    c.Column("item", "phase / size", min_width=160, flex=2),
+    c.Column("run_s", "this run", numeric=True, shown=lambda r: c.seconds(r["run_s"], "not in this run"),
+             min_width=100),
+    c.Column("baseline_s", "baseline", numeric=True,
+             shown=lambda r: c.seconds(r["baseline_s"], "not in the baseline"), min_width=100),
+    c.Column("diff_s", "difference", numeric=True, shown=lambda r: c.signed_seconds(r["diff_s"]), min_width=100),
+)
 
 
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
@@ -33,15 +43,17 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
                 used.add(size)
     findings = diagnose(phases, caps, degrades, config=summary.get("config") or {},
                         used_sizes=used if summary["steps"] and used else None)
+    unknown = c.unknown(summary["source"])
     out: dict[str, Any] = {
         "summary": summary,
+        "unknown": unknown,
         "startup_s": startup_seconds(phases, caps),
         "captures": caps,
         "failed": [x for x in caps if x["status"] == "failed"],
         "degrades": degrades,
         "findings": [f.as_dict() for f in findings],
         "waterfall": charts.waterfall_figure(phases, caps),
-        "capture_fig": charts.capture_figure(caps),
+        "capture_fig": charts.capture_figure(caps, unknown),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
@@ -83,18 +95,13 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
                                placeholder="choose a baseline run", clearable=True),
                   html.Div(id="startup-baseline-summary", className="hint"),
                   c.graph("startup-diff", height=300),
-                  dash_table.DataTable(id="startup-diff-table",
-                                       columns=[{"id": "item", "name": "phase / size"},
-                                                {"id": "run_s", "name": "this run (s)", "type": "numeric"},
-                                                {"id": "baseline_s", "name": "baseline (s)", "type": "numeric"},
-                                                {"id": "diff_s", "name": "difference (s)", "type": "numeric"}],
-                                       data=[], sort_action="native",
-                                       style_cell={"fontFamily": "inherit", "fontSize": "13px"})),
+                  c.grid("startup-diff-table", DIFF_COLUMNS, filters=False, row_id="item")),
     ], className="page")
 
 
 def _failures(data: dict[str, Any]) -> list[Any]:
-    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed after {c.seconds(x['duration_s'])}: "
+    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed after "
+             f"{c.seconds(x['duration_s'], data['unknown'])}: "
              f"{x.get('error') or 'no error text'}" for x in data["failed"]]
     items += [f"degraded {d['from']} → {d['to']}" + (f" (bs {d['graph_bs']})" if d.get("graph_bs") else "")
               + (f": {d['error']}" if d.get("error") else "") for d in data["degrades"]]
@@ -103,15 +110,11 @@ def _failures(data: dict[str, Any]) -> list[Any]:
     return [c.bullet_list(items, "failures")]
 
 
-def _round(v: float | None) -> float | None:
-    return None if v is None else round(v, 3)
-
-
 @callback(Output("startup-total", "children"), Output("startup-captures", "children"),
           Output("startup-capture-s", "children"), Output("startup-failed", "children"),
           Output("startup-diagnosis", "children"), Output("startup-waterfall", "figure"),
           Output("startup-captures-fig", "figure"), Output("startup-failures", "children"),
-          Output("startup-diff", "figure"), Output("startup-diff-table", "data"),
+          Output("startup-diff", "figure"), Output("startup-diff-table", "rowData"),
           Output("startup-baseline-summary", "children"),
           Input("startup-baseline", "value"), State("startup-run-id", "data"))
 def refresh(baseline, run_id):
@@ -126,12 +129,11 @@ def refresh(baseline, run_id):
     if "baseline_startup_s" in data:
         delta = data["startup_s"] - data["baseline_startup_s"]
         baseline_text = (f"This run {c.seconds(data['startup_s'])}, baseline {c.seconds(data['baseline_startup_s'])} "
-                         f"({'+' if delta >= 0 else '−'}{c.seconds(abs(delta))}).")
+                         f"({c.signed_seconds(delta)}).")
     return (c.seconds(data["startup_s"]), c.count(len(caps)),
-            c.seconds(_known_sum(x["duration_s"] for x in caps)), c.count(len(data["failed"])),
+            c.seconds(_known_sum(x["duration_s"] for x in caps), data["unknown"]), c.count(len(data["failed"])),
             diagnosis, data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
-            [{**d, "run_s": _round(d["run_s"]), "baseline_s": _round(d["baseline_s"]),
-              "diff_s": _round(d["diff_s"])} for d in data["diff"]],
+            c.grid_rows(DIFF_COLUMNS, data["diff"]),
             baseline_text)
 
 

@@ -95,32 +95,106 @@ def severe_errors(driver):
 
 
 def screenshot(driver, name):
+    """The whole page at 1280 px wide into docs/screenshots/ when REPLAYSCOPE_SCREENSHOTS=1."""
     if os.environ.get("REPLAYSCOPE_SCREENSHOTS") != "1":
         return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    size = driver.get_window_size()
     driver.execute_script("window.scrollTo(0, 0)")
     height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(1400, min(max(1000, height + 40), 6000))
+    driver.set_window_size(NARROW[0], min(max(NARROW[1], height + 40), 6000))
     time.sleep(0.8)                          # let plotly re-lay out at the new size
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    driver.set_window_size(size["width"], size["height"])
+
+
+NARROW = (1280, 800)
+# Every page, the number of charts it draws and its key elements (which must be on screen).
+PAGES = {
+    "runs": ("/", 0, "#runs-table .ag-header-cell, #runs-table .ag-row .ag-cell"),
+    "run": ("/run/real-run", 7, ".stat, .js-plotly-plot"),
+    "startup": ("/startup/real-run", 3, ".stat, .js-plotly-plot"),
+    "advisor": ("/advisor/real-run", 1, "#advisor-table .ag-header-cell, .js-plotly-plot, .flag-text"),
+    "alerts": ("/alerts", 0, "#alerts-rules .ag-header-cell, #alerts-history .ag-header-cell, #rule-create"),
+}
+BROKEN_IMAGES = "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
+RESOURCE_STATUSES = "return performance.getEntriesByType('resource').map(e => [e.name, e.responseStatus])"
+OFF_SCREEN = """
+const width = document.documentElement.clientWidth;
+return Array.from(document.querySelectorAll(arguments[0]))
+  .filter(e => { const r = e.getBoundingClientRect(); return r.width === 0 || r.left < 0 || r.right > width + 0.5; })
+  .map(e => (e.id || e.getAttribute('col-id') || e.className) + ' ' + Math.round(e.getBoundingClientRect().right));
+"""
+GRIDS_SCROLLED_SIDEWAYS = """
+return Array.from(document.querySelectorAll('.ag-root-wrapper'))
+  .filter(g => g.querySelector('.ag-center-cols-container').scrollWidth
+               > g.querySelector('.ag-center-cols-viewport').clientWidth + 1)
+  .map(g => g.closest('[id]').id);
+"""
+
+
+def grid_row(driver, grid_id, row_id):
+    """{column id: shown text} of one row of an AG Grid table."""
+    row = driver.find_element(By.CSS_SELECTOR, f"#{grid_id} .ag-center-cols-container [row-id='{row_id}']")
+    return {cell.get_attribute("col-id"): cell.text for cell in row.find_elements(By.CSS_SELECTOR, ".ag-cell")}
+
+
+@pytest.fixture
+def narrow(driver):
+    driver.set_window_size(*NARROW)
+    yield driver
     driver.set_window_size(1400, 1000)
 
 
+@pytest.mark.parametrize("page", list(PAGES))
+def test_every_page_fits_1280_px_and_requests_no_missing_asset(env, narrow, page):
+    path, charts, key_elements = PAGES[page]
+    open_page(narrow, env["url"] + path, charts=charts)
+    wait(narrow, lambda d: d.find_elements(By.CSS_SELECTOR, key_elements))
+    if page == "runs":
+        wait(narrow, lambda d: d.find_elements(By.CSS_SELECTOR, "#runs-table .ag-row"))
+    time.sleep(0.5)                                   # grids and charts settle on the width
+    assert narrow.execute_script("return window.innerWidth") == NARROW[0]
+    assert narrow.execute_script("return document.documentElement.scrollWidth") <= \
+        narrow.execute_script("return document.documentElement.clientWidth"), "the page scrolls sideways"
+    assert narrow.execute_script(OFF_SCREEN, key_elements) == []
+    assert narrow.execute_script(GRIDS_SCROLLED_SIDEWAYS) == []
+    assert narrow.execute_script(BROKEN_IMAGES) == []
+    statuses = narrow.execute_script(RESOURCE_STATUSES)
+    assert statuses and all(isinstance(status, int) for _, status in statuses)   # the browser reports them
+    assert [(name, status) for name, status in statuses if status >= 400] == []
+    log = narrow.get_log("browser")
+    assert [e for e in log if "Failed to load resource" in e["message"] or e["level"] == "SEVERE"] == []
+    assert not narrow.find_elements(By.CSS_SELECTOR, ".dash-spreadsheet, .dash-table-container")  # no dash_table
+
+
 def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
+    from app import components as c
     from collector import queries
 
     open_page(driver, env["url"] + "/")
     wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
     real = next(r for r in queries.list_runs(env["store"]) if r["run_id"] == "real-run")
-    row = next(tr for tr in driver.find_elements(By.CSS_SELECTOR, "#runs-table tr")
-               if "real-run" in tr.text)
-    cells = {td.get_attribute("data-dash-column"): td.text for td in row.find_elements(By.CSS_SELECTOR, "td")}
-    assert cells["steps"] == str(real["steps"])
-    assert cells["eager_pct"] == f"{round(real['eager_ratio'] * 100, 1):g}"
-    assert cells["padded_pct"] == f"{round(real['padded_ratio'] * 100, 1):g}"
+    cells = grid_row(driver, "runs-table", "real-run")
+    assert cells["steps"] == c.count(real["steps"])
+    assert cells["eager_pct"] == c.pct(real["eager_ratio"])
+    assert cells["padded_pct"] == c.pct(real["decode_padded_ratio"])
     assert cells["backend"] == "static" and cells["source"] == "runner"
     assert len(queries.list_runs(env["store"])) == 4
-    assert "4 runs" in driver.find_element(By.ID, "runs-count").text
+    assert driver.find_element(By.ID, "runs-count").text == "4 runs"
+    assert severe_errors(driver) == []
+
+
+def test_a_run_name_in_the_runs_table_links_to_its_page(env, driver):
+    open_page(driver, env["url"] + "/")
+    wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
+    marker = driver.execute_script("window.__no_reload = 1; return window.__no_reload")
+    link = driver.find_element(By.CSS_SELECTOR, "#runs-table [row-id='real-run'] [col-id=name] a")
+    assert link.get_attribute("href") == env["url"] + "/run/real-run"
+    link.click()
+    wait(driver, lambda d: d.find_elements(By.ID, "run-name") and d.find_element(By.ID, "run-name").text)
+    assert driver.find_element(By.ID, "run-name").text == "static-tiny-mixed"
+    assert driver.execute_script("return window.__no_reload") == marker    # navigated inside the app
     assert severe_errors(driver) == []
 
 
@@ -132,7 +206,7 @@ def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
     summary = queries.run_summary(env["store"], "real-run")
     assert text_of(driver, "run-steps") == c.count(summary["steps"])
     assert text_of(driver, "run-eager") == c.pct(summary["eager_ratio"])
-    assert text_of(driver, "run-padded") == c.pct(summary["padded_ratio"])
+    assert text_of(driver, "run-padded") == c.pct(summary["decode_padded_ratio"])
     assert text_of(driver, "run-capture") == c.seconds(summary["capture_total_s"])
     assert text_of(driver, "run-status") == "finished"
     assert len(driver.find_elements(By.CSS_SELECTOR, ".js-plotly-plot")) == 7
@@ -159,7 +233,7 @@ def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
                                      if "(baseline-run)" in o.text])
     option[0].click()
     wait(driver, lambda d: "baseline" in d.find_element(By.ID, "startup-baseline-summary").text)
-    rows = driver.find_elements(By.CSS_SELECTOR, "#startup-diff-table td[data-dash-column=item]")
+    rows = driver.find_elements(By.CSS_SELECTOR, "#startup-diff-table .ag-cell[col-id=item]")
     assert any("phase load_weights" == r.text for r in rows)
     assert any(r.text.startswith("capture bs") for r in rows)
     assert severe_errors(driver) == []
@@ -207,6 +281,24 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
     wait(driver, lambda d: "eager-high" in d.find_element(By.ID, "alerts-rules").text)
     [rule] = queries.alert_rules(env["store"])
     assert rule["threshold"] == 0.3 and rule["window_s"] == 300
+    assert severe_errors(driver) == []
+
+
+def test_selecting_a_rule_loads_it_into_the_form(env, driver):
+    from collector import queries
+    from collector.alerts import create_rule
+
+    rule = create_rule(env["store"], {"name": "to-edit", "threshold": 0.45, "window_s": 120, "min_steps": 7})
+    open_page(driver, env["url"] + "/alerts")
+    cell = wait(driver, lambda d: d.find_elements(
+        By.CSS_SELECTOR, f"#alerts-rules .ag-center-cols-container [row-id='{rule['id']}'] [col-id=name]"))
+    cell[0].click()
+    wait(driver, lambda d: d.find_element(By.ID, "rule-name").get_attribute("value") == "to-edit")
+    assert driver.find_element(By.ID, "rule-threshold").get_attribute("value") == "0.45"
+    assert driver.find_element(By.ID, "rule-window").get_attribute("value") == "120"
+    driver.find_element(By.ID, "rule-delete").click()
+    wait(driver, lambda d: "Deleted the rule" in d.find_element(By.ID, "rule-message").text)
+    assert all(r["name"] != "to-edit" for r in queries.alert_rules(env["store"]))
     assert severe_errors(driver) == []
 
 

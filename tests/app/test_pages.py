@@ -23,7 +23,7 @@ def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
         row = rows[run["run_id"]]
         assert row["steps"] == run["steps"]
         assert row["eager_pct"] == round(run["eager_ratio"] * 100, 1)
-        assert row["capture_s"] == round(run["capture_total_s"], 2)
+        assert row["capture_s"] == run["capture_total_s"]
 
 
 def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
@@ -73,3 +73,59 @@ def test_alerts_page_lists_rules_and_history(filled, pages):
     data = pages["alerts"].page_data(filled)
     assert [r["name"] for r in data["rules"]] == ["eager-high"]
     assert data["rules"][0]["run_pattern"] == "(all runs)"
+
+
+def test_padding_share_is_over_decode_tokens_on_the_header_the_chart_and_the_runs_list(filled, pages):
+    from app import charts
+    from app import components as c
+    from collector import queries
+
+    summary = queries.run_summary(filled, "syn-1")
+    per_size = charts.padding_by_size(queries.batch_histogram(filled, "syn-1", stage="decode"))
+    padded = sum(r["padded_tokens"] for r in per_size)
+    computed = sum(r["num_tokens"] + r["padded_tokens"] for r in per_size)
+    assert summary["decode_padded_ratio"] == padded / computed          # the chart's sizes add up to the header
+    assert summary["padded_ratio"] < 0.6 * summary["decode_padded_ratio"]   # prefill tokens are left out
+    data = pages["run"].page_data(filled, "syn-1")
+    assert data["stats"]["run-padded"] == c.pct(padded / computed)
+    assert "decode" in pages["run"].PADDING_NOTE
+    shown = data["figures"]["run-padding"].to_plotly_json()["data"][0]["y"]
+    assert list(shown) == [r["share"] for r in per_size]
+    row = next(r for r in pages["runs"].page_data(filled) if r["run_id"] == "syn-1")
+    assert row["padded_pct__shown"] == data["stats"]["run-padded"]
+    assert row["padded_pct"] == round(padded / computed * 100, 1)
+    header = next(col.header for col in pages["runs"].COLUMNS if col.field == "padded_pct")
+    assert "decode" in header
+
+
+def _run_without_capture_times(store, run_id, source):
+    from collector.ingest import ingest_events, ingest_run
+
+    record = synthetic.run_record(run_id, run_id, source=source)
+    ingest_run(store, record)
+    t0 = record["started_at"]
+    events = [{"seq": 0, "ts": t0 + 1, "kind": "phase", "phase": "load_weights", "duration_s": 1.0,
+               "start_ts": t0},
+              {"seq": 1, "ts": t0 + 2, "kind": "capture", "graph_bs": 8, "stage": "decode", "duration_s": None,
+               "pool_bytes": None, "pool_delta_bytes": None, "status": "ok"}]
+    events += synthetic.step_events(t0 + 3, 50, seq0=10)
+    ingest_events(store, run_id, events)
+
+
+def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(store, pages):
+    from collector import queries
+
+    _run_without_capture_times(store, "from-log", "vllm-log")
+    _run_without_capture_times(store, "from-runner", "runner")
+    assert queries.run_summary(store, "from-log")["capture_total_s"] is None
+    rows = {r["run_id"]: r for r in pages["runs"].page_data(store)}
+    assert rows["from-log"]["capture_s"] is None
+    assert rows["from-log"]["capture_s__shown"] == "not in the log"
+    assert rows["from-runner"]["capture_s__shown"] == "not measured"
+    assert pages["run"].page_data(store, "from-log")["stats"]["run-capture"] == "not in the log"
+    assert pages["run"].page_data(store, "from-runner")["stats"]["run-capture"] == "not measured"
+    startup = pages["startup"].page_data(store, "from-log")
+    hover = startup["capture_fig"].to_plotly_json()["data"][0]["customdata"]
+    assert list(hover) == ["not in the log"]
+    for text in list(pages["run"].page_data(store, "from-log")["stats"].values()):
+        assert text not in ("–", "0 s", "0.0 ms")

@@ -37,7 +37,7 @@ def test_ingest_is_counted_by_mode_and_bounded_reason(tmp_path):
              for s in families["replayscope_steps"].samples if s.name == "replayscope_steps_total"}
     assert steps == {("graph", ""): 1, ("padded", ""): 1, ("eager", "custom"): 1}
     for sample in families["replayscope_steps"].samples:
-        assert set(sample.labels) <= {"source", "stage", "mode", "reason"}
+        assert set(sample.labels) <= {"source", "model", "stage", "mode", "reason"}
     ingest = {s.labels["result"]: s.value for s in families["replayscope_ingest_events"].samples
               if s.name == "replayscope_ingest_events_total"}
     assert ingest == {"accepted": 4, "duplicate": 1, "rejected": 1}
@@ -56,3 +56,31 @@ def test_each_app_has_its_own_registry(tmp_path):
     first.post("/v1/runs/run-1/events", json={"events": [step(0, 1.0)]})
     assert "replayscope_steps_total{" in first.get("/metrics").text
     assert "replayscope_steps_total{" not in second.get("/metrics").text
+
+
+def test_per_run_metrics_carry_the_runs_model(tmp_path):
+    client = _client(tmp_path, "model")                  # run-1 is model "tiny"
+    client.post("/v1/runs/run-1/events", json={"events": [
+        step(0, 1.0), step(1, 2.0, mode="padded"),
+        {"seq": 2, "ts": 3.0, "kind": "capture", "graph_bs": 8, "stage": "decode", "duration_s": 0.02,
+         "pool_bytes": 1 << 20, "pool_delta_bytes": 1 << 20, "status": "ok"},
+    ]})
+    families = _families(client)
+    for name in ("replayscope_steps", "replayscope_tokens", "replayscope_padded_tokens",
+                 "replayscope_capture_duration_seconds", "replayscope_graph_pool_bytes"):
+        samples = [s for s in families[name].samples if not s.name.endswith("_created")]
+        assert samples and {s.labels["model"] for s in samples} == {"tiny"}, name
+    tokens = {s.labels["stage"]: s.value for s in families["replayscope_tokens"].samples
+              if s.name == "replayscope_tokens_total"}
+    assert tokens == {"decode": 8}                     # 4 + 4 real tokens; the pad is counted apart
+    for name in ("replayscope_ingest_events", "replayscope_ingest_batches"):
+        assert all("model" not in s.labels for s in families[name].samples)
+
+
+def test_the_model_label_is_bounded_in_number_and_length():
+    from collector.metrics import MODEL_LABEL_CHARS, OTHER_MODELS, ModelLabels
+
+    label = ModelLabels(limit=2)
+    assert [label("a"), label("b"), label("c"), label("a")] == ["a", "b", OTHER_MODELS, "a"]
+    assert len(ModelLabels()("m" * 1000)) == MODEL_LABEL_CHARS
+    assert ModelLabels()("") == "unknown"

@@ -9,7 +9,7 @@ from .conftest import step
 
 RUN_KEYS = {"run_id", "name", "source", "backend", "model", "device", "status", "started_at", "ended_at",
             "steps", "modes", "eager_ratio", "padded_ratio", "num_tokens", "padded_tokens",
-            "capture_total_s", "alerts_firing"}
+            "decode_num_tokens", "decode_padded_tokens", "decode_padded_ratio", "capture_total_s", "alerts_firing"}
 
 
 def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
@@ -36,6 +36,25 @@ def test_the_automatic_timeline_bucket_keeps_points_bounded():
     assert queries.choose_bucket_s(60) == 1
     assert queries.choose_bucket_s(5000) == 10
     assert 86400 * 30 / queries.choose_bucket_s(86400 * 30) <= 720 or queries.choose_bucket_s(86400 * 30) == 86400
+
+
+def test_the_decode_padding_share_leaves_prefill_tokens_out(store, run_in):
+    run_id = run_in(store)
+    prefill = dict(step(0, 1000.0, mode="eager", raw_bs=2, stage="prefill", reason="prefill"), num_tokens=1000)
+    ingest_events(store, run_id, [prefill, step(1, 1001.0, mode="padded", raw_bs=3),     # 3 tokens + 1 pad
+                                  step(2, 1002.0, mode="graph", raw_bs=4)])              # 4 tokens
+    run = queries.run_summary(store, run_id)
+    assert (run["decode_num_tokens"], run["decode_padded_tokens"]) == (7, 1)
+    assert run["decode_padded_ratio"] == 1 / 8
+    assert run["padded_ratio"] == 1 / 1008                       # every stage, as before
+    assert queries.list_runs(store)[0]["decode_padded_ratio"] == 1 / 8
+
+
+def test_the_decode_padding_share_is_unknown_without_decode_tokens(store, run_in):
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(0, 1000.0, mode="eager", stage="prefill", reason="prefill")])
+    run = queries.run_summary(store, run_id)
+    assert run["decode_padded_ratio"] is None and run["padded_ratio"] == 0.0
 
 
 def _capture(seq: int, bs: int, seconds: float) -> dict:

@@ -10,6 +10,7 @@ exist, and passes ``promtool check config``.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import shlex
@@ -292,3 +293,127 @@ def test_promtool_accepts_the_prometheus_config():
                             capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "SUCCESS" in result.stdout + result.stderr
+
+
+# -- Grafana ----------------------------------------------------------------------------------
+GRAFANA_DIR = REPO / "deploy" / "grafana"
+DASHBOARD = json.loads((GRAFANA_DIR / "dashboards" / "replayscope.json").read_text())
+_SELECTOR = re.compile(r"\b(replayscope_[a-z0-9_]+)\s*(\{[^}]*\})?")
+_MATCHER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
+_GROUPING = re.compile(r"\b(?:by|without)\s*\(([^)]*)\)")
+# Grafana's variables, as Grafana substitutes them, so promtool sees plain PromQL.
+_GRAFANA_VARIABLES = {"$__rate_interval": "1m", "$__range": "6h", "$source": ".*", "$model": ".*"}
+
+
+def grafana_mounts() -> dict[str, Path]:
+    """Container path -> repository path of Grafana's bind mounts."""
+    out = {}
+    for volume in SERVICES["grafana"]["volumes"]:
+        source, target = volume.split(":")[:2]
+        if source.startswith("."):
+            out[target] = REPO / source
+    return out
+
+
+def dashboard_queries() -> list[str]:
+    """Every PromQL expression of the dashboard's panels."""
+    panels = [p for p in DASHBOARD["panels"] if p["type"] != "row"]
+    return [t["expr"] for p in panels for t in p["targets"]]
+
+
+def variable_queries() -> list[str]:
+    return [v["query"]["query"] for v in DASHBOARD["templating"]["list"] if v["type"] == "query"]
+
+
+def exposed_series() -> dict[str, set[str]]:
+    """Sample name -> label names, from the collector's real exposition with every metric set."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from collector.ingest import IngestResult
+    from collector.metrics import Metrics
+
+    metrics = Metrics(store_gauges=lambda: ({"eager-high": 1}, {"finished": 2}))
+    metrics.observe_ingest(IngestResult(
+        accepted=3, duplicates=1, source="runner", model="tiny", step_counts={("decode", "eager", "prefill"): 2},
+        tokens_by_stage={"decode": 8}, padded_by_stage={"decode": 2}, capture_durations=[("decode", 0.1)],
+        pool_bytes=1 << 20))
+    metrics.observe_rejected(2)
+    out: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(metrics.exposition().decode()):
+        for sample in family.samples:
+            out.setdefault(sample.name, set()).update(sample.labels)
+    return out
+
+
+def test_grafana_mounts_exist_and_provision_the_datasource_and_dashboards():
+    mounts = grafana_mounts()
+    for target, source in mounts.items():
+        assert source.exists(), f"grafana mounts {source}, which does not exist"
+    datasources = yaml.safe_load((mounts["/etc/grafana/provisioning/datasources"] / "prometheus.yml").read_text())
+    [prometheus] = datasources["datasources"]
+    url = urlsplit(prometheus["url"])
+    assert prometheus["type"] == "prometheus" and url.hostname in SERVICES
+    assert option(argv(SERVICES[url.hostname]), "--web.listen-address") == f":{url.port}"
+    providers = yaml.safe_load((mounts["/etc/grafana/provisioning/dashboards"] / "replayscope.yml").read_text())
+    [provider] = providers["providers"]
+    assert provider["type"] == "file"
+    dashboards = mounts[provider["options"]["path"]]
+    assert (dashboards / "replayscope.json").is_file()
+    home = environment(SERVICES["grafana"])["GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH"]
+    assert (mounts[str(Path(home).parent)] / Path(home).name).is_file()
+    assert SERVICES["grafana"]["depends_on"]["prometheus"]["condition"] == "service_healthy"
+
+
+def test_the_dashboard_reads_prometheus_through_its_datasource_variable():
+    [datasource] = [v for v in DASHBOARD["templating"]["list"] if v["type"] == "datasource"]
+    assert datasource["query"] == "prometheus"
+    panels = [p for p in DASHBOARD["panels"] if p["type"] != "row"]
+    assert panels and len({p["id"] for p in DASHBOARD["panels"]}) == len(DASHBOARD["panels"])
+    for panel in panels:
+        assert panel["targets"], panel["title"]
+        for target in [panel, *panel["targets"]]:
+            assert target["datasource"] == {"type": "prometheus", "uid": "${" + datasource["name"] + "}"}
+
+
+def test_every_dashboard_query_names_metrics_and_labels_the_collector_exposes():
+    series = exposed_series()
+    for expr in dashboard_queries() + variable_queries():
+        selectors = _SELECTOR.findall(expr)
+        assert selectors, f"no replayscope metric in {expr!r}"
+        labels: set[str] = {"le"}
+        for name, matchers in selectors:
+            assert name in series, f"{name} is not exposed by collector/metrics.py ({expr!r})"
+            for label in _MATCHER.findall(matchers):
+                assert label in series[name], f"{name} has no label {label} ({expr!r})"
+            labels |= series[name]
+        for group in _GROUPING.findall(expr):
+            for label in filter(None, (x.strip() for x in group.split(","))):
+                assert label in labels, f"grouping by {label}, which no metric of {expr!r} has"
+
+
+def test_the_dashboard_shows_the_model_label_and_the_decode_padding_share():
+    text = json.dumps(DASHBOARD)
+    assert 'label_values(replayscope_steps_total{source=~\\"$source\\"}, model)' in text
+    padding = next(p for p in DASHBOARD["panels"] if p["title"].startswith("Padding"))
+    expr = padding["targets"][0]["expr"]
+    assert "replayscope_padded_tokens_total" in expr and "replayscope_tokens_total" in expr
+    assert 'stage="decode"' in expr
+
+
+def test_promtool_accepts_every_dashboard_query(tmp_path):
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        if os.environ.get("CI"):
+            pytest.fail("promtool is missing; CI must check the dashboard's PromQL (Debian: prometheus)")
+        pytest.skip("promtool not installed")
+    rules = []
+    for i, expr in enumerate(dashboard_queries()):
+        for variable, value in _GRAFANA_VARIABLES.items():
+            expr = expr.replace(variable, value)
+        assert "$" not in expr, f"a Grafana variable promtool cannot see: {expr!r}"
+        rules.append({"record": f"dashboard:query_{i}", "expr": expr})
+    path = tmp_path / "dashboard-queries.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert f"{len(rules)} rules found" in result.stdout + result.stderr

@@ -1,0 +1,74 @@
+"""Figures: rounded units, unknown values drawn as gaps (never zeros)."""
+
+from app import charts
+
+
+def _capture(bs, duration_s=0.05, pool_bytes=None, pool_delta_bytes=None, status="ok"):
+    return {"graph_bs": bs, "stage": "decode", "duration_s": duration_s, "pool_bytes": pool_bytes,
+            "pool_delta_bytes": pool_delta_bytes, "status": status, "ts": 10.0, "start_ts": None}
+
+
+def test_the_pool_axis_is_in_a_readable_unit_with_rounded_hover_text():
+    fig = charts.pool_figure([_capture(8, pool_bytes=53_687_092, pool_delta_bytes=53_687_092),
+                              _capture(4, pool_bytes=53_687_092 + 2**20, pool_delta_bytes=2**20)]).to_plotly_json()
+    assert fig["layout"]["yaxis"]["title"]["text"] == "MiB"
+    assert fig["layout"]["yaxis"]["rangemode"] == "tozero"        # no axis zoomed onto 51.2000007
+    delta, pool = fig["data"]
+    assert list(delta["customdata"]) == ["51.2 MiB", "1.00 MiB"]
+    assert list(pool["customdata"]) == ["51.2 MiB", "52.2 MiB"]
+    assert "%{customdata}" in delta["hovertemplate"]
+
+
+def test_the_pool_axis_unit_follows_the_largest_value():
+    fig = charts.pool_figure([_capture(8, pool_bytes=3 * 2**30, pool_delta_bytes=3 * 2**30)]).to_plotly_json()
+    assert fig["layout"]["yaxis"]["title"]["text"] == "GiB"
+    assert list(fig["data"][0]["y"]) == [3.0]
+
+
+def test_an_unknown_pool_delta_is_a_gap_not_a_zero():
+    fig = charts.pool_figure([_capture(8, pool_bytes=2**20, pool_delta_bytes=None)]).to_plotly_json()
+    delta = fig["data"][0]
+    assert list(delta["y"]) == [None]
+    assert list(delta["customdata"]) == ["not measured"]
+
+
+def test_an_unknown_capture_time_is_a_gap_that_says_why():
+    fig = charts.capture_figure([_capture(8, duration_s=None, pool_delta_bytes=None)], "not in the log")
+    duration, delta = fig.to_plotly_json()["data"]
+    assert list(duration["y"]) == [None] and list(delta["y"]) == [None]
+    assert list(duration["customdata"]) == ["not in the log"]
+
+
+def test_padding_per_size_is_a_share_of_decode_tokens_with_counts_in_the_hover():
+    hist = [{"raw_bs": 3, "mode": "padded", "steps": 2, "num_tokens": 6, "padded_tokens": 2},
+            {"raw_bs": 4, "mode": "graph", "steps": 1, "num_tokens": 4, "padded_tokens": 0}]
+    fig = charts.padding_figure(hist).to_plotly_json()
+    bars = fig["data"][0]
+    assert list(bars["y"]) == [0.25, 0.0]
+    assert [list(d) for d in bars["customdata"]] == [["25.0%", "2", "8"], ["0.0%", "0", "4"]]
+    assert fig["layout"]["yaxis"]["title"]["text"] == "padded share of decode tokens"
+
+
+def _parity(bs, diff, rel):
+    return {"graph_bs": bs, "max_abs_diff": diff, "rel_err": rel, "tolerance": 0.02}
+
+
+def test_exact_parity_matches_are_drawn_on_a_linear_axis():
+    fig = charts.parity_figure([_parity(4, 0.0, 0.0), _parity(8, 0.0, 0.0)]).to_plotly_json()
+    assert fig["layout"]["yaxis"]["type"] == "linear"
+    assert list(fig["data"][0]["y"]) == [0.0, 0.0]
+    assert fig["data"][0]["name"] == "max |diff| (2 checks, 2 exact)"
+    assert fig["layout"]["annotations"][0]["text"] == "tolerance 0.02"
+
+
+def test_nonzero_parity_divergences_use_a_log_axis():
+    fig = charts.parity_figure([_parity(4, 1e-3, 2e-4), _parity(8, 3e-5, 1e-6)]).to_plotly_json()
+    assert fig["layout"]["yaxis"]["type"] == "log"
+    assert list(fig["data"][0]["customdata"]) == ["0.001", "3e-05"]
+
+
+def test_the_capture_figures_memory_axis_has_its_own_round_ticks():
+    fig = charts.capture_figure([_capture(1, pool_delta_bytes=0), _capture(32, pool_delta_bytes=75_000_000)])
+    yaxis2 = fig.to_plotly_json()["layout"]["yaxis2"]
+    assert yaxis2["tickmode"] == "auto"              # not synced to the seconds axis (61.0514 MiB)
+    assert yaxis2["title"]["text"] == "MiB" and yaxis2["rangemode"] == "tozero"
