@@ -15,7 +15,8 @@ from typing import Any
 
 from fastapi import FastAPI
 
-PAGES = ("app.pages.runs", "app.pages.run", "app.pages.startup", "app.pages.advisor", "app.pages.alerts")
+PAGES = ("app.pages.runs", "app.pages.run", "app.pages.startup", "app.pages.advisor", "app.pages.alerts",
+         "app.pages.fleet")
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 

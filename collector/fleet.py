@@ -5,8 +5,8 @@ never raw steps (so it answers the same after retention, and on a sharded store 
 needs no query across runs over raw steps). Part of the query layer: the fleet page and
 the API read it; ``collector.regressions`` compares runs with it.
 
-Per run: ``eager_ratio`` (eager / all steps), ``padded_ratio`` (padding over tokens
-computed), ``step_s`` (mean decode step time per mode, timed steps only), capture time
+Per run: ``eager_ratio`` (eager / all steps), ``decode_padded_ratio`` (padding over the
+decode tokens computed, as the Runs page), ``step_s`` (mean decode step time per mode, timed steps only), capture time
 (as ``queries.run_summary``), ``startup_s`` (first phase start to last phase end, over
 phases with a known length), ``pool_bytes`` (largest graph pool a capture reported).
 Unknown is None. Runs group by (model, backend, device, version); ``version`` is the run
@@ -89,8 +89,8 @@ def _cond_sum(column, *conditions):
 
 
 def _no_figures() -> dict[str, Any]:
-    return {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
-            "eager_ratio": None, "padded_ratio": None, "step_s": {m: None for m in MODES},
+    return {"steps": 0, "modes": {m: 0 for m in MODES}, "decode_num_tokens": 0, "decode_padded_tokens": 0,
+            "eager_ratio": None, "decode_padded_ratio": None, "step_s": {m: None for m in MODES},
             "step_sums": {m: (0.0, 0) for m in MODES}, "capture_total_s": None, "startup_s": None,
             "pool_bytes": None}
 
@@ -99,8 +99,8 @@ def metrics(conn, run_filter) -> dict[int, dict[str, Any]]:
     """Headline figures of the runs ``run_filter`` (a WHERE clause on ``runs``) selects,
     by run key: three grouped queries over whole-run rollups, captures and phases."""
     decode = sr.c.stage == "decode"
-    step_cols = [sr.c.run_pk, sa.func.sum(sr.c.steps), sa.func.sum(sr.c.num_tokens),
-                 sa.func.sum(sr.c.padded_tokens)]
+    step_cols = [sr.c.run_pk, sa.func.sum(sr.c.steps), _cond_sum(sr.c.num_tokens, decode),
+                 _cond_sum(sr.c.padded_tokens, decode)]
     for mode in MODES:
         step_cols += [_cond_sum(sr.c.steps, sr.c.mode == mode),
                       _cond_sum(sr.c.duration_s, decode, sr.c.mode == mode),
@@ -116,9 +116,9 @@ def metrics(conn, run_filter) -> dict[int, dict[str, Any]]:
             figures["modes"][mode] = int(n or 0)
             figures["step_sums"][mode] = (float(total or 0.0), int(timed or 0))
             figures["step_s"][mode] = float(total) / int(timed) if timed else None
-        figures.update(steps=steps, num_tokens=tokens, padded_tokens=padded,
+        figures.update(steps=steps, decode_num_tokens=tokens, decode_padded_tokens=padded,
                        eager_ratio=figures["modes"]["eager"] / steps if steps else None,
-                       padded_ratio=padded / (tokens + padded) if tokens + padded else None)
+                       decode_padded_ratio=padded / (tokens + padded) if tokens + padded else None)
     for pk, total, pool in conn.execute(
             sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s), sa.func.max(cap.c.pool_bytes))
             .select_from(cap.join(runs, runs.c.id == cap.c.run_pk)).where(run_filter).group_by(cap.c.run_pk)):
@@ -146,9 +146,11 @@ def _run_row(r, m: dict[str, Any]) -> dict[str, Any]:
         "status": r.status, "started_at": r.started_at, "ended_at": r.ended_at,
         "graph_sample": r.graph_sample, "raw_expired_before": r.raw_expired_before,
         "seconds_expired_before": r.seconds_expired_before,
-        "steps": m["steps"], "modes": m["modes"], "num_tokens": m["num_tokens"],
-        "padded_tokens": m["padded_tokens"], "eager_ratio": m["eager_ratio"], "padded_ratio": m["padded_ratio"],
-        "step_s": m["step_s"], "graph_step_s": m["step_s"]["graph"], "step_sums": m["step_sums"],
+        "steps": m["steps"], "modes": m["modes"], "decode_num_tokens": m["decode_num_tokens"],
+        "decode_padded_tokens": m["decode_padded_tokens"], "eager_ratio": m["eager_ratio"],
+        "decode_padded_ratio": m["decode_padded_ratio"],
+        "step_s": m["step_s"], "graph_step_s": m["step_s"]["graph"], "padded_step_s": m["step_s"]["padded"],
+        "eager_step_s": m["step_s"]["eager"], "step_sums": m["step_sums"],
         "capture_total_s": m["capture_total_s"], "startup_s": m["startup_s"], "pool_bytes": m["pool_bytes"],
     }
 
@@ -176,8 +178,8 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
     steps, capture and startup as medians of the runs that have them."""
     steps = sum(r["steps"] for r in rows)
     eager = sum(r["modes"]["eager"] for r in rows)
-    tokens = sum(r["num_tokens"] for r in rows)
-    padded = sum(r["padded_tokens"] for r in rows)
+    tokens = sum(r["decode_num_tokens"] for r in rows)
+    padded = sum(r["decode_padded_tokens"] for r in rows)
     step_s = {}
     for mode in MODES:
         total = sum(r["step_sums"][mode][0] for r in rows)
@@ -189,7 +191,8 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
         return statistics.median(values) if values else None
 
     return {"runs": len(rows), "steps": steps, "eager_ratio": eager / steps if steps else None,
-            "padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
+            "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
+            "graph_step_s": step_s["graph"], "padded_step_s": step_s["padded"], "eager_step_s": step_s["eager"],
             "capture_total_s": median("capture_total_s"), "startup_s": median("startup_s"),
             "pool_bytes": max((r["pool_bytes"] for r in rows if r["pool_bytes"] is not None), default=None),
             "regressions": sum(1 for r in rows if r["regressions"])}

@@ -16,7 +16,8 @@ CONFIG = {"capture_sizes": [1, 2, 4, 8], "max_bs": 8, "padding": True, "workload
 
 
 def make_run(store, run_id: str, k: int, *, graph_step_s=0.010, eager=10, capture_s=3.0, startup_s=20.0,
-             pool=2 << 30, version="v1", config=CONFIG, model="llama-8b", status="finished", noise=0.01):
+             pool=2 << 30, version="v1", config=CONFIG, model="llama-8b", status="finished", noise=0.01,
+             base=T0, graph_sample=None):
     """Run k of a series: 200 decode steps (``eager`` of them eager), one capture phase inside
     a startup of ``startup_s``; every figure jittered by ``noise`` (run-to-run spread)."""
     rng = random.Random(k)
@@ -24,10 +25,10 @@ def make_run(store, run_id: str, k: int, *, graph_step_s=0.010, eager=10, captur
     def jitter(x):
         return x * (1 + rng.uniform(-noise, noise))
 
-    t0 = T0 + k * DAY / 4
+    t0 = base + k * DAY / 4
     ingest_run(store, {"run_id": run_id, "name": run_id, "source": "runner", "started_at": t0, "backend": "cuda",
                        "model": model, "device": "NVIDIA H200", "torch_version": "2.9", "config": dict(config, seed=k),
-                       "version": version})
+                       "version": version, "graph_sample": graph_sample})
     startup, capture = jitter(startup_s), jitter(capture_s)
     events = [{"seq": 0, "ts": t0 + startup - capture, "kind": "phase", "phase": "load_weights", "start_ts": t0,
                "duration_s": startup - capture},
