@@ -23,7 +23,7 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import alerts, leader, queries, schemas
+from collector import alerts, fleet, leader, queries, regressions, schemas
 from collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
 from collector.services import Evaluator, Retention
@@ -293,6 +293,28 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     _run_read("parity", queries.parity, schemas.ParityRow, "Graph-vs-eager parity checks.")
     _run_read("warnings", queries.warnings, schemas.WarningRow,
               "What the reader should know that is not a step or a phase (rejected events, missing hooks).")
+
+    @app.get("/v1/runs/{run_id}/regressions", tags=["runs"], responses=errors)
+    def get_regressions(run_id: str):
+        """The run against the earlier finished runs of its model and configuration: the
+        baseline (named), figures beyond its spread (regressions) or better than it."""
+        result = regressions.run_regressions(store, run_id)
+        if result is None:
+            raise ApiError(404, f"unknown run {run_id!r}")
+        return JSONResponse(result)
+
+    @app.get("/v1/fleet", tags=["fleet"])
+    def get_fleet(model: Optional[str] = None, backend: Optional[str] = None, device: Optional[str] = None,
+                  version: Optional[str] = None, source: Optional[str] = None,
+                  since: Optional[float] = Query(None, ge=0, description="runs started at or after (unix s)"),
+                  until: Optional[float] = Query(None, ge=0, description="runs started before (unix s)")):
+        """Every run the filters select, by group (model, backend, device, version) and one by
+        one, with regressions against each run's baseline; from rollups kept for good."""
+        data = fleet.fleet(store, fleet.Filters.of(model=model, backend=backend, device=device, version=version,
+                                                   source=source, since=since, until=until))
+        for run in data["runs"]:
+            run.pop("step_sums", None)
+        return JSONResponse({"groups": data["groups"], "runs": data["runs"], "series": data["series"]})
 
     # -- alerts ---------------------------------------------------------------------------
     @app.get("/v1/alert-rules", response_model=list[schemas.AlertRule], tags=["alerts"])

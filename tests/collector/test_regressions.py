@@ -171,3 +171,18 @@ def test_an_eager_ratio_rule_never_watches_a_metric(store):
     with pytest.raises(alerts.InvalidRule) as info:
         alerts.create_rule(store, {"name": "x", "threshold": 0.2, "kind": "anomaly"})
     assert info.value.field == "kind"
+
+
+def test_the_api_serves_a_runs_comparison_and_the_fleet(series):
+    from fastapi.testclient import TestClient
+
+    from collector.api import create_api
+    from collector.settings import Settings
+
+    client = TestClient(create_api(series, Settings(run_services=False)))
+    body = client.get("/v1/runs/run-8/regressions").json()
+    assert metric_names(body["regressions"]) == ["graph_step_s"] and body["baseline"]["n"] == 8
+    assert client.get("/v1/runs/ghost/regressions").status_code == 404
+    fleet_body = client.get("/v1/fleet", params={"version": "v2"}).json()
+    assert [r["run_id"] for r in fleet_body["runs"]] == ["run-8"]
+    assert [g["version"] for g in fleet_body["groups"]] == ["v2"]
