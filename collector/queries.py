@@ -169,21 +169,17 @@ def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
         source = max(b for b in BUCKETS_S if bucket_s % b == 0)
         tb = sr.c.t if bucket_s == source else (sr.c.t // bucket_s) * bucket_s
         tb = tb.label("tb")
-        query = (sa.select(tb, sr.c.mode, sa.func.sum(sr.c.steps))
-                 .where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
+        # One row per bucket, the modes side by side (a long run at 1 s has tens of thousands).
+        by_mode = [sa.func.sum(sa.case((sr.c.mode == mode, sr.c.steps), else_=0)) for mode in MODES]
+        query = (sa.select(tb, *by_mode).where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
         if stage is not None:
             query = query.where(sr.c.stage == stage)
-        rows = conn.execute(query.group_by(tb, sr.c.mode).order_by(tb)).all()
+        rows = conn.execute(query.group_by(tb).order_by(tb)).all()
     out: list[dict] = []
-    current: dict | None = None
-    for t, mode, n in rows:
-        if current is None or current["t"] != float(t):
-            current = {"t": float(t), "graph": 0, "padded": 0, "eager": 0}
-            out.append(current)
-        current[mode] = int(n)
-    for point in out:
-        point["steps"] = point["graph"] + point["padded"] + point["eager"]
-        point["eager_ratio"] = _ratio(point["eager"], point["steps"])
+    for t, graph, padded, eager in rows:
+        steps = int(graph) + int(padded) + int(eager)
+        out.append({"t": float(t), "graph": int(graph), "padded": int(padded), "eager": int(eager),
+                    "steps": steps, "eager_ratio": eager / steps if steps else 0.0})
     return out
 
 
