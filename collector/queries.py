@@ -177,8 +177,9 @@ def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
         rows = conn.execute(query.group_by(tb).order_by(tb)).all()
     out: list[dict] = []
     for t, graph, padded, eager in rows:
-        steps = int(graph) + int(padded) + int(eager)
-        out.append({"t": float(t), "graph": int(graph), "padded": int(padded), "eager": int(eager),
+        graph, padded, eager = int(graph), int(padded), int(eager)
+        steps = graph + padded + eager
+        out.append({"t": float(t), "graph": graph, "padded": padded, "eager": eager,
                     "steps": steps, "eager_ratio": eager / steps if steps else 0.0})
     return out
 

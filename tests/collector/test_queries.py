@@ -79,3 +79,19 @@ def test_capture_time_is_the_capture_phases_when_logged(store, run_in):
                                   _phase(3, "capture_verify", 1.0), _phase(4, "capture.target.decode", 2.0),
                                   _phase(5, "compile", 9.0)])
     assert queries.run_summary(store, run_id)["capture_total_s"] == 3.25
+
+
+def test_every_read_is_plain_json_on_each_database(store, run_in):
+    """PostgreSQL sums are Decimals: the read model hands out ints and floats only."""
+    import json
+
+    from collector import fleet, regressions
+
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(i, 1000.0 + i * 0.3, mode=("graph", "padded", "eager")[i % 3]) for i in range(30)]
+                  + [_capture(100, 8, 0.5), _phase(101, "load_weights", 2.0)])
+    reads = [queries.list_runs(store), queries.run_summary(store, run_id), queries.mode_timeline(store, run_id),
+             queries.mode_timeline(store, run_id, bucket_s=60), queries.reason_breakdown(store, run_id),
+             queries.batch_histogram(store, run_id), queries.step_time_by_mode(store, run_id),
+             fleet.fleet(store), regressions.run_regressions(store, run_id)]
+    json.dumps(reads, allow_nan=False)
