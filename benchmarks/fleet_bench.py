@@ -514,7 +514,7 @@ def read_cases(store, recent: str, old: str, baseline: str):
         ]
     cases += [
         ("alert_events", lambda: queries.alert_events(store)),
-        ("evaluate_alerts (1 eager rule, every active run)", lambda: alerts.evaluate_alerts(store)),
+        ("evaluate_alerts (eager-ratio + regression rule)", lambda: alerts.evaluate_alerts(store)),
         ("fleet_runs (every run, 30 days)", lambda: fleet.fleet_runs(store)),
         ("GET /v1/fleet?model=qwen2.5-7b", lambda: client.get("/v1/fleet", params={"model": "qwen2.5-7b"})
          .raise_for_status()),
@@ -640,6 +640,8 @@ def main(argv: list[str] | None = None) -> int:
 
         create_server(store, Settings(run_services=False))
         alerts.create_rule(store, {"name": "eager over 5 percent", "threshold": 0.05, "window_s": 300, "min_steps": 100})
+        alerts.create_rule(store, {"name": "slower than before", "kind": "regression", "threshold": 0.1,
+                                   "window_s": DAY, "min_steps": 1000})
         with store.read() as conn:
             recent = conn.exec_driver_sql("SELECT run_id FROM runs WHERE status = 'finished' AND run_id LIKE 'fleet-%%' "
                                           "ORDER BY started_at DESC LIMIT 1").scalar()
