@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import io
 import json
 import math
 import os

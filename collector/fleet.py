@@ -65,7 +65,7 @@ class Filters:
         return cls(**{k: (v or None) for k, v in values.items() if k in known})
 
 
-_RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.model, runs.c.backend, runs.c.device,
+RUN_COLUMNS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.model, runs.c.backend, runs.c.device,
              runs.c.version, runs.c.torch_version, runs.c.config_key, runs.c.status, runs.c.started_at,
              runs.c.ended_at, runs.c.graph_sample, runs.c.raw_expired_before, runs.c.seconds_expired_before)
 
@@ -139,7 +139,7 @@ def metrics(conn, run_filter) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _run_row(r, m: dict[str, Any]) -> dict[str, Any]:
+def run_row(r, m: dict[str, Any]) -> dict[str, Any]:
     return {
         "run_id": r.run_id, "name": r.name, "source": r.source, "model": r.model, "backend": r.backend,
         "device": r.device, "version": version_of(r.version, r.torch_version), "config_key": r.config_key,
@@ -163,11 +163,11 @@ def fleet_runs(store: Store, filters: Filters | None = None) -> list[dict[str, A
 
     f = filters or Filters()
     with store.read() as conn:
-        selected = _where(sa.select(*_RUN_COLS), f, for_baselines=True)
+        selected = _where(sa.select(*RUN_COLUMNS), f, for_baselines=True)
         rows = conn.execute(selected.order_by(runs.c.started_at, runs.c.id)).all()
         run_filter = runs.c.id.in_(sa.select(selected.subquery().c.id).scalar_subquery())
         figures = metrics(conn, run_filter)
-    every = [_run_row(r, figures[r.id]) for r in rows]
+    every = [run_row(r, figures[r.id]) for r in rows]
     regressions.annotate(every)
     return [r for r in every
             if (f.since is None or r["started_at"] >= f.since) and (f.version is None or r["version"] == f.version)]

@@ -121,10 +121,10 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
                                               runs.c.started_at < run.started_at, runs.c.id != run.id)
                    .order_by(runs.c.started_at.desc()).limit(BASELINE_RUNS))
         pks = [run.id] + list(conn.execute(earlier).scalars())
-        rows = conn.execute(sa.select(*fleet._RUN_COLS).where(runs.c.id.in_(pks))
+        rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(runs.c.id.in_(pks))
                             .order_by(runs.c.started_at, runs.c.id)).all()
         figures = fleet.metrics(conn, runs.c.id.in_(pks))
-    table = {r.id: fleet._run_row(r, figures[r.id]) for r in rows}
+    table = {r.id: fleet.run_row(r, figures[r.id]) for r in rows}
     target = table.pop(run.id)
     baseline, worse, better = judge(target, list(table.values()))
     return {"baseline": baseline, "regressions": worse, "improvements": better,
@@ -163,10 +163,10 @@ def evaluate_rule(conn, rule: dict[str, Any], now: float) -> list[tuple[str, dic
     if not recent:
         return transitions
     keys = sorted({r.config_key for r in recent})
-    rows = conn.execute(sa.select(*fleet._RUN_COLS).where(runs.c.config_key.in_(keys))
+    rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(runs.c.config_key.in_(keys))
                         .order_by(runs.c.started_at, runs.c.id)).all()
     figures = fleet.metrics(conn, runs.c.config_key.in_(keys))
-    table = [fleet._run_row(r, figures[r.id]) for r in rows]
+    table = [fleet.run_row(r, figures[r.id]) for r in rows]
     pk_of = {r.run_id: r.id for r in rows}
     annotate(table)
     wanted = {r.id for r in recent}

@@ -11,12 +11,10 @@ import pytest
 import sqlalchemy as sa
 
 from collector import queries, retention
-from collector.ingest import ingest_events
+from collector.ingest import ingest_events, ingest_run
 from collector.rollups import DetailExpired, rebuild
-from collector.tables import runs, step_counts, step_rollups, steps
-
-from collector.ingest import ingest_run
 from collector.store import Store
+from collector.tables import runs, step_counts, step_rollups, steps
 from tests.postgres import temporary_database
 
 from .conftest import run_record, step
