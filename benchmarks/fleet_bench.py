@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pg URL (or $REPLAYSCOPE_TEST_PG_URL) or --db URL is required")
 
     from app.server import create_server
-    from collector import alerts
+    from collector import alerts, queries
     from collector.settings import Settings
     from collector.store import Store
 
@@ -638,9 +638,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"HTTP / COPY = {ratio:.2f}x (target >= {INGEST_TARGET}x)")
 
         create_server(store, Settings(run_services=False))
-        alerts.create_rule(store, {"name": "eager over 5 percent", "threshold": 0.05, "window_s": 300, "min_steps": 100})
-        alerts.create_rule(store, {"name": "slower than before", "kind": "regression", "threshold": 0.1,
-                                   "window_s": DAY, "min_steps": 1000})
+        for rule in ({"name": "eager over 5 percent", "threshold": 0.05, "window_s": 300, "min_steps": 100},
+                     {"name": "slower than before", "kind": "regression", "threshold": 0.1, "window_s": DAY,
+                      "min_steps": 1000}):
+            if rule["name"] not in {r["name"] for r in queries.alert_rules(store)}:
+                alerts.create_rule(store, rule)
         with store.read() as conn:
             recent = conn.exec_driver_sql("SELECT run_id FROM runs WHERE status = 'finished' AND run_id LIKE 'fleet-%%' "
                                           "ORDER BY started_at DESC LIMIT 1").scalar()

@@ -155,17 +155,27 @@ def evaluate_rule(conn, rule: dict[str, Any], now: float) -> list[tuple[str, dic
             alert.update(status="resolved", ended_at=now)
             transitions.append(("resolved", {k: alert[k] for k in alert if k not in ("config_key", "run_started_at")}))
 
-    # Runs seen within the window, and their configurations' earlier runs.
-    recent = conn.execute(sa.select(runs.c.id, runs.c.name, runs.c.config_key)
+    # Runs seen within the window, and exactly the runs their baselines need: per
+    # configuration, every run since its earliest recent run and the finished ones just before.
+    recent = conn.execute(sa.select(runs.c.id, runs.c.name, runs.c.config_key, runs.c.started_at)
                           .where(runs.c.last_event_ts > now - rule["window_s"])).all()
     pattern = rule.get("run_pattern")
     recent = [r for r in recent if pattern is None or fnmatch.fnmatchcase(r.name, pattern)]
     if not recent:
         return transitions
-    keys = sorted({r.config_key for r in recent})
-    rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(runs.c.config_key.in_(keys))
-                        .order_by(runs.c.started_at, runs.c.id)).all()
-    figures = fleet.metrics(conn, runs.c.config_key.in_(keys))
+    first: dict[str, float] = {}
+    for r in recent:
+        first[r.config_key] = min(first.get(r.config_key, r.started_at), r.started_at)
+    pks: set[int] = set()
+    for key, start in first.items():
+        same = runs.c.config_key == key
+        pks.update(conn.execute(sa.select(runs.c.id).where(same, runs.c.started_at >= start)).scalars())
+        pks.update(conn.execute(sa.select(runs.c.id).where(same, runs.c.status == "finished",
+                                                           runs.c.started_at < start)
+                                .order_by(runs.c.started_at.desc()).limit(BASELINE_RUNS)).scalars())
+    chosen = runs.c.id.in_(sorted(pks))
+    rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(chosen).order_by(runs.c.started_at, runs.c.id)).all()
+    figures = fleet.metrics(conn, chosen)
     table = [fleet.run_row(r, figures[r.id]) for r in rows]
     pk_of = {r.run_id: r.id for r in rows}
     annotate(table)
