@@ -307,14 +307,17 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     def get_fleet(model: Optional[str] = None, backend: Optional[str] = None, device: Optional[str] = None,
                   version: Optional[str] = None, source: Optional[str] = None,
                   since: Optional[float] = Query(None, ge=0, description="runs started at or after (unix s)"),
-                  until: Optional[float] = Query(None, ge=0, description="runs started before (unix s)")):
-        """Every run the filters select, by group (model, backend, device, version) and one by
-        one, with regressions against each run's baseline; from rollups kept for good."""
+                  until: Optional[float] = Query(None, ge=0, description="runs started before (unix s)"),
+                  limit: int = Query(fleet.RUNS_LISTED, ge=1, le=50000, description="runs listed, newest first")):
+        """Every run the filters select, by group (model, backend, device, version) and over
+        time, and the newest ``limit`` one by one with regressions against each run's
+        baseline; from rollups kept for good."""
         data = fleet.fleet(store, fleet.Filters.of(model=model, backend=backend, device=device, version=version,
-                                                   source=source, since=since, until=until))
+                                                   source=source, since=since, until=until), runs_listed=limit)
         for run in data["runs"]:
             run.pop("step_sums", None)
-        return JSONResponse({"groups": data["groups"], "runs": data["runs"], "series": data["series"]})
+        return JSONResponse({"groups": data["groups"], "runs": data["runs"], "runs_total": data["runs_total"],
+                             "series": data["series"]})
 
     # -- alerts ---------------------------------------------------------------------------
     @app.get("/v1/alert-rules", response_model=list[schemas.AlertRule], tags=["alerts"])

@@ -84,8 +84,13 @@ def _where(query, f: Filters, *, for_baselines: bool):
     return query
 
 
-def _cond_sum(column, *conditions):
-    return sa.func.sum(sa.case((sa.and_(*conditions), column), else_=None))
+def _cond_sum(column, *conditions, type_=sa.BigInteger):
+    # Cast: PostgreSQL sums integers as numeric, which would arrive as slow Decimals.
+    return sa.cast(sa.func.sum(sa.case((sa.and_(*conditions), column), else_=None)), type_)
+
+
+def _sum(column, type_=sa.BigInteger):
+    return sa.cast(sa.func.sum(column), type_)
 
 
 def _no_figures() -> dict[str, Any]:
@@ -95,63 +100,84 @@ def _no_figures() -> dict[str, Any]:
             "pool_bytes": None}
 
 
-def metrics(conn, run_filter) -> dict[int, dict[str, Any]]:
-    """Headline figures of the runs ``run_filter`` (a WHERE clause on ``runs``) selects,
-    by run key: three grouped queries over whole-run rollups, captures and phases."""
+def _tuples(conn, query) -> list[tuple]:
+    """The rows as plain tuples from the driver: building Row objects costs more than the
+    queries themselves on a fleet of thousands of runs (the columns need no conversion)."""
+    return conn.execute(query).cursor.fetchall()
+
+
+def _of_runs(query, table: sa.Table, run_filter):
+    """``query`` over ``table`` limited to the runs ``run_filter`` selects (None: every run)."""
+    if run_filter is None:
+        return query
+    return query.select_from(table.join(runs, runs.c.id == table.c.run_pk)).where(run_filter)
+
+
+def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
+    """Headline figures of the runs ``pks`` (which ``run_filter``, a WHERE clause on ``runs``,
+    selects; None when they are every run), by run key: three grouped queries over
+    whole-run rollups, captures and phases."""
     decode = sr.c.stage == "decode"
-    step_cols = [sr.c.run_pk, sa.func.sum(sr.c.steps), _cond_sum(sr.c.num_tokens, decode),
+    step_cols = [sr.c.run_pk, _sum(sr.c.steps), _cond_sum(sr.c.num_tokens, decode),
                  _cond_sum(sr.c.padded_tokens, decode)]
     for mode in MODES:
         step_cols += [_cond_sum(sr.c.steps, sr.c.mode == mode),
-                      _cond_sum(sr.c.duration_s, decode, sr.c.mode == mode),
+                      _cond_sum(sr.c.duration_s, decode, sr.c.mode == mode, type_=sa.Float),
                       _cond_sum(sr.c.timed_steps, decode, sr.c.mode == mode)]
-    out = {pk: _no_figures() for pk in conn.execute(sa.select(runs.c.id).where(run_filter)).scalars()}
-    rows = conn.execute(sa.select(*step_cols).select_from(sr.join(runs, runs.c.id == sr.c.run_pk))
-                        .where(sr.c.bucket_s == WHOLE_RUN, run_filter).group_by(sr.c.run_pk))
-    for row in rows:
-        pk, steps, tokens, padded = row[0], int(row[1] or 0), int(row[2] or 0), int(row[3] or 0)
-        figures = out[pk]
-        for i, mode in enumerate(MODES):
-            n, total, timed = row[4 + 3 * i: 7 + 3 * i]
-            figures["modes"][mode] = int(n or 0)
-            figures["step_sums"][mode] = (float(total or 0.0), int(timed or 0))
-            figures["step_s"][mode] = float(total) / int(timed) if timed else None
-        figures.update(steps=steps, decode_num_tokens=tokens, decode_padded_tokens=padded,
-                       eager_ratio=figures["modes"]["eager"] / steps if steps else None,
-                       decode_padded_ratio=padded / (tokens + padded) if tokens + padded else None)
-    for pk, total, pool in conn.execute(
-            sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s), sa.func.max(cap.c.pool_bytes))
-            .select_from(cap.join(runs, runs.c.id == cap.c.run_pk)).where(run_filter).group_by(cap.c.run_pk)):
-        out[pk]["capture_total_s"] = None if total is None else float(total)
-        out[pk]["pool_bytes"] = None if pool is None else int(pool)
+    wanted = set(pks)
+    out: dict[int, dict[str, Any]] = {}
+    query = _of_runs(sa.select(*step_cols), sr, run_filter).where(sr.c.bucket_s == WHOLE_RUN)
+    for (pk, steps, tokens, padded, graph, graph_s, graph_t, padded_n, padded_s, padded_t,
+         eager, eager_s, eager_t) in _tuples(conn, query.group_by(sr.c.run_pk)):
+        if pk not in wanted:
+            continue
+        steps, tokens, padded = steps or 0, tokens or 0, padded or 0
+        out[pk] = {
+            "steps": steps, "decode_num_tokens": tokens, "decode_padded_tokens": padded,
+            "modes": {"graph": graph or 0, "padded": padded_n or 0, "eager": eager or 0},
+            "step_sums": {"graph": (graph_s or 0.0, graph_t or 0), "padded": (padded_s or 0.0, padded_t or 0),
+                          "eager": (eager_s or 0.0, eager_t or 0)},
+            "step_s": {"graph": graph_s / graph_t if graph_t else None,
+                       "padded": padded_s / padded_t if padded_t else None,
+                       "eager": eager_s / eager_t if eager_t else None},
+            "eager_ratio": (eager or 0) / steps if steps else None,
+            "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None,
+            "capture_total_s": None, "startup_s": None, "pool_bytes": None}
+    for pk in wanted - out.keys():
+        out[pk] = _no_figures()
+    query = _of_runs(sa.select(cap.c.run_pk, _sum(cap.c.duration_s, sa.Float), sa.func.max(cap.c.pool_bytes)),
+                     cap, run_filter)
+    for pk, total, pool in _tuples(conn, query.group_by(cap.c.run_pk)):
+        if pk in out:
+            out[pk]["capture_total_s"] = total
+            out[pk]["pool_bytes"] = pool
     # As queries.run_summary: the capture phases, when logged, are the whole capture's time.
     is_capture = sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!"))
     start = sa.func.coalesce(ph.c.start_ts, ph.c.ts - ph.c.duration_s)
-    for pk, capture, first, last in conn.execute(
-            sa.select(ph.c.run_pk, _cond_sum(ph.c.duration_s, is_capture),
-                      sa.func.min(start), sa.func.max(start + ph.c.duration_s))
-            .select_from(ph.join(runs, runs.c.id == ph.c.run_pk))
-            .where(run_filter, ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
+    query = _of_runs(sa.select(ph.c.run_pk, _cond_sum(ph.c.duration_s, is_capture, type_=sa.Float),
+                               sa.func.min(start), sa.func.max(start + ph.c.duration_s)), ph, run_filter)
+    for pk, capture, first, last in _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
+        figures = out.get(pk)
+        if figures is None:
+            continue
         if capture is not None:
-            out[pk]["capture_total_s"] = float(capture)
+            figures["capture_total_s"] = capture
         if first is not None and last is not None:
-            out[pk]["startup_s"] = max(0.0, float(last) - float(first))
+            figures["startup_s"] = max(0.0, last - first)
     return out
 
 
 def run_row(r, m: dict[str, Any]) -> dict[str, Any]:
+    """A fleet row from a ``RUN_COLUMNS`` row and its ``metrics`` figures."""
+    (_pk, run_id, name, source, model, backend, device, version, torch_version, key, status, started_at,
+     ended_at, graph_sample, raw_expired_before, seconds_expired_before) = r
+    step_s = m["step_s"]
     return {
-        "run_id": r.run_id, "name": r.name, "source": r.source, "model": r.model, "backend": r.backend,
-        "device": r.device, "version": version_of(r.version, r.torch_version), "config_key": r.config_key,
-        "status": r.status, "started_at": r.started_at, "ended_at": r.ended_at,
-        "graph_sample": r.graph_sample, "raw_expired_before": r.raw_expired_before,
-        "seconds_expired_before": r.seconds_expired_before,
-        "steps": m["steps"], "modes": m["modes"], "decode_num_tokens": m["decode_num_tokens"],
-        "decode_padded_tokens": m["decode_padded_tokens"], "eager_ratio": m["eager_ratio"],
-        "decode_padded_ratio": m["decode_padded_ratio"],
-        "step_s": m["step_s"], "graph_step_s": m["step_s"]["graph"], "padded_step_s": m["step_s"]["padded"],
-        "eager_step_s": m["step_s"]["eager"], "step_sums": m["step_sums"],
-        "capture_total_s": m["capture_total_s"], "startup_s": m["startup_s"], "pool_bytes": m["pool_bytes"],
+        "run_id": run_id, "name": name, "source": source, "model": model, "backend": backend, "device": device,
+        "version": version_of(version, torch_version), "config_key": key, "status": status,
+        "started_at": started_at, "ended_at": ended_at, "graph_sample": graph_sample,
+        "raw_expired_before": raw_expired_before, "seconds_expired_before": seconds_expired_before,
+        **m, "graph_step_s": step_s["graph"], "padded_step_s": step_s["padded"], "eager_step_s": step_s["eager"],
     }
 
 
@@ -164,10 +190,11 @@ def fleet_runs(store: Store, filters: Filters | None = None) -> list[dict[str, A
     f = filters or Filters()
     with store.read() as conn:
         selected = _where(sa.select(*RUN_COLUMNS), f, for_baselines=True)
-        rows = conn.execute(selected.order_by(runs.c.started_at, runs.c.id)).all()
-        run_filter = runs.c.id.in_(sa.select(selected.subquery().c.id).scalar_subquery())
-        figures = metrics(conn, run_filter)
-    every = [run_row(r, figures[r.id]) for r in rows]
+        rows = _tuples(conn, selected.order_by(runs.c.started_at, runs.c.id))
+        filtered = selected.whereclause is not None
+        run_filter = runs.c.id.in_(sa.select(selected.subquery().c.id).scalar_subquery()) if filtered else None
+        figures = metrics(conn, [r[0] for r in rows], run_filter)
+    every = [run_row(r, figures[r[0]]) for r in rows]
     regressions.annotate(every)
     return [r for r in every
             if (f.since is None or r["started_at"] >= f.since) and (f.version is None or r["version"] == f.version)]
@@ -175,27 +202,35 @@ def fleet_runs(store: Store, filters: Filters | None = None) -> list[dict[str, A
 
 def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Figures of a set of runs: shares weighted by steps and tokens, step times by timed
-    steps, capture and startup as medians of the runs that have them."""
-    steps = sum(r["steps"] for r in rows)
-    eager = sum(r["modes"]["eager"] for r in rows)
-    tokens = sum(r["decode_num_tokens"] for r in rows)
-    padded = sum(r["decode_padded_tokens"] for r in rows)
-    step_s = {}
-    for mode in MODES:
-        total = sum(r["step_sums"][mode][0] for r in rows)
-        timed = sum(r["step_sums"][mode][1] for r in rows)
-        step_s[mode] = total / timed if timed else None
-
-    def median(key):
-        values = [r[key] for r in rows if r[key] is not None]
-        return statistics.median(values) if values else None
-
+    steps, capture and startup as medians of the runs that have them (one pass: a fleet
+    page makes this per group and per time bucket)."""
+    steps = eager = tokens = padded = regressed = 0
+    totals = {m: [0.0, 0] for m in MODES}
+    captures, startups, pools = [], [], []
+    for r in rows:
+        steps += r["steps"]
+        eager += r["modes"]["eager"]
+        tokens += r["decode_num_tokens"]
+        padded += r["decode_padded_tokens"]
+        for mode, (seconds, timed) in r["step_sums"].items():
+            acc = totals[mode]
+            acc[0] += seconds
+            acc[1] += timed
+        if r["capture_total_s"] is not None:
+            captures.append(r["capture_total_s"])
+        if r["startup_s"] is not None:
+            startups.append(r["startup_s"])
+        if r["pool_bytes"] is not None:
+            pools.append(r["pool_bytes"])
+        if r["regressions"]:
+            regressed += 1
+    step_s = {m: (total / timed if timed else None) for m, (total, timed) in totals.items()}
     return {"runs": len(rows), "steps": steps, "eager_ratio": eager / steps if steps else None,
             "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
             "graph_step_s": step_s["graph"], "padded_step_s": step_s["padded"], "eager_step_s": step_s["eager"],
-            "capture_total_s": median("capture_total_s"), "startup_s": median("startup_s"),
-            "pool_bytes": max((r["pool_bytes"] for r in rows if r["pool_bytes"] is not None), default=None),
-            "regressions": sum(1 for r in rows if r["regressions"])}
+            "capture_total_s": statistics.median(captures) if captures else None,
+            "startup_s": statistics.median(startups) if startups else None,
+            "pool_bytes": max(pools) if pools else None, "regressions": regressed}
 
 
 def group_key(row: dict[str, Any]) -> tuple:
@@ -211,6 +246,7 @@ def fleet_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     for key, members in groups.items():
         latest = max(members, key=lambda r: r["started_at"])
         out.append({**dict(zip(GROUP_KEYS, key)), **_weighted(members), "latest_run_id": latest["run_id"],
+                    "latest_name": latest["name"],
                     "first_started_at": min(r["started_at"] for r in members),
                     "last_started_at": latest["started_at"]})
     return sorted(out, key=lambda g: (-g["last_started_at"], [str(g[k]) for k in GROUP_KEYS]))
@@ -254,8 +290,14 @@ def fleet_options(store: Store) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in options.items()}
 
 
-def fleet(store: Store, filters: Filters | None = None, bucket_s: int | None = None) -> dict[str, Any]:
-    """Everything the fleet page shows: ``runs``, ``groups``, ``series``, ``options``."""
+RUNS_LISTED = 500
+
+
+def fleet(store: Store, filters: Filters | None = None, bucket_s: int | None = None,
+          runs_listed: int = RUNS_LISTED) -> dict[str, Any]:
+    """Everything the fleet page shows: ``groups`` and ``series`` over every run the filters
+    select, ``runs`` (the newest ``runs_listed`` of them, newest first), ``runs_total``,
+    ``options``."""
     rows = fleet_runs(store, filters)
-    return {"runs": rows, "groups": fleet_groups(rows), "series": fleet_series(rows, bucket_s),
-            "options": fleet_options(store)}
+    return {"runs": rows[::-1][:runs_listed], "runs_total": len(rows), "groups": fleet_groups(rows),
+            "series": fleet_series(rows, bucket_s), "options": fleet_options(store)}

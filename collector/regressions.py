@@ -18,6 +18,7 @@ configuration finishes.
 from __future__ import annotations
 
 import statistics
+from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
@@ -59,7 +60,10 @@ def compare(metric: str, value: float | None, baseline: list[float]) -> dict[str
     if value is None or len(baseline) < MIN_BASELINE:
         return None
     spec = METRICS[metric]
-    low, high, median = min(baseline), max(baseline), statistics.median(baseline)
+    low, high = min(baseline), max(baseline)
+    if low - spec.abs_margin <= value <= high + spec.abs_margin:
+        return None                  # inside the spread even by the smallest margin: most runs
+    median = statistics.median(baseline)
     margin = max(spec.abs_margin, spec.rel_margin * abs(median))
     if value > high + margin:
         direction = "worse"
@@ -85,25 +89,47 @@ def describe_baseline(members: list[dict[str, Any]]) -> dict[str, Any]:
                      + (f"; version{'s' if len(versions) > 1 else ''} {', '.join(versions)}" if versions else ""))}
 
 
+def findings(row: dict[str, Any], baseline: list[dict[str, Any]]) -> tuple[list[dict], list[dict]]:
+    """(regressions, improvements) of one run against its baseline runs."""
+    found = [compare(m, row[m], [b[m] for b in baseline if b[m] is not None]) for m in METRICS]
+    found = [f for f in found if f is not None]
+    return [f for f in found if f["direction"] == "worse"], [f for f in found if f["direction"] == "better"]
+
+
 def judge(row: dict[str, Any], baseline: list[dict[str, Any]]) -> tuple[dict | None, list[dict], list[dict]]:
     """(baseline description, regressions, improvements) of one run."""
     if not baseline:
         return None, [], []
-    found = [compare(m, row[m], [b[m] for b in baseline if b[m] is not None]) for m in METRICS]
-    found = [f for f in found if f is not None]
-    return (describe_baseline(baseline), [f for f in found if f["direction"] == "worse"],
-            [f for f in found if f["direction"] == "better"])
+    return (describe_baseline(baseline), *findings(row, baseline))
 
 
 def annotate(rows: list[dict[str, Any]]) -> None:
-    """Add ``baseline``, ``regressions`` and ``improvements`` to fleet rows (oldest first):
-    each run against the finished runs of its configuration before it in ``rows``."""
-    finished: dict[str, list[dict[str, Any]]] = {}
+    """Add ``regressions``, ``improvements``, ``baseline_runs`` (how many runs it was compared
+    with) and ``baseline`` (named; only for a run with findings) to fleet rows, oldest first:
+    each run against the finished runs of its configuration before it in ``rows``, exactly
+    as ``judge``, with each configuration's last values per metric kept as it goes."""
+    names = tuple(METRICS)
+    windows: dict[str, tuple[deque, list[deque]]] = {}
     for row in rows:
-        history = finished.setdefault(row["config_key"], [])
-        row["baseline"], row["regressions"], row["improvements"] = judge(row, history[-BASELINE_RUNS:])
+        window = windows.get(row["config_key"])
+        if window is None:
+            window = windows[row["config_key"]] = (deque(maxlen=BASELINE_RUNS),
+                                                   [deque(maxlen=BASELINE_RUNS) for _ in names])
+        members, columns = window
+        worse, better = [], []
+        if len(members) >= MIN_BASELINE:
+            for name, column in zip(names, columns):
+                value = row[name]
+                if value is not None:
+                    found = compare(name, value, [v for v in column if v is not None])
+                    if found is not None:
+                        (worse if found["direction"] == "worse" else better).append(found)
+        row["regressions"], row["improvements"], row["baseline_runs"] = worse, better, len(members)
+        row["baseline"] = describe_baseline(list(members)) if worse or better else None
         if row["status"] == "finished":
-            history.append(row)
+            members.append(row)
+            for name, column in zip(names, columns):
+                column.append(row[name])
 
 
 def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
@@ -123,7 +149,7 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
         pks = [run.id] + list(conn.execute(earlier).scalars())
         rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(runs.c.id.in_(pks))
                             .order_by(runs.c.started_at, runs.c.id)).all()
-        figures = fleet.metrics(conn, runs.c.id.in_(pks))
+        figures = fleet.metrics(conn, [r.id for r in rows], runs.c.id.in_(pks))
     table = {r.id: fleet.run_row(r, figures[r.id]) for r in rows}
     target = table.pop(run.id)
     baseline, worse, better = judge(target, list(table.values()))
@@ -175,7 +201,7 @@ def evaluate_rule(conn, rule: dict[str, Any], now: float) -> list[tuple[str, dic
                                 .order_by(runs.c.started_at.desc()).limit(BASELINE_RUNS)).scalars())
     chosen = runs.c.id.in_(sorted(pks))
     rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(chosen).order_by(runs.c.started_at, runs.c.id)).all()
-    figures = fleet.metrics(conn, chosen)
+    figures = fleet.metrics(conn, [r.id for r in rows], chosen)
     table = [fleet.run_row(r, figures[r.id]) for r in rows]
     pk_of = {r.run_id: r.id for r in rows}
     annotate(table)

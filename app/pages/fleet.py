@@ -74,11 +74,10 @@ def _pct(ratio: float | None) -> float | None:
     return None if ratio is None else round(ratio * 100, 2)
 
 
-def group_rows(groups: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    names = {r["run_id"]: r["name"] for r in runs}
+def group_rows(groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return c.grid_rows(GROUP_COLUMNS, ({
-        **g, "key": "|".join(str(g[k]) for k in FILTERS), "eager_pct": _pct(g["eager_ratio"]),
-        "padded_pct": _pct(g["decode_padded_ratio"]), "latest": names.get(g["latest_run_id"], g["latest_run_id"]),
+        **{k: v for k, v in g.items() if k != "step_s"}, "key": "|".join(str(g[k]) for k in FILTERS),
+        "eager_pct": _pct(g["eager_ratio"]), "padded_pct": _pct(g["decode_padded_ratio"]), "latest": g["latest_name"],
     } for g in groups))
 
 
@@ -94,7 +93,7 @@ def run_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         "regressed": (comparisons.short_findings(r["regressions"]) + f" (vs {r['baseline']['text']})"
                       if r["regressions"] else ""),
         "regression_count": len(r["regressions"]),
-    } for r in reversed(runs)))
+    } for r in runs))
 
 
 def filters_of(model=None, backend=None, device=None, version=None, period=DEFAULT_PERIOD, now=None):
@@ -111,13 +110,14 @@ def page_data(store: Any, metric: str = "eager_ratio", **chosen: Any) -> dict[st
     from collector import fleet
 
     data = fleet.fleet(store, filters_of(**chosen))
-    runs = data["runs"]
-    regressed = sum(1 for r in runs if r["regressions"])
+    runs, total = data["runs"], data["runs_total"]
+    regressed = sum(g["regressions"] for g in data["groups"])
+    listed = "" if len(runs) == total else f"; the newest {len(runs):,} are listed below (filter to narrow)"
     return {
-        "groups": group_rows(data["groups"], runs), "runs": run_rows(runs), "options": data["options"],
+        "groups": group_rows(data["groups"]), "runs": run_rows(runs), "options": data["options"],
         "figure": charts.fleet_figure(data["series"], metric),
-        "summary": (f"{c.plural(len(runs), 'run')} in {c.plural(len(data['groups']), 'group')}; "
-                    f"{c.plural(regressed, 'run')} beyond the spread of its baseline"),
+        "summary": (f"{c.plural(total, 'run')} in {c.plural(len(data['groups']), 'group')}; "
+                    f"{c.plural(regressed, 'run')} beyond the spread of its baseline{listed}"),
     }
 
 
