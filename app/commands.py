@@ -68,6 +68,7 @@ def _serve(args) -> int:
     url = _db_url(args)
     store = open_store(url)
     settings = Settings.from_env(db=url, host=args.host, port=args.port)
+    _refuse_open_writes(settings, args.insecure)
     _check_port(settings.host, settings.port)
     app = create_server(store, settings, dashboard=not args.no_dashboard)
     what = "collector" if args.no_dashboard else "collector and dashboard"
@@ -77,6 +78,16 @@ def _serve(args) -> int:
     finally:
         store.dispose()
     return 0
+
+
+def _refuse_open_writes(settings, insecure: bool) -> None:
+    """Beyond loopback, anyone who can reach the port could write: that needs a token."""
+    from collector.auth import is_loopback
+
+    if not settings.token and not is_loopback(settings.host) and not insecure:
+        raise ReplayscopeError(f"refusing to listen on {settings.host} without REPLAYSCOPE_TOKEN: anyone who can "
+                               f"reach it could write runs and alert rules; set REPLAYSCOPE_TOKEN (or pass "
+                               f"--insecure on a network you trust)")
 
 
 class _Demo:
@@ -206,6 +217,9 @@ def add_parsers(sub) -> None:
     serve.add_argument("--host", help="interface to listen on (default $REPLAYSCOPE_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help=f"port (default $REPLAYSCOPE_PORT or {DEFAULT_PORT})")
     serve.add_argument("--no-dashboard", action="store_true", help="serve the collector API only")
+    serve.add_argument("--insecure", action="store_true",
+                       help="listen on a non-loopback address without REPLAYSCOPE_TOKEN (anyone reaching it "
+                            "can write)")
     serve.set_defaults(handler=_serve)
 
     demo = sub.add_parser("demo", help="collector + dashboard + the runner streaming live, in one command",

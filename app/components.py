@@ -26,6 +26,11 @@ def bind(store: Any, settings: Any) -> None:
     _CONTEXT["settings"] = settings
 
 
+def settings() -> Any:
+    """The collector settings the dashboard was served with (the token, where alerts go)."""
+    return _CONTEXT["settings"]
+
+
 def store() -> Any:
     if _CONTEXT["store"] is None:
         raise RuntimeError("the dashboard has no store bound (app.server.create_server binds it)")

@@ -10,11 +10,16 @@ from __future__ import annotations
 import gc
 import importlib
 import inspect
+import logging
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+
+log = logging.getLogger("replayscope.dashboard")
+_RUN_PAGE = re.compile(r"/(?:run|startup|advisor)/([^/?#]+)")
 
 PAGES = ("app.pages.runs", "app.pages.run", "app.pages.startup", "app.pages.advisor", "app.pages.alerts",
          "app.pages.fleet")
@@ -51,12 +56,39 @@ def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
         title="replayscope", suppress_callback_exceptions=True, update_title=None,
+        on_error=log_callback_error,
     )
     _load_pages()
     dash_app.layout = dash.html.Div([dash.page_container], className="app")
     _warm_up(dash_app)
     api.state.dash = dash_app
     return dash_app
+
+
+def callback_run_id() -> str | None:
+    """The run a failing callback was showing: its ``run-id`` store, else the page's address."""
+    from dash import ctx
+
+    for values in (ctx.states, ctx.inputs):
+        for key, value in (values or {}).items():
+            if key.startswith("run-id") and isinstance(value, str):
+                return value
+    match = _RUN_PAGE.search((ctx.headers or {}).get("referer", ""))
+    return match.group(1) if match else None
+
+
+def log_callback_error(error: Exception) -> None:
+    """A dashboard callback failed: log it with the run it was for; the page keeps what it
+    showed (no update) instead of answering 500."""
+    from dash import ctx
+
+    try:
+        outputs = ", ".join(o["id"] + "." + o["property"] for o in (ctx.outputs_list or []) if isinstance(o, dict))
+        run_id = callback_run_id()
+    except Exception:       # the context itself may be what failed
+        outputs, run_id = "?", None
+    log.error("dashboard callback %s failed%s: %s", outputs or "?", f" for run {run_id}" if run_id else "",
+              error, exc_info=error)
 
 
 def _warm_up(dash_app: Any) -> None:

@@ -5,6 +5,8 @@ plus the startup of ``replayscope demo`` to its first chart, and prints one summ
 
 - runner: the emitter's host cost per step on any machine; eager/graph/instrumented step
   times and capture cost only with CUDA (docs/gpu-results.md has the GPU figures);
+- trace: host cost ``replayscope trace`` adds per replay and per step; with CUDA, traced against
+  untraced decode steps;
 - ingest: HTTP ingest against raw ``sqlite3.executemany`` into the same table;
 - query latency at 1M and 5M steps (``--quick``: 100k and 500k);
 - dashboard page data time (layout + callback data of every page) on a 1M-step run;
@@ -63,6 +65,10 @@ def runner_rows(verbose: bool) -> list[tuple[str, str, str]]:
     e = result["emitter"]
     rows = [("runner", "Emitter.step host cost", f"{e['emitter_step_us']:.2f} us/step "
                                                  f"(list append {e['list_append_us']:.2f} us)")]
+    worst = max(result["host_cpu"], key=lambda r: r["added_host_us"])
+    rows.append(("runner", "GraphRunner.step host cost over a bare loop (CPU static, worst bs)",
+                 f"+{worst['added_host_us']:.2f} us/step at bs {worst['bs']} "
+                 f"({worst['instrumented_host_us']:.2f} vs {worst['bare_host_us']:.2f} us)"))
     if "rows" not in result:
         rows.append(("runner", "graph vs eager, instrumentation overhead, capture",
                      "needs CUDA (figures in docs/gpu-results.md)"))
@@ -74,6 +80,28 @@ def runner_rows(verbose: bool) -> list[tuple[str, str, str]]:
     for s in result["summaries"]:
         rows.append(("runner", f"{s['preset']}: capture total, pool", f"{s['capture_total_s']:.2f} s, "
                                                                       f"{(s['pool_bytes'] or 0) / 2**20:.0f} MiB"))
+    return rows
+
+
+def trace_rows(verbose: bool) -> list[tuple[str, str, str]]:
+    from benchmarks import trace_bench
+
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        _quiet_main(trace_bench.main, ["--json", path], verbose)
+        result = json.loads(Path(path).read_text())
+    finally:
+        os.unlink(path)
+    h = result["host"]
+    rows = [("trace", "host cost added per hooked replay / per traced step",
+             f"{h['replay_added_us']:.2f} us / {h['step_added_us']:.2f} us")]
+    if "rows" not in result:
+        rows.append(("trace", "traced vs untraced decode step", "needs CUDA (figures in docs/gpu-results.md)"))
+        return rows
+    for r in result["rows"]:
+        rows.append(("trace", f"{r['preset']} bs {r['bs']}: traced / untraced step (synced, mean)",
+                     f"x{r['ratio_synced']:.4f}, x{r['ratio_mean']:.4f}"))
     return rows
 
 
@@ -197,11 +225,11 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller stores (100k/500k query steps, 200k "
                                                              "dashboard steps, fewer ingest batches)")
-    parser.add_argument("--only", help="comma-separated subset: runner,ingest,query,dashboard,demo, or fleet "
-                                       "(PostgreSQL, $REPLAYSCOPE_TEST_PG_URL; not in the default set: ~20 min)")
+    parser.add_argument("--only", help="comma-separated subset: runner,trace,ingest,query,dashboard,demo, or "
+                                       "fleet (PostgreSQL, $REPLAYSCOPE_TEST_PG_URL; not in the default set: ~20 min)")
     parser.add_argument("--verbose", action="store_true", help="also print each benchmark's own output")
     args = parser.parse_args(argv)
-    wanted = set((args.only or "runner,ingest,query,dashboard,demo").split(","))
+    wanted = set((args.only or "runner,trace,ingest,query,dashboard,demo").split(","))
     query_steps = (100_000, 500_000) if args.quick else (1_000_000, 5_000_000)
     dash_steps = 200_000 if args.quick else 1_000_000
 
@@ -210,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[tuple[str, str, str]] = []
     sections = [
         ("runner", lambda: runner_rows(args.verbose)),
+        ("trace", lambda: trace_rows(args.verbose)),
         ("ingest", lambda: ingest_rows(args.verbose, args.quick)),
         ("query", lambda: [r for n in query_steps for r in query_rows(args.verbose, n)]),
         ("dashboard", lambda: dashboard_rows(args.verbose, dash_steps)),

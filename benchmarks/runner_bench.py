@@ -2,11 +2,20 @@
 
     python -m benchmarks.runner_bench [--presets 136m,1b,3b] [--sizes 1,8,64,256] [--json FILE]
 
-Every ratio is against a baseline measured in the same process on the same model:
-the instrumented graph step (GraphRunner.run with an emitter) against a bare loop that
-copies the same inputs into the same static buffers and calls ``replay()``.
-Step times are host-timed around each step with a device synchronise, median of many.
-On a machine without CUDA only the emitter's host cost is measured.
+Every ratio is against a baseline measured in the same process on the same model: the
+instrumented step (``GraphRunner.step`` with an emitter: input checks, dispatch, copies
+into the static buffers, replay, timing, the step event) against a bare loop that copies
+the same inputs into the same static buffers (views made once) and calls ``replay()``.
+
+Two figures per step, from the same iterations: the step time, host-timed with a device
+synchronise after the step (median), and the host time of the call alone (perf_counter
+around the call, the synchronise outside it; median). The host time *added* per step is
+the instrumented call's minus the bare loop's.
+
+On any machine (CPU included) the host cost is also measured on the static backend with
+a trivial step, where both loops run the same Python: bare loop vs ``GraphRunner.step``;
+plus ``Emitter.step`` alone and the run's progress line per step. Step times, capture and
+the overhead ratio need CUDA.
 """
 
 from __future__ import annotations
@@ -18,11 +27,11 @@ import time
 
 import torch
 
-from runner.dispatch import Decision
 from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
+from runner.progress import Progress
 
 RUN = {"run_id": "bench", "name": "bench", "source": "library", "started_at": 0.0, "backend": "cuda",
        "model": "bench", "device": "bench"}
@@ -37,6 +46,25 @@ class NullSink:
 
     def close(self):
         pass
+
+
+def decode_inputs(scratch_slot: int) -> list[StaticInput]:
+    """The static inputs of a decode step: one token and its position per request, the cache slot."""
+    return [StaticInput("tokens", (1,), torch.long), StaticInput("positions", (1,), torch.long),
+            StaticInput("slots", (), torch.long, pad_value=scratch_slot)]
+
+
+def bare_loop(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor]):
+    """The baseline: copy each input into its static buffer (views made once) and replay."""
+    pairs = [(runner._buffers[s.name].narrow(s.batch_dim, 0, bs), inputs[s.name]) for s in runner.inputs]
+    captured = runner._graphs[bs]
+    replay = captured.graph.replay if captured.graph is not None else captured.call
+
+    def bare():
+        for buffer, value in pairs:
+            buffer.copy_(value, non_blocking=True)
+        replay()
+    return bare
 
 
 def emitter_cost_us(calls: int = 200_000) -> dict[str, float]:
@@ -55,20 +83,83 @@ def emitter_cost_us(calls: int = 200_000) -> dict[str, float]:
     return {"emitter_step_us": per_step, "list_append_us": per_append}
 
 
-def timed_ms(fn, iters: int, warmup: int = 5) -> list[float]:
+def mean_us(fn, calls: int, repeats: int) -> list[float]:
+    """Mean host µs per call of ``fn`` over ``calls`` calls, once per repeat."""
+    means = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        means.append((time.perf_counter() - started) / calls * 1e6)
+    return means
+
+
+def host_cost_cpu(sizes: list[int], calls: int = 5_000, repeats: int = 15) -> list[dict]:
+    """Host µs per step on the CPU static backend with a trivial step: bare loop vs GraphRunner.step.
+
+    Both loops copy the same inputs into the same static buffers and call the same step,
+    so the difference is the instrumentation: input checks, dispatch, timing, the step
+    event. Each figure is the best of ``repeats`` means of ``calls`` calls, the two loops
+    interleaved: the cost itself, without what other processes on the machine take.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    max_bs = max(sizes)
+
+    def step(tokens, positions, slots):
+        return tokens, positions
+
+    emitter = Emitter(NullSink(), RUN, flush_interval_s=0.05).start()
+    runner = GraphRunner(step, decode_inputs(max_bs), CapturePlan(tuple(sorted(set(sizes)))), backend="static",
+                         device="cpu", emitter=emitter, progress=False)
+    runner.capture()
+    rows = []
+    try:
+        for bs in sizes:
+            inputs = {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
+                      "slots": torch.arange(bs)}
+            bare, instrumented = bare_loop(runner, bs, inputs), lambda: runner.step(inputs)
+            bare_us, step_us = [], []
+            for _ in range(repeats):
+                bare_us += mean_us(bare, calls, 1)
+                step_us += mean_us(instrumented, calls, 1)
+            rows.append({"bs": bs, "bare_host_us": min(bare_us), "instrumented_host_us": min(step_us),
+                         "added_host_us": min(step_us) - min(bare_us)})
+    finally:
+        emitter.close()
+        torch.set_num_threads(threads)
+    return rows
+
+
+def progress_tick_us(calls: int = 200_000) -> float:
+    """Host µs per step of the engine's progress line (``update_to`` between redraws), enabled."""
+    import io
+
+    progress = Progress("Running mixed workload", None, unit="steps", stream=io.StringIO())
+    started = time.perf_counter()
+    for step in range(calls):
+        progress.update_to(step, str)
+    return (time.perf_counter() - started) / calls * 1e6
+
+
+def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
+    """Per call: (step ms, synchronised after the call; host µs of the call alone, no synchronise inside)."""
     for _ in range(warmup):
         fn()
     torch.cuda.synchronize()
-    times = []
+    step_ms, host_us = [], []
     for _ in range(iters):
         started = time.perf_counter()
         fn()
+        launched = time.perf_counter()
         torch.cuda.synchronize()
-        times.append((time.perf_counter() - started) * 1e3)
-    return times
+        ended = time.perf_counter()
+        step_ms.append((ended - started) * 1e3)
+        host_us.append((launched - started) * 1e6)
+    return step_ms, host_us
 
 
-def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> list[dict]:
+def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> tuple[list[dict], dict]:
     args = ModelArgs.from_preset(preset)
     model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)
     max_bs = max(sizes)
@@ -79,12 +170,10 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> lis
         logits = model(tokens, positions, slots)
         return logits.argmax(-1), logits
 
-    inputs_spec = [StaticInput("tokens", (1,), torch.long), StaticInput("positions", (1,), torch.long),
-                   StaticInput("slots", (), torch.long, pad_value=scratch)]
     plan_sizes = sorted(set(sizes) | {8})
     emitter = Emitter(NullSink(), RUN, flush_interval_s=0.05).start()
-    runner = GraphRunner(step, inputs_spec, CapturePlan(tuple(plan_sizes)), backend="cuda", device="cuda",
-                         emitter=emitter, progress=False)
+    runner = GraphRunner(step, decode_inputs(scratch), CapturePlan(tuple(plan_sizes)), backend="cuda",
+                         device="cuda", emitter=emitter, progress=False)
     with torch.inference_mode():
         report = runner.capture()
 
@@ -96,34 +185,34 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> lis
         rows = []
         for bs in sizes:
             inputs = batch(bs)
-            captured = runner._graphs[bs]
-            buffers = [runner._buffers[s.name] for s in inputs_spec]
-            values = [inputs[s.name] for s in inputs_spec]
-
-            def bare():
-                for buffer, value in zip(buffers, values):
-                    buffer[:bs].copy_(value, non_blocking=True)
-                captured.graph.replay()
+            bare = bare_loop(runner, bs, inputs)
 
             def instrumented():
-                runner.run(Decision("graph", bs, None), inputs)
+                runner.step(inputs)
 
-            bare_t, inst_t = [], []
+            bare_ms, inst_ms, bare_us, inst_us = [], [], [], []
             for _ in range(5):                       # interleave to share any drift
-                bare_t += timed_ms(bare, iters // 5)
-                inst_t += timed_ms(instrumented, iters // 5)
-            eager_t = timed_ms(lambda: step(**inputs), max(iters // 4, 10))
-            rows.append({"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_t),
-                         "graph_ms": statistics.median(bare_t), "instrumented_ms": statistics.median(inst_t),
-                         "overhead_ratio": statistics.median(inst_t) / statistics.median(bare_t),
+                ms, us = timed(bare, iters // 5)
+                bare_ms += ms
+                bare_us += us
+                ms, us = timed(instrumented, iters // 5)
+                inst_ms += ms
+                inst_us += us
+            eager_ms, _ = timed(lambda: step(**inputs), max(iters // 4, 10))
+            graph, instr = statistics.median(bare_ms), statistics.median(inst_ms)
+            rows.append({"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_ms),
+                         "graph_ms": graph, "instrumented_ms": instr, "overhead_ratio": instr / graph,
+                         "bare_host_us": statistics.median(bare_us),
+                         "instrumented_host_us": statistics.median(inst_us),
+                         "added_host_us": statistics.median(inst_us) - statistics.median(bare_us),
                          "capture_s": report.seconds[bs]})
         five = batch(5)
-        padded_t = timed_ms(lambda: runner.run(Decision("padded", 8, None), five), iters)
-        eager5_t = timed_ms(lambda: step(**five), max(iters // 4, 10))
+        padded_ms, _ = timed(lambda: runner.step(five), iters)
+        eager5_ms, _ = timed(lambda: step(**five), max(iters // 4, 10))
     emitter.close()
     summary = {"preset": preset, "params": args.num_params(), "capture_total_s": report.total_s,
                "capture_sizes": plan_sizes, "pool_bytes": report.pool_bytes,
-               "padded_5_on_8_ms": statistics.median(padded_t), "eager_5_ms": statistics.median(eager5_t)}
+               "padded_5_on_8_ms": statistics.median(padded_ms), "eager_5_ms": statistics.median(eager5_ms)}
     summary["padding_speedup"] = summary["eager_5_ms"] / summary["padded_5_on_8_ms"]
     return rows, summary
 
@@ -136,26 +225,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
-    result = {"emitter": emitter_cost_us(), "torch": torch.__version__}
+    sizes = [int(s) for s in options.sizes.split(",")]
+    result = {"emitter": emitter_cost_us(), "progress_tick_us": progress_tick_us(), "torch": torch.__version__,
+              "host_cpu": host_cost_cpu(sizes)}
     print(f"emitter: {result['emitter']['emitter_step_us']:.2f} us per Emitter.step "
-          f"(bare list append {result['emitter']['list_append_us']:.2f} us)")
+          f"(bare list append {result['emitter']['list_append_us']:.2f} us); "
+          f"progress line: {result['progress_tick_us']:.2f} us per step")
+    print("\nhost us per step on the CPU static backend, trivial step (best of 15 means of 5000 calls):")
+    print(f"{'bs':>4} {'bare':>8} {'step()':>8} {'added':>8}")
+    for r in result["host_cpu"]:
+        print(f"{r['bs']:>4} {r['bare_host_us']:8.2f} {r['instrumented_host_us']:8.2f} {r['added_host_us']:8.2f}")
     if not torch.cuda.is_available():
-        print("no CUDA device: step and capture figures need a GPU")
+        print("\nno CUDA device: step times, capture and the overhead ratio need a GPU")
     else:
         result["device"] = torch.cuda.get_device_name()
         result["rows"], result["summaries"] = [], []
-        sizes = [int(s) for s in options.sizes.split(",")]
         for preset in options.presets.split(","):
             rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len)
             torch.cuda.empty_cache()             # the preset's model and graphs are gone now
             result["rows"] += rows
             result["summaries"].append(summary)
         print(f"\n{result['device']}, torch {torch.__version__}, bf16, KV cache {options.seq_len} positions; "
-              f"median ms per step (host-timed, synchronised)")
-        print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'capture s':>9}")
+              f"ms per step: median, host-timed with a synchronise after the step; host us: the call alone")
+        print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} "
+              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'capture s':>9}")
         for r in result["rows"]:
             print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
-                  f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.3f} {r['capture_s']:9.3f}")
+                  f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.3f} {r['bare_host_us']:9.1f} "
+                  f"{r['instrumented_host_us']:10.1f} {r['added_host_us']:8.1f} {r['capture_s']:9.3f}")
+        worst = max(result["rows"], key=lambda r: r["overhead_ratio"])
+        costliest = max(result["rows"], key=lambda r: r["added_host_us"])
+        print(f"worst instr/bare {worst['overhead_ratio']:.3f} ({worst['preset']} bs {worst['bs']}); "
+              f"most host time added {costliest['added_host_us']:.1f} us ({costliest['preset']} bs {costliest['bs']})")
         print(f"\n{'preset':>6} {'params':>8} {'capture':>9} {'pool MiB':>9} {'pad 5->8':>9} {'eager 5':>8} {'speedup':>8}")
         for s in result["summaries"]:
             print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "

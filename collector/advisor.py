@@ -279,7 +279,11 @@ def run_inputs(store: Any, run_id: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     distribution: dict[int, int] = {}
-    for row in queries.batch_histogram(store, run_id, stage="decode"):
+    # vLLM V1 batches mix prefill and decode tokens (stage "mixed"): their token counts are
+    # what its graphs are sized by, so they stand in when a run has no decode-only batches.
+    rows = queries.batch_histogram(store, run_id, stage="decode") or queries.batch_histogram(
+        store, run_id, stage="mixed")
+    for row in rows:
         if row.get("raw_bs") is None:
             continue
         distribution[row["raw_bs"]] = distribution.get(row["raw_bs"], 0) + row["steps"]
@@ -305,18 +309,38 @@ def run_inputs(store: Any, run_id: str) -> dict[str, Any] | None:
     }
 
 
-def advise_run(store: Any, run_id: str, budget: int | None = None,
-               eager_weight: float | None = None) -> Advice | None:
-    """``advise`` for a stored run; the budget defaults to the current plan's size."""
-    inputs = run_inputs(store, run_id)
+def default_budget(inputs: dict[str, Any]) -> int:
+    """The current plan's number of sizes (8 without one), at most the distinct batch sizes."""
+    current = len(inputs["current_sizes"] or []) or 8
+    return max(1, min(current, max(len(inputs["distribution"]), 1)))
+
+
+def advise_run(store: Any, run_id: str, budget: int | None = None, eager_weight: float | None = None,
+               inputs: dict[str, Any] | None = None) -> Advice | None:
+    """``advise`` for a stored run (what the API's /advice, the Advisor page and ``replayscope
+    advise`` show); the budget defaults to ``default_budget``. None for an unknown run."""
+    inputs = inputs or run_inputs(store, run_id)
     if inputs is None:
         return None
-    if budget is None:
-        budget = len(inputs["current_sizes"] or []) or 8
-    return advise(inputs["distribution"], budget,
+    return advise(inputs["distribution"], default_budget(inputs) if budget is None else budget,
                   eager_weight=inputs["eager_weight"] if eager_weight is None else eager_weight,
                   current_sizes=inputs["current_sizes"], capture_s=inputs["capture_s"],
                   pool_bytes=inputs["pool_bytes"])
+
+
+def advice_dict(store: Any, run_id: str, budget: int | None = None,
+                eager_weight: float | None = None) -> dict[str, Any] | None:
+    """``advise_run`` as JSON, with how many decode steps with a batch size it was chosen from."""
+    inputs = run_inputs(store, run_id)
+    if inputs is None:
+        return None
+    advice = advise_run(store, run_id, budget, eager_weight, inputs=inputs)
+    steps = sum(inputs["distribution"].values())
+    out = advice.as_dict()
+    out.update(run_id=run_id, decode_steps=steps, distinct_batch_sizes=len(inputs["distribution"]),
+               note=None if steps else "the run recorded no decode steps with a batch size: there is "
+                                       "no traffic to choose capture sizes from")
+    return out
 
 
 def _mib(n: int | None) -> str:

@@ -5,13 +5,15 @@ reads through ``collector.queries``. The event route parses its body itself
 (``json.loads`` + ``runner.wire.validate_event`` inside ``ingest_events``); the models in
 ``collector.schemas`` document it in OpenAPI (/docs). Bodies above
 ``settings.max_body_bytes`` are refused with 413 before parsing, from Content-Length and
-while reading. With a token set, writes need ``Authorization: Bearer <token>``.
+while reading, and checked for depth and size of structure before any parser runs. With a
+token set, every write needs it (``collector.auth``); every write is JSON from this server's
+own pages or a non-browser client (``WriteGuard``).
 """
 
 from __future__ import annotations
 
-import hmac
 import json
+import re
 from contextlib import asynccontextmanager
 from itertools import accumulate
 from typing import Annotated, Any, Literal, Optional
@@ -23,13 +25,15 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import alerts, fleet, leader, queries, regressions, schemas
+from collector import advisor, alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas
+from collector.deletion import delete_run
 from collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
-from collector.services import Evaluator, Retention
+from collector.services import Evaluator, Notifier, Retention
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
+
 from runner.wire import STEP_STAGES
 
 StageName = Literal[STEP_STAGES]  # type: ignore[valid-type]
@@ -50,19 +54,66 @@ except ImportError:  # pragma: no cover
 
 
 MAX_JSON_DEPTH = 32
+# Objects and arrays in one body: a runner's batch of 5000 events has ~5000; parsing millions
+# (an 8 MB body of nested brackets) would hold the interpreter for seconds.
+MAX_JSON_CONTAINERS = 200_000
+OFF_LOOP_BYTES = 64 * 1024          # larger bodies are checked and parsed in a worker thread
+_NOT_QUOTES_OR_BRACKETS = bytes(c for c in range(256) if c not in b'"[]{}')
 _NOT_BRACKETS = bytes(c for c in range(256) if c not in b"[]{}")
-_BRACKET_STEP = [0] * 256
-for _c in b"[{":
-    _BRACKET_STEP[_c] = 1
-for _c in b"]}":
-    _BRACKET_STEP[_c] = -1
+_AS_SQUARE = bytes.maketrans(b"{}", b"[]")
+_STEP = [0] * 256
+_STEP[ord("[")], _STEP[ord("]")] = 1, -1
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 
 
-def json_depth_bound(body: bytes) -> int:
-    """Nesting depth of a JSON text, counted in C before parsing (brackets inside strings
-    count too, so it is approximate; a deep text is refused before any parser sees it)."""
-    brackets = body.translate(None, _NOT_BRACKETS)
-    return max(accumulate(map(_BRACKET_STEP.__getitem__, brackets)), default=0)
+def _structure(body: bytes) -> bytes:
+    """The JSON text's brackets outside strings, as ``[`` and ``]``, at C speed."""
+    if b"\\" in body:                         # escapes: take the strings out properly
+        return _STRING.sub(b"", body).translate(_AS_SQUARE, _NOT_BRACKETS)
+    marks = body.translate(None, _NOT_QUOTES_OR_BRACKETS)
+    # Without escapes quotes alternate open/close: when every string's quotes are adjacent
+    # here, no string holds a bracket; else keep every other piece between quotes.
+    brackets = marks.replace(b'""', b"")
+    if b'"' in brackets:
+        brackets = b"".join(marks.split(b'"')[0::2])
+    return brackets.translate(_AS_SQUARE)
+
+
+def _bracket_depth(brackets: bytes, limit: int) -> int:
+    """Deepest nesting of a text of ``[`` and ``]``; exact up to ``limit`` + 1 for balanced text."""
+    if b"[" * (limit + 1) in brackets:
+        return limit + 1
+    removed = 0
+    while brackets and removed < 3:            # the common shallow case, at C speed
+        shorter = brackets.replace(b"[]", b"")
+        if shorter == brackets:
+            break
+        brackets, removed = shorter, removed + 1
+    deepest = 0
+    for level in accumulate(map(_STEP.__getitem__, brackets)):
+        if level > deepest:
+            deepest = level
+            if removed + deepest > limit:
+                break
+    return removed + deepest
+
+
+def json_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> int:
+    """Nesting depth of a JSON text's structure, counted before any parser runs; brackets
+    inside strings never count. Exact up to ``limit`` + 1."""
+    return _bracket_depth(_structure(body), limit)
+
+
+def check_structure(body: bytes) -> None:
+    """Refuse, before parsing, a body nested too deep or holding too many objects and arrays."""
+    structure = _structure(body)
+    too_deep = ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+    if b"[" * (MAX_JSON_DEPTH + 1) in structure:          # the plainest deep text, at C speed
+        raise too_deep
+    if structure.count(b"[") > MAX_JSON_CONTAINERS:
+        raise ApiError(400, f"JSON with more than {MAX_JSON_CONTAINERS} objects and arrays; send smaller batches")
+    if _bracket_depth(structure, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        raise too_deep
 
 
 class _BodyTooLarge(Exception):
@@ -125,12 +176,8 @@ class ApiError(Exception):
         self.status, self.detail, self.extra = status, detail, extra
 
 
-async def _json_body(request: Request) -> Any:
-    body = await request.body()
-    if not body:
-        raise ApiError(400, "empty body: expected JSON")
-    if json_depth_bound(body) > MAX_JSON_DEPTH:
-        raise ApiError(400, f"JSON nested deeper than {MAX_JSON_DEPTH} levels")
+def _decode(body: bytes) -> Any:
+    check_structure(body)
     try:
         return _loads(body)
     except RecursionError:
@@ -139,14 +186,58 @@ async def _json_body(request: Request) -> Any:
         raise ApiError(400, f"invalid JSON: {error}") from None
 
 
+async def _json_body(request: Request) -> Any:
+    body = await request.body()
+    if not body:
+        raise ApiError(400, "empty body: expected JSON")
+    if len(body) > OFF_LOOP_BYTES:     # never hold up other requests while a big body is checked
+        return await run_in_threadpool(_decode, body)
+    return _decode(body)
+
+
+_WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+class WriteGuard:
+    """ASGI middleware for every write, API and dashboard alike: a browser may write only
+    from this server's own pages (``Origin``), and only JSON (``Content-Type``), so no
+    other web page can forge a write with a simple cross-origin form or text POST."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or scope["method"] not in _WRITE_METHODS:
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope.get("headers", ())}
+        if not auth.origin_allowed(headers):
+            return await _refuse(send, 403, f"cross-origin write refused (Origin {headers.get('origin')!r} is "
+                                            "not this server)")
+        if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:   # it has a body
+            media = headers.get("content-type", "").split(";")[0].strip().lower()
+            if media != "application/json" and not media.endswith("+json"):
+                return await _refuse(send, 415, f"writes take application/json, not {media or 'no content type'}")
+        return await self.app(scope, receive, send)
+
+
+async def _refuse(send, status: int, detail: str) -> None:
+    body = json.dumps({"detail": detail}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
 # Rule ids are database integers: anything outside SQLite's and PostgreSQL's BIGINT is a 422.
 RuleId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the rule's id")]
 
 
 def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
+    metrics = Metrics(store_gauges=lambda: _store_gauges(store), outbox_pending=lambda: _outbox_pending(store))
     evaluator = Evaluator(store, settings)
-    services = [evaluator, Retention(store, settings)]
+    notifier = Notifier(store, settings, metrics)
+    services = (evaluator, notifier, Retention(store, settings))
+    delivery = notifications.Delivery.from_settings(settings)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI):
@@ -166,17 +257,17 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     app.state.store = store
     app.state.settings = settings
     app.state.evaluator = evaluator
+    app.state.notifier = notifier
     app.state.services = services
-    metrics = Metrics(store_gauges=lambda: _store_gauges(store))
     app.state.metrics = metrics
+    app.add_middleware(WriteGuard)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
 
+    def is_writer(request: Request) -> bool:
+        return auth.is_writer(request.headers, request.cookies, settings.token)
+
     def require_writer(request: Request) -> None:
-        if not settings.token:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, supplied = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(supplied.strip().encode(), settings.token.encode()):
+        if not is_writer(request):
             raise ApiError(401, "writes need 'Authorization: Bearer <token>' (REPLAYSCOPE_TOKEN)",
                            headers={"WWW-Authenticate": "Bearer"})
 
@@ -209,7 +300,8 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     errors = {400: {"model": schemas.Problem}, 404: {"model": schemas.Problem},
               413: {"model": schemas.Problem}, 422: {"model": schemas.Problem},
               503: {"model": schemas.Problem}}
-    write_errors = {**errors, 401: {"model": schemas.Problem}}
+    write_errors = {**errors, 401: {"model": schemas.Problem}, 403: {"model": schemas.Problem},
+                    415: {"model": schemas.Problem}}
 
     # -- writes ---------------------------------------------------------------------------
     @app.post("/v1/runs", dependencies=writer, response_model=schemas.RunCreated, tags=["ingest"],
@@ -242,6 +334,15 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
             raise
         metrics.observe_ingest(result)
         return JSONResponse({"accepted": result.accepted, "duplicates": result.duplicates})
+
+    @app.delete("/v1/runs/{run_id}", dependencies=writer, status_code=204, tags=["ingest"],
+                responses=write_errors)
+    def remove_run(run_id: str):
+        """Delete a run and everything recorded for it (events, rollups, alerts; a firing
+        alert is resolved and its receivers told). 404 for an unknown run."""
+        if not delete_run(store, run_id, delivery=delivery):
+            raise ApiError(404, f"unknown run {run_id!r}")
+        return Response(status_code=204)
 
     # -- reads ----------------------------------------------------------------------------
     def run_or_404(run_id: str) -> None:
@@ -294,6 +395,27 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     _run_read("warnings", queries.warnings, schemas.WarningRow,
               "What the reader should know that is not a step or a phase (rejected events, missing hooks).")
 
+    @app.get("/v1/runs/{run_id}/diagnosis", response_model=schemas.Diagnosis, tags=["runs"], responses=errors)
+    def get_diagnosis(run_id: str):
+        """The startup post-mortem: the run's outcome first, then findings ranked by the seconds
+        over what was expected, each with its evidence and provenance and what to do per engine."""
+        found = diagnosis.diagnose_run(store, run_id)
+        if found is None:
+            raise ApiError(404, f"unknown run {run_id!r}")
+        return JSONResponse(found.as_dict())
+
+    @app.get("/v1/runs/{run_id}/advice", response_model=schemas.Advice, tags=["runs"], responses=errors)
+    def get_advice(run_id: str,
+                   budget: Optional[int] = Query(None, ge=1, le=4096, description="graphs to capture "
+                                                 "(default: the current plan's count, at most the distinct sizes)"),
+                   eager_weight: Optional[float] = Query(None, ge=0, le=1000, description="eager/graph step "
+                                                         "time minus one (default: measured, else 3)")):
+        """Capture sizes for a budget of K graphs, chosen exactly from the run's decode batch sizes."""
+        found = advisor.advice_dict(store, run_id, budget, eager_weight)
+        if found is None:
+            raise ApiError(404, f"unknown run {run_id!r}")
+        return JSONResponse(found)
+
     @app.get("/v1/runs/{run_id}/regressions", tags=["runs"], responses=errors)
     def get_regressions(run_id: str):
         """The run against the earlier finished runs of its model and configuration: the
@@ -321,8 +443,10 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
 
     # -- alerts ---------------------------------------------------------------------------
     @app.get("/v1/alert-rules", response_model=list[schemas.AlertRule], tags=["alerts"])
-    def get_rules():
-        return JSONResponse(queries.alert_rules(store))
+    def get_rules(request: Request):
+        """Every rule; webhook URLs (often secrets themselves) only to writers, else scheme and host."""
+        writer = is_writer(request)
+        return JSONResponse([alerts.public_rule(r, writer) for r in queries.alert_rules(store)])
 
     @app.post("/v1/alert-rules", dependencies=writer, status_code=201, response_model=schemas.AlertRule,
               tags=["alerts"], openapi_extra=schemas.request_body(schemas.AlertRuleIn), responses=write_errors)
@@ -332,15 +456,16 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         return JSONResponse(await run_in_threadpool(alerts.create_rule, store, data), status_code=201)
 
     @app.get("/v1/alert-rules/{rule_id}", response_model=schemas.AlertRule, tags=["alerts"], responses=errors)
-    def get_rule(rule_id: RuleId):
-        return JSONResponse(alerts.get_rule(store, rule_id))
+    def get_rule(rule_id: RuleId, request: Request):
+        return JSONResponse(alerts.public_rule(alerts.get_rule(store, rule_id), is_writer(request)))
 
     @app.put("/v1/alert-rules/{rule_id}", dependencies=writer, response_model=schemas.AlertRule,
              tags=["alerts"], openapi_extra=schemas.request_body(schemas.AlertRuleIn), responses=write_errors)
     async def put_rule(rule_id: RuleId, request: Request):
         """Replace a rule (omitted optional fields return to their defaults)."""
         data = await _json_body(request)
-        return JSONResponse(await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=False))
+        return JSONResponse(await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=False,
+                                                    delivery=delivery))
 
     @app.patch("/v1/alert-rules/{rule_id}", dependencies=writer, response_model=schemas.AlertRule,
                tags=["alerts"], openapi_extra=schemas.request_body(schemas.AlertRulePatch),
@@ -348,14 +473,28 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     async def patch_rule(rule_id: RuleId, request: Request):
         """Change the given fields of a rule."""
         data = await _json_body(request)
-        return JSONResponse(await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=True))
+        return JSONResponse(await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=True,
+                                                    delivery=delivery))
 
     @app.delete("/v1/alert-rules/{rule_id}", dependencies=writer, status_code=204, tags=["alerts"],
                 responses=write_errors)
     def delete_rule(rule_id: RuleId):
         """Delete a rule; its firing alerts resolve, the history stays."""
-        alerts.delete_rule(store, rule_id)
+        alerts.delete_rule(store, rule_id, delivery=delivery)
         return Response(status_code=204)
+
+    @app.get("/v1/alert-notifications", tags=["alerts"])
+    def get_notifications(request: Request):
+        """The notification outbox, newest first: each transition per receiver, its state
+        (pending, sent, expired), attempts and last error. URLs redacted unless a writer asks."""
+        writer = is_writer(request)
+        rows = []
+        for row in notifications.outbox(store):
+            rows.append({k: row[k] for k in ("id", "fingerprint", "status", "receiver", "state", "created_at",
+                                             "expires_at", "next_attempt_at", "attempts", "sent_at", "last_error")}
+                        | {"url": row["url"] if writer else auth.redact_url(row["url"]),
+                           "labels": row["alert"]["labels"]})
+        return JSONResponse(rows)
 
     @app.get("/v1/alerts", response_model=list[schemas.AlertEvent], tags=["alerts"])
     def get_alerts(run_id: Optional[str] = None, limit: int = Query(200, ge=1, le=5000)):
@@ -394,6 +533,14 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
 
     app.openapi = openapi
     return app
+
+
+def _outbox_pending(store: Store) -> int | None:
+    try:
+        with store.read() as conn:
+            return notifications.pending_count(conn)
+    except sa_exc.OperationalError:
+        return None
 
 
 def _store_gauges(store: Store) -> tuple[dict[str, int], dict[str, int]]:

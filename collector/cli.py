@@ -117,3 +117,5 @@ def add_parsers(sub) -> None:
 
     from collector.importers import cli as importers_cli
     importers_cli.add_parsers(sub)
+    from collector import run_commands
+    run_commands.add_parsers(sub)

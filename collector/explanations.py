@@ -4,8 +4,8 @@ Every entry of ``runner.wire.REASONS`` has an explanation here (a test enforces 
 what happened, why a graph cannot serve it, and what to change — this runner's flags
 and the vLLM / SGLang equivalents, taken from the seeds (SGLang §3-4, §8; vLLM §1.4,
 §4.5-4.6) and REFERENCE.md. Custom reasons (``custom:<text>``) are a caller's own
-words and are explained as such. The cost on a given run comes from the query layer
-(``reason_breakdown`` and ``step_time_by_mode``), never from here.
+words and are explained as such. The cost on a given run (``reason_costs``) compares only what the run measured: a
+reason's eager steps against graph replays of the same stage and size band.
 """
 
 from __future__ import annotations
@@ -191,10 +191,161 @@ EXPLANATIONS: dict[str, Explanation] = {
             "Remove --disable-cuda-graph; --cuda-graph-backend-decode full (not disabled).",
         ),
     ),
+    "graph_warmup": Explanation(
+        reason="graph_warmup",
+        title="Warm-up of a compiled function (no graph recorded yet)",
+        what="A function compiled with torch.compile(mode=\"reduce-overhead\") ran its warm-up call: "
+             "PyTorch Inductor runs the first call for each input shape eagerly and records the "
+             "graph on a later call.",
+        why="Inductor's CUDA-graph trees record a graph only after a warm-up run has settled the "
+            "memory the function allocates; until then there is nothing to replay.",
+        change=(
+            "Expected for the first steps and for every new shape; it only matters when it keeps "
+            "happening. Keep input shapes fixed (a static KV cache, padded batches) so each shape "
+            "warms up once.",
+            "Warm the compiled function up before serving, at the batch sizes you will use.",
+        ),
+        vllm=(
+            "vLLM captures its own graphs for every size in --cudagraph-capture-sizes at startup, "
+            "so serving steps do not warm up; Inductor's graph trees are not used there.",
+        ),
+        sglang=(
+            "SGLang captures every size in --cuda-graph-bs at startup (with --enable-torch-compile "
+            "the compiled model is captured too), so serving steps do not warm up.",
+        ),
+    ),
+    "mutated_inputs": Explanation(
+        reason="mutated_inputs",
+        title="Compiled code mutates an input (Inductor skipped graphs)",
+        what="PyTorch Inductor logged \"skipping cudagraphs due to mutated inputs\": the compiled "
+             "function writes into an input tensor that is neither a parameter nor a buffer it knows "
+             "stays at one address, so it runs without a CUDA graph.",
+        why="A graph replays fixed addresses; an input that is mutated in place (a KV cache passed "
+            "in as an argument, a counter tensor) may live elsewhere on the next call, and replaying "
+            "would write to the old place.",
+        change=(
+            "Mark persistent buffers the function mutates with torch._dynamo.mark_static_address "
+            "(Hugging Face's StaticCache does this when its prefill runs uncompiled), or make them "
+            "module buffers.",
+            "Compile only the decode step, not the prefill that allocates the cache; keep the "
+            "in-place update outside the compiled region otherwise.",
+        ),
+        vllm=(
+            "vLLM keeps its KV cache as static tensors bound before capture, so its own graphs "
+            "do not hit this; it appears with custom torch.compile code around a vLLM model.",
+        ),
+        sglang=(
+            "SGLang's KV pool is allocated once before capture; it appears with custom "
+            "torch.compile code, not with --enable-torch-compile's captured graphs.",
+        ),
+    ),
+    "cpu_device": Explanation(
+        reason="cpu_device",
+        title="Work on the CPU",
+        what="The step ran on the CPU: the process has no usable CUDA device, never initialised "
+             "CUDA, or PyTorch Inductor skipped graphs because the compiled graph holds CPU tensors "
+             "(\"skipping cudagraphs due to cpu device\").",
+        why="CUDA graphs record GPU work only; a graph that reads or writes a CPU tensor cannot be "
+            "replayed without the host.",
+        change=(
+            "Move the tensors named in the evidence to the GPU (an index or a scalar created on the "
+            "CPU is the usual one), or keep them out of the compiled function.",
+            "On a CPU-only host this is expected: there is nothing to capture.",
+        ),
+        vllm=(
+            "The CPU backend (--device cpu) runs without CUDA graphs; on a GPU host check that "
+            "CUDA is visible to the worker (CUDA_VISIBLE_DEVICES).",
+        ),
+        sglang=(
+            "--device cpu uses SGLang's CPU graph runner, not CUDA graphs; on a GPU host check "
+            "that CUDA is visible to the scheduler process.",
+        ),
+    ),
+    "dynamic_shapes": Explanation(
+        reason="dynamic_shapes",
+        title="Dynamic shapes (Inductor skipped graphs)",
+        what="PyTorch Inductor skipped CUDA graphs for a graph compiled with dynamic (symbolic) "
+             "shapes (torch._inductor.config.triton.cudagraph_skip_dynamic_graphs).",
+        why="A graph records one shape; a function compiled for many shapes would need a graph per "
+            "shape, which this setting declines.",
+        change=(
+            "Pad inputs to a few fixed sizes and compile with dynamic=False, or leave "
+            "cudagraph_skip_dynamic_graphs off so Inductor records one graph per size seen.",
+        ),
+        vllm=(
+            "vLLM compiles one dynamic-shape graph and captures it per size in "
+            "--cudagraph-capture-sizes; sizes outside the list run without a graph.",
+        ),
+        sglang=(
+            "SGLang pads decode batches to --cuda-graph-bs sizes, so each size has its own graph.",
+        ),
+    ),
+    "incompatible_op": Explanation(
+        reason="incompatible_op",
+        title="An op that cannot be captured (Inductor skipped graphs)",
+        what="PyTorch Inductor disabled CUDA graphs for a compiled graph because it holds an op that "
+             "cannot be captured (a host sync, data-dependent output shapes, a CPU-side op).",
+        why="Capture records GPU work without running the host; an op that needs the host "
+            "mid-graph (.item(), nonzero, a Python callback) cannot be part of the recording.",
+        change=(
+            "Move the op named in the evidence out of the compiled function, or replace it with a "
+            "shape-static equivalent (masking instead of nonzero, tensors instead of .item()).",
+        ),
+        vllm=(
+            "vLLM splits its graph around ops it cannot capture (piecewise graphs, "
+            "compilation_config splitting_ops); custom ops should be registered as such.",
+        ),
+        sglang=(
+            "SGLang's piecewise graphs (--cuda-graph-backend-prefill tc_piecewise) split around such "
+            "ops; in your own code keep them outside the captured step.",
+        ),
+    ),
+    "non_tensor_inputs": Explanation(
+        reason="non_tensor_inputs",
+        title="Inputs that are not tensors (Inductor skipped graphs)",
+        what="PyTorch Inductor skipped CUDA graphs because the compiled graph takes inputs that are "
+             "not tensors (Python objects it cannot copy into static buffers).",
+        why="A graph replays from static input buffers; an input that is not a tensor cannot be "
+            "copied into one before each replay.",
+        change=(
+            "Pass tensors (or plain ints Dynamo can specialise on) into the compiled function; keep "
+            "other objects out of its signature.",
+        ),
+        vllm=(
+            "vLLM's compiled model takes tensors only; this appears with custom torch.compile code.",
+        ),
+        sglang=(
+            "SGLang's captured forward takes static tensors only; this appears with custom "
+            "torch.compile code.",
+        ),
+    ),
+    "rerecord_limit": Explanation(
+        reason="rerecord_limit",
+        title="Re-recorded too often (Inductor gave up on the graph)",
+        what="PyTorch Inductor re-recorded a function's graph more often than "
+             "cudagraph_unexpected_rerecord_limit allows and now runs it eagerly.",
+        why="A graph must be re-recorded when an input it treats as static moves to a new address "
+            "(a parameter or buffer re-allocated between calls); past the limit re-recording costs "
+            "more than it saves.",
+        change=(
+            "Keep the tensors the evidence names at one address: allocate them once and update "
+            "them in place instead of replacing them.",
+        ),
+        vllm=(
+            "vLLM binds its persistent buffers before capture; re-recording appears with custom "
+            "torch.compile code, not with vLLM's own graphs.",
+        ),
+        sglang=(
+            "SGLang's graph input buffers are allocated once per runner; re-recording appears with "
+            "custom torch.compile code.",
+        ),
+    ),
     "unknown": Explanation(
         reason="unknown",
         title="Cause not reported by the engine",
-        what="The engine counted this step as eager but did not report a cause.",
+        what="The engine counted this step as eager but did not report a cause (for a traced "
+             "program: no graph replayed in the step and none of the causes above was seen; the "
+             "step's evidence says what was).",
         why="Imported data: vLLM's CUDAGraph Stats and SGLang's cuda_graph_passes_total give "
             "the mode, not the reason. Likely causes are the ones above: batch above the "
             "largest captured size, a mixed prefill-decode batch, padding disabled, DP ranks "
@@ -238,54 +389,141 @@ def explain(reason: str) -> Explanation:
     )
 
 
-def reason_costs(breakdown: list[dict[str, Any]],
-                 step_times: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each reason of ``reason_breakdown`` with its explanation and what it cost the run.
+def size_band(bs: int) -> tuple[int, int]:
+    """The power-of-two band a batch size falls in: 1, 2-3, 4-7, 8-15, ..."""
+    low = 1 << (max(1, int(bs)).bit_length() - 1)
+    return low, 2 * low - 1
 
-    ``extra_s`` estimates the time lost against graph replay: the reason's eager time
-    minus its steps at the run's mean graph/padded step time (None when the run has no
-    replayed steps to compare with, or no step times).
+
+def _band_label(stage: str, band: tuple[int, int]) -> str:
+    low, high = band
+    return f"{stage} bs {low}" if low == high else f"{stage} bs {low}\u2013{high}"
+
+
+def _secs(value: float) -> str:
+    """Seconds at a precision that never prints a measured time as zero."""
+    if value >= 1.0:
+        return f"{value:.2f} s"
+    if value >= 0.001:
+        return f"{value * 1000:.1f} ms"
+    return f"{value * 1e6:.0f} \u00b5s"
+
+
+def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any]], *,
+                 stand_in: bool = False) -> list[dict[str, Any]]:
+    """Each reason of ``reason_breakdown`` with its explanation and what it cost the run,
+    from measurements only.
+
+    ``batch_rows`` are ``queries.batch_times``. For each stage and power-of-two size band,
+    a reason's timed eager steps are compared with the graph (and padded) replays measured
+    in the same stage and band of the same run: ``compared`` holds those steps, their eager
+    time, what replay took on average for as many steps (``replay_s``) and the difference
+    (``extra_s``). Steps with nothing to compare against are counted in ``not_compared``
+    with why: no replay measured at those sizes, their own time not measured, or reported
+    as counts without a batch size. ``stand_in``: the run's times are CPU timings.
     """
-    replay_steps = sum(r["steps"] for r in step_times if r["mode"] in ("graph", "padded"))
-    replay_s = sum((r.get("total_s") or 0.0) for r in step_times if r["mode"] in ("graph", "padded"))
-    replay_mean = replay_s / replay_steps if replay_steps and replay_s > 0 else None
+    replay: dict[tuple[str, tuple[int, int]], list[float]] = {}
+    for r in batch_rows:
+        if r["mode"] in ("graph", "padded") and r["timed_steps"]:
+            acc = replay.setdefault((r["stage"], size_band(r["raw_bs"])), [0, 0.0])
+            acc[0] += r["timed_steps"]
+            acc[1] += r["duration_s"]
     out = []
     for row in breakdown:
-        duration = row.get("duration_s")
-        extra = None
-        # prefill has no graph to compare with: its steps are not decode-shaped
-        if replay_mean is not None and duration and row["reason"] != "prefill":
-            extra = max(0.0, duration - replay_mean * row["steps"])
+        reason = row["reason"]
+        eager: dict[tuple[str, tuple[int, int]], list[float]] = {}
+        for r in batch_rows:
+            if r["mode"] == "eager" and r["reason"] == reason:
+                acc = eager.setdefault((r["stage"], size_band(r["raw_bs"])), [0, 0, 0.0])
+                acc[0] += r["steps"]
+                acc[1] += r["timed_steps"]
+                acc[2] += r["duration_s"]
+        compared = {"steps": 0, "eager_s": 0.0, "replay_s": 0.0, "bands": []}
+        not_compared: dict[str, dict[str, Any]] = {}
+
+        def skip(why: str, steps: int, band: str | None = None) -> None:
+            entry = not_compared.setdefault(why, {"why": why, "steps": 0, "bands": []})
+            entry["steps"] += steps
+            if band and band not in entry["bands"]:
+                entry["bands"].append(band)
+
+        timed_total, eager_total = 0, 0.0
+        for key in sorted(eager):
+            steps, timed, seconds = eager[key]
+            timed_total += timed
+            eager_total += seconds
+            label = _band_label(*key)
+            graph = replay.get(key)
+            if timed and graph:
+                compared["steps"] += timed
+                compared["eager_s"] += seconds
+                compared["replay_s"] += timed * graph[1] / graph[0]
+                compared["bands"].append(label)
+            elif timed:
+                skip("no graph replay of these sizes was measured in this run", timed, label)
+            if steps > timed:
+                skip("their own time was not measured", steps - timed, label)
+        counted = sum(acc[0] for acc in eager.values())
+        if row["steps"] > counted:
+            skip("reported as counts without a batch size", row["steps"] - counted)
         out.append({
-            "reason": row["reason"],
+            "reason": reason,
             "steps": row["steps"],
             "share": row.get("share"),
-            "time_s": duration,
-            "extra_s": extra,
-            "explanation": explain(row["reason"]).as_dict(),
+            "time_s": eager_total if timed_total else None,
+            "timed_steps": timed_total,
+            "compared": {**compared, "extra_s": compared["eager_s"] - compared["replay_s"]}
+            if compared["steps"] else None,
+            "not_compared": list(not_compared.values()),
+            "stand_in": stand_in,
+            "explanation": explain(reason).as_dict(),
         })
     return out
 
 
+STAND_IN_NOTE = ("CPU stand-in (static backend): these are CPU timings of a run without CUDA graphs; "
+                 "they say nothing about a GPU.")
+
+
 def cost_sentence(cost: dict[str, Any]) -> str:
-    """One line for an explanation card: what this reason cost on the run."""
-    parts = [f"{cost['steps']:,} eager steps"]
+    """What this reason cost on the run, in words, from measurements only."""
+    head = f"{cost['steps']:,} eager steps"
     if cost.get("share") is not None:
-        parts[0] += f" ({cost['share'] * 100:.1f}% of eager steps)"
-    if cost.get("time_s"):
-        parts.append(f"{cost['time_s']:.3f} s spent eager")
-    if cost.get("extra_s") is not None:
-        parts.append(f"about {cost['extra_s']:.3f} s more than graph replay would have taken")
-    return "; ".join(parts) + "."
+        head += f" ({cost['share'] * 100:.1f}% of eager steps)"
+    if cost.get("time_s") is not None:
+        head += f"; {_secs(cost['time_s'])} spent eager over {cost['timed_steps']:,} timed steps"
+    else:
+        head += "; their time was not measured"
+    parts = [head + "."]
+    compared = cost.get("compared")
+    if compared:
+        extra = compared["extra_s"]
+        verdict = (f"{_secs(extra)} more than replay" if extra > 0 else
+                   f"{_secs(-extra)} less than replay" if extra < 0 else "the same as replay")
+        parts.append(f"Against graph replays measured at the same sizes in this run "
+                     f"({', '.join(compared['bands'])}): {compared['steps']:,} steps took "
+                     f"{_secs(compared['eager_s'])} eager, replay would have taken about "
+                     f"{_secs(compared['replay_s'])}: {verdict}.")
+    for entry in cost.get("not_compared") or []:
+        where = f" ({', '.join(entry['bands'])})" if entry["bands"] else ""
+        parts.append(f"{entry['steps']:,} steps{where}: no cost against graphs, {entry['why']}.")
+    if cost.get("stand_in"):
+        parts.insert(0, STAND_IN_NOTE)
+    return " ".join(parts)
+
+
+def is_stand_in(summary: dict[str, Any] | None) -> bool:
+    """Whether a run's times come from the CPU stand-in (``static`` backend)."""
+    return bool(summary) and summary.get("backend") == "static"
 
 
 def explain_run(store: Any, run_id: str) -> list[dict[str, Any]]:
     """``reason_costs`` for a stored run, read through the query layer."""
     from collector import queries
 
-    return reason_costs(queries.reason_breakdown(store, run_id),
-                        queries.step_time_by_mode(store, run_id))
+    return reason_costs(queries.reason_breakdown(store, run_id), queries.batch_times(store, run_id),
+                        stand_in=is_stand_in(queries.run_summary(store, run_id)))
 
 
-__all__ = ["EXPLANATIONS", "Explanation", "REASONS", "cost_sentence", "explain",
-           "explain_run", "reason_costs"]
+__all__ = ["EXPLANATIONS", "Explanation", "REASONS", "STAND_IN_NOTE", "cost_sentence", "explain",
+           "explain_run", "is_stand_in", "reason_costs", "size_band"]

@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from collector import queries
 from collector.rollups import WHOLE_RUN
 from collector.store import Store
 from collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
@@ -145,25 +146,38 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
             "capture_total_s": None, "startup_s": None, "pool_bytes": None}
     for pk in wanted - out.keys():
         out[pk] = _no_figures()
-    query = _of_runs(sa.select(cap.c.run_pk, _sum(cap.c.duration_s, sa.Float), sa.func.max(cap.c.pool_bytes)),
-                     cap, run_filter)
-    for pk, total, pool in _tuples(conn, query.group_by(cap.c.run_pk)):
-        if pk in out:
-            out[pk]["capture_total_s"] = total
-            out[pk]["pool_bytes"] = pool
-    # As queries.run_summary: the capture phases, when logged, are the whole capture's time.
+    # Capture time as queries.run_summary has it: the capture phases when logged (the whole
+    # capture's time), else the per-size sum; of a multi-rank log only its headline rank's rows.
+    query = _of_runs(sa.select(cap.c.run_pk, cap.c.rank, _sum(cap.c.duration_s, sa.Float),
+                               sa.func.max(cap.c.pool_bytes)), cap, run_filter)
+    by_capture = _tuples(conn, query.group_by(cap.c.run_pk, cap.c.rank))
     is_capture = sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!"))
-    start = sa.func.coalesce(ph.c.start_ts, ph.c.ts - ph.c.duration_s)
-    query = _of_runs(sa.select(ph.c.run_pk, _cond_sum(ph.c.duration_s, is_capture, type_=sa.Float),
-                               sa.func.min(start), sa.func.max(start + ph.c.duration_s)), ph, run_filter)
-    for pk, capture, first, last in _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
+    query = _of_runs(sa.select(ph.c.run_pk, ph.c.phase, ph.c.rank, _sum(ph.c.duration_s, sa.Float)), ph, run_filter)
+    by_phase = _tuples(conn, query.where(ph.c.duration_s.is_not(None), is_capture)
+                       .group_by(ph.c.run_pk, ph.c.phase, ph.c.rank))
+    ranked = {pk for pk, rank, *_ in by_capture if rank is not None} | {pk for pk, _n, rank, _d in by_phase
+                                                                           if rank is not None}
+    headline = queries.headlines(conn, sorted(ranked & wanted)) if ranked else {}
+    for pk, rank, total, pool in by_capture:
         figures = out.get(pk)
-        if figures is None:
+        if figures is None or not queries.is_headline(headline.get(pk), "captures", rank):
             continue
-        if capture is not None:
-            figures["capture_total_s"] = capture
-        if first is not None and last is not None:
-            figures["startup_s"] = max(0.0, last - first)
+        if total is not None:
+            figures["capture_total_s"] = (figures["capture_total_s"] or 0.0) + total
+        if pool is not None:
+            figures["pool_bytes"] = max(pool, figures["pool_bytes"] or 0)
+    phase_totals: dict[int, float] = {}
+    for pk, name, rank, total in by_phase:
+        if pk in out and queries.is_headline(headline.get(pk), name, rank):
+            phase_totals[pk] = phase_totals.get(pk, 0.0) + total
+    for pk, total in phase_totals.items():
+        out[pk]["capture_total_s"] = total
+    start = sa.func.coalesce(ph.c.start_ts, ph.c.ts - ph.c.duration_s)
+    query = _of_runs(sa.select(ph.c.run_pk, sa.func.min(start), sa.func.max(start + ph.c.duration_s)), ph,
+                     run_filter)
+    for pk, first, last in _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
+        if pk in out and first is not None and last is not None:
+            out[pk]["startup_s"] = max(0.0, last - first)
     return out
 
 

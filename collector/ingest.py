@@ -86,7 +86,7 @@ _OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
                                    "pool_delta_bytes", "status", "error", "variant", "provenance", "rank")),
     "step_counts": (t.step_counts, *_same("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
                                           "padded_tokens", "duration_s", "interval_s", "provenance",
-                                          "evidence", "batch_sizes")),
+                                          "evidence", "raw_bs", "graph_bs", "batch_sizes")),
     "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs", "rank"),
                 ("seq", "ts", "from", "to", "error", "graph_bs", "rank")),
     "parity": (t.parity_checks, *_same("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
@@ -160,6 +160,23 @@ def validate_batch(events: Any) -> list:
     return events
 
 
+class _TotalsOverflow(Exception):
+    pass
+
+
+_OVERFLOW = ("events", "the run's totals would exceed what the store can sum (2^63); nothing was written")
+
+
+def _sums_overflowed(conn, run_pk: int) -> bool:
+    """SQLite turns an integer sum that overflows into a float, silently: look for one in
+    the run's whole-run totals (the largest sums) and batch-size totals."""
+    ints = ("steps", "num_tokens", "padded_tokens")
+    checks = " OR ".join(f"typeof({c}) = 'real'" for c in ints)
+    sql = (f"SELECT 1 FROM step_rollups WHERE run_pk = ? AND bucket_s = 0 AND ({checks} OR typeof(timed_steps) = 'real') "
+           f"UNION ALL SELECT 1 FROM batch_rollups WHERE run_pk = ? AND ({checks}) LIMIT 1")
+    return conn.exec_driver_sql(sql, (run_pk, run_pk)).first() is not None
+
+
 def _sqlstate(error: Exception) -> str | None:
     return getattr(getattr(error, "orig", None), "sqlstate", None)
 
@@ -173,6 +190,8 @@ def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None =
         try:
             with store.write() as conn:
                 return _write_batch(store, conn, run_id, events, now)
+        except (_TotalsOverflow, sa_exc.DataError):      # PostgreSQL: "bigint out of range"
+            raise InvalidBatch(None, *_OVERFLOW) from None
         except sa_exc.IntegrityError as error:
             if attempt == attempts - 1:
                 raise
@@ -262,24 +281,27 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             tokens, pad, dur = e["num_tokens"], e["padded_tokens"], e["duration_s"]
             step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur,
                               e.get("evidence")))
-            key = (floor(ts), stage, mode, reason or NO_REASON)
+            reason_key = reason or NO_REASON
+            key = (floor(ts), stage, mode, reason_key)
             a = seconds.get(key)
             if dur is None:
                 if a is None:
                     seconds[key] = [1, tokens, pad, 0.0, 0]
                 else:
                     a[0] += 1; a[1] += tokens; a[2] += pad
-                dur = 0.0
-            elif a is None:
-                seconds[key] = [1, tokens, pad, dur, 1]
+                dur, timed = 0.0, 0
             else:
-                a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
-            bkey = (stage, raw_bs, mode)
+                timed = 1
+                if a is None:
+                    seconds[key] = [1, tokens, pad, dur, 1]
+                else:
+                    a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
+            bkey = (stage, raw_bs, mode, reason_key)
             b = batches.get(bkey)
             if b is None:
-                batches[bkey] = [1, tokens, pad, dur]
+                batches[bkey] = [1, tokens, pad, dur, timed]
             else:
-                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur
+                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur; b[4] += timed
             continue
         table, cols, keys = _OTHER[kind]
         row = (run_pk,) + tuple(e.get(k) for k in keys)
@@ -288,7 +310,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         other_rows.setdefault(kind, []).append(row)
         if kind == "step_counts":
             acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
-                           e["padded_tokens"], e.get("duration_s"), e.get("batch_sizes"))
+                           e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"), e.get("batch_sizes"))
         elif kind == "capture":
             if e["duration_s"] is not None:
                 result.capture_durations.append((e["stage"], e["duration_s"]))
@@ -314,6 +336,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         conn.exec_driver_sql(store.insert_sql(table, ("run_pk",) + cols), rows)
     if acc:
         acc.flush(conn, run_pk)
+        if store.is_sqlite and _sums_overflowed(conn, run_pk):
+            raise _TotalsOverflow
 
     values: dict[str, Any] = {"last_seen_at": now}
     if max_ts and max_ts != run.last_event_ts:

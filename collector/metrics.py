@@ -28,6 +28,8 @@ INGEST_EVENTS_TOTAL = "replayscope_ingest_events_total"
 INGEST_BATCHES_TOTAL = "replayscope_ingest_batches_total"
 ALERTS_FIRING = "replayscope_alerts_firing"
 RUNS = "replayscope_runs"
+ALERT_NOTIFICATIONS_TOTAL = "replayscope_alert_notifications_total"
+ALERT_NOTIFICATIONS_PENDING = "replayscope_alert_notifications_pending"
 
 # Per-run metrics carry the run's model; a fleet has a few, a typo-prone script could make many.
 MAX_MODEL_LABELS = 50
@@ -61,6 +63,24 @@ class _StoreGauges:
         yield runs
 
 
+class _OutboxGauge:
+    """Notifications owed and not yet delivered, read from the store at scrape time."""
+
+    def __init__(self, read: Callable[[], int | None]):
+        self._read = read
+
+    def describe(self):
+        return []
+
+    def collect(self) -> Iterable[GaugeMetricFamily]:
+        pending = self._read()
+        gauge = GaugeMetricFamily(ALERT_NOTIFICATIONS_PENDING,
+                                  "Alert notifications in the outbox not yet delivered (being retried).")
+        if pending is not None:
+            gauge.add_metric([], pending)
+        yield gauge
+
+
 class ModelLabels:
     """The ``model`` label value of a run's model: bounded in length and in number."""
 
@@ -81,7 +101,8 @@ class ModelLabels:
 class Metrics:
     """One app's metrics and their registry."""
 
-    def __init__(self, store_gauges: Callable[[], tuple[dict[str, int], dict[str, int]]] | None = None):
+    def __init__(self, store_gauges: Callable[[], tuple[dict[str, int], dict[str, int]]] | None = None,
+                 outbox_pending: Callable[[], int | None] | None = None):
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self.model_label = ModelLabels()
@@ -103,8 +124,15 @@ class Metrics:
             self.ingest_events.labels(result)
         for result in ("ok", "rejected", "unavailable"):
             self.ingest_batches.labels(result)
+        self.notifications = Counter(ALERT_NOTIFICATIONS_TOTAL,
+                                     "Alert notification attempts by outcome: sent (2xx), failed (will be "
+                                     "retried), expired (given up).", ["result"], registry=r)
+        for result in ("sent", "failed", "expired"):
+            self.notifications.labels(result)
         if store_gauges is not None:
             r.register(_StoreGauges(store_gauges))
+        if outbox_pending is not None:
+            r.register(_OutboxGauge(outbox_pending))
 
     def observe_ingest(self, result) -> None:
         """Count one accepted batch (an ``collector.ingest.IngestResult``)."""
@@ -131,6 +159,13 @@ class Metrics:
         self.ingest_batches.labels("unavailable" if unavailable else "rejected").inc()
         if events and not unavailable:
             self.ingest_events.labels("rejected").inc(events)
+
+    def observe_notifications(self, result) -> None:
+        """Count one notifier round (a ``collector.notifications.SendResult``)."""
+        for outcome in ("sent", "failed", "expired"):
+            n = getattr(result, outcome)
+            if n:
+                self.notifications.labels(outcome).inc(n)
 
     def exposition(self) -> bytes:
         return generate_latest(self.registry)

@@ -42,6 +42,62 @@ def _run_pk(conn, run_id: str) -> int | None:
     return conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
 
 
+def headlines(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
+    """Per run that names them (log importers' ``config.rank_headline``): for each phase
+    name (and ``captures``), the rank whose row is the run's figure."""
+    out = {}
+    for pk, config in conn.execute(sa.select(runs.c.id, runs.c.config).where(runs.c.id.in_(run_pks))):
+        headline = (config or {}).get("rank_headline") if isinstance(config, dict) else None
+        if isinstance(headline, dict):
+            out[pk] = headline
+    return out
+
+
+def is_headline(headline: dict[str, Any] | None, what: str, rank: str | None) -> bool:
+    return headline is None or what not in headline or headline[what] == rank
+
+
+def headline_rows(rows: list[dict], config: dict | None, what_key: str = "phase") -> list[dict]:
+    """The rows that are the run's figures: one rank's where several ranks logged the same
+    fact (rank 0's, or the lowest rank's that logged it; ``config.rank_headline``)."""
+    headline = (config or {}).get("rank_headline")
+    if not isinstance(headline, dict):
+        return rows
+    return [r for r in rows
+            if is_headline(headline, r[what_key] if what_key in r else what_key, r.get("rank"))]
+
+
+def rank_table(store: Store, run_id: str) -> list[dict]:
+    """Startup facts side by side per rank: one dict per rank (``rank`` None: lines that
+    name no rank) with ``phases`` {name: {duration_s, mem_bytes}}, ``failed`` (error text or
+    None) and ``headline`` (phase names this rank's figure stands for the run)."""
+    summary = run_summary(store, run_id)
+    if summary is None:
+        return []
+    headline = (summary.get("config") or {}).get("rank_headline") or {}
+    by_rank: dict[Any, dict] = {}
+    for row in phases(store, run_id):
+        entry = by_rank.setdefault(row.get("rank"), {"rank": row.get("rank"), "phases": {}, "failed": None,
+                                                     "headline": []})
+        entry["phases"][row["phase"]] = {"duration_s": row["duration_s"], "mem_bytes": row["mem_bytes"]}
+        if headline.get(row["phase"], row.get("rank")) == row.get("rank") and row["phase"] in headline:
+            entry["headline"].append(row["phase"])
+    for row in warnings(store, run_id):
+        if row.get("code") == "rank_failed" and row.get("rank") is not None:
+            entry = by_rank.setdefault(row["rank"], {"rank": row["rank"], "phases": {}, "failed": None,
+                                                     "headline": []})
+            entry["failed"] = row["message"]
+    failure = summary.get("failure")
+    if summary.get("status") == "failed" and failure:
+        entry = by_rank.setdefault(failure.get("rank"), {"rank": failure.get("rank"), "phases": {}, "failed": None,
+                                                         "headline": []})
+        entry["failed"] = failure.get("error") or "failed"
+    order = (summary.get("config") or {}).get("ranks") or []
+    return sorted(by_rank.values(), key=lambda e: (e["rank"] is not None,
+                                                   order.index(e["rank"]) if e["rank"] in order else len(order),
+                                                   str(e["rank"])))
+
+
 def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     """Per run: modes, steps, tokens (all stages and decode), capture time and firing alerts."""
     out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
@@ -64,19 +120,28 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
             o["decode_num_tokens"] += int(tokens)
             o["decode_padded_tokens"] += int(padded)
     # Unknown stays None: a run whose source gave no capture time has no capture total.
-    for pk, total in conn.execute(
-            sa.select(cap.c.run_pk, sa.func.sum(cap.c.duration_s))
-            .where(cap.c.run_pk.in_(run_pks), cap.c.duration_s.is_not(None)).group_by(cap.c.run_pk)):
-        out[pk]["capture_total_s"] = float(total)
+    # Several ranks log the same capture: only the run's headline rank counts (see
+    # headline_rank); a run without ranks counts every row.
+    headline = headlines(conn, run_pks)
+    totals: dict[int, float] = {}
+    for pk, rank, duration in conn.execute(
+            sa.select(cap.c.run_pk, cap.c.rank, cap.c.duration_s)
+            .where(cap.c.run_pk.in_(run_pks), cap.c.duration_s.is_not(None))):
+        if is_headline(headline.get(pk), "captures", rank):
+            totals[pk] = totals.get(pk, 0.0) + float(duration)
     # A capture phase is the wall time of the whole capture, as the engines log it (vLLM
     # logs nothing per size): it wins over the per-size sum. "capture" and "capture_<stage>"
     # are totals; dotted names ("capture.target.verify") are parts of them.
-    for pk, total in conn.execute(
-            sa.select(ph.c.run_pk, sa.func.sum(ph.c.duration_s))
+    phase_totals: dict[int, float] = {}
+    for pk, name, rank, duration in conn.execute(
+            sa.select(ph.c.run_pk, ph.c.phase, ph.c.rank, ph.c.duration_s)
             .where(ph.c.run_pk.in_(run_pks), ph.c.duration_s.is_not(None),
-                   sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!")))
-            .group_by(ph.c.run_pk)):
-        out[pk]["capture_total_s"] = float(total)
+                   sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!")))):
+        if is_headline(headline.get(pk), name, rank):
+            phase_totals[pk] = phase_totals.get(pk, 0.0) + float(duration)
+    totals.update(phase_totals)
+    for pk, total in totals.items():
+        out[pk]["capture_total_s"] = total
     for pk, n in conn.execute(
             sa.select(ae.c.run_pk, sa.func.count())
             .where(ae.c.status == "firing", ae.c.run_pk.in_(run_pks)).group_by(ae.c.run_pk)):
@@ -230,6 +295,26 @@ def step_time_by_mode(store: Store, run_id: str) -> list[dict]:
     return [{"stage": stage, "mode": mode, "steps": int(n), "total_s": float(total or 0.0),
              "mean_s": (float(total) / int(timed)) if timed else None}
             for stage, mode, n, total, timed in rows]
+
+
+def batch_times(store: Store, run_id: str, stage: str | None = None) -> list[dict]:
+    """Steps per (stage, raw_bs, mode, reason), with their measured time: stage, raw_bs, mode,
+    reason (None unless eager), steps, timed_steps, duration_s (the sum over timed steps).
+    Raw steps only: aggregates (``step_counts``) carry no batch size."""
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return []
+        query = (sa.select(br.c.stage, br.c.raw_bs, br.c.mode, br.c.reason, br.c.steps, br.c.timed_steps,
+                           br.c.duration_s)
+                 .where(br.c.run_pk == pk)
+                 .order_by(br.c.stage, br.c.raw_bs, br.c.mode, br.c.reason))
+        if stage is not None:
+            query = query.where(br.c.stage == stage)
+        rows = conn.execute(query).all()
+    return [{"stage": st, "raw_bs": int(bs), "mode": mode, "reason": reason or None, "steps": int(n),
+             "timed_steps": int(timed), "duration_s": float(total)}
+            for st, bs, mode, reason, n, timed, total in rows]
 
 
 def _event_rows(store: Store, run_id: str, table: sa.Table, rename: dict[str, str] | None = None) -> list[dict]:

@@ -159,13 +159,14 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
 
 # -- alerting (a rule of kind "regression"; collector.alerts evaluates and posts it) ----------
 
-def evaluate_rule(conn, rule: dict[str, Any], now: float) -> list[tuple[str, dict[str, Any]]]:
+def evaluate_rule(conn, rule: dict[str, Any], now: float, delivery=None) -> list[tuple[str, dict[str, Any]]]:
     """(status, alert row) transitions of one regression rule: a new alert per run and
     metric that regressed by at least the threshold; open ones resolve once a newer run of
-    the same configuration finished."""
+    the same configuration finished. Each transition is owed to the rule's receivers in the
+    notification outbox (``delivery``), in the same transaction."""
     import fnmatch
 
-    from collector import fleet
+    from collector import fleet, notifications
 
     transitions: list[tuple[str, dict[str, Any]]] = []
     open_rows = [dict(r._mapping) for r in conn.execute(
@@ -179,7 +180,9 @@ def evaluate_rule(conn, rule: dict[str, Any], now: float) -> list[tuple[str, dic
         if newer is not None:
             conn.execute(ae.update().where(ae.c.id == alert["id"]).values(status="resolved", ended_at=now))
             alert.update(status="resolved", ended_at=now)
-            transitions.append(("resolved", {k: alert[k] for k in alert if k not in ("config_key", "run_started_at")}))
+            resolved = {k: alert[k] for k in alert if k not in ("config_key", "run_started_at")}
+            notifications.enqueue(conn, "resolved", resolved, rule, delivery, now)
+            transitions.append(("resolved", resolved))
 
     # Runs seen within the window, and exactly the runs their baselines need: per
     # configuration, every run since its earliest recent run and the finished ones just before.
@@ -222,9 +225,10 @@ def evaluate_rule(conn, rule: dict[str, Any], now: float) -> list[tuple[str, dic
                       "peak": finding["change"] if finding["change"] is not None else 0.0,
                       "value": float(finding["value"]), "steps": row["steps"], "reason": finding["metric"]}
             alert_id = conn.execute(ae.insert().values(**values)).inserted_primary_key[0]
-            transitions.append(("firing", {"id": alert_id, **values, "run_id": row["run_id"],
-                                           "run_name": row["name"], "finding": finding,
-                                           "baseline": row["baseline"]}))
+            alert = {"id": alert_id, **values, "run_id": row["run_id"], "run_name": row["name"],
+                     "finding": finding, "baseline": row["baseline"]}
+            notifications.enqueue(conn, "firing", alert, rule, delivery, now)
+            transitions.append(("firing", alert))
     return transitions
 
 

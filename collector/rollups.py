@@ -2,11 +2,12 @@
 
 Buckets are 1 s and 60 s of the event's ``ts``; bucket 0 is the whole run (``t`` = 0),
 which is what run summaries and reason breakdowns read. ``batch_rollups`` keeps per-run
-totals by (stage, raw_bs, mode) for the batch-size histogram. Both raw ``step`` events
-and ``step_counts`` aggregates (importers, and sampled graph steps with their
-``batch_sizes``) feed them; ingest adds each accepted event exactly once, in the same
-transaction as the raw rows, so rollups equal the raw data. Rows are upserted in key
-order, so two collectors writing one run's rollups at once cannot deadlock.
+totals by (stage, raw_bs, mode, reason) for the batch-size histogram and for the cost of
+each eager reason against graph replays of the same sizes. Both raw ``step`` events
+and ``step_counts`` aggregates (importers; sampled graph steps with their ``batch_sizes``)
+feed them; ingest adds each accepted event exactly once, in the same transaction as the
+raw rows, so rollups equal the raw data. Rows are upserted in key order, so two collectors
+writing one run's rollups at once cannot deadlock.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ NO_REASON = ""   # rollup key for "no reason" (non-eager steps)
 
 # key -> [steps, num_tokens, padded_tokens, duration_s, timed_steps]
 RollupMap = dict[tuple[int, str, str, str], list]
-BatchMap = dict[tuple[str, int, str], list]
+BatchMap = dict[tuple[str, int, str, str], list]
 
 
 class Accumulator:
@@ -36,7 +37,7 @@ class Accumulator:
 
     def __init__(self) -> None:
         self.seconds: RollupMap = {}   # (second, stage, mode, reason) -> sums
-        self.batches: BatchMap = {}    # (stage, raw_bs, mode) -> sums
+        self.batches: BatchMap = {}    # (stage, raw_bs, mode, reason) -> sums
 
     def add_step(self, ts: float, stage: str, mode: str, reason: str | None, raw_bs: int,
                  num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
@@ -52,19 +53,20 @@ class Accumulator:
             acc[2] += padded_tokens
             acc[3] += dur
             acc[4] += timed
-        bkey = (stage, raw_bs, mode)
+        bkey = (stage, raw_bs, mode, reason or NO_REASON)
         bacc = self.batches.get(bkey)
         if bacc is None:
-            self.batches[bkey] = [1, num_tokens, padded_tokens, dur]
+            self.batches[bkey] = [1, num_tokens, padded_tokens, dur, 1 if timed else 0]
         else:
             bacc[0] += 1
             bacc[1] += num_tokens
             bacc[2] += padded_tokens
             bacc[3] += dur
+            bacc[4] += timed
 
     def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
                    num_tokens: int, padded_tokens: int, duration_s: float | None,
-                   batch_sizes: dict | None = None) -> None:
+                   raw_bs: int | None = None, batch_sizes: dict | None = None) -> None:
         key = (math.floor(ts), stage, mode, reason or NO_REASON)
         timed = duration_s is not None
         acc = self.seconds.setdefault(key, [0, 0, 0, 0.0, 0])
@@ -73,12 +75,20 @@ class Accumulator:
         acc[2] += padded_tokens
         acc[3] += duration_s if timed else 0.0
         acc[4] += count if timed else 0
-        for raw_bs, part in (batch_sizes or {}).items():
-            bacc = self.batches.setdefault((stage, int(raw_bs), mode), [0, 0, 0, 0.0])
+        if raw_bs is not None:       # per-size counts feed the batch-size histogram too
+            bacc = self.batches.setdefault((stage, raw_bs, mode, reason or NO_REASON), [0, 0, 0, 0.0, 0])
+            bacc[0] += count
+            bacc[1] += num_tokens
+            bacc[2] += padded_tokens
+            bacc[3] += duration_s if timed else 0.0
+            bacc[4] += count if timed else 0
+        for size, part in (batch_sizes or {}).items():     # several sizes in one event (sampling)
+            bacc = self.batches.setdefault((stage, int(size), mode, reason or NO_REASON), [0, 0, 0, 0.0, 0])
             bacc[0] += part["count"]
             bacc[1] += part["num_tokens"]
             bacc[2] += part["padded_tokens"]
-            bacc[3] += part.get("duration_s") or 0.0
+            bacc[3] += part["duration_s"] if timed else 0.0
+            bacc[4] += part["count"] if timed else 0
 
     def __bool__(self) -> bool:
         return bool(self.seconds)
@@ -105,9 +115,9 @@ class Accumulator:
 
     def batch_rows(self, run_pk: int) -> list[dict]:
         return [
-            {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "steps": a[0],
-             "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3]}
-            for (s, bs, m), a in sorted(self.batches.items())
+            {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "reason": r, "steps": a[0],
+             "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3], "timed_steps": a[4]}
+            for (s, bs, m, r), a in sorted(self.batches.items())
         ]
 
     def flush(self, conn: Connection, run_pk: int) -> None:
@@ -115,7 +125,7 @@ class Accumulator:
                     ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
         if self.batches:
             _upsert_add(conn, batch_rollups, self.batch_rows(run_pk),
-                        ("steps", "num_tokens", "padded_tokens", "duration_s"))
+                        ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
 
 
 def _upsert_add(conn: Connection, table: sa.Table, rows: list[dict], sums: tuple[str, ...]) -> None:
@@ -156,7 +166,8 @@ def accumulate(step_events: Iterable[dict], count_events: Iterable[dict]) -> Acc
                      e["padded_tokens"], e["duration_s"])
     for e in count_events:
         acc.add_counts(e["ts"], e["stage"], e["mode"], e.get("reason"), e["count"],
-                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"), e.get("batch_sizes"))
+                       e["num_tokens"], e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"),
+                       e.get("batch_sizes"))
     return acc
 
 
@@ -180,5 +191,5 @@ def rebuild(conn: Connection, run_pk: int) -> None:
                      r["padded_tokens"], r["duration_s"])
     for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
         acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
-                       r["padded_tokens"], r["duration_s"], r["batch_sizes"])
+                       r["padded_tokens"], r["duration_s"], r["raw_bs"], r["batch_sizes"])
     acc.flush(conn, run_pk)

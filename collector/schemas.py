@@ -32,6 +32,8 @@ def _field(name: str, spec: FieldSpec, *, all_optional: bool = False) -> tuple[s
                           ((spec.doc + "; ") if spec.doc else "") + _REASON_DOC}
     if spec.minimum is not None and spec.type in ("int", "float"):
         kw["ge"] = spec.minimum
+    if spec.maximum is not None and spec.type in ("int", "float"):
+        kw["le"] = spec.maximum
     if spec.type in ("str", "reason") and not spec.choices:
         kw["max_length"] = spec.max_chars
         if spec.pattern is not None:
@@ -167,16 +169,88 @@ class StepTimeRow(BaseModel):
     mean_s: Optional[float]
 
 
+class Evidence(BaseModel):
+    text: str
+    provenance: Literal[wire.PROVENANCES] = Field(  # type: ignore[valid-type]
+        description="measured, log (the engine's own line), inferred (derived by replayscope) or "
+                    "estimated (from a cost model)")
+
+
+class Finding(BaseModel):
+    cause: str = Field(description="failure, interrupted, slow_weight_load, load_setup, torch_compile, "
+                                   "slow_size, slow_captures, too_many_sizes, unaccounted, graph_memory")
+    title: str
+    severity: Literal["error", "warning", "info"]
+    seconds: Optional[float] = Field(description="startup time over the expectation; null when the "
+                                                 "finding is not a matter of time (failures, memory)")
+    evidence: list[Evidence]
+    actions: dict[str, list[str]] = Field(description="what to do, per engine: replayscope, vllm, sglang")
+    failure_class: Optional[str] = Field(description="oom, kernel_assert, collective, capture_invalidated, "
+                                                     "compile_error, timeout, unknown (failures only)")
+    where: Optional[dict[str, Any]] = Field(description="where a failure happened: phase, graph_bs, rank, ts")
+
+
+class Diagnosis(BaseModel):
+    run_id: str
+    source: str
+    status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
+    stand_in: bool = Field(description="CPU stand-in (static backend): its times are CPU timings")
+    timing_note: Optional[str]
+    startup_s: Optional[float]
+    capture: dict[str, Any] = Field(description="total_s, sizes, count, ok, failed, planned, with provenance")
+    findings: list[Finding] = Field(description="the outcome first, then by seconds over the expectation")
+
+
+class PlanCostOut(BaseModel):
+    sizes: list[int]
+    steps: int
+    graph_steps: int
+    eager_steps: int
+    padded_rows: int
+    computed_rows: int
+    cost: float
+    coverage: float
+    waste_share: float
+
+
+class Advice(BaseModel):
+    run_id: str
+    budget: int
+    eager_weight: float
+    sizes: list[int] = Field(description="the proposed capture sizes")
+    predicted: PlanCostOut
+    current: Optional[PlanCostOut]
+    capture_s_current: Optional[float]
+    capture_s_predicted: Optional[float]
+    capture_s_saved: Optional[float]
+    pool_bytes_current: Optional[int]
+    pool_bytes_predicted: Optional[int]
+    pool_bytes_saved: Optional[int]
+    flags: dict[str, str] = Field(description="ready-to-copy flags: replayscope, vllm, vllm_config, sglang")
+    decode_steps: int = Field(description="decode steps with a batch size the sizes were chosen from")
+    distinct_batch_sizes: int
+    note: Optional[str]
+
+
 class AlertRuleIn(BaseModel):
-    """An eager-ratio alert rule; fires when eager/steps over the window > threshold."""
+    """An eager-ratio alert rule (Prometheus semantics, on each run's own event time): active
+    when eager/steps over the window > threshold with min_steps steps; fires after for_s
+    active; resolves after keep_firing_for_s at or below resolve_threshold (or too few steps)."""
 
     name: str = Field(max_length=100)
     threshold: float = Field(ge=0, le=1, description="eager ratio, 0..1")
-    window_s: int = Field(300, ge=1, description="seconds of event time")
+    window_s: int = Field(300, ge=1, le=7 * 24 * 3600, description="seconds of event time")
     min_steps: int = Field(100, ge=1, description="steps needed in the window to judge")
+    for_s: int = Field(60, ge=0, le=7 * 24 * 3600, description="active this long before it fires (pending)")
+    keep_firing_for_s: int = Field(300, ge=0, le=7 * 24 * 3600,
+                                   description="clear this long before a firing alert resolves")
+    resolve_threshold: Optional[float] = Field(None, ge=0, le=1,
+                                               description="resolves at or below this (<= threshold); "
+                                                           "null: the threshold")
     run_pattern: Optional[str] = Field(None, description="glob on run names; null = all runs")
     stage: Literal[wire.STEP_STAGES] = "decode"  # type: ignore[valid-type]
-    webhook_url: Optional[str] = Field(None, description="default: REPLAYSCOPE_ALERT_WEBHOOK")
+    webhook_url: Optional[str] = Field(None, description="http(s); default: REPLAYSCOPE_ALERT_WEBHOOK. "
+                                                         "Shown as scheme and host to readers without the token")
     enabled: bool = True
     kind: Literal["eager_ratio", "regression"] = Field(
         "eager_ratio", description="eager_ratio: the rule above; regression: fires for a run whose metric is "

@@ -1,12 +1,13 @@
 """Background services of the collector: each a named loop, started by the app's lifespan.
 
-``Evaluator`` evaluates the alert rules, posts the webhooks, and marks runs
-``interrupted`` when nothing arrived from them for the heartbeat timeout; ``Retention``
-expires raw step detail and makes PostgreSQL partitions ahead. Each tick runs in a worker
-thread (the store is synchronous); ``tick(now)`` is callable directly. With several
-collectors on one store, every service's tick runs once per period across all of them
-(``collector.leader``): the loop wakes just after each period starts and ticks only when
-it wins that period.
+``Evaluator`` marks runs ``interrupted`` when nothing arrived from them for the heartbeat
+timeout and evaluates the alert rules, writing each transition's notifications to the
+outbox. ``Notifier`` sends the outbox: a slow or dead receiver holds up only the
+notifier, never evaluation, heartbeats or ingest. ``Retention`` expires raw step detail
+and makes PostgreSQL partitions ahead. Each tick runs in a worker thread (the store is
+synchronous); ``tick(now)`` is callable directly. With several collectors on one store,
+every service's tick runs once per period across all of them (``collector.leader``): the
+loop wakes just after each period starts and ticks only when it wins that period.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 import sqlalchemy as sa
 
-from collector import alerts, leader, retention
+from collector import alerts, leader, notifications, retention
 from collector.settings import Settings
 from collector.store import Store
 from collector.tables import runs
@@ -93,22 +94,32 @@ class Service:
 
 
 class Evaluator(Service):
-    """Alert evaluation, webhooks, and the heartbeat timeout."""
+    """The heartbeat timeout, then alert evaluation (transitions go to the outbox)."""
 
     name = "evaluator"
 
     def __init__(self, store: Store, settings: Settings):
         super().__init__(settings.evaluate_every_s, store)
         self.settings = settings
+        self.delivery = notifications.Delivery.from_settings(settings)
 
     def tick(self, now: float) -> None:
         mark_interrupted_runs(self.store, now, self.settings.heartbeat_timeout_s)
-        transitions = alerts.evaluate_alerts(self.store, now)
-        for url, ok in alerts.notify(transitions, self.settings.alert_webhook,
-                                     retries=self.settings.webhook_retries,
-                                     timeout_s=self.settings.webhook_timeout_s):
-            if not ok:
-                log.warning("alert webhook %s: not delivered after retries", url)
+        alerts.evaluate_alerts(self.store, now, delivery=self.delivery)
+
+
+class Notifier(Service):
+    """Sends what the outbox owes: retried with backoff until delivered or expired."""
+
+    name = "notifier"
+
+    def __init__(self, store: Store, settings: Settings, metrics=None):
+        super().__init__(settings.notify_every_s, store)
+        self.delivery = notifications.Delivery.from_settings(settings)
+        self.metrics = metrics
+
+    def tick(self, now: float) -> None:
+        notifications.send_due(self.store, self.delivery, now, metrics=self.metrics)
 
 
 class Retention(Service):

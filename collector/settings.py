@@ -20,9 +20,13 @@ class Settings:
     max_body_bytes: int = 8 * 1024 * 1024      # REPLAYSCOPE_MAX_BODY_BYTES
     heartbeat_timeout_s: float = 120.0         # REPLAYSCOPE_HEARTBEAT_TIMEOUT_S
     alert_webhook: str | None = None           # REPLAYSCOPE_ALERT_WEBHOOK (rules may name their own)
+    alertmanager_url: str | None = None        # REPLAYSCOPE_ALERTMANAGER_URL: also post alerts to its /api/v2/alerts
+    external_url: str | None = None            # REPLAYSCOPE_EXTERNAL_URL: the dashboard's address, for links
     evaluate_every_s: float = 10.0             # REPLAYSCOPE_EVALUATE_EVERY_S
-    webhook_retries: int = 3
-    webhook_timeout_s: float = 5.0
+    notify_every_s: float = 1.0                # REPLAYSCOPE_NOTIFY_EVERY_S: how often the outbox is sent
+    notify_expire_s: float = 12 * 3600.0       # REPLAYSCOPE_NOTIFY_EXPIRE_S: retried until this old, then dropped
+    notify_repeat_s: float = 4 * 3600.0        # REPLAYSCOPE_NOTIFY_REPEAT_S: a firing alert is re-sent this often
+    webhook_timeout_s: float = 30.0            # REPLAYSCOPE_WEBHOOK_TIMEOUT_S: a slower answer is a failed attempt
     run_services: bool = True                  # start the background services with the app
     raw_retention: str = "14d"                 # REPLAYSCOPE_RAW_RETENTION: raw step events ("forever": keep)
     second_retention: str = "7d"               # REPLAYSCOPE_SECOND_RETENTION: 1-second rollups

@@ -125,7 +125,9 @@ step_counts = sa.Table(
     sa.Column("interval_s", sa.Float),
     sa.Column("provenance", sa.String(16)),
     sa.Column("evidence", sa.String(500)),
-    sa.Column("batch_sizes", sa.JSON),            # the counts by raw batch size (sampled graph steps)
+    sa.Column("raw_bs", sa.Integer),              # NULL: the source gave counts without sizes
+    sa.Column("graph_bs", sa.Integer),
+    sa.Column("batch_sizes", sa.JSON),            # counts of several sizes (sampled graph steps)
 )
 
 degrades = sa.Table(
@@ -190,16 +192,21 @@ step_rollups = sa.Table(
     sqlite_with_rowid=False,
 )
 
-# Per-run batch-size totals for the histogram (raw steps, and step_counts with batch_sizes).
+# Per-run batch-size totals for the histogram (raw steps, and step_counts with raw_bs or
+# batch_sizes), by reason too, with the timed steps: an eager reason's cost compares its
+# steps with graph replays of the same stage and size, and only measured times count
+# (duration_s sums them).
 batch_rollups = sa.Table(
     "batch_rollups", metadata, _run_fk(),
     sa.Column("stage", sa.String(16), primary_key=True),
     sa.Column("raw_bs", sa.Integer, primary_key=True),
     sa.Column("mode", sa.String(8), primary_key=True),
+    sa.Column("reason", _REASON, primary_key=True),
     sa.Column("steps", sa.BigInteger, nullable=False),
     sa.Column("num_tokens", sa.BigInteger, nullable=False),
     sa.Column("padded_tokens", sa.BigInteger, nullable=False),
     sa.Column("duration_s", sa.Float, nullable=False),
+    sa.Column("timed_steps", sa.BigInteger, nullable=False),
     sqlite_with_rowid=False,
 )
 
@@ -218,6 +225,9 @@ alert_rules = sa.Table(
     sa.Column("enabled", sa.Boolean, nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
+    sa.Column("for_s", sa.Integer, nullable=False, server_default="60"),              # pending duration
+    sa.Column("keep_firing_for_s", sa.Integer, nullable=False, server_default="300"),  # hold once firing
+    sa.Column("resolve_threshold", sa.Float),     # NULL: resolves at the threshold
 )
 
 alert_events = sa.Table(
@@ -236,6 +246,40 @@ alert_events = sa.Table(
     sa.Column("reason", _REASON),                            # dominant eager reason
     sa.Index(None, "status", "rule_id", "run_pk"),
     sa.Index(None, "run_pk", "started_at"),
+)
+
+# Where each rule's evaluation of each run stands, in the run's own event time: evaluated
+# up to ``evaluated_to``; pending since, clear since (while firing), the open alert.
+alert_state = sa.Table(
+    "alert_state", metadata,
+    sa.Column("rule_id", sa.Integer, sa.ForeignKey("alert_rules.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("run_pk", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    sa.Column("evaluated_to", sa.Float, nullable=False),
+    sa.Column("pending_since", sa.Float),
+    sa.Column("clear_since", sa.Float),
+    sa.Column("alert_id", sa.Integer),            # the firing alert_events row, if any
+)
+
+# The notification outbox: one row per alert transition and receiver, written in the
+# evaluation's transaction, sent by the notifier service until delivered or expired.
+alert_notifications = sa.Table(
+    "alert_notifications", metadata,
+    sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("alert_id", sa.Integer, sa.ForeignKey("alert_events.id", ondelete="SET NULL")),
+    sa.Column("fingerprint", sa.String(32), nullable=False),
+    sa.Column("status", sa.String(16), nullable=False),        # firing | resolved
+    sa.Column("receiver", sa.String(16), nullable=False),      # webhook | alertmanager
+    sa.Column("url", sa.String(2000), nullable=False),
+    sa.Column("alert", sa.JSON, nullable=False),               # labels, annotations, startsAt, endsAt, ...
+    sa.Column("state", sa.String(16), nullable=False),         # pending | sent | expired
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.Column("expires_at", sa.Float, nullable=False),
+    sa.Column("next_attempt_at", sa.Float, nullable=False),
+    sa.Column("attempts", sa.Integer, nullable=False),
+    sa.Column("sent_at", sa.Float),                            # the latest delivery
+    sa.Column("last_error", sa.Text),
+    sa.UniqueConstraint("fingerprint", "status", "url"),
+    sa.Index(None, "state", "next_attempt_at"),
 )
 
 # Periodic work shared by several collectors: each job's last period ("slot") claimed, so

@@ -211,8 +211,11 @@ def check_checkpoint(path: str | Path) -> ModelArgs:
 
 
 def load_checkpoint(path: str | Path, device: torch.device | str, dtype: torch.dtype | None = None,
-                    max_seq_len: int | None = None) -> Transformer:
-    """A Transformer with the weights of the Hugging Face directory ``path`` (dtype: bf16 on GPU, else fp32)."""
+                    max_seq_len: int | None = None, progress=None) -> Transformer:
+    """A Transformer with the weights of the Hugging Face directory ``path`` (dtype: bf16 on GPU, else fp32).
+
+    ``progress`` (a ``runner.progress.Progress``) advances per tensor, noting the shard.
+    """
     args, found = _checked(Path(path), max_seq_len)
     model = Transformer.empty(args, device, dtype or default_dtype(device))
     targets = _weight_targets(model)
@@ -220,10 +223,14 @@ def load_checkpoint(path: str | Path, device: torch.device | str, dtype: torch.d
     by_file: dict[Path, list[str]] = {}
     for name in targets:
         by_file.setdefault(found[name][0], []).append(name)
+    if progress is not None:
+        progress.reset(len(targets))
     with torch.no_grad():
-        for file, names in by_file.items():
+        for shard, (file, names) in enumerate(by_file.items(), start=1):
             with safe_open(str(file), framework="pt") as f:
                 for name in names:
                     param, part = targets[name]
                     (param[part] if part is not None else param).copy_(f.get_tensor(name))
+                    if progress is not None:
+                        progress.update(note=f"shard {shard}/{len(by_file)}")
     return model.eval()

@@ -79,8 +79,20 @@ def add_parsers(sub) -> None:
     run.add_argument("--fail-capture", metavar="SIZES",
                      help="fault injection: make the capture of these sizes fail (a host sync inside "
                           "capture on CUDA), to exercise the degradation ladder")
+    run.add_argument("--slow-capture", metavar="SIZE:SECONDS[,...]",
+                     help="fault injection: the capture of SIZE takes SECONDS longer (a sleep), "
+                          "e.g. 8:5")
+    run.add_argument("--slow-load-mbps", type=float, metavar="MB_PER_S",
+                     help="fault injection: the weight load lasts as long as reading the weights at this "
+                          "many MB/s (10^6 bytes) would (a sleep after loading), as from slow storage")
+    run.add_argument("--memory-cap-gib", type=float, metavar="GIB",
+                     help="cap this process's GPU memory (torch.cuda.set_per_process_memory_fraction): "
+                          "allocations past it fail with out of memory, as on a smaller or shared GPU")
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(handler=run_command)
+
+    from runner.trace.cli import add_parser as add_trace_parser
+    add_trace_parser(sub)
 
 
 def config_from_args(args) -> RunConfig:
@@ -103,7 +115,22 @@ def config_from_args(args) -> RunConfig:
         compile=args.compile, seed=args.seed, parity_every=args.parity_every,
         lora_graph_adapters=args.lora_graph_adapters, device=args.device, name=args.name,
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
-        fail_capture_sizes=failing, progress=not args.quiet)
+        fail_capture_sizes=failing, slow_capture=_slow_captures(args.slow_capture),
+        slow_load_mbps=args.slow_load_mbps, memory_cap_gib=args.memory_cap_gib, progress=not args.quiet)
+
+
+def _slow_captures(text: str | None) -> dict[int, float]:
+    """``8:5,16:2.5`` -> {8: 5.0, 16: 2.5}."""
+    if not text:
+        return {}
+    out: dict[int, float] = {}
+    for item in text.split(","):
+        try:
+            size, seconds = item.split(":")
+            out[int(size)] = float(seconds)
+        except ValueError:
+            raise ReplayscopeError(f"--slow-capture takes SIZE:SECONDS[,SIZE:SECONDS...], got {text!r}") from None
+    return out
 
 
 def _positive_int(text: str) -> int:
@@ -161,7 +188,7 @@ class TeeSink:
 
 
 def run_command(args) -> int:
-    from runner.emitter import Emitter
+    from runner.emitter import Emitter, sigterm_as_interrupt
     from runner.engine import DecodeEngine
 
     config = config_from_args(args)          # every flag is checked before anything is written
@@ -175,8 +202,8 @@ def run_command(args) -> int:
         record["version"] = args.version_tag
     emitter = Emitter(sink, record, graph_sample=args.graph_sample) if sink is not None else None
     engine.emitter = emitter
-    with emitter if emitter is not None else contextlib.nullcontext():   # ends the run however it ends
-        engine.setup()
+    with sigterm_as_interrupt(), emitter if emitter is not None else contextlib.nullcontext():
+        engine.setup()                       # the emitter ends the run however it ends (SIGTERM: interrupted)
         stats = engine.run()
     print(summary_line(record, engine, stats), file=sys.stderr)
     return 0

@@ -9,14 +9,16 @@ added. Sinks turn batches of wire events into JSON lines or HTTP posts.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
+import signal
 import sys
 import threading
 import time
 from collections import deque
-from typing import Any, Protocol
+from typing import Any, Iterator, Protocol
 
 from runner import wire
 from runner.errors import ReplayscopeError
@@ -59,16 +61,22 @@ class JsonlSink:
 
 
 class HttpSink:
-    """Posts batches to a collector; retries with backoff, spools to a file when it is down.
+    """Posts batches to a collector and never silently loses an event.
 
-    The spool is itself a JSON-lines events file (run record first). Whenever the
-    collector answers again, the spool is re-sent before new events; the collector
-    ignores repeated ``seq`` numbers, so a batch sent twice is stored once.
+    - An event the wire contract refuses is not sent: a ``warning`` event (same seq, code
+      ``rejected_event``) says which and why, so the run records the loss.
+    - A batch the collector refuses (4xx) is split until the offending event is isolated
+      (the collector names it: ``index``); that event becomes such a warning, the rest is stored.
+    - When the collector is down, answers 5xx or refuses the token, events go to the spool
+      (itself a JSON-lines events file, run record first) and are re-sent before new
+      events once it answers; at the end of the run the sink keeps trying for
+      ``drain_timeout_s`` before leaving them there for ``replayscope import events``.
+    The collector ignores repeated ``seq`` numbers, so anything sent twice is stored once.
     """
 
     def __init__(self, url: str, *, token: str | None = None, spool_path: str | None = None,
                  batch_size: int = HTTP_BATCH_EVENTS, retries: int = 3, backoff_s: float = 0.2,
-                 timeout_s: float = 10.0):
+                 timeout_s: float = 10.0, drain_timeout_s: float = 60.0):
         self.base = url.rstrip("/")
         self.token = token
         self.spool_path = spool_path
@@ -76,11 +84,14 @@ class HttpSink:
         self.retries = retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s
+        self.drain_timeout_s = drain_timeout_s
         self.run: dict[str, Any] | None = None
         self._run_posted = False
         self._spooled = 0
+        self._told_refused = False
+        self._refusing = False     # the latest attempt was refused for its token, not unanswered
         self.sent = 0
-        self.rejected = 0
+        self.rejected = 0          # events replaced by a warning (the wire contract or the collector refused them)
 
     # -- Sink ---------------------------------------------------------------
     def open(self, run: dict[str, Any]) -> None:
@@ -92,20 +103,41 @@ class HttpSink:
         self._try_post_run()
 
     def write(self, events: list[dict[str, Any]]) -> None:
+        events = [self._checked(e) for e in events]
         if self._spooled and not self._drain_spool():
             self._spool(events)
             return
         if not self._run_posted and not self._try_post_run():
             self._spool(events)
             return
-        for start in range(0, len(events), self.batch_size):
-            chunk = events[start:start + self.batch_size]
-            if not self._post_events(chunk):
-                self._spool(events[start:])
-                return
+        undelivered = self._send(events)
+        if undelivered:
+            self._spool(undelivered)
 
     def close(self) -> None:
-        if self._spooled and not self._drain_spool():
+        """Send what is spooled; while the collector does not answer, keep trying for
+        ``drain_timeout_s`` (Ctrl-C or SIGTERM stops waiting), then say where the events are."""
+        if not self._spooled:
+            return
+        deadline = time.monotonic() + self.drain_timeout_s
+        delay = max(self.backoff_s, 0.05)
+        told = False
+        try:
+            while not self._drain_spool():
+                if self._refusing or time.monotonic() + delay > deadline:
+                    break            # a refused token does not fix itself while we wait
+                if not told:
+                    _warn(f"collector unreachable: {self._spooled} events not yet sent; retrying for up to "
+                          f"{self.drain_timeout_s:.0f}s (Ctrl-C leaves them in {self.spool_path})")
+                    told = True
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+        except KeyboardInterrupt:
+            pass
+        if self._spooled and self._refusing:
+            _warn(f"the collector refused the token: {self._spooled} events kept in {self.spool_path}; re-send "
+                  f"them with `replayscope import events {self.spool_path} --collector {self.base} --token TOKEN`")
+        elif self._spooled:
             _warn(f"collector unreachable: {self._spooled} events kept in {self.spool_path}; "
                   f"re-send them with `replayscope import events {self.spool_path}`")
 
@@ -114,6 +146,25 @@ class HttpSink:
         return self._spooled
 
     # -- inside -------------------------------------------------------------
+    def _checked(self, event: dict[str, Any]) -> dict[str, Any]:
+        """The event, or the warning that stands for it when the wire contract refuses it."""
+        try:
+            wire.validate_event(event)
+            return event
+        except wire.WireError as error:
+            return self._warning_for(event, str(error), "the wire contract")
+
+    def _warning_for(self, event: Any, reason: str, who: str) -> dict[str, Any]:
+        self.rejected += 1
+        seq = event.get("seq") if isinstance(event, dict) else None
+        ts = event.get("ts") if isinstance(event, dict) else None
+        kind = event.get("kind") if isinstance(event, dict) else None
+        if not isinstance(ts, (int, float)) or isinstance(ts, bool) or not 0 <= ts <= wire.MAX_TIMESTAMP:
+            ts = time.time()
+        message = f"event {seq} ({kind}) was not stored: {who} refused it: {reason}"
+        _warn(message)
+        return {"seq": seq, "ts": ts, "kind": "warning", "code": "rejected_event", "message": message[:4000]}
+
     def _with_retries(self, method, *args) -> bool:
         delay = self.backoff_s
         for attempt in range(self.retries):
@@ -134,26 +185,75 @@ class HttpSink:
     def _try_post_run(self) -> bool:
         try:
             self._run_posted = self._with_retries(self._post_run_once)
+            self._refusing = False
         except HttpError as error:
-            _warn(f"collector rejected the run record: {error}")
+            self._refused(f"the collector refused the run record: {error}")
             self._run_posted = False
         return self._run_posted
+
+    def _refused(self, message: str) -> None:
+        self._refusing = True
+        if not self._told_refused:      # once: every later write would say the same
+            _warn(f"{message}; events are kept in {self.spool_path}")
+            self._told_refused = True
 
     def _post_events_once(self, chunk: list[dict[str, Any]]) -> None:
         url = f"{self.base}/v1/runs/{self.run['run_id']}/events"
         post_json(url, {"events": chunk}, token=self.token, timeout=self.timeout_s)
 
-    def _post_events(self, chunk: list[dict[str, Any]]) -> bool:
-        try:
-            ok = self._with_retries(self._post_events_once, chunk)
-        except HttpError as error:
-            # Not retryable (4xx): resending cannot help. Keep them visible, drop from the stream.
-            self.rejected += len(chunk)
-            _warn(f"collector rejected {len(chunk)} events: {error}")
-            return True
-        if ok:
-            self.sent += len(chunk)
-        return ok
+    def _send(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Post ``events`` in batches; returns what could not be delivered yet (to spool)."""
+        for start in range(0, len(events), self.batch_size):
+            left = self._post_batch(events[start:start + self.batch_size])
+            if left:
+                return left + events[start + self.batch_size:]
+        return []
+
+    def _post_batch(self, batch: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Post one batch, isolating events the collector refuses; returns the undelivered rest."""
+        queue = [batch]
+        reposted_run = False
+        while queue:
+            part = queue.pop(0)
+            try:
+                if not self._with_retries(self._post_events_once, part):
+                    self._refusing = False
+                    return [e for p in [part] + queue for e in p]          # down or 5xx: spool
+                self.sent += len(part)
+                self._refusing = False
+                continue
+            except HttpError as error:
+                refused = error
+            if refused.status in (401, 403):
+                self._refused(f"the collector refused the token: {refused}")
+                return [e for p in [part] + queue for e in p]
+            if refused.status == 404 and not reposted_run:                  # the run is not there (a wiped store)
+                reposted_run = True
+                if self._try_post_run():
+                    queue.insert(0, part)
+                    continue
+                return [e for p in [part] + queue for e in p]
+            queue[:0] = self._isolate(part, refused)
+        return []
+
+    def _isolate(self, part: list[dict[str, Any]], error: HttpError) -> list[list[dict[str, Any]]]:
+        """What to post instead of a refused ``part``: the events before the one the
+        collector names, a warning in its place, the events after; or two halves."""
+        payload = error.payload if isinstance(error.payload, dict) else {}
+        index = payload.get("index")
+        if isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(part):
+            bad = part[index]
+            replacement = [] if bad.get("kind") == "warning" and bad.get("code") == "rejected_event" else \
+                [self._warning_for(bad, error.detail, "the collector")]
+            return [p for p in (part[:index], replacement, part[index + 1:]) if p]
+        if len(part) > 1:
+            half = len(part) // 2
+            return [part[:half], part[half:]]
+        bad = part[0]
+        if bad.get("kind") == "warning" and bad.get("code") == "rejected_event":
+            _warn(f"the collector refused a warning too; dropped: {bad.get('message')}")
+            return []
+        return [[self._warning_for(bad, error.detail, "the collector")]]
 
     def _spool(self, events: list[dict[str, Any]]) -> None:
         new_file = not os.path.exists(self.spool_path) or os.path.getsize(self.spool_path) == 0
@@ -170,14 +270,14 @@ class HttpSink:
         with open(self.spool_path, encoding="utf-8") as spool:
             lines = spool.read().splitlines()
         events = [json.loads(line) for line in lines[1:] if line]
-        for start in range(0, len(events), self.batch_size):
-            if not self._post_events(events[start:start + self.batch_size]):
-                # Keep what is left, run record first, for the next attempt.
-                with open(self.spool_path, "w", encoding="utf-8") as spool:
-                    spool.write(lines[0] + "\n")
-                    spool.write("".join(json.dumps(e) + "\n" for e in events[start:]))
-                self._spooled = len(events) - start
-                return False
+        undelivered = self._send(events)
+        if undelivered:
+            # Keep what is left, run record first, for the next attempt.
+            with open(self.spool_path, "w", encoding="utf-8") as spool:
+                spool.write(lines[0] + "\n")
+                spool.write("".join(json.dumps(e) + "\n" for e in undelivered))
+            self._spooled = len(undelivered)
+            return False
         os.remove(self.spool_path)
         self._spooled = 0
         return True
@@ -317,10 +417,12 @@ class Emitter:
 
     # -- hot path -----------------------------------------------------------
     def step(self, stage: str, mode: str, raw_bs: int, graph_bs: int | None, num_tokens: int,
-             padded_tokens: int, reason: str | None, timing: Any) -> None:
-        """Record one step. ``timing`` is seconds (float) or a timing object."""
+             padded_tokens: int, reason: str | None, timing: Any, evidence: str | None = None) -> None:
+        """Record one step. ``timing`` is seconds (float) or a timing object; ``evidence`` says
+        what was seen that gave the reason, when the batch alone does not show it."""
         self._queue.append((next(self._seq), time.time(), "step",
-                            (stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason), timing))
+                            (stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence),
+                            timing))
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Record any other event (phase, capture, degrade, parity, run_end, ...)."""
@@ -333,6 +435,8 @@ class Emitter:
             return {"seq": seq, "ts": ts, "kind": kind, **fields}
         event = dict(zip(_STEP_FIELDS, fields))
         event.update(seq=seq, ts=ts, kind="step", duration_s=timing)
+        if fields[7] is not None:
+            event["evidence"] = fields[7]
         return event
 
     @staticmethod
@@ -406,6 +510,24 @@ class Emitter:
         self._flush(wait_for_gpu=True, final=True)
         self.sink.close()
         self.closed = True
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Within the block, SIGTERM (docker stop, Kubernetes, systemd) interrupts like Ctrl-C,
+    so an ``Emitter`` block ends its run ``interrupted`` instead of dying without run_end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt("SIGTERM")
+
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def open_emitter(target: str, *, name: str, model: str, backend: str, device: str = "unknown",

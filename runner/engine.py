@@ -24,6 +24,7 @@ from runner.errors import ReplayscopeError
 from runner.graphs import GraphRunner, StaticInput, capturing_size, resolve_backend
 from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
 from runner.plan import CapturePlan, default_capture_sizes
+from runner.progress import Progress
 from runner.workload import Iteration, Request, Scheduler, workload_by_name
 
 VERIFY_MAX_BS = 16        # speculative requests are a minority: fewer verify graphs
@@ -52,6 +53,9 @@ class RunConfig:
     run_id: str | None = None
     workload_overrides: dict[str, Any] = field(default_factory=dict)  # e.g. arrival_rate, max_running
     fail_capture_sizes: tuple[int, ...] = ()   # fault injection: make these captures fail
+    slow_capture: dict[int, float] = field(default_factory=dict)  # fault injection: size -> extra seconds
+    slow_load_mbps: float | None = None        # fault injection: weights load at this many MB/s
+    memory_cap_gib: float | None = None        # cap on this process's GPU memory
     progress: bool = True
 
     def __post_init__(self) -> None:
@@ -65,6 +69,12 @@ class RunConfig:
             raise ReplayscopeError(f"--max-bs must be at least 1, got {self.max_bs}")
         if self.parity_every < 0:
             raise ReplayscopeError("--parity-every must be >= 0")
+        if self.slow_load_mbps is not None and not self.slow_load_mbps > 0:
+            raise ReplayscopeError(f"--slow-load-mbps must be positive, got {self.slow_load_mbps}")
+        if self.memory_cap_gib is not None and not self.memory_cap_gib > 0:
+            raise ReplayscopeError(f"--memory-cap-gib must be positive, got {self.memory_cap_gib}")
+        if any(size < 1 or not 0 <= seconds < 3600 for size, seconds in self.slow_capture.items()):
+            raise ReplayscopeError("--slow-capture takes SIZE:SECONDS with SIZE >= 1 and 0 <= SECONDS < 3600")
         if (self.preset is None) == (self.model_dir is None):
             raise ReplayscopeError("give exactly one of --preset and --model-dir")
         if self.model_dir is not None and not Path(self.model_dir).is_dir():
@@ -146,6 +156,10 @@ class DecodeEngine:
                 "lora_graph_adapters": config.lora_graph_adapters,
                 "verify_draft_len": config.verify_draft_len, "parity_every": config.parity_every,
                 "fail_capture_sizes": list(config.fail_capture_sizes),
+                "weights": "checkpoint" if config.model_dir else "random",
+                "memory_cap_bytes": None if config.memory_cap_gib is None else int(config.memory_cap_gib * 2**30),
+                "slow_load_mbps": config.slow_load_mbps,
+                "slow_capture": {str(size): seconds for size, seconds in sorted(config.slow_capture.items())},
             },
         }
 
@@ -163,15 +177,23 @@ class DecodeEngine:
     def _setup(self) -> None:
         config, spec, device = self.config, self.spec, self.device
         torch.manual_seed(config.seed)
+        self._cap_memory()
         started = time.perf_counter()
         if config.model_dir:
             from runner.checkpoint import load_checkpoint
-            self.model = load_checkpoint(config.model_dir, device)
+            with Progress(f"Loading safetensors weights ({os.path.basename(os.path.normpath(config.model_dir))})",
+                          unit="tensors", enabled=config.progress) as bar:
+                self.model = load_checkpoint(config.model_dir, device, progress=bar)
         else:
-            self.model = Transformer.random(ModelArgs.from_preset(config.preset), seed=config.seed,
-                                            device=device, dtype=default_dtype(device))
+            with Progress(f"Building random weights ({config.preset})", unit="tensors",
+                          enabled=config.progress) as bar:
+                self.model = Transformer.random(ModelArgs.from_preset(config.preset), seed=config.seed,
+                                                device=device, dtype=default_dtype(device), progress=bar)
         args = self.model.args
         param_bytes = sum(p.numel() * p.element_size() for p in self.model.parameters())
+        if config.slow_load_mbps:
+            # fault injection: as if the bytes came from storage this slow
+            time.sleep(max(0.0, param_bytes / (config.slow_load_mbps * 1e6) - (time.perf_counter() - started)))
         self._phase("load_weights", started, param_bytes)
 
         started = time.perf_counter()
@@ -206,6 +228,16 @@ class DecodeEngine:
             if self.verify_runner is not None:
                 self.verify_runner.capture()
 
+    def _cap_memory(self) -> None:
+        """--memory-cap-gib: the caching allocator refuses to hold more (out of memory past it)."""
+        cap = self.config.memory_cap_gib
+        if cap is None:
+            return
+        if self.device.type != "cuda":
+            raise ReplayscopeError("--memory-cap-gib caps GPU memory: it needs a CUDA device")
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), self.device)
+
     def _static_inputs(self, query_len: int) -> list[StaticInput]:
         return [StaticInput("tokens", (query_len,), torch.long),
                 StaticInput("positions", (query_len,), torch.long),
@@ -231,20 +263,25 @@ class DecodeEngine:
                                              stage="verify", pool=self.decode_runner.pool, **common)
 
     def _with_injected_faults(self, step):
-        if not self.config.fail_capture_sizes:
+        failing = set(self.config.fail_capture_sizes)
+        slow = dict(self.config.slow_capture)
+        if not failing and not slow:
             return step
-        sizes = set(self.config.fail_capture_sizes)
+        slowed: set[int] = set()
 
-        def step_that_fails_to_capture(**inputs):
+        def step_with_injected_faults(**inputs):
             size = capturing_size()
-            if size in sizes:
+            if size in slow and size not in slowed:
+                slowed.add(size)
+                time.sleep(slow[size])                # once per size, during its capture
+            if size in failing:
                 if self.device.type == "cuda":
                     if torch.cuda.is_current_stream_capturing():
                         torch.cuda.synchronize()  # a host sync inside capture: CUDA refuses it
                 else:
                     raise RuntimeError(f"injected capture failure at bs={size}")
             return step(**inputs)
-        return step_that_fails_to_capture
+        return step_with_injected_faults
 
     def _warmup(self) -> None:
         """A few eager steps at the largest batch, as the engines' profile run does."""
@@ -361,21 +398,33 @@ class DecodeEngine:
         self.stats.tokens += sum(len(t) for t in new_tokens)
         return iteration
 
+    def mode_shares(self) -> str:
+        """The steps so far by mode, as the progress line shows them."""
+        steps = max(self.stats.steps, 1)
+        return " ".join(f"{mode} {100 * self.stats.modes[mode] / steps:.0f}%" for mode in ("graph", "padded", "eager"))
+
     def run(self) -> RunStats:
         config = self.config
         started = time.perf_counter()
         deadline = None if config.duration_s is None else started + config.duration_s
         idle = 0
-        with torch.inference_mode():
-            while True:
-                if config.steps is not None and self.stats.steps >= config.steps:
-                    break
-                if deadline is not None and time.perf_counter() >= deadline:
-                    break
-                if self.step_once() is None:
-                    idle += 1
-                    if idle > 100_000:
-                        raise ReplayscopeError("the workload produced no requests")
+        label = f"Running {self.spec.name} workload" + (f" for {config.duration_s:g}s" if deadline else "")
+        bar = Progress(label, config.steps, unit="steps", enabled=config.progress)
+        bar.update_to(0, self.mode_shares)
+        try:
+            with torch.inference_mode():
+                while True:
+                    if config.steps is not None and self.stats.steps >= config.steps:
+                        break
+                    if deadline is not None and time.perf_counter() >= deadline:
+                        break
+                    if self.step_once() is None:
+                        idle += 1
+                        if idle > 100_000:
+                            raise ReplayscopeError("the workload produced no requests")
+                    bar.update_to(self.stats.steps, self.mode_shares)   # one clock read between redraws
+        finally:
+            bar.close(self.mode_shares())
         self.stats.finished_requests = self.scheduler.finished
         self.stats.wall_s = time.perf_counter() - started
         return self.stats

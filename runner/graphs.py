@@ -30,7 +30,7 @@ from runner import wire
 from runner.dispatch import BatchShape, Decision, dispatch
 from runner.errors import ReplayscopeError
 from runner.plan import CapturePlan
-from runner.progress import ProgressBar
+from runner.progress import Progress
 
 BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
 _HUGE = 3.0e38   # divergence past float32's range is reported as this, keeping the wire finite
@@ -93,6 +93,50 @@ class _CudaTiming:
 
     def release(self) -> None:
         self.pool.append(self)
+
+
+class _HostClock:
+    """Step time on the host: what a CPU step costs."""
+
+    @staticmethod
+    def start() -> float:
+        return time.perf_counter()
+
+    @staticmethod
+    def stop(started: float) -> float:
+        return time.perf_counter() - started
+
+
+class _CudaClock:
+    """Step time on the GPU: pooled event pairs recorded on the current stream, read later.
+
+    ``torch.cuda.current_stream()`` builds a Python Stream object per call; the raw
+    handle is one C call, so the Stream object is looked up only when the stream changed.
+    """
+
+    def __init__(self, device: torch.device):
+        self.index = device.index
+        self.pool: list[_CudaTiming] = []
+        self._raw_stream: int | None = None
+        self._stream: Any = None
+
+    def _current_stream(self) -> Any:
+        if self.index is None:
+            self.index = torch.cuda.current_device()
+        raw = torch._C._cuda_getCurrentRawStream(self.index)
+        if raw != self._raw_stream:
+            self._stream = torch.cuda.current_stream(self.index)
+            self._raw_stream = raw
+        return self._stream
+
+    def start(self) -> _CudaTiming:
+        timing = self.pool.pop() if self.pool else _CudaTiming(self.pool)
+        timing.start.record(self._current_stream())
+        return timing
+
+    def stop(self, timing: _CudaTiming) -> _CudaTiming:
+        timing.end.record(self._current_stream())
+        return timing
 
 
 @dataclass
@@ -174,8 +218,24 @@ class GraphRunner:
         self._buffers: dict[str, torch.Tensor] = {}
         self._dirty_until = 0     # rows at and above this index hold pad values
         self._replays = 0
-        self._timings: list[_CudaTiming] = []
+        self._clock = _CudaClock(self.device) if self.device.type == "cuda" else _HostClock()
+        # Per-size views and shapes, made once: the step path only looks them up. The device
+        # inputs must be on is known up front, except plain "cuda" (the current device at capture).
+        self._buffer_device = None if self.device.type == "cuda" and self.device.index is None else self.device
+        self._shapes: dict[int, tuple[tuple[int, ...], ...]] = {}
+        self._row_views: dict[int, tuple[tuple[str, torch.Tensor], ...]] = {}
+        self._pad_views: dict[tuple[int, int], tuple[tuple[torch.Tensor, int | float], ...]] = {}
+        self._output_rows: dict[tuple[int, int], Any] = {}
         self.report = CaptureReport()
+
+    @property
+    def plan(self) -> CapturePlan:
+        return self._plan
+
+    @plan.setter
+    def plan(self, plan: CapturePlan) -> None:
+        self._plan = plan
+        self._decisions: dict[tuple[str, int, int], Decision] = {}   # dispatch is pure: memoised per plan
 
     # -- capture ------------------------------------------------------------
     def capture(self) -> CaptureReport:
@@ -184,12 +244,11 @@ class GraphRunner:
             return self.report
         self._allocate_buffers()
         started = time.perf_counter()
-        bar = ProgressBar(len(self.plan.sizes), f"Capturing {self.backend} graphs ({self.stage})",
-                          enabled=self.progress)
-        for size in reversed(self.plan.sizes):
-            self._capture_size(size)
-            status = "failed" if size in self.report.failed else f"{self.report.seconds[size]:.2f}s"
-            bar.update(f"bs={size} {status}")
+        with Progress(self._capture_label(), len(self.plan.sizes), enabled=self.progress) as bar:
+            for size in reversed(self.plan.sizes):
+                self._capture_size(size, bar)
+                status = "failed" if size in self.report.failed else f"{self.report.seconds[size]:.2f}s"
+                bar.update(note=f"bs={size} {status}")
         self.report.total_s = time.perf_counter() - started
         self.report.pool_bytes = graph_pool_bytes(self.pool) if self.on_cuda else None
         self._emit("phase", phase="capture" if self.stage == "decode" else f"capture_{self.stage}",
@@ -204,11 +263,22 @@ class GraphRunner:
         for spec in self.inputs:
             self._buffers[spec.name] = torch.full(spec.full_shape(self.max_bs), spec.pad_value,
                                                   dtype=spec.dtype, device=self.device)
+        self._buffer_device = self._buffers[self.inputs[0].name].device
+        self._row_views.clear()
+        self._pad_views.clear()
+        self._output_rows.clear()
 
     def _views(self, size: int) -> dict[str, torch.Tensor]:
         return {s.name: self._buffers[s.name].narrow(s.batch_dim, 0, size) for s in self.inputs}
 
-    def _capture_size(self, size: int) -> None:
+    def _capture_label(self) -> str:
+        if self.backend == "compile":
+            what = "Compiling and capturing CUDA graphs" if self.on_cuda else "Compiling"
+        else:
+            what = "Capturing CUDA graphs" if self.on_cuda else "Capturing static stand-ins"
+        return f"{what} ({self.stage})"
+
+    def _capture_size(self, size: int, bar: Progress) -> None:
         views = self._views(size)
         before = graph_pool_bytes(self.pool) if self.on_cuda else None
         started = time.perf_counter()
@@ -217,7 +287,9 @@ class GraphRunner:
         _capture_state.size = size
         try:
             if self.backend == "compile":
+                bar.describe(f"bs={size} compiling")
                 fn, variant = self._compiled(size, views)
+            bar.describe(f"bs={size} capturing")
             if self.on_cuda:
                 captured = self._capture_cuda(size, fn, views)
             else:
@@ -315,47 +387,111 @@ class GraphRunner:
             except wire.WireError as error:
                 raise ReplayscopeError(f"step(reason=...): {error.message}") from None
         stage = stage or self.stage
-        query_len = self.check_inputs(inputs, allow_query_len_change=stage in ("verify", "prefill", "mixed"))
-        shape = BatchShape(stage, self._batch_size(inputs), query_len, adapters, grammar_switched, reason)
-        return self.run(self.decide(shape), inputs, stage=stage, num_tokens=num_tokens)
+        raw_bs, query_len = self._checked(inputs, stage)
+        if reason is None and not adapters and not grammar_switched:
+            key = (stage, raw_bs, query_len)
+            decision = self._decisions.get(key)
+            if decision is None:
+                decision = self._decisions[key] = self.decide(BatchShape(stage, raw_bs, query_len))
+        else:
+            decision = self.decide(BatchShape(stage, raw_bs, query_len, adapters, grammar_switched, reason))
+        return self._execute(decision, inputs, raw_bs, stage, num_tokens, None)
 
     def run(self, decision: Decision, inputs: Mapping[str, torch.Tensor], *, stage: str | None = None,
             num_tokens: int | None = None, eager_fn: Callable[..., Any] | None = None) -> Any:
         """Execute a decision and record the step; ``eager_fn`` replaces the step when eager."""
-        raw_bs = self._batch_size(inputs)
-        timing = self._start_timing()
-        if decision.mode == "eager":
-            outputs = (eager_fn or self.step_fn)(**inputs)
+        return self._execute(decision, inputs, self._batch_size(inputs), stage or self.stage, num_tokens, eager_fn)
+
+    def _execute(self, decision: Decision, inputs: Mapping[str, torch.Tensor], raw_bs: int, stage: str,
+                 num_tokens: int | None, eager_fn: Callable[..., Any] | None) -> Any:
+        emitter = self.emitter
+        if emitter is not None:
+            timing = self._clock.start()
+        graph_bs = decision.graph_bs
+        replayed = decision.mode != "eager"
+        if replayed:
+            outputs = self._replay(graph_bs, raw_bs, inputs)
         else:
-            outputs = self._replay(decision.graph_bs, raw_bs, inputs)
-        duration = self._stop_timing(timing)
-        query_len = self.plan.query_len
-        if self.emitter is not None:
-            padded_rows = 0 if decision.graph_bs is None else decision.graph_bs - raw_bs
-            self.emitter.step(stage or self.stage, decision.mode, raw_bs, decision.graph_bs,
-                              raw_bs * query_len if num_tokens is None else num_tokens,
-                              padded_rows * query_len, decision.reason, duration)
-        if decision.mode != "eager" and self.parity_every:
+            outputs = (eager_fn or self.step_fn)(**inputs)
+        if emitter is not None:
+            query_len = self._plan.query_len
+            emitter.step(stage, decision.mode, raw_bs, graph_bs,
+                         raw_bs * query_len if num_tokens is None else num_tokens,
+                         0 if graph_bs is None else (graph_bs - raw_bs) * query_len,
+                         decision.reason, self._clock.stop(timing))
+        if self.parity_every and replayed:
             self._replays += 1
             if self._replays % self.parity_every == 0:
-                self._check_parity(decision.graph_bs, inputs, outputs, eager_fn)
+                self._check_parity(graph_bs, inputs, outputs, eager_fn)
         return outputs
 
     def _replay(self, graph_bs: int, raw_bs: int, inputs: Mapping[str, torch.Tensor]) -> Any:
-        captured = self._graphs[graph_bs]
-        for spec in self.inputs:
-            buffer = self._buffers[spec.name]
-            buffer.narrow(spec.batch_dim, 0, raw_bs).copy_(inputs[spec.name], non_blocking=True)
-            if self._dirty_until > raw_bs and graph_bs > raw_bs:
-                end = min(self._dirty_until, graph_bs)
-                buffer.narrow(spec.batch_dim, raw_bs, end - raw_bs).fill_(spec.pad_value)
+        views = self._row_views.get(raw_bs) or self._make_row_views(raw_bs)
+        for name, view in views:
+            view.copy_(inputs[name], non_blocking=True)
         if graph_bs > raw_bs:
-            self._dirty_until = raw_bs if self._dirty_until <= graph_bs else self._dirty_until
-        else:
-            self._dirty_until = max(self._dirty_until, raw_bs)
+            if self._dirty_until > raw_bs:       # rows a larger batch left behind get pad values again
+                end = min(self._dirty_until, graph_bs)
+                for view, value in self._pad_views.get((raw_bs, end)) or self._make_pad_views(raw_bs, end):
+                    view.fill_(value)
+            if self._dirty_until <= graph_bs:
+                self._dirty_until = raw_bs
+        elif raw_bs > self._dirty_until:
+            self._dirty_until = raw_bs
+        captured = self._graphs[graph_bs]
         result = captured.call()
-        # A graph fills its static outputs; the static stand-in returns fresh ones.
-        return _slice_rows(captured.outputs if captured.graph is not None else result, raw_bs)
+        if captured.graph is None:               # the static stand-in returns fresh outputs
+            return result if raw_bs == graph_bs else _slice_rows(result, raw_bs)
+        if raw_bs == graph_bs:                   # a graph fills its static outputs
+            return captured.outputs
+        rows = self._output_rows.get((graph_bs, raw_bs))
+        if rows is None:
+            rows = self._output_rows[(graph_bs, raw_bs)] = _slice_rows(captured.outputs, raw_bs)
+        return rows
+
+    def _make_row_views(self, raw_bs: int) -> tuple[tuple[str, torch.Tensor], ...]:
+        if not self._buffers:
+            raise ReplayscopeError("call capture() before the first step")
+        views = tuple((s.name, self._buffers[s.name].narrow(s.batch_dim, 0, raw_bs)) for s in self.inputs)
+        self._row_views[raw_bs] = views
+        return views
+
+    def _make_pad_views(self, start: int, end: int) -> tuple[tuple[torch.Tensor, int | float], ...]:
+        views = tuple((self._buffers[s.name].narrow(s.batch_dim, start, end - start), s.pad_value)
+                      for s in self.inputs)
+        self._pad_views[(start, end)] = views
+        return views
+
+    def _checked(self, inputs: Mapping[str, torch.Tensor], stage: str) -> tuple[int, int]:
+        """(batch size, tokens per request) of inputs that keep the static-input contract.
+
+        The common case (exactly the static inputs' names, dtypes, device and shapes) is
+        compared with shapes made once per batch size; anything else goes through
+        ``check_inputs``, which says what is wrong or allows a verify stage's other width.
+        """
+        raw_bs = self._exact_batch_size(inputs)
+        if raw_bs is not None:
+            return raw_bs, self._plan.query_len
+        query_len = self.check_inputs(inputs, allow_query_len_change=stage in ("verify", "prefill", "mixed"))
+        return self._batch_size(inputs), query_len
+
+    def _exact_batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int | None:
+        """The batch size when ``inputs`` match the static inputs exactly, else None."""
+        device = self._buffer_device
+        if device is None or len(inputs) != len(self.inputs):
+            return None
+        try:
+            tensors = [inputs[spec.name] for spec in self.inputs]
+            raw_bs = tensors[0].shape[self.inputs[0].batch_dim]
+        except (KeyError, IndexError):
+            return None
+        shapes = self._shapes.get(raw_bs)
+        if shapes is None:
+            shapes = self._shapes[raw_bs] = tuple(spec.full_shape(raw_bs) for spec in self.inputs)
+        for tensor, spec, shape in zip(tensors, self.inputs, shapes):
+            if tensor.shape != shape or tensor.dtype is not spec.dtype or tensor.device != device:
+                return None
+        return raw_bs
 
     def _batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int:
         first = self.inputs[0]
@@ -419,20 +555,7 @@ class GraphRunner:
         self._emit("parity", graph_bs=graph_bs, max_abs_diff=max_abs, rel_err=rel,
                    tolerance=self.parity_tolerance)
 
-    # -- timing and telemetry -----------------------------------------------
-    def _start_timing(self) -> Any:
-        if self.device.type != "cuda":
-            return time.perf_counter()
-        timing = self._timings.pop() if self._timings else _CudaTiming(self._timings)
-        timing.start.record()
-        return timing
-
-    def _stop_timing(self, timing: Any) -> Any:
-        if isinstance(timing, float):
-            return time.perf_counter() - timing
-        timing.end.record()
-        return timing
-
+    # -- telemetry ------------------------------------------------------------
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.emitter is not None:
             self.emitter.emit(kind, **fields)

@@ -1,4 +1,8 @@
-"""A small JSON-over-HTTP client on the standard library, for GPU hosts without extras."""
+"""A small JSON-over-HTTP client on the standard library: the one HTTP client of replayscope.
+
+The runner's sink, the importers' sink and the collector's alert notifications all post
+through it, so every feature works on a stock install (no extras) and on GPU hosts.
+"""
 
 from __future__ import annotations
 
@@ -15,19 +19,39 @@ class HttpError(Exception):
     (connection refused, timeout): only those, and 5xx, are worth retrying.
     """
 
-    def __init__(self, status: int | None, message: str):
+    def __init__(self, status: int | None, message: str, payload: Any = None):
         super().__init__(f"HTTP {status}: {message}" if status else message)
         self.status = status
         self.message = message
+        self.payload = payload      # the error answer's JSON, when it was JSON
+
+    @property
+    def detail(self) -> str:
+        """What the server said was wrong (its ``detail``), else the message."""
+        if isinstance(self.payload, dict) and isinstance(self.payload.get("detail"), str):
+            return self.payload["detail"]
+        return self.message
 
     @property
     def retryable(self) -> bool:
         return self.status is None or self.status >= 500 or self.status == 429
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is answered as the error it is: a notification never follows one elsewhere."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None
+
+
+_OPENER = urllib.request.build_opener()
+_NO_REDIRECT_OPENER = urllib.request.build_opener(_NoRedirect())
+
+
 def request_json(method: str, url: str, payload: Any = None, *, token: str | None = None,
-                 timeout: float = 10.0) -> Any:
-    """Send ``payload`` as JSON and return the decoded JSON answer (None when empty)."""
+                 timeout: float = 10.0, decode: bool = True, follow_redirects: bool = True) -> Any:
+    """Send ``payload`` as JSON and return the decoded JSON answer (None when empty);
+    with ``decode=False`` the answer's bytes, whatever they are."""
     body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
     headers = {"Accept": "application/json"}
     if body is not None:
@@ -36,19 +60,27 @@ def request_json(method: str, url: str, payload: Any = None, *, token: str | Non
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        opener = _OPENER if follow_redirects else _NO_REDIRECT_OPENER
+        with opener.open(request, timeout=timeout) as response:
             raw = response.read()
     except urllib.error.HTTPError as error:
-        detail = error.read().decode(errors="replace")[:500]
-        raise HttpError(error.code, detail or error.reason) from None
+        raw = error.read()
+        try:
+            payload = json.loads(raw) if raw else None
+        except ValueError:
+            payload = None
+        detail = raw.decode(errors="replace")[:500]
+        raise HttpError(error.code, detail or error.reason, payload) from None
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise HttpError(None, f"cannot reach {url}: {reason}") from None
+    if not decode:
+        return raw
     return json.loads(raw) if raw else None
 
 
-def post_json(url: str, payload: Any, *, token: str | None = None, timeout: float = 10.0) -> Any:
-    return request_json("POST", url, payload, token=token, timeout=timeout)
+def post_json(url: str, payload: Any, *, token: str | None = None, timeout: float = 10.0, **kwargs) -> Any:
+    return request_json("POST", url, payload, token=token, timeout=timeout, **kwargs)
 
 
 def get_json(url: str, *, token: str | None = None, timeout: float = 10.0) -> Any:

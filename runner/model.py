@@ -317,18 +317,26 @@ class Transformer(nn.Module):
 
     @classmethod
     def random(cls, args: ModelArgs, seed: int = 0, device: torch.device | str = "cpu",
-               dtype: torch.dtype | None = None) -> Transformer:
-        """Seeded random weights (N(0, 0.02) for linears and embeddings, ones for norms), made on ``device``."""
+               dtype: torch.dtype | None = None, progress=None) -> Transformer:
+        """Seeded random weights (N(0, 0.02) for linears and embeddings, ones for norms), made on ``device``.
+
+        ``progress`` (a ``runner.progress.Progress``) advances per tensor.
+        """
         model = cls.empty(args, device, dtype)
         gen = torch.Generator(device=device).manual_seed(seed)
+        params = list(model.named_parameters())
+        if progress is not None:
+            progress.reset(len(params))
         with torch.no_grad():
-            for name, param in model.named_parameters():
+            for name, param in params:
                 if isinstance(model.get_submodule(name.rsplit(".", 1)[0]), RMSNorm):
                     param.fill_(1.0)
                 elif name.endswith(".bias"):
                     param.zero_()
                 else:
                     param.normal_(0.0, 0.02, generator=gen)
+                if progress is not None:
+                    progress.update(note=name)
         return model.eval()
 
     def setup_caches(self, num_slots: int, max_seq_len: int, device: torch.device | str | None = None,

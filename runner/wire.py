@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,7 +50,16 @@ REASONS = (
     "spec_shape",         # speculative verify width differs from the captured one
     "capture_failed",     # the graph that would serve this size failed to capture
     "graphs_disabled",    # graphs off for the run (backend disabled / enforce-eager)
-    "unknown",            # imported data: the engine did not say why
+    # Seen by `replayscope trace` in programs it did not write, from PyTorch Inductor's own
+    # cudagraph decisions ("skipping cudagraphs due to ...") and from the device in use:
+    "graph_warmup",       # Inductor's warm-up call of a compiled function: no graph recorded yet
+    "mutated_inputs",     # Inductor skipped graphs: the compiled code mutates an input it does not own
+    "cpu_device",         # the work ran on the CPU (no CUDA in the process, or CPU tensors in the graph)
+    "dynamic_shapes",     # Inductor skipped graphs for a graph with dynamic (symbolic) shapes
+    "incompatible_op",    # Inductor skipped graphs: the graph holds an op that cannot be captured
+    "non_tensor_inputs",  # Inductor skipped graphs: the compiled graph takes inputs that are not tensors
+    "rerecord_limit",     # Inductor re-recorded the graph too often and runs the function eager for good
+    "unknown",            # the source did not say why (imported data; or trace saw no cause)
 )
 # A caller of the runner library may name a reason of its own; it is recorded as is,
 # behind this prefix, and shown as the caller's own words.
@@ -58,6 +68,17 @@ CUSTOM_REASON_MAX_CHARS = 120
 
 EVENT_KINDS = ("phase", "capture", "step", "step_counts", "degrade", "parity", "run_end", "heartbeat",
                "warning")
+
+# Bounds on every number the store sums or the pages show, so no value that passes
+# validation can overflow a column, a rollup or a chart later.
+MAX_TIMESTAMP = 4_102_444_800.0      # 2100-01-01 UTC, in unix seconds
+MAX_DURATION_S = 30 * 24 * 3600.0    # a step, phase, capture or interval longer than 30 days is a bug
+MAX_BATCH = 2**20                    # batch and graph sizes (database INTEGER columns)
+MAX_STEP_TOKENS = 2**24              # tokens in one step
+MAX_COUNT = 2**40                    # step_counts aggregates: sums of 2^23 of them still fit a BIGINT
+MAX_BYTES = 2**53                    # memory sizes (exact in a JSON number / JavaScript)
+MAX_SEQ = 2**62
+_FLOAT_MAX = sys.float_info.max      # an integer beyond it cannot be stored as a float
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
@@ -79,6 +100,8 @@ class FieldSpec:
     nullable: bool = False
     choices: tuple[str, ...] | None = None
     minimum: float | None = None
+    maximum: float | None = None
+    timestamp: bool = False        # unix seconds: a value past MAXIMUM is named as milliseconds etc.
     max_chars: int = 4096
     pattern: re.Pattern[str] | None = None
     doc: str = ""
@@ -86,6 +109,18 @@ class FieldSpec:
 
 def _f(type_: str, **kw: Any) -> FieldSpec:
     return FieldSpec(type_, **kw)
+
+
+def _ts(**kw: Any) -> FieldSpec:
+    return _f("float", minimum=0, maximum=MAX_TIMESTAMP, timestamp=True, **kw)
+
+
+def _duration(**kw: Any) -> FieldSpec:
+    return _f("float", minimum=0, maximum=MAX_DURATION_S, **kw)
+
+
+def _batch(**kw: Any) -> FieldSpec:
+    return _f("int", minimum=1, maximum=MAX_BATCH, **kw)
 
 
 def _provenance() -> FieldSpec:
@@ -103,13 +138,13 @@ RUN_FIELDS: dict[str, FieldSpec] = {
     "run_id": _f("str", pattern=_ID_PATTERN, max_chars=128, doc="unique id of the run"),
     "name": _f("str", max_chars=200, doc="human name of the run"),
     "source": _f("str", choices=SOURCES, doc="who produced the run"),
-    "started_at": _f("float", minimum=0, doc="unix seconds"),
+    "started_at": _ts(doc="unix seconds (not milliseconds), before 2100"),
     "backend": _f("str", max_chars=64, doc="cuda, compile, static, disabled, or an engine's mode"),
     "model": _f("str", max_chars=300),
     "device": _f("str", max_chars=200),
     "torch_version": _f("str", required=False, nullable=True, max_chars=64),
     "config": _f("object", required=False, doc="capture sizes, max bs, padding, compile, workload"),
-    "wire_version": _f("int", required=False, minimum=1),
+    "wire_version": _f("int", required=False, minimum=1, maximum=1000),
     "partial": _f("bool", required=False, nullable=True,
                   doc="the source did not see the run's start (a log excerpt that begins mid-way)"),
     "time_provenance": _f("str", required=False, nullable=True, choices=PROVENANCES,
@@ -118,14 +153,14 @@ RUN_FIELDS: dict[str, FieldSpec] = {
     "version": _f("str", required=False, nullable=True, max_chars=64,
                   doc="the version of what is deployed (a release tag, an engine version): the fleet "
                       "page groups runs by it and regressions name it"),
-    "graph_sample": _f("int", required=False, nullable=True, minimum=1,
+    "graph_sample": _f("int", required=False, nullable=True, minimum=1, maximum=MAX_BATCH,
                        doc="1 in this many graph steps is sent as a step event; the others arrive "
                            "counted in step_counts events (with batch_sizes), so totals stay exact"),
 }
 
 COMMON_EVENT_FIELDS: dict[str, FieldSpec] = {
-    "seq": _f("int", minimum=0, doc="unique per run; a repeated seq is a retry"),
-    "ts": _f("float", minimum=0, doc="unix seconds"),
+    "seq": _f("int", minimum=0, maximum=MAX_SEQ, doc="unique per run; a repeated seq is a retry"),
+    "ts": _ts(doc="unix seconds (not milliseconds), before 2100"),
     "kind": _f("str", choices=EVENT_KINDS),
 }
 
@@ -133,20 +168,20 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     "phase": {
         "phase": _f("str", pattern=_NAME_PATTERN, max_chars=64,
                     doc="load_weights, warmup, compile, capture, kv_cache, engine_init, ..."),
-        "duration_s": _f("float", nullable=True, minimum=0,
-                         doc="null: the phase happened but its length is unknown"),
-        "start_ts": _f("float", required=False, nullable=True, minimum=0,
-                       doc="when the phase began; ts - duration_s when absent"),
-        "mem_bytes": _f("int", required=False, nullable=True),
+        "duration_s": _duration(nullable=True, doc="null: the phase happened but its length is unknown"),
+        "start_ts": _ts(required=False, nullable=True, doc="when the phase began; ts - duration_s when absent"),
+        "mem_bytes": _f("int", required=False, nullable=True, minimum=-MAX_BYTES, maximum=MAX_BYTES),
         "provenance": _provenance(),
         "rank": _rank(),
     },
     "capture": {
-        "graph_bs": _f("int", minimum=1),
+        "graph_bs": _batch(),
         "stage": _f("str", choices=CAPTURE_STAGES),
-        "duration_s": _f("float", nullable=True, minimum=0, doc="null: captured, but not timed"),
-        "pool_bytes": _f("int", required=False, nullable=True, minimum=0, doc="graph pool size after"),
-        "pool_delta_bytes": _f("int", required=False, nullable=True, doc="may be negative"),
+        "duration_s": _duration(nullable=True, doc="null: captured, but not timed"),
+        "pool_bytes": _f("int", required=False, nullable=True, minimum=0, maximum=MAX_BYTES,
+                         doc="graph pool size after"),
+        "pool_delta_bytes": _f("int", required=False, nullable=True, minimum=-MAX_BYTES, maximum=MAX_BYTES,
+                               doc="may be negative"),
         "status": _f("str", choices=CAPTURE_STATUSES),
         "error": _f("str", required=False, nullable=True, max_chars=4000),
         "variant": _f("str", required=False, nullable=True, max_chars=64,
@@ -157,12 +192,12 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     "step": {
         "stage": _f("str", choices=STEP_STAGES),
         "mode": _f("str", choices=MODES),
-        "raw_bs": _f("int", minimum=1),
-        "graph_bs": _f("int", nullable=True, minimum=1, doc="null when eager"),
-        "num_tokens": _f("int", minimum=0),
-        "padded_tokens": _f("int", minimum=0),
+        "raw_bs": _batch(),
+        "graph_bs": _batch(nullable=True, doc="null when eager"),
+        "num_tokens": _f("int", minimum=0, maximum=MAX_STEP_TOKENS),
+        "padded_tokens": _f("int", minimum=0, maximum=MAX_STEP_TOKENS),
         "reason": _f("reason", nullable=True, doc="one of REASONS when eager, else null"),
-        "duration_s": _f("float", nullable=True, minimum=0),
+        "duration_s": _duration(nullable=True),
         "evidence": _f("str", required=False, nullable=True, max_chars=500,
                        doc="what was seen that gave the reason, when it is not plain from the batch"),
     },
@@ -172,28 +207,36 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "stage": _f("str", choices=STEP_STAGES),
         "mode": _f("str", choices=MODES),
         "reason": _f("reason", nullable=True),
-        "count": _f("int", minimum=1),
-        "num_tokens": _f("int", minimum=0),
-        "padded_tokens": _f("int", minimum=0),
-        "duration_s": _f("float", required=False, nullable=True, minimum=0),
-        "interval_s": _f("float", required=False, nullable=True, minimum=0),
+        "count": _f("int", minimum=1, maximum=MAX_COUNT),
+        "num_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
+        "padded_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
+        "duration_s": _duration(required=False, nullable=True),
+        "interval_s": _duration(required=False, nullable=True),
         "provenance": _provenance(),
         "evidence": _f("str", required=False, nullable=True, max_chars=500,
                        doc="what supports the reason (required in spirit when provenance is inferred)"),
+        # Per-size counts (vLLM's --cudagraph-metrics rows, /metrics histogram buckets): the
+        # batch size these steps had and the graph that served them, when the source says.
+        "raw_bs": _f("int", required=False, nullable=True, minimum=1,
+                     doc="the batch size (tokens) of these steps; null when the source gives none"),
+        "graph_bs": _f("int", required=False, nullable=True, minimum=1,
+                       doc="the captured size that served them; null when eager or not said"),
+        # Counts of several sizes at once (the runner's sampled graph steps: one event a second).
         "batch_sizes": _f("object", required=False, nullable=True,
                           doc="the counted steps by raw batch size: {\"<raw_bs>\": {\"count\", "
                               "\"num_tokens\", \"padded_tokens\", \"duration_s\"}}, summing to the "
-                              "event's totals; with it the steps count in the batch-size histogram"),
+                              "event's totals; with it the steps count in the batch-size histogram. "
+                              "Not with raw_bs"),
     },
     "degrade": {
         "from": _f("str", max_chars=64),
         "to": _f("str", max_chars=64),
         "error": _f("str", nullable=True, max_chars=4000),
-        "graph_bs": _f("int", required=False, nullable=True, minimum=1),
+        "graph_bs": _batch(required=False, nullable=True),
         "rank": _rank(),
     },
     "parity": {
-        "graph_bs": _f("int", minimum=1),
+        "graph_bs": _batch(),
         "max_abs_diff": _f("float", minimum=0),
         "rel_err": _f("float", minimum=0),
         "tolerance": _f("float", required=False, nullable=True, minimum=0),
@@ -205,8 +248,7 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "rank": _rank(),
         "phase": _f("str", required=False, nullable=True, pattern=_NAME_PATTERN, max_chars=64,
                     doc="the phase it failed in: load_weights, kv_cache, compile, capture, serving, ..."),
-        "graph_bs": _f("int", required=False, nullable=True, minimum=1,
-                       doc="the capture size it failed at"),
+        "graph_bs": _batch(required=False, nullable=True, doc="the capture size it failed at"),
     },
     "heartbeat": {},
     # Something the reader should know about the run that is not a step or a phase: a batch
@@ -265,13 +307,15 @@ def _check_value(name: str, spec: FieldSpec, value: Any) -> None:
     if spec.type == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise WireError(name, "must be an integer")
-        if abs(value) > 2**62:
+        if abs(value) > MAX_SEQ:
             raise WireError(name, "out of range")
     elif spec.type == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise WireError(name, "must be a number")
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):
             raise WireError(name, "must be finite")
+        if abs(value) > _FLOAT_MAX:
+            raise WireError(name, "out of range")
     elif spec.type == "bool":
         if not isinstance(value, bool):
             raise WireError(name, "must be true or false")
@@ -282,6 +326,19 @@ def _check_value(name: str, spec: FieldSpec, value: Any) -> None:
         return
     if spec.minimum is not None and value < spec.minimum:
         raise WireError(name, f"must be >= {spec.minimum:g}")
+    if spec.maximum is not None and value > spec.maximum:
+        if spec.timestamp:
+            raise WireError(name, _timestamp_too_large(value))
+        raise WireError(name, f"must be <= {spec.maximum:g}")
+
+
+def _timestamp_too_large(value: float) -> str:
+    """Name the unit a too-large timestamp was most likely sent in."""
+    for unit, divisor in (("milliseconds", "1000"), ("microseconds", "1e6"), ("nanoseconds", "1e9")):
+        if value <= MAX_TIMESTAMP * float(divisor):
+            return (f"{value:.17g} is after 2100-01-01: it looks like {unit} since the epoch; "
+                    f"send unix seconds (divide by {divisor})")
+    return f"{value:.6g} is after 2100-01-01: not a time in unix seconds"
 
 
 def _check_fields(record: Any, specs: dict[str, FieldSpec]) -> None:
@@ -316,16 +373,20 @@ def validate_event(event: Any) -> None:
             raise WireError("reason", "an eager step needs a reason")
         if event["mode"] != "eager" and event.get("reason") is not None:
             raise WireError("reason", "only eager steps carry a reason")
+        if event["mode"] == "eager" and event.get("graph_bs") is not None:
+            raise WireError("graph_bs", "must be null for eager steps")
         if event.get("batch_sizes") is not None:
+            if event.get("raw_bs") is not None:
+                raise WireError("batch_sizes", "give raw_bs (one size) or batch_sizes (several), not both")
             _check_batch_sizes(event)
 
 
 MAX_BATCH_SIZES = 4096
 _BATCH_PART_FIELDS: dict[str, FieldSpec] = {
-    "count": _f("int", minimum=1),
-    "num_tokens": _f("int", minimum=0),
-    "padded_tokens": _f("int", minimum=0),
-    "duration_s": _f("float", required=False, nullable=True, minimum=0),
+    "count": _f("int", minimum=1, maximum=MAX_COUNT),
+    "num_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
+    "padded_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
+    "duration_s": _duration(required=False, nullable=True),
 }
 
 
@@ -337,7 +398,7 @@ def _check_batch_sizes(event: dict[str, Any]) -> None:
     sums = {"count": 0, "num_tokens": 0, "padded_tokens": 0}
     timed = event.get("duration_s") is not None
     for key, part in parts.items():
-        if not (key.isdigit() and key[0] != "0" and len(key) <= 9):
+        if not (key.isdigit() and key[0] != "0" and len(key) <= 9 and int(key) <= MAX_BATCH):
             raise WireError("batch_sizes", f"{key!r} is not a batch size (a positive integer as a string)")
         try:
             _check_fields(part, _BATCH_PART_FIELDS)
@@ -393,11 +454,13 @@ def _fast_expression(name: str, spec: FieldSpec, env: dict[str, Any]) -> str:
                 env[f"pattern_{name}"] = spec.pattern
                 base = f"({base} and pattern_{name}.match(v) is not None)"
     elif spec.type == "int":
-        low = -(2**62) if spec.minimum is None else int(spec.minimum)
-        base = f"(type(v) is int and {low} <= v <= {2**62})"
+        low = -MAX_SEQ if spec.minimum is None else int(spec.minimum)
+        high = MAX_SEQ if spec.maximum is None else int(spec.maximum)
+        base = f"(type(v) is int and {low} <= v <= {high})"
     elif spec.type == "float":
-        low = "" if spec.minimum is None else f" and v >= {spec.minimum!r}"
-        base = f"((type(v) is float and v - v == 0.0 or type(v) is int){low})"
+        low = -_FLOAT_MAX if spec.minimum is None else spec.minimum
+        high = _FLOAT_MAX if spec.maximum is None else spec.maximum
+        base = f"((type(v) is float and v - v == 0.0 or type(v) is int) and {low!r} <= v <= {high!r})"
     elif spec.type == "object":
         base = "type(v) is dict"
     else:

@@ -32,17 +32,15 @@ FLAG_LABELS = (("replayscope", "replayscope run"), ("vllm", "vLLM (command line)
 
 def page_data(store: Any, run_id: str, budget: int | None = None,
               inputs: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    from collector.advisor import advise, run_inputs
+    from collector.advisor import advise_run, default_budget, run_inputs
 
     inputs = inputs or run_inputs(store, run_id)
     if inputs is None:
         return None
     distinct = len(inputs["distribution"])
-    default = len(inputs["current_sizes"] or []) or 8
-    budget = max(1, budget or min(default, max(distinct, 1)))
-    advice = advise(inputs["distribution"], budget, eager_weight=inputs["eager_weight"],
-                    current_sizes=inputs["current_sizes"], capture_s=inputs["capture_s"],
-                    pool_bytes=inputs["pool_bytes"])
+    budget = max(1, budget or default_budget(inputs))
+    # the same function as GET /v1/runs/{id}/advice?budget=K
+    advice = advise_run(store, run_id, budget, inputs=inputs)
     unknown = c.unknown(inputs["summary"]["source"])
     records = []
     for name, plan in (("current", advice.current), ("proposed", advice.predicted)):

@@ -1,5 +1,10 @@
 """Alerts (/alerts): eager-ratio rules listed, created, edited and deleted (validated by
-collector.alerts), and the firing / resolved history with each alert's dominant reason."""
+collector.alerts), and the firing / resolved history with each alert's dominant reason.
+
+With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
+once: the sign-in callback sets a signed, HttpOnly session cookie (collector.auth), and
+every callback that changes the store checks it, so a callback posted without it changes
+nothing. Readers without it see webhook URLs as scheme and host only."""
 
 from __future__ import annotations
 
@@ -17,7 +22,10 @@ RULE_COLUMNS = (
     c.Column("id", "id", numeric=True, min_width=60, flex=0.5),
     c.Column("name", "name", min_width=120, flex=1.5),
     c.Column("threshold", "threshold", numeric=True, min_width=95),
+    c.Column("resolve_threshold", "resolves at", numeric=True, min_width=95),
     c.Column("window_s", "window (s)", numeric=True, min_width=95),
+    c.Column("for_s", "for (s)", numeric=True, min_width=75),
+    c.Column("keep_firing_for_s", "hold (s)", numeric=True, min_width=80),
     c.Column("min_steps", "min steps", numeric=True, min_width=95),
     c.Column("stage", "stage", min_width=80),
     c.Column("run_pattern", "runs (glob)", min_width=110, flex=1.5),
@@ -39,9 +47,14 @@ HISTORY_COLUMNS = (
 )
 
 
-def rule_rows(rules: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def rule_rows(rules: list[dict[str, Any]], writer: bool = True) -> list[dict[str, Any]]:
+    from collector.alerts import public_rule
+
+    rules = [public_rule(r, writer) for r in rules]
     return c.grid_rows(RULE_COLUMNS, ({
         "id": r["id"], "name": r["name"], "threshold": r["threshold"], "window_s": r["window_s"],
+        "resolve_threshold": r["threshold"] if r["resolve_threshold"] is None else r["resolve_threshold"],
+        "for_s": r["for_s"], "keep_firing_for_s": r["keep_firing_for_s"],
         "min_steps": r["min_steps"], "stage": r["stage"], "run_pattern": r["run_pattern"] or "(all runs)",
         "webhook_url": r["webhook_url"] or "(default)", "enabled": "yes" if r["enabled"] else "no"}
         for r in rules))
@@ -57,11 +70,30 @@ def history_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for e in events))
 
 
-def page_data(store: Any) -> dict[str, Any]:
+def page_data(store: Any, writer: bool = True) -> dict[str, Any]:
     from collector import queries
 
-    return {"rules": rule_rows(queries.alert_rules(store)),
+    return {"rules": rule_rows(queries.alert_rules(store), writer),
             "history": history_rows(queries.alert_events(store))}
+
+
+def _token() -> str | None:
+    return getattr(c.settings(), "token", None)
+
+
+def request_is_writer() -> bool:
+    """Whether the callback's request may change the store (the session cookie or the bearer token)."""
+    from collector.auth import is_writer
+
+    return is_writer(ctx.headers or {}, ctx.cookies or {}, _token())
+
+
+def _auth_text(writer: bool) -> str:
+    if not _token():
+        return "No token is configured (REPLAYSCOPE_TOKEN): anyone who reaches this page can change rules."
+    if writer:
+        return "Signed in: you can change rules."
+    return "Read-only: give the collector's token (REPLAYSCOPE_TOKEN) to change rules."
 
 
 def _field(label: str, component: Any) -> html.Div:
@@ -77,6 +109,12 @@ def layout(**_query: Any) -> html.Div:
         html.P("A rule fires for a run when, over its last window, at least 'min steps' steps of the "
                "stage ran and the eager share of them is above the threshold (0..1).", className="hint"),
         dcc.Interval(id="alerts-interval", interval=REFRESH_MS),
+        dcc.Store(id="auth-changed", data=0),
+        c.section("Access", html.Div(id="auth-status", role="status", className="hint"), html.Div([
+            _field("token", dcc.Input(id="auth-token", type="password", autoComplete="off", debounce=False)),
+            html.Div([html.Button("Sign in", id="auth-sign-in", n_clicks=0),
+                      html.Button("Sign out", id="auth-sign-out", n_clicks=0)], className="buttons"),
+        ], className="form", style=None if _token() else {"display": "none"}), id="alerts-access"),
         c.section("Rules", c.grid("alerts-rules", RULE_COLUMNS, filters=False, row_id="id", selectable=True),
             html.P("Select a rule to edit or delete it; clear the selection to create a new one.",
                    className="hint")),
@@ -85,6 +123,10 @@ def layout(**_query: Any) -> html.Div:
             _field("threshold (eager share 0..1)", dcc.Input(id="rule-threshold", type="number", value=0.2)),
             _field("window (s)", dcc.Input(id="rule-window", type="number", value=300)),
             _field("min steps", dcc.Input(id="rule-min-steps", type="number", value=100)),
+            _field("for (s): active this long before it fires", dcc.Input(id="rule-for", type="number", value=60)),
+            _field("hold (s): clear this long before it resolves",
+                   dcc.Input(id="rule-keep", type="number", value=300)),
+            _field("resolves at (empty = the threshold)", dcc.Input(id="rule-resolve", type="number")),
             _field("stage", dcc.Dropdown(id="rule-stage", options=list(STEP_STAGES), value="decode",
                                          clearable=False)),
             _field("runs (glob on name, empty = all)", dcc.Input(id="rule-pattern", type="text")),
@@ -102,49 +144,85 @@ def layout(**_query: Any) -> html.Div:
     ], className="page")
 
 
-def form_data(name, threshold, window, min_steps, stage, pattern, webhook, enabled) -> dict[str, Any]:
+def form_data(name, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
+              enabled) -> dict[str, Any]:
     """The form as a rule object for collector.alerts (which validates it)."""
     return {"name": (name or "").strip(), "threshold": threshold, "window_s": window, "min_steps": min_steps,
+            "for_s": for_s, "keep_firing_for_s": keep, "resolve_threshold": resolve,
             "stage": stage, "run_pattern": (pattern or "").strip() or None,
             "webhook_url": (webhook or "").strip() or None, "enabled": "on" in (enabled or [])}
+
+
+@callback(Output("auth-status", "children"), Output("auth-token", "value"), Output("auth-changed", "data"),
+          Input("auth-sign-in", "n_clicks"), Input("auth-sign-out", "n_clicks"), State("auth-token", "value"),
+          State("auth-changed", "data"))
+def sign_in(_in, _out, token, changed):
+    """Sign in (the token once, then a session cookie) or out; say which the page is."""
+    from collector.auth import SESSION_COOKIE, SESSION_TTL_S, new_session, token_matches
+
+    configured = _token()
+    trigger = ctx.triggered_id
+    if configured and trigger == "auth-sign-in":
+        if not token_matches(token or "", configured):
+            return "That is not the collector's token.", "", changed
+        secure = (ctx.headers or {}).get("x-forwarded-proto", "") == "https" or \
+            str((ctx.headers or {}).get("origin", "")).startswith("https:")
+        ctx.response.set_cookie(SESSION_COOKIE, new_session(configured), max_age=SESSION_TTL_S, path="/",
+                                httponly=True, samesite="strict", secure=secure)
+        return _auth_text(True), "", (changed or 0) + 1
+    if configured and trigger == "auth-sign-out":
+        ctx.response.set_cookie(SESSION_COOKIE, "", max_age=0, path="/", httponly=True, samesite="strict")
+        return _auth_text(False), "", (changed or 0) + 1
+    return _auth_text(request_is_writer()), dash.no_update, dash.no_update
 
 
 @callback(Output("alerts-rules", "rowData"), Output("alerts-history", "rowData"), Output("rule-message", "children"),
           Output("rule-message", "className"), Output("alerts-rules", "selectedRows"),
           Input("alerts-interval", "n_intervals"), Input("rule-create", "n_clicks"),
-          Input("rule-update", "n_clicks"), Input("rule-delete", "n_clicks"),
+          Input("rule-update", "n_clicks"), Input("rule-delete", "n_clicks"), Input("auth-changed", "data"),
           State("alerts-rules", "selectedRows"),
           State("rule-name", "value"), State("rule-threshold", "value"), State("rule-window", "value"),
-          State("rule-min-steps", "value"), State("rule-stage", "value"), State("rule-pattern", "value"),
+          State("rule-min-steps", "value"), State("rule-for", "value"), State("rule-keep", "value"),
+          State("rule-resolve", "value"), State("rule-stage", "value"), State("rule-pattern", "value"),
           State("rule-webhook", "value"), State("rule-enabled", "value"))
-def act(_n, _create, _update, _delete, selected, *form):
+def act(_n, _create, _update, _delete, _auth, selected, *form):
     from collector import alerts
+    from collector.notifications import Delivery
 
     store = c.store()
     message, kind, keep = dash.no_update, dash.no_update, dash.no_update
     trigger = ctx.triggered_id
+    writer = request_is_writer()
     selected_id = selected[0]["id"] if selected else None
     try:
-        if trigger == "rule-create":
+        if trigger in ("rule-create", "rule-update", "rule-delete") and not writer:
+            message, kind = "Not saved: changing rules needs the collector's token; sign in above.", "message error"
+        elif trigger == "rule-create":
             rule = alerts.create_rule(store, form_data(*form))
             message, kind, keep = f"Created rule {rule['name']!s}.", "message ok", []
         elif trigger in ("rule-update", "rule-delete"):
+            delivery = Delivery.from_settings(c.settings())
             if selected_id is None:
                 message, kind = "Select a rule in the table first.", "message error"
             elif trigger == "rule-update":
-                rule = alerts.update_rule(store, selected_id, form_data(*form), partial=False)
+                data = form_data(*form)
+                current = alerts.get_rule(store, selected_id)
+                if data["webhook_url"] and data["webhook_url"] == alerts.public_rule(current, False)["webhook_url"]:
+                    data["webhook_url"] = current["webhook_url"]     # loaded redacted: keep the real one
+                rule = alerts.update_rule(store, selected_id, data, partial=False, delivery=delivery)
                 message, kind = f"Saved rule {rule['name']!s}.", "message ok"
             else:
-                alerts.delete_rule(store, selected_id)
+                alerts.delete_rule(store, selected_id, delivery=delivery)
                 message, kind, keep = "Deleted the rule; its history stays.", "message ok", []
     except (alerts.InvalidRule, alerts.UnknownRule) as error:
         message, kind = f"Not saved: {error}", "message error"
-    data = page_data(store)
+    data = page_data(store, writer)
     return data["rules"], data["history"], message, kind, keep
 
 
 @callback(Output("rule-name", "value"), Output("rule-threshold", "value"), Output("rule-window", "value"),
-          Output("rule-min-steps", "value"), Output("rule-stage", "value"), Output("rule-pattern", "value"),
+          Output("rule-min-steps", "value"), Output("rule-for", "value"), Output("rule-keep", "value"),
+          Output("rule-resolve", "value"), Output("rule-stage", "value"), Output("rule-pattern", "value"),
           Output("rule-webhook", "value"), Output("rule-enabled", "value"),
           Input("alerts-rules", "selectedRows"), prevent_initial_call=True)
 def load_rule(selected):
@@ -152,6 +230,7 @@ def load_rule(selected):
         raise dash.exceptions.PreventUpdate
     from collector import alerts
 
-    rule = alerts.get_rule(c.store(), selected[0]["id"])
-    return (rule["name"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["stage"],
-            rule["run_pattern"] or "", rule["webhook_url"] or "", ["on"] if rule["enabled"] else [])
+    rule = alerts.public_rule(alerts.get_rule(c.store(), selected[0]["id"]), request_is_writer())
+    return (rule["name"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["for_s"],
+            rule["keep_firing_for_s"], rule["resolve_threshold"], rule["stage"], rule["run_pattern"] or "",
+            rule["webhook_url"] or "", ["on"] if rule["enabled"] else [])

@@ -12,6 +12,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import charts, comparisons
 from app import components as c
+from collector.explanations import STAND_IN_NOTE, is_stand_in
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
 
@@ -31,7 +32,7 @@ def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, flo
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
     from collector import queries, regressions
-    from collector.explanations import cost_sentence, reason_costs
+    from collector.explanations import cost_sentence, explain_run
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
@@ -44,7 +45,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] == "decode"})
     if not captured:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
-    costs = reason_costs(queries.reason_breakdown(store, run_id), step_times)
+    costs = explain_run(store, run_id)
     now = time.time() if summary["status"] == "running" else None
     unknown = c.unknown(summary["source"])
     return {
@@ -87,6 +88,8 @@ def header(summary: dict[str, Any]) -> list[Any]:
     ]
     if source_note:
         parts.append(html.P(source_note, className="note imported"))
+    if is_stand_in(summary):
+        parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
         parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
     notes = comparisons.detail_notes(summary["detail"])

@@ -25,33 +25,74 @@ DIFF_COLUMNS = (
 )
 
 
+# -- ranks side by side (engine logs name every rank's figures) --------------------------
+RANK_PHASES = ("load_weights", "compile", "kv_cache", "capture", "engine_init")
+
+
+def _phase_text(name: str):
+    def shown(row: dict[str, Any]) -> str:
+        cell = row.get(name + "_cell")
+        if cell is None:
+            return "not in the log"
+        text = c.seconds(cell["duration_s"]) if cell["duration_s"] is not None else "time not in the log"
+        return text + (f" · {c.size(cell['mem_bytes'])}" if cell["mem_bytes"] is not None else "")
+    return shown
+
+
+RANK_COLUMNS = (c.Column("rank_label", "rank", min_width=110),
+                *(c.Column(name, name.replace("_", " "), numeric=True, shown=_phase_text(name), min_width=130)
+                  for name in RANK_PHASES),
+                c.Column("failed", "failed", shown=lambda r: r["failed"] or "no", min_width=160, flex=2))
+
+
+def rank_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
+    """One row per rank the log named: its own startup figures and whether it failed."""
+    from collector import queries
+
+    rows = []
+    for entry in queries.rank_table(store, run_id):
+        row: dict[str, Any] = {"rank_label": entry["rank"] or "no rank (driver)", "failed": entry["failed"]}
+        for name in RANK_PHASES:
+            cell = entry["phases"].get(name)
+            row[name + "_cell"] = cell
+            row[name] = cell["duration_s"] if cell else None
+        rows.append(row)
+    return rows
+
+
+def _ranks_section(store: Any, run_id: str) -> Any:
+    rows = rank_rows(store, run_id)
+    if len(rows) < 2:
+        return c.section("Ranks side by side", html.P("One process in this run: no ranks to compare.",
+                                                       className="hint"))
+    return c.section("Ranks side by side",
+                     html.P("Each rank's own figures from the log; the run's headline is rank 0's, or the "
+                            "lowest rank that printed it (see docs/importing.md).", className="hint"),
+                     c.grid("startup-ranks", RANK_COLUMNS, c.grid_rows(RANK_COLUMNS, rows), filters=False,
+                            row_id="rank_label"))
+
+
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
     from collector import queries
-    from collector.diagnosis import diagnose, startup_seconds
+    from collector.diagnosis import diagnose_run, startup_seconds
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
         return None
     phases, caps, degrades = (queries.phases(store, run_id), queries.captures(store, run_id),
                               queries.degrades(store, run_id))
-    captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok"})
-    used: set[int] = set()
-    for row in queries.batch_histogram(store, run_id):
-        if row["mode"] in ("graph", "padded"):
-            size = next((s for s in captured if s >= row["raw_bs"]), None)
-            if size is not None:
-                used.add(size)
-    findings = diagnose(phases, caps, degrades, config=summary.get("config") or {},
-                        used_sizes=used if summary["steps"] and used else None)
+    diagnosis = diagnose_run(store, run_id).as_dict()     # what GET /v1/runs/{id}/diagnosis returns
     unknown = c.unknown(summary["source"])
     out: dict[str, Any] = {
         "summary": summary,
         "unknown": unknown,
+        "diagnosis": diagnosis,
         "startup_s": startup_seconds(phases, caps),
         "captures": caps,
         "failed": [x for x in caps if x["status"] == "failed"],
         "degrades": degrades,
-        "findings": [f.as_dict() for f in findings],
+        "findings": diagnosis["findings"],
+        "stats": stats(diagnosis),
         "waterfall": charts.waterfall_figure(phases, caps),
         "capture_fig": charts.capture_figure(caps, unknown),
         "diff": [],
@@ -64,6 +105,34 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         out["baseline_startup_s"] = startup_seconds(queries.phases(store, baseline),
                                                     queries.captures(store, baseline))
     return out
+
+
+PROVENANCE_NOTE = {"measured": "measured", "log": "from the log", "inferred": "inferred",
+                   "estimated": "estimated", None: "not recorded"}
+
+
+def stats(diagnosis: dict[str, Any]) -> dict[str, str]:
+    """The four numbers at the top, from what the run recorded or its log stated; what
+    neither said is "not in the log" / "not measured", never 0."""
+    capture = diagnosis["capture"]
+    unknown = c.unknown(diagnosis["source"])
+    startup = c.seconds(diagnosis["startup_s"]) if diagnosis["startup_s"] else unknown
+    count = capture["count"]
+    if count:
+        captures = f"{c.count(count)}"
+        if capture["planned"] and capture["planned"] != count:
+            captures += f" of {c.count(capture['planned'])}"
+        if not capture["sizes"]:
+            captures += " (a count: the log names no sizes)"
+    elif capture["planned"]:
+        captures = f"0 of {c.count(capture['planned'])}"
+    else:
+        captures = "none recorded"
+    total = (f"{c.seconds(capture['total_s'])} ({PROVENANCE_NOTE[capture['total_provenance']]})"
+             if capture["total_s"] is not None else unknown)
+    failed = c.count(capture["failed"]) if count or capture["failed"] else unknown
+    return {"startup-total": startup, "startup-captures": captures, "startup-capture-s": total,
+            "startup-failed": failed}
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
@@ -84,10 +153,12 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         html.Div([c.stat("startup", "…", "startup-total"), c.stat("captures", "…", "startup-captures"),
                   c.stat("capture time", "…", "startup-capture-s"), c.stat("failed", "…", "startup-failed")],
                  className="stats"),
-        c.section("Ranked diagnosis", html.Div(id="startup-diagnosis")),
+        c.section("Post-mortem: the outcome, then what took longer than expected",
+                  html.Div(id="startup-diagnosis")),
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
         c.section("Capture time and pool memory per size", c.graph("startup-captures-fig")),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),
+        _ranks_section(store, run_id),
         c.section("Against a baseline run",
                   dcc.Dropdown(id="startup-baseline",
                                options=[{"label": f"{r['name']} ({r['run_id']})", "value": r["run_id"]}
@@ -100,14 +171,59 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
 
 
 def _failures(data: dict[str, Any]) -> list[Any]:
-    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed after "
-             f"{c.seconds(x['duration_s'], data['unknown'])}: "
-             f"{x.get('error') or 'no error text'}" for x in data["failed"]]
+    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed"
+             + (f" after {c.seconds(x['duration_s'])}" if x.get("duration_s") else "")
+             + f": {x.get('error') or 'no error text'}" for x in data["failed"]]
     items += [f"degraded {d['from']} → {d['to']}" + (f" (bs {d['graph_bs']})" if d.get("graph_bs") else "")
               + (f": {d['error']}" if d.get("error") else "") for d in data["degrades"]]
-    if not items:
-        return [html.P("Every capture succeeded; no degradation.", className="hint")]
-    return [c.bullet_list(items, "failures")]
+    failure = data["summary"].get("failure")
+    if failure and failure.get("error"):
+        items.insert(0, f"the run failed: {failure['error']}")
+    if items:
+        return [c.bullet_list(items, "failures")]
+    capture = data["diagnosis"]["capture"]
+    if capture["count"]:
+        return [html.P(f"All {c.count(capture['count'])} captures recorded succeeded; no degradation.",
+                       className="hint")]
+    return [html.P("No capture was recorded for this run, and no failure.", className="hint")]
+
+
+def finding_card(finding: dict[str, Any], rank: int) -> html.Div:
+    """A finding: title, severity, the seconds over the expectation, evidence with where each
+    figure came from, and what to do in each engine."""
+    head = [html.Span(f"{rank}. {finding['title']}", className="card-title"),
+            html.Span(finding["severity"], className=f"badge badge-{finding['severity']}")]
+    if finding["seconds"] is not None:
+        head.append(html.Span(f"+{c.seconds(finding['seconds'])} over expected", className="card-seconds"))
+    evidence = html.Ul([html.Li([e["text"], " ", html.Span(PROVENANCE_NOTE[e["provenance"]],
+                                                            className=f"provenance provenance-{e['provenance']}")])
+                        for e in finding["evidence"]])
+    actions = finding["actions"]
+    return html.Div([
+        html.Div(head, className="card-head"),
+        html.Div([html.B("Evidence"), evidence]),
+        html.Div([html.B("What to do"), c.engine_flags(actions.get("replayscope", []), actions.get("vllm", []),
+                                                       actions.get("sglang", []))]),
+    ], className="card finding", **{"data-cause": finding["cause"],
+                                    "data-failure-class": finding["failure_class"] or ""})
+
+
+def diagnosis_children(data: dict[str, Any]) -> list[Any]:
+    diagnosis = data["diagnosis"]
+    children: list[Any] = []
+    if diagnosis["timing_note"]:
+        children.append(html.P(diagnosis["timing_note"], className="note stand-in"))
+    if diagnosis["findings"]:
+        children += [finding_card(f, i) for i, f in enumerate(diagnosis["findings"], 1)]
+        return children
+    capture = diagnosis["capture"]
+    said = [f"the run {diagnosis['status']}"]
+    if diagnosis["startup_s"]:
+        said.append(f"startup took {c.seconds(diagnosis['startup_s'])}")
+    if capture["count"] and capture["total_s"] is not None:
+        said.append(f"{c.count(capture['count'])} captures in {c.seconds(capture['total_s'])}")
+    children.append(html.P("Nothing took longer than expected: " + ", ".join(said) + ".", className="hint"))
+    return children
 
 
 @callback(Output("startup-total", "children"), Output("startup-captures", "children"),
@@ -121,23 +237,13 @@ def refresh(baseline, run_id):
     data = page_data(c.store(), run_id, baseline)
     if data is None:
         raise dash.exceptions.PreventUpdate
-    caps = data["captures"]
-    findings = data["findings"]
-    diagnosis = ([c.finding_card(f, i) for i, f in enumerate(findings, 1)] if findings
-                 else [html.P("Nothing stands out: no failures, few sizes, no outliers.", className="hint")])
     baseline_text = ""
     if "baseline_startup_s" in data:
         delta = data["startup_s"] - data["baseline_startup_s"]
         baseline_text = (f"This run {c.seconds(data['startup_s'])}, baseline {c.seconds(data['baseline_startup_s'])} "
                          f"({c.signed_seconds(delta)}).")
-    return (c.seconds(data["startup_s"]), c.count(len(caps)),
-            c.seconds(_known_sum(x["duration_s"] for x in caps), data["unknown"]), c.count(len(data["failed"])),
-            diagnosis, data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
+    stat = data["stats"]
+    return (stat["startup-total"], stat["startup-captures"], stat["startup-capture-s"], stat["startup-failed"],
+            diagnosis_children(data), data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
             c.grid_rows(DIFF_COLUMNS, data["diff"]),
             baseline_text)
-
-
-def _known_sum(values) -> float | None:
-    """The sum of the known values; None when none is known (unknown is not zero)."""
-    known = [float(v) for v in values if v is not None]
-    return sum(known) if known else None

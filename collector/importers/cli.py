@@ -1,4 +1,5 @@
-"""``replayscope import vllm|sglang LOGFILE`` and ``replayscope scrape URL``.
+"""``replayscope import vllm|sglang LOGFILE``, ``replayscope follow vllm|sglang FILE|-`` and
+``replayscope scrape URL``.
 
 Both write through a *sink*: the store directly (``--db URL``, the default
 ``sqlite:///replayscope.db``) or a running collector over HTTP (``--collector URL``).
@@ -126,7 +127,7 @@ def run_import(args: argparse.Namespace, out=None) -> int:
         json.dump(summary, out, indent=2, sort_keys=False)
         out.write("\n")
         return 0
-    print(f"{args.logfile}: {len(result.runs)} run(s) ({result.source}; ranks merged, "
+    print(f"{args.logfile}: {len(result.runs)} run(s) ({result.source}; every rank kept, "
           f"see docs/importing.md)", file=out)
     for run, w in zip(result.runs, written or [None] * len(result.runs)):
         s = run.summary()
@@ -134,7 +135,8 @@ def run_import(args: argparse.Namespace, out=None) -> int:
         mem = s["graph_mem_bytes"]
         print(f"  {s['run_id']}  {s['status']:<11} {s['backend']:<20} "
               f"{len(s['phases'])} phases, {len(s['captures'])} captures, "
-              f"capture {s['capture_total_s']:.2f} s"
+              + (f"capture {s['capture_total_s']:.2f} s" if s['capture_total_s'] is not None
+                 else "capture time not in the log")
               + (f" / {mem / 2**30:.2f} GiB" if mem is not None else "")
               + f", steps graph {steps['graph']} padded {steps['padded']} eager {steps['eager']}"
               + (f"  [{w['accepted']} new, {w['duplicates']} already there]" if w else ""), file=out)
@@ -200,6 +202,63 @@ def run_import_events(args: argparse.Namespace, out=None) -> int:
     return 0
 
 
+# -- follow ------------------------------------------------------------------------------
+
+
+class _RunWriter:
+    """One followed run into a DbSink or CollectorSink-like target: record first, then events."""
+
+    def __init__(self, target, record: dict[str, Any]):
+        self.target = target
+        self.run_id = record["run_id"]
+        target.write_run(record)
+
+    def write(self, events: list[dict[str, Any]]) -> None:
+        self.target.write_events(self.run_id, events)
+
+    def close(self) -> None:
+        pass
+
+
+def follow_sinks(args: argparse.Namespace):
+    """(open_sink(record) -> sink, close_all): HttpSink (retries, spool) for --collector,
+    the store for --db."""
+    if getattr(args, "collector", None):
+        from runner.emitter import HttpSink
+
+        def open_http(record: dict[str, Any]):
+            sink = HttpSink(args.collector, token=getattr(args, "token", None))
+            sink.open(record)
+            return sink
+        return open_http, lambda: None, f"collector {args.collector}"
+    db = DbSink(args.db or os.environ.get("REPLAYSCOPE_DB") or DEFAULT_DB)
+    return (lambda record: _RunWriter(db, record)), db.close, db.describe()
+
+
+def run_follow(args: argparse.Namespace, out=None) -> int:
+    out = out or sys.stdout
+    from collector.importers import ENGINE_SPECS
+    from collector.importers.follow import follow
+
+    if args.interval <= 0:
+        raise ReplayscopeError("--interval must be more than 0 seconds")
+    if args.path != "-" and not os.path.exists(args.path):
+        raise ReplayscopeError(f"{args.path}: no such file")
+    state = args.state
+    if state is None and args.path != "-":
+        state = args.path + ".replayscope-follow.json"
+    open_sink, close, target = follow_sinks(args)
+    print(f"following {args.path} ({args.engine}) into {target}"
+          + (f", state in {state}" if state else ""), file=out, flush=True)
+    try:
+        live = follow(ENGINE_SPECS[args.engine], args.path, open_sink, state_path=state, interval=args.interval,
+                      idle_exit=args.idle_exit, log=lambda message: print(message, file=out, flush=True))
+    finally:
+        close()
+    print(f"{len(live.runs_sent)} run(s) sent", file=out, flush=True)
+    return 0
+
+
 # -- scrape ------------------------------------------------------------------------------
 
 
@@ -214,7 +273,7 @@ def metrics_url(url: str) -> str:
 
 def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None] = time.sleep) -> int:
     out = out or sys.stdout
-    from collector.importers.sglang_metrics import Scraper
+    from collector.importers.scrape import Scraper
 
     if args.interval <= 0:
         raise ReplayscopeError("--interval must be more than 0 seconds")
@@ -266,7 +325,7 @@ def _add_target(parser: argparse.ArgumentParser) -> None:
 
 
 def add_parsers(sub) -> None:
-    """Register ``import`` and ``scrape`` on the ``replayscope`` subcommands."""
+    """Register ``import``, ``follow`` and ``scrape`` on the ``replayscope`` subcommands."""
     imp = sub.add_parser("import", help="import a vLLM or SGLang server log, or a replayscope events file",
                          description="Import a server log: startup phases, captures, failures, "
                                      "and per-step graph/eager modes where the log has them; or "
@@ -285,9 +344,25 @@ def add_parsers(sub) -> None:
     _add_target(events)
     events.set_defaults(handler=run_import_events)
 
-    scrape = sub.add_parser("scrape", help="poll an SGLang /metrics endpoint into step counts",
-                            description="Poll SGLang's sglang:cuda_graph_passes_total and record the "
-                                        "increase per mode between polls as step counts.")
+    follow = sub.add_parser("follow", help="follow a growing vLLM or SGLang log into a collector or store",
+                            description="Follow a server log as it grows (rotation and truncation handled; "
+                                        "a restart resumes at the offset saved in the state file) and send "
+                                        "each run's facts as the log states them. FILE '-' reads standard "
+                                        "input, e.g. kubectl logs -f POD | replayscope follow vllm -.")
+    follow.add_argument("engine", choices=("vllm", "sglang"), metavar="ENGINE", help="vllm or sglang")
+    follow.add_argument("path", metavar="FILE", help="the log file, or - for standard input")
+    _add_target(follow)
+    follow.add_argument("--state", metavar="FILE", default=None,
+                        help="where the offset is kept (default FILE.replayscope-follow.json; none for -)")
+    follow.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between reads when idle")
+    follow.add_argument("--idle-exit", type=float, default=None, metavar="S",
+                        help="end the run and exit after S seconds without new lines (default: run until Ctrl-C)")
+    follow.set_defaults(handler=run_follow)
+
+    scrape = sub.add_parser("scrape", help="poll an SGLang or vLLM /metrics endpoint into step counts",
+                            description="Poll SGLang's sglang:cuda_graph_passes_total or vLLM's "
+                                        "vllm:iteration_tokens_total (and vllm:cudagraph_iterations where "
+                                        "present) and record the increase between polls as step counts.")
     scrape.add_argument("url", metavar="URL", help="the server's /metrics URL (or its base URL)")
     scrape.add_argument("--interval", type=float, default=15.0, metavar="S", help="seconds between polls")
     scrape.add_argument("--count", type=int, default=None, metavar="N",

@@ -1,12 +1,16 @@
-"""What the log importers share: reading a log, splitting it into lines with their
-timestamp and rank, segmenting it into runs, and building wire records from facts.
+"""What the log importers share: numbers, the run builder that turns facts into wire
+events as lines arrive, and the parser that cuts a log into runs.
 
-An engine parser (``vllm_log``, ``sglang_log``) turns each line into at most one *fact*
-(a kind and a dict); this module cuts the facts into runs (a restart starts a new one),
-picks the primary rank of each run, and turns the engine's findings into a wire run
-record plus events, every one checked with ``runner.wire``. Nothing here raises on the
-text of a log: a line that does not parse is skipped, a figure that does not fit the
-wire is dropped with a warning.
+An engine module (``vllm_log``, ``sglang_log``) supplies ``classify(line) -> [Fact]`` and a
+``RunBuilder`` subclass with an ``on_<kind>`` handler per fact kind. ``LogParser`` feeds
+it line by line: the same code reads a whole file (``replayscope import``) and a growing
+one (``replayscope follow``). Events are emitted (and numbered) as soon as the log has
+said all it will say about them, so a stream of them is append-only.
+
+Every rank's facts are kept, each event carrying its ``rank``; the run's headline for a
+phase is rank 0's (or the lowest rank that printed it), named in ``config.rank_headline``.
+Nothing here raises on the text of a log: a line that does not parse is skipped, a figure
+that does not fit the wire is dropped with a warning.
 """
 
 from __future__ import annotations
@@ -16,23 +20,18 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
+from collector.importers.lines import LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
 
 GIB = 2**30
 MIB = 2**20
-# How ranks are reported, for --json and docs/importing.md.
-RANK_POLICY = ("merged: one run per server start; startup facts and steps come from the "
-               "lowest rank in the log (TP0 / rank 0, or lines without a rank); other "
-               "ranks contribute only their failures")
+RANK_POLICY = ("per rank: every rank's facts are kept with their rank; the run's headline for each "
+               "phase is rank 0's, or the lowest rank that printed it (config.rank_headline)")
 MAX_FILE_BYTES = 2 * 2**30
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_NUM = r"(-?\d+(?:\.\d+)?)"
-NUM = _NUM
+NUM = r"(-?\d+(?:\.\d+)?)"
 
 # -- numbers and memory ------------------------------------------------------------------
 
@@ -62,7 +61,7 @@ def mem_bytes(value: float | str | None, unit: str = "GiB") -> int | None:
         value = num(value)
     if value is None:
         return None
-    scale = MIB if unit.upper().startswith("M") else GIB
+    scale = MIB if unit.upper().startswith("M") else (2**40 if unit.upper().startswith("T") else GIB)
     result = round(value * scale)
     return result if abs(result) <= 2**62 else None
 
@@ -77,138 +76,465 @@ def int_list(text: str) -> list[int]:
     return out
 
 
-# -- lines -------------------------------------------------------------------------------
+def clip(text: str | None, limit: int) -> str | None:
+    if text is None:
+        return None
+    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
+    return text[:limit]
 
-RankKey = tuple  # (dp, pp, tp, rank) with 0 for a missing part
+
+def rank_order(rank: RankKey | None) -> tuple:
+    """Lower is more primary: no rank (the driver, a single process), then rank 0 on every
+    axis, ...; a process known only by its pid last."""
+    if rank is None:
+        return (-1,)
+    parts = dict(rank)
+    if "pid" in parts:
+        return (10**9, parts["pid"])
+    return tuple(parts.get(k, 0) for k in ("DP", "PP", "TP", "EP", "CP", "rank"))
+
+
+# -- facts -------------------------------------------------------------------------------
 
 
 @dataclass
-class LogLine:
-    lineno: int
-    text: str                      # the message: ANSI codes and prefixes removed
-    ts: float | None = None        # unix seconds (UTC) from the line's own timestamp
-    rank: RankKey | None = None    # None: the line names no rank
-    rank_label: str | None = None
+class Fact:
+    line: LogLine
+    kind: str
+    data: dict[str, Any] = field(default_factory=dict)
 
 
-_VLLM_PROC = re.compile(r"^\((?P<proc>[A-Za-z][A-Za-z0-9_]*)(?: rank=(?P<rank>\d+))? pid=\d+\)\s*", re.A)
-_RANK_BRACKET = re.compile(r"^\[rank(?P<rank>\d+)\]:?\s*", re.A)
-_VLLM_TS = re.compile(
-    r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)\s+(?P<mo>\d\d)-(?P<d>\d\d)\s+"
-    r"(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?\s+(?:\[[^\]]*\]|[\w./-]+:\d+\])\s*", re.A)
-_SGLANG_TS = re.compile(
-    r"^\[(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
-    r"(?P<ranks>(?:\s+[A-Z]{2}\d+)*)\]\s*", re.A)
-_ISO_TS = re.compile(
-    r"^(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+", re.A)
-_LEVEL = re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL)(?::\s+|\s+(?=\S))", re.A)
-_LEVEL_COLON = re.compile(r"^(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL):\s+", re.A)  # uvicorn
-_PARTS = re.compile(r"(DP|PP|TP|EP)(\d+)", re.A)
+# Fact kinds the parser itself understands; everything else is engine-specific.
+BANNER = "banner"        # a startup banner: the start of a run
+LOAD = "load"            # weights begin to load: a new run after a ready or failed one
+READY = "ready"          # the server answers requests
+FATAL = "fatal"          # the process is going down
+EXCEPTION = "exception"  # an exception line (the root cause is the first of a failure)
+TRACEBACK = "traceback"  # "Traceback (most recent call last):"
+FRAME = "frame"          # a traceback frame: File "...", line N, in func
+
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+_FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt)(?::\s*(?P<msg>.*))?$")
+# Exceptions that only point at another one ("see root cause above").
+_WRAPPER = re.compile(r"root cause above|check the stack trace above|Engine core initialization failed|"
+                      r"EngineDeadError|EngineGenerateError|Worker failed with error|"
+                      r"^Exception: Capture .*graph failed|^(?:KeyboardInterrupt|SystemExit)", re.I)
+_ENGINE_PATH = re.compile(r"/(?:vllm|sglang)/")
+
+# Where in startup a traceback failed, from its frames (the most specific first).
+_PHASE_FRAMES = (
+    ("capture", re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner|"
+                           r"init_cuda_graphs|init_device_graphs|torch/cuda/graphs\.py|CUDAGraphRunner|"
+                           r"graph_runner|capture_graph|\bcapture\b")),
+    ("compile", re.compile(r"torch/_dynamo|torch/_inductor|compilation/backends|compile_or_warm_up|"
+                           r"torch_compile|compiler_interface")),
+    ("kv_cache", re.compile(r"determine_available_memory|profile_run|initialize_kv_cache|init_memory_pool|"
+                            r"determine_num_available_blocks|initialize_cache|kv_cache")),
+    ("load_weights", re.compile(r"load_model|load_weights|model_loader|weight_utils|safetensors")),
+)
 
 
-def _rank_key(parts: dict[str, int]) -> RankKey:
-    return (parts.get("DP", 0), parts.get("PP", 0), parts.get("TP", 0), parts.get("rank", 0))
+def common_facts(line: LogLine) -> list[Fact]:
+    """Traceback starts, frames and exception lines, the same for every engine."""
+    text = line.text
+    if _TRACEBACK.search(text):
+        return [Fact(line, TRACEBACK, {"text": text})]
+    m = _FRAME.match(text)
+    if m:
+        return [Fact(line, FRAME, {"path": m["path"], "func": m["func"]})]
+    m = _EXCEPTION.match(text)
+    if m:
+        return [Fact(line, EXCEPTION, {"text": text})]
+    return []
 
 
-def _utc(date: str, clock: str) -> float | None:
-    try:
-        return datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S").replace(
-            tzinfo=timezone.utc).timestamp()
-    except (ValueError, OverflowError):
-        return None
+# -- a run -------------------------------------------------------------------------------
 
 
-class LineReader:
-    """Strips colour codes and the prefixes engines and launchers put before a message.
+@dataclass
+class Failure:
+    """Where and why a rank went down."""
+    ts: float | None
+    rank: RankKey | None
+    rank_label: str | None
+    error: str | None = None
+    phase: str | None = None
+    graph_bs: int | None = None
+    fatal: bool = False          # an engine's own "failed to start" line, not only an exception
+    wrapper: bool = False        # the error only points at another one
 
-    vLLM prints ``MM-DD HH:MM:SS`` without a year: the year is the file's modification
-    year, or the one before when that would put the line after the file was written.
-    Timestamps carry no zone; they are read as UTC.
+
+class RunBuilder:
+    """The events of one run, emitted as the log states them.
+
+    Subclasses add ``on_<kind>(fact)`` handlers, ``model()``, ``backend()``, ``device()``,
+    ``config()`` and may override ``close()`` to emit what waited for the end.
     """
 
-    def __init__(self, mtime: float):
-        self.mtime = mtime
-        self.year = datetime.fromtimestamp(max(mtime, 0), timezone.utc).year
+    engine = "engine"
+    source = "log"
+
+    def __init__(self, run_id: str, *, seq_start: int = 0, fallback_ts: float = 0.0):
+        self.run_id = run_id
+        self.seq = seq_start
+        self.fallback_ts = fallback_ts
+        self.events: list[dict[str, Any]] = []
+        self.warnings: list[str] = []
+        self.held: dict[Any, tuple[int, dict[str, Any]]] = {}
+        self._held_n = 0
+        self.first_ts: float | None = None
         self.last_ts: float | None = None
+        self.yearless = False
+        self.started = False          # an engine fact seen (a run worth keeping)
+        self.saw_start = False        # the startup banner was seen: the run is not partial
+        self.progress = False         # beyond the banner: a new banner means a restart
+        self.ready = False
+        self.failures: list[Failure] = []
+        self.stage = "startup"
+        self.ranks: dict[str, RankKey] = {}
+        self.headline: dict[str, tuple[tuple, str | None]] = {}   # phase -> (rank order, label)
+        self.trace: dict[Any, dict[str, Any]] = {}               # rank -> the open traceback
+        self.closed = False
+        self.status: str | None = None
 
-    def _vllm_ts(self, m: re.Match) -> float | None:
-        ts = _utc(f"{self.year}-{m['mo']}-{m['d']}", m["t"])
-        if ts is not None and ts > self.mtime + 86400:
-            ts = _utc(f"{self.year - 1}-{m['mo']}-{m['d']}", m["t"])
-        return ts
-
-    def read(self, lineno: int, raw: str) -> LogLine:
-        text = _ANSI.sub("", raw).replace("\x00", "").strip()
-        line = LogLine(lineno, text)
-        parts: dict[str, int] = {}
-        labels: list[str] = []
-        for _ in range(8):
-            m = _VLLM_PROC.match(text)
-            if m:
-                proc = m["proc"]
-                found = {k: int(v) for k, v in _PARTS.findall(proc)}
-                if m["rank"] is not None:
-                    found["rank"] = int(m["rank"])
-                if not found and "Worker" in proc:
-                    found["rank"] = 10**6      # a worker that does not say its rank
-                if found:
-                    parts.update(found)
-                    labels.append(proc + (f" rank={m['rank']}" if m["rank"] else ""))
-                text = text[m.end():]
-                continue
-            m = _RANK_BRACKET.match(text)
-            if m:
-                parts["rank"] = int(m["rank"])
-                labels.append(f"rank{m['rank']}")
-                text = text[m.end():]
-                continue
-            m = _VLLM_TS.match(text)
-            if m:
-                line.ts = self._vllm_ts(m) if line.ts is None else line.ts
-                text = text[m.end():]
-                continue
-            m = _SGLANG_TS.match(text)
-            if m:
-                line.ts = _utc(m["date"], m["t"]) if line.ts is None else line.ts
-                ranks = m["ranks"].split()
-                if ranks:
-                    parts.update({k: int(v) for k, v in _PARTS.findall(m["ranks"])})
-                    labels.append(" ".join(ranks))
-                text = text[m.end():]
-                continue
-            m = _ISO_TS.match(text)
-            if m:
-                line.ts = _utc(m["date"], m["t"]) if line.ts is None else line.ts
-                text = text[m.end():]
-                continue
-            m = _LEVEL_COLON.match(text) or (_LEVEL.match(text) if line.ts is not None else None)
-            if m:
-                text = text[m.end():]
-                continue
-            break
-        # a continuation line (a table row, a tqdm update) happened when the line above did
-        if line.ts is None:
-            line.ts = self.last_ts
-        else:
+    # -- feeding -----------------------------------------------------------------------
+    def observe(self, line: LogLine) -> None:
+        if line.ts is not None:
+            self.first_ts = line.ts if self.first_ts is None else self.first_ts
             self.last_ts = line.ts
-        if parts:
-            line.rank = _rank_key(parts)
-            line.rank_label = " ".join(labels)
-        line.text = text.strip()
-        return line
+            self.yearless = self.yearless or not line.dated
+        if line.rank_label:
+            self.ranks.setdefault(line.rank_label, line.rank)
+
+    def apply(self, fact: Fact) -> None:
+        handler = getattr(self, "on_" + fact.kind, None)
+        if handler is not None:
+            handler(fact)
+
+    # -- events ------------------------------------------------------------------------
+    def emit(self, event: dict[str, Any]) -> dict[str, Any] | None:
+        event = {k: v for k, v in event.items()}
+        if event.get("ts") is None:
+            event["ts"] = self.last_ts if self.last_ts is not None else self.fallback_ts
+        if event.get("kind") == "phase" and event.get("start_ts") is not None and event["start_ts"] < 0:
+            event["start_ts"] = None
+        for key in ("rank", "provenance", "evidence"):
+            if key in event and event[key] is None:
+                del event[key]           # absent: the source's default, nothing to say
+        event["seq"] = self.seq
+        try:
+            validate_event(event)
+        except WireError as error:
+            self.warnings.append(f"dropped a {event.get('kind')} event that does not fit the wire ({error})")
+            return None
+        self.seq += 1
+        self.events.append(event)
+        return event
+
+    def hold(self, key: Any, event: dict[str, Any]) -> None:
+        """An event a later line may still change: emitted by ``release``."""
+        self._held_n += 1
+        self.held[key] = (self._held_n, event)
+
+    def release(self, keep: Callable[[Any], bool] = lambda key: False) -> None:
+        """Emit the held events, except those whose key ``keep`` says to go on holding."""
+        for key, (_, event) in sorted(self.held.items(), key=lambda item: item[1][0]):
+            if not keep(key):
+                del self.held[key]
+                self.emit(event)
+
+    def phase(self, fact: Fact, name: str, duration: float | None, mem: int | None = None, *,
+              hold: bool = False) -> None:
+        """A startup phase as one rank logged it (duration None: the log gives no length)."""
+        ts = fact.line.ts
+        if duration is not None:
+            duration = max(0.0, duration)
+        event = {"kind": "phase", "ts": ts, "phase": name, "duration_s": duration,
+                 "start_ts": None if ts is None or duration is None else ts - duration, "mem_bytes": mem,
+                 "rank": fact.line.rank_label}
+        self.note_headline(name, fact.line)
+        if hold:
+            self.hold(("phase", name, fact.line.rank_label), event)
+        else:
+            self.emit(event)
+
+    def note_headline(self, what: str, line: LogLine) -> None:
+        order = rank_order(line.rank)
+        current = self.headline.get(what)
+        if current is None or order < current[0]:
+            self.headline[what] = (order, line.rank_label)
+
+    def warn(self, fact: Fact | None, message: str, code: str | None = None) -> None:
+        """A warning event (stored with the run) and the same text in --json."""
+        self.warnings.append(message)
+        self.emit({"kind": "warning", "ts": fact.line.ts if fact else None, "message": clip(message, 4000),
+                   "code": code, "rank": fact.line.rank_label if fact else None})
+
+    # -- failures ----------------------------------------------------------------------
+    def on_traceback(self, fact: Fact) -> None:
+        self.trace[fact.line.rank] = {"frames": [], "fact": fact, "error": None}
+        if not self.ready:
+            self.fail(fact, None)
+
+    def on_frame(self, fact: Fact) -> None:
+        trace = self.trace.get(fact.line.rank)
+        if trace is not None:
+            trace["frames"].append(f"{fact.data['path']} {fact.data['func']}")
+        if _ENGINE_PATH.search(fact.data["path"]):
+            self.started = True
+
+    def on_fatal(self, fact: Fact) -> None:
+        """An engine's own "going down" line: its text stands in for the error until a
+        traceback says why."""
+        if _TRACEBACK.search(fact.data["text"]):
+            self.on_traceback(fact)
+        text = _TRACEBACK.sub("", fact.data["text"]).strip().rstrip(":")
+        self.fail(fact, clip(text, 4000), fatal=True, wrapper=True)
+
+    def on_exception(self, fact: Fact) -> None:
+        trace = self.trace.get(fact.line.rank)
+        text = clip(fact.data["text"], 4000)
+        if self.ready and not (trace and trace.get("fatal")):
+            return                            # a request's error while serving: not the run's
+        self.fail(fact, text)
+
+    def fail(self, fact: Fact, error: str | None, *, fatal: bool = False, phase: str | None = None,
+             graph_bs: int | None = None, wrapper: bool | None = None) -> Failure:
+        """Record a failure on the fact's rank; the first root cause per rank wins."""
+        rank = fact.line.rank
+        failure = next((f for f in self.failures if f.rank == rank), None)
+        if failure is None:
+            failure = Failure(fact.line.ts, rank, fact.line.rank_label)
+            self.failures.append(failure)
+        wrapper = bool(error and _WRAPPER.search(error)) if wrapper is None else wrapper
+        if error and (failure.error is None or (failure.wrapper and not wrapper)):
+            failure.error, failure.wrapper = error, wrapper
+        failure.fatal = failure.fatal or fatal
+        trace = self.trace.get(rank)
+        failure.phase = phase or self._phase_from(trace) or failure.phase or self.failing_stage()
+        if graph_bs is not None:
+            failure.graph_bs = graph_bs
+        elif failure.phase == "capture" and failure.graph_bs is None:
+            failure.graph_bs = self.capturing_bs()
+        if trace is not None and self.ready and fatal:
+            trace["fatal"] = True
+        return failure
+
+    @staticmethod
+    def _phase_from(trace: dict[str, Any] | None) -> str | None:
+        if not trace:
+            return None
+        frames = " | ".join(trace["frames"])
+        for name, pattern in _PHASE_FRAMES:
+            if pattern.search(frames):
+                return name
+        return None
+
+    def failing_stage(self) -> str:
+        return "serving" if self.ready else self.stage
+
+    def capturing_bs(self) -> int | None:
+        """The graph size being captured now, when the engine's log says."""
+        return None
+
+    def failed(self) -> bool:
+        return any(f.error is not None or f.fatal for f in self.failures)
+
+    def headline_failure(self) -> Failure | None:
+        """Rank 0's (or the lowest failing rank's) root cause; a rank that only says
+        "see above" yields to one that says why."""
+        real = [f for f in self.failures if f.error is not None or f.fatal]
+        if not real:
+            return None
+        return min(real, key=lambda f: (f.wrapper or f.error is None, rank_order(f.rank)))
+
+    # -- the end -----------------------------------------------------------------------
+    def close(self) -> None:
+        """Emit what waited for more lines; subclasses add their own."""
+        self.release()
+
+    def finish(self, *, last: bool, ends_mid_line: bool, restarted: bool) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.close()
+        failure = self.headline_failure()
+        specific = next((f.phase for f in self.failures if f.phase not in (None, "startup")), None)
+        for other in self.failures:       # a rank that only went down with the others failed where they did
+            if other.phase in (None, "startup") and specific:
+                other.phase = specific
+        status = run_status(ready=self.ready, failed=failure is not None and (not self.ready or failure.fatal
+                                                                                or failure.phase == "serving"),
+                            last=last, ends_mid_line=ends_mid_line, restarted=restarted, warnings=self.warnings)
+        if status == "failed" and failure is not None and not self.ready:
+            failure.phase = failure.phase if failure.phase != "serving" else self.stage
+        self.status = status
+        if status == "failed" and failure is not None:
+            for other in self.failures:
+                if other is not failure and other.rank_label and (other.error or other.fatal):
+                    self.emit({"kind": "warning", "ts": other.ts, "code": "rank_failed", "rank": other.rank_label,
+                               "message": clip(f"{other.rank_label} failed"
+                                               + (f" in {other.phase}" if other.phase else "")
+                                               + f": {other.error or 'the process went down'}", 4000)})
+        self.emit({"kind": "run_end", "ts": self.last_ts, "status": status,
+                   "error": self.error_text(failure) if status == "failed" else None,
+                   "rank": failure.rank_label if status == "failed" and failure else None,
+                   "phase": failure.phase if status == "failed" and failure else None,
+                   "graph_bs": failure.graph_bs if status == "failed" and failure else None})
+
+    def error_text(self, failure: Failure | None) -> str | None:
+        if failure is None:
+            return None
+        return clip(failure.error, 4000) or "the engine went down (no exception text in the log)"
+
+    # -- the run record ----------------------------------------------------------------
+    def model(self) -> str | None:
+        return None
+
+    def backend(self) -> str | None:
+        return None
+
+    def device(self) -> str | None:
+        return None
+
+    def config(self) -> dict[str, Any]:
+        return {}
+
+    def record(self, *, name: str, log_file: str) -> dict[str, Any]:
+        started_at = self.first_ts if self.first_ts is not None else self.fallback_ts
+        labels = sorted(self.ranks, key=lambda label: rank_order(self.ranks[label]))
+        config = dict(self.config(), ranks=labels, log_file=log_file, rank_policy=RANK_POLICY,
+                      rank_headline={what: label for what, (_, label) in sorted(self.headline.items())})
+        model = self.model()
+        record = {
+            "run_id": self.run_id, "name": clip(name + (f" ({model})" if model else ""), 200) or self.run_id,
+            "source": self.source, "started_at": max(0.0, float(started_at)),
+            "backend": clip(self.backend(), 64) or "unknown", "model": clip(model, 300) or "unknown",
+            "device": clip(self.device(), 200) or "unknown", "torch_version": None, "config": config,
+            "wire_version": WIRE_VERSION, "partial": not self.saw_start,
+            "time_provenance": "inferred" if self.yearless or self.first_ts is None else "log",
+        }
+        validate_run(record)
+        return record
 
 
-def split_lines(text: str) -> tuple[list[str], bool]:
-    """Lines of a log, tqdm's carriage-return updates each their own line; and whether
-    the text stops in the middle of a line (a truncated or still-growing file)."""
-    ends_mid_line = bool(text) and not text.endswith(("\n", "\r"))
-    pieces = re.split(r"\r\n|\n|\r", text)
-    if pieces and pieces[-1] == "":
-        pieces.pop()
-    return pieces, ends_mid_line
+def run_status(*, ready: bool, failed: bool, last: bool, ends_mid_line: bool, restarted: bool,
+               warnings: list[str]) -> str:
+    """failed: it went down (before serving, or with a fatal error while serving);
+    finished: the server came up; interrupted: the log stops (or restarts) before either."""
+    if failed:
+        return "failed"
+    if last and ends_mid_line:
+        warnings.append("the log ends in the middle of a line (truncated?): imported as far as it goes")
+        return "interrupted"
+    if not ready:
+        warnings.append("the server restarted before it was ready" if restarted and not last
+                        else "the log ends before the server was ready (truncated?): imported as far as it goes")
+        return "interrupted"
+    return "finished"
 
 
-# -- reading a file ----------------------------------------------------------------------
+# -- the parser --------------------------------------------------------------------------
+
+
+@dataclass
+class Engine:
+    """What an engine module gives the parser."""
+    name: str                                       # vllm | sglang
+    source: str                                     # vllm-log | sglang-log
+    classify: Callable[[LogLine], list[Fact]]
+    new_run: Callable[..., RunBuilder]
+
+
+class LogParser:
+    """Feeds lines to runs: a banner after the current run made progress, or a weight load
+    after it was ready or failed, starts a new run. ``feed`` takes raw lines (already cut at
+    newlines and carriage returns); ``finish`` ends the last run."""
+
+    def __init__(self, engine: Engine, *, year: YearGuess, run_id: Callable[[int, LogLine], str],
+                 fallback_ts: float, first_seq: int = 0, continued: bool = False, continued_ready: bool = False):
+        self.engine = engine
+        self.reader = LineReader(year)
+        self.make_run_id = run_id
+        self.fallback_ts = fallback_ts
+        self.runs: list[RunBuilder] = []
+        self.current: RunBuilder | None = None
+        self.pending_lines: list[LogLine] = []     # lines before the first fact of a run
+        self.first_seq = first_seq
+        self.continued = continued
+        self.continued_ready = continued_ready   # the run went on was already serving
+        self.lineno = 0
+        self.failures = 0
+        self.warnings: list[str] = []
+        self.year = year
+
+    def feed(self, raw: str) -> None:
+        self.lineno += 1
+        try:
+            lines = self.reader.read(self.lineno, raw)
+            for line in lines:
+                if not line.text:
+                    if self.current is not None:
+                        self.current.observe(line)
+                    continue
+                for fact in self.engine.classify(line) or common_facts(line):
+                    self._route(fact)
+                if self.current is not None:
+                    self.current.observe(line)
+                else:
+                    self.pending_lines.append(line)
+                    del self.pending_lines[:-50]
+        except Exception as error:  # a parser bug must not lose the rest of the log
+            self.failures += 1
+            if self.failures <= 5:
+                self.warnings.append(f"line {self.lineno}: skipped, could not be read ({type(error).__name__})")
+
+    def _route(self, fact: Fact) -> None:
+        run = self.current
+        if run is not None and ((fact.kind == BANNER and run.progress)
+                                or (fact.kind == LOAD and (run.ready or run.failed()))):
+            run.finish(last=False, ends_mid_line=False, restarted=True)
+            run = None
+        if run is None:
+            if fact.kind in (EXCEPTION, FRAME, READY) and not self.continued:
+                return                         # a stray line is not a run yet
+            index = len(self.runs)
+            run = self.engine.new_run(self.make_run_id(index, fact.line),
+                                      seq_start=self.first_seq if index == 0 else 0,
+                                      fallback_ts=self.fallback_ts)
+            if self.continued and index == 0:
+                run.saw_start = run.started = True
+                if self.continued_ready:
+                    run.ready, run.stage = True, "serving"
+            self.runs.append(run)
+            self.current = run
+            for line in self.pending_lines:
+                run.observe(line)
+            self.pending_lines = []
+        if fact.kind == BANNER and not run.progress:
+            run.saw_start = True
+        elif fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
+            run.progress = True
+        if fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
+            run.started = True
+        run.observe(fact.line)
+        try:
+            run.apply(fact)
+        except Exception as error:  # one odd line must not lose the run
+            run.warnings.append(f"line {fact.line.lineno}: skipped ({type(error).__name__})")
+
+    def finish(self, *, ends_mid_line: bool) -> list[RunBuilder]:
+        if self.current is not None:
+            self.current.finish(last=True, ends_mid_line=ends_mid_line, restarted=False)
+        return self.kept()
+
+    def kept(self) -> list[RunBuilder]:
+        """Runs with an engine fact in them (not only a stray traceback)."""
+        return [r for r in self.runs if r.started]
+
+
+# -- whole files -------------------------------------------------------------------------
 
 
 def read_log_file(path: str) -> tuple[str, float, str]:
@@ -241,146 +567,9 @@ def looks_binary(data: bytes) -> bool:
     return controls > len(head) * 0.05
 
 
-# -- facts and runs ----------------------------------------------------------------------
-
-
-@dataclass
-class Fact:
-    line: LogLine
-    kind: str
-    data: dict[str, Any] = field(default_factory=dict)
-
-
-# Fact kinds the segmenter understands; everything else is engine-specific.
-BANNER = "banner"        # a startup banner: a new run when the current one has started
-LOAD = "load"            # weights begin/end loading: a new run after a ready or failed one
-READY = "ready"          # the server answers requests
-FATAL = "fatal"          # the process is going down
-EXCEPTION = "exception"  # an exception line: the error text when the run fails
-# Kinds kept from ranks other than the primary one.
-FAILURE_KINDS = {FATAL, EXCEPTION, "capture_failed"}
-
-
-@dataclass
-class Segment:
-    facts: list[Fact] = field(default_factory=list)
-    started: bool = False
-    done: bool = False       # ready or failed: a new load means a restart
-
-
-def segment(facts: list[Fact], progress_kinds: set[str]) -> list[Segment]:
-    """Cut facts into server starts: a banner after the run has made progress, or a
-    weight load after the server was ready or failed, starts a new run."""
-    segments = [Segment()]
-    for fact in facts:
-        current = segments[-1]
-        if (fact.kind == BANNER and current.started) or (fact.kind == LOAD and current.done):
-            current = Segment()
-            segments.append(current)
-        current.facts.append(fact)
-        if fact.kind in progress_kinds or fact.kind in (LOAD, READY, FATAL):
-            current.started = True
-        if fact.kind in (READY, FATAL, "capture_failed"):
-            current.done = True
-    return [s for s in segments if s.facts]
-
-
-def meaningful(segments: list[Segment]) -> list[Segment]:
-    """Runs that say something: not only stray exception, fatal or ready lines."""
-    return [s for s in segments if any(f.kind not in (EXCEPTION, FATAL, READY) for f in s.facts)]
-
-
-def segment_lines(segments: list[Segment], lines: list[LogLine]) -> list[tuple[Segment, list[LogLine]]]:
-    """Each run with the log lines it spans: from its first fact (the first run: from the
-    top) to the line before the next run's first fact (the last run: to the end)."""
-    out = []
-    for i, seg in enumerate(segments):
-        start = 1 if i == 0 else seg.facts[0].line.lineno
-        stop = segments[i + 1].facts[0].line.lineno - 1 if i + 1 < len(segments) else len(lines)
-        out.append((seg, lines[start - 1:stop]))
-    return out
-
-
-def primary_rank(facts: list[Fact]) -> RankKey | None:
-    ranks = [f.line.rank for f in facts if f.line.rank is not None]
-    return min(ranks) if ranks else None
-
-
-def keep_fact(fact: Fact, primary: RankKey | None) -> bool:
-    return fact.line.rank is None or fact.line.rank == primary or fact.kind in FAILURE_KINDS
-
-
-def collect_facts(text: str, mtime: float, classify: Callable[[LogLine], Fact | None],
-                  warnings: list[str]) -> tuple[list[Fact], list[LogLine], bool]:
-    """Every line classified; a line the classifier chokes on is skipped with a warning."""
-    reader = LineReader(mtime)
-    pieces, ends_mid_line = split_lines(text)
-    facts: list[Fact] = []
-    lines: list[LogLine] = []
-    failures = 0
-    for index, raw in enumerate(pieces, start=1):
-        try:
-            line = reader.read(index, raw)
-            lines.append(line)
-            if not line.text:
-                continue
-            fact = classify(line)
-        except Exception as error:  # a parser bug must not lose the rest of the log
-            failures += 1
-            if failures <= 5:
-                warnings.append(f"line {index}: skipped, could not be read ({type(error).__name__})")
-            continue
-        if fact is not None:
-            facts.append(fact)
-    return facts, lines, ends_mid_line
-
-
-# -- building wire records ---------------------------------------------------------------
-
-
 def run_id_for(source: str, digest: str, index: int) -> str:
     """Stable across re-imports of the same bytes: the content hash and the run's index."""
     return f"{source}-{digest[:20]}-{index}"
-
-
-def clip(text: str | None, limit: int) -> str | None:
-    if text is None:
-        return None
-    text = "".join(ch if ch.isprintable() else " " for ch in text).strip()
-    return text[:limit]
-
-
-class EventList:
-    """Events in log order; ``seq`` is assigned when the run is finished. An event the
-    wire would reject is dropped with a warning rather than failing the import."""
-
-    def __init__(self, warnings: list[str]):
-        self.items: list[tuple[int, int, dict[str, Any]]] = []
-        self.warnings = warnings
-        self._n = 0
-
-    def add(self, order: int, event: dict[str, Any]) -> None:
-        self._n += 1
-        self.items.append((order, self._n, event))
-
-    def finish(self, default_ts: float) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
-        for _, _, event in sorted(self.items, key=lambda item: (item[0], item[1])):
-            event = dict(event)
-            if event.get("ts") is None:
-                event["ts"] = default_ts
-            if event.get("kind") == "phase" and event.get("start_ts") is not None and event["start_ts"] < 0:
-                event["start_ts"] = None
-            event["seq"] = len(out)
-            try:
-                validate_event(event)
-            except WireError as error:
-                self.warnings.append(f"dropped a {event.get('kind')} event that does not fit the wire ({error})")
-                continue
-            out.append(event)
-        for i, event in enumerate(out):
-            event["seq"] = i
-        return out
 
 
 @dataclass
@@ -394,10 +583,16 @@ class ImportedRun:
 
     def summary(self) -> dict[str, Any]:
         """What --json prints for this run."""
-        phases = [{"phase": e["phase"], "duration_s": e["duration_s"], "mem_bytes": e.get("mem_bytes")}
-                  for e in self.events if e["kind"] == "phase"]
+        config = self.run.get("config") or {}
+        headline = config.get("rank_headline") or {}
+
+        def is_headline(event: dict[str, Any], what: str) -> bool:
+            return what not in headline or event.get("rank") == headline[what]
+
+        phases = [{"phase": e["phase"], "duration_s": e["duration_s"], "mem_bytes": e.get("mem_bytes"),
+                   "rank": e.get("rank")} for e in self.events if e["kind"] == "phase"]
         captures = [{k: e.get(k) for k in ("graph_bs", "stage", "duration_s", "pool_bytes",
-                                           "pool_delta_bytes", "status", "error", "variant")}
+                                           "pool_delta_bytes", "status", "error", "variant", "rank")}
                     for e in self.events if e["kind"] == "capture"]
         steps = {"graph": 0, "padded": 0, "eager": 0}
         reasons: dict[str, int] = {}
@@ -407,31 +602,22 @@ class ImportedRun:
                 steps[e["mode"]] += n
                 if e.get("reason"):
                     reasons[e["reason"]] = reasons.get(e["reason"], 0) + n
-        capture_phase = next((p for p in phases if p["phase"] == "capture"), None)
-        config = self.run.get("config") or {}
+        capture = [p for p in phases if p["phase"] == "capture" and is_headline(p, "capture")]
+        timed = [c["duration_s"] for c in captures if c["duration_s"] is not None and is_headline(c, "captures")]
+        end = next((e for e in self.events if e["kind"] == "run_end"), {})
         return {
             "run_id": self.run["run_id"], "name": self.run["name"], "source": self.run["source"],
             "backend": self.run["backend"], "model": self.run["model"], "device": self.run["device"],
-            "started_at": self.run["started_at"], "status": self.status, "error": self.error,
+            "started_at": self.run["started_at"], "partial": self.run.get("partial"),
+            "time_provenance": self.run.get("time_provenance"), "status": self.status, "error": self.error,
+            "failure": {k: end.get(k) for k in ("rank", "phase", "graph_bs")} if self.status == "failed" else None,
             "ranks": self.ranks, "phases": phases, "captures": captures,
-            "capture_total_s": capture_phase["duration_s"] if capture_phase else
-            round(sum(c["duration_s"] for c in captures), 6),
+            "capture_total_s": (capture[0]["duration_s"] if capture
+                                else (round(sum(timed), 6) if timed else None)),
             "graph_mem_bytes": config.get("graph_mem_bytes"),
             "steps": steps, "reasons": reasons, "events": len(self.events),
             "warnings": self.warnings,
         }
-
-
-def make_run_record(*, source: str, run_id: str, name: str, started_at: float, backend: str | None,
-                    model: str | None, device: str | None, config: dict[str, Any]) -> dict[str, Any]:
-    record = {
-        "run_id": run_id, "name": clip(name, 200) or run_id, "source": source,
-        "started_at": max(0.0, float(started_at)), "backend": clip(backend, 64) or "unknown",
-        "model": clip(model, 300) or "unknown", "device": clip(device, 200) or "unknown",
-        "torch_version": None, "config": config, "wire_version": WIRE_VERSION,
-    }
-    validate_run(record)
-    return record
 
 
 @dataclass
@@ -447,77 +633,39 @@ class ImportResult:
                 "runs": [r.summary() for r in self.runs], "warnings": self.warnings}
 
 
-def run_status(*, ready: bool, fatal: bool, last: bool, ends_mid_line: bool,
-               warnings: list[str]) -> str:
-    """finished: the server came up (and the log does not stop mid-line); failed: it went
-    down before serving; interrupted: the log stops (or restarts) before either."""
-    if fatal and not ready:
-        return "failed"
-    if last and ends_mid_line:
-        warnings.append("the log ends in the middle of a line (truncated?): imported as far as it goes")
-        return "interrupted"
-    if not ready:
-        if last:
-            warnings.append("the log ends before the server was ready (truncated?): imported as far as it goes")
-        else:
-            warnings.append("the server restarted before it was ready")
-        return "interrupted"
-    return "finished"
+def imported(run: RunBuilder, name: str, log_file: str) -> ImportedRun:
+    record = run.record(name=name, log_file=log_file)
+    end = next((e for e in reversed(run.events) if e["kind"] == "run_end"), None)
+    return ImportedRun(record, run.events, run.status or "interrupted", run.warnings,
+                       end.get("error") if end else None, record["config"]["ranks"])
 
 
-def assemble_runs(text: str, *, path: str, mtime: float, digest: str, engine: str, source: str,
-                  classify: Callable[[LogLine], Fact | None], progress_kinds: set[str],
-                  new_run: Callable[[list[Fact], list[str]], Any]) -> ImportResult:
-    """A log's text into runs: one per server start, each from its primary rank's facts.
-
-    ``new_run(facts, warnings)`` makes the engine's run builder, which has ``apply(fact)``,
-    ``finish()``, ``error_for(status)``, ``model()``, ``backend()``, ``device()``,
-    ``config()``, and ``ready``, ``fatal``, ``events``.
-    """
-    warnings: list[str] = []
-    facts, lines, ends_mid_line = collect_facts(text, mtime, classify, warnings)
-    segments = meaningful(segment(facts, progress_kinds=progress_kinds))
-    runs: list[ImportedRun] = []
-    base = os.path.basename(path) or f"{engine}.log"
-    for index, (seg, seg_lines) in enumerate(segment_lines(segments, lines)):
-        run_warnings: list[str] = []
-        primary = primary_rank(seg.facts)
-        kept = [f for f in seg.facts if keep_fact(f, primary)]
-        run = new_run(kept, run_warnings)
-        run.primary = primary
-        for fact in kept:
-            try:
-                run.apply(fact)
-            except Exception as error:  # one odd line must not lose the run
-                run_warnings.append(f"line {fact.line.lineno}: skipped ({type(error).__name__})")
-        run.finish()
-        stamps = [line.ts for line in seg_lines if line.ts is not None]
-        started_at = stamps[0] if stamps else mtime
-        status = run_status(ready=run.ready, fatal=run.fatal, last=index == len(segments) - 1,
-                            ends_mid_line=ends_mid_line, warnings=run_warnings)
-        error = run.error_for(status)
-        end_ts = stamps[-1] if stamps else started_at
-        run.events.add(10**12, {"kind": "run_end", "ts": end_ts, "status": status, "error": error})
-        events = run.events.finish(started_at)
-        ranks = sorted({f.line.rank_label for f in seg.facts if f.line.rank_label})
-        model = run.model()
-        record = make_run_record(
-            source=source, run_id=run_id_for(engine, digest, index),
-            name=f"{base} run {index + 1}" + (f" ({model})" if model else ""),
-            started_at=started_at, backend=run.backend(), model=model, device=run.device(),
-            config=dict(run.config(), ranks=ranks, log_file=base))
-        runs.append(ImportedRun(record, events, status, run_warnings, error, ranks))
-    return ImportResult(source, path, runs, warnings)
-
-
-def safe_parse(parse: Callable[..., ImportResult], source: str, text: str, path: str, mtime: float,
-               digest: str | None) -> ImportResult:
-    """Run ``parse``; if it fails on this text (a bug), return what can be said instead
-    of raising: no runs and the reason as a warning."""
+def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: str | None) -> ImportResult:
+    """A whole log's text into runs; never raises on its content."""
     if digest is None:
         digest = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
     try:
-        return parse(text, path=path, mtime=mtime, digest=digest)
+        year = infer_year(text, mtime)
+        parser = LogParser(engine, year=year, run_id=lambda index, _line: run_id_for(engine.name, digest, index),
+                           fallback_ts=mtime)
+        pieces, ends_mid_line = split_lines(text)
+        for raw in pieces:
+            parser.feed(raw)
+        runs = parser.finish(ends_mid_line=ends_mid_line)
+        base = os.path.basename(path) or f"{engine.name}.log"
+        out = [imported(run, f"{base} run {i + 1}", base) for i, run in enumerate(runs)]
+        for run, builder in zip(out, runs):
+            if builder.yearless:
+                run.warnings.append(f"vLLM stamps print no year: {year.year} is inferred from {year.evidence}")
     except Exception as error:  # never let a log's content crash the command
-        return ImportResult(source, path, [], [f"the importer failed on this log "
-                                               f"({type(error).__name__}: {error}); nothing imported"])
+        return ImportResult(engine.source, path, [], [f"the importer failed on this log "
+                                                      f"({type(error).__name__}: {error}); nothing imported"])
+    result = ImportResult(engine.source, path, out, parser.warnings)
+    if not out:
+        label = "vLLM" if engine.name == "vllm" else "SGLang"
+        result.warnings.append(f"no {label} server start, startup line or failure found in this log")
+    return result
+
+
+def first(items: Iterable[Any], default: Any = None) -> Any:
+    return next(iter(items), default)

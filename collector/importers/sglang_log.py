@@ -1,10 +1,11 @@
-"""SGLang server logs -> replayscope runs.
+"""SGLang server logs -> replayscope runs, line by line.
 
-Reads the lines REFERENCE.md lists (older and newer wording, "cuda"/"cpu"/"npu" graph,
-the early-2025 end line with its fields swapped, negative mem usage): weight loading,
-the KV cache, each capture section (target / draft, decode / verify / prefill), the
-tqdm bar's per-size progression, capture failures, the startup timings line, and the
-per-batch ``cuda graph: True|False`` flag. docs/importing.md says what becomes what.
+Reads what SGLang prints about startup and graphs, 0.3 to current (docs/importing.md has
+the table): weight loading, the memory pool and KV cache, ``max_total_num_tokens``, each
+capture section (target / draft, decode / verify / prefill; "cuda", "cpu" or "npu"
+graph), every form of its progress bar (with ``bs=``, with only ``avail_mem=``, without a
+description), capture failures, the startup timings line, and the per-batch
+``cuda graph: True|False`` flag, with the cause of an eager batch where the log shows it.
 """
 
 from __future__ import annotations
@@ -15,35 +16,42 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.importers.common import (
-    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, assemble_runs, clip, EventList, Fact,
-    ImportResult, int_list, LogLine, mem_bytes, num, safe_parse, to_int,
+    BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num,
+    parse_text as _parse, rank_order, to_int,
 )
+from collector.importers.lines import LogLine
 
 SOURCE = "sglang-log"
 
 _MEM = NUM + r"\s*(GB|GiB|MB|MiB)"
+_GRAPH = r"(?P<dev>cuda|cpu|npu|CUDA|CPU|NPU|musa|MUSA|hpu|HPU|xpu|XPU)"
+_SECTION = r"Capture (?:(?P<role>target|draft) )?(?:(?P<stage>decode|verify|prefill|extend|idle) )?" + _GRAPH
 _RE = {
-    "banner": re.compile(r"server_args=ServerArgs\(|Launch(?:ing)? (?:the )?SGLang server", re.I),
+    "banner": re.compile(r"server_args=ServerArgs\("),
     "load_begin": re.compile(r"Load weight begin\b(?P<rest>.*)$"),
     "load_end": re.compile(r"Load weight end\b(?P<rest>.*)$"),
+    "pool_end": re.compile(r"Memory pool end\.\s*avail mem=" + _MEM),
     "kv": re.compile(r"KV Cache is allocated\.(?P<rest>.*)$"),
+    "token_budget": re.compile(r"max_total_num_tokens=(?P<rest>\d+.*)$"),
     "timings": re.compile(r"Engine startup timings \(s\):\s*(?P<rest>.*)$"),
-    "capture_failed": re.compile(
-        r"Capture (?:(?P<role>target|draft) (?P<stage>\w+) )?(?P<dev>\w+) graph failed\b:?\s*(?P<error>.*)$", re.I),
-    "capture_begin": re.compile(
-        r"Capture (?:(?P<role>target|draft) (?P<stage>\w+) )?(?P<dev>\w+) graph begin\b(?P<rest>.*)$", re.I),
-    "capture_end": re.compile(
-        r"Capture (?:(?P<role>target|draft) (?P<stage>\w+) )?(?P<dev>\w+) graph end\b(?P<rest>.*)$", re.I),
-    "capture_bs": re.compile(r"Capture (?P<dev>\w+) graph bs \[(?P<bs>[^\]]*)\]", re.I),
-    "tqdm": re.compile(
-        r"Capturing [\w ]*?\((?:bs|num_tokens)=(?P<bs>\d+)\s+avail_mem=" + NUM + r"\s*(?P<unit>GB|GiB)\)"
-        r"(?::\s*\d+%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>\d+(?::\d\d){1,2}))?"),
-    "batch": re.compile(r"\b(?P<stage>Decode|Prefill) batch\b(?P<rest>.*)$"),
+    "capture_failed": re.compile(_SECTION + r" graph failed\b:?\s*(?P<error>.*)$", re.I),
+    "capture_begin": re.compile(_SECTION + r" graph begin\b(?P<rest>.*)$", re.I),
+    "capture_end": re.compile(_SECTION + r" graph end\b(?P<rest>.*)$", re.I),
+    "capture_bs": re.compile(r"Capture " + _GRAPH + r" graph bs \[(?P<bs>[^\]]*)\]", re.I),
+    "batch": re.compile(r"\b(?P<stage>Decode|Prefill) batch\b(?P<mixed>\s*\(mixed #running-req:\s*\d+\))?"
+                        r"(?P<rest>.*)$"),
     "ready": re.compile(r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"),
-    "fatal": re.compile(r"Scheduler hit an exception|Received sigquit from a child|hit an exception:|"
-                        r"scheduler is dead|Child process unexpectedly failed"),
-    "exception": re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s*(?P<msg>.*))?$"),
+    "fatal": re.compile(r"Scheduler hit an exception|Received sigquit from a child|TpModelWorker hit an exception|"
+                        r"DataParallelController hit an exception|DetokenizerManager hit an exception|"
+                        r"Child process unexpectedly failed|scheduler is dead|"
+                        r"Initialization failed\. (?:warmup|detoken)_init_state|exited with code"),
 }
+# A capture progress bar: "Capturing batches (bs=8 avail_mem=12.30 GB): 25%|##| 1/4 [00:02<...",
+# "(avail_mem=...)" without the size, "(bs=8, avail_mem=...)", and bars with no description.
+_TQDM = re.compile(
+    r"(?:Capturing [\w ]*?\((?:(?:bs|num_tokens)=(?P<bs>\d+),?\s*)?avail_mem=" + NUM + r"\s*(?P<unit>GB|GiB)\)"
+    r"|(?<![\w)])(?=\s*\d+%\|))"
+    r":?\s*(?:(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>\d+(?::\d\d){1,2}))?")
 _KV = {
     "elapsed": re.compile(r"(?:Time )?elapsed(?:=|:\s*)" + NUM + r"\s*s\b"),
     "mem_usage": re.compile(r"mem usage=" + _MEM),
@@ -53,7 +61,7 @@ _KV = {
     "num_tokens": re.compile(r"\bnum_tokens=\[([^\]]*)\]"),
     "type": re.compile(r"\btype=([\w.]+)"),
 }
-_STAGES = {"decode": "decode", "verify": "verify", "prefill": "prefill", "extend": "prefill"}
+_STAGES = {"decode": "decode", "verify": "verify", "prefill": "prefill", "extend": "prefill", "idle": "decode"}
 
 
 def _mem(pattern: re.Pattern, text: str) -> int | None:
@@ -61,48 +69,48 @@ def _mem(pattern: re.Pattern, text: str) -> int | None:
     return mem_bytes(m.group(1), m.group(2)) if m else None
 
 
-def _seconds(clock: str) -> float | None:
-    try:
-        parts = [int(p) for p in clock.split(":")]
-    except ValueError:
+def _seconds(clock: str | None) -> float | None:
+    if not clock:
         return None
     total = 0
-    for p in parts:
-        total = total * 60 + p
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
     return float(total)
 
 
-def classify(line: LogLine) -> Fact | None:
+def classify(line: LogLine) -> list[Fact]:
     text = line.text
-    if "graph" in text or "Graph" in text or "GRAPH" in text:
+    if "raph" in text or "RAPH" in text:
         for kind in ("capture_failed", "capture_begin", "capture_end", "capture_bs"):
             m = _RE[kind].search(text)
             if m:
-                return Fact(line, kind, m.groupdict())
+                return [Fact(line, kind, m.groupdict())]
     if "batch" in text:
         m = _RE["batch"].search(text)
         if m:
-            return Fact(line, "batch", m.groupdict())
-    if "Capturing" in text:
-        m = _RE["tqdm"].search(text)
-        if m:
+            return [Fact(line, "batch", m.groupdict())]
+    if "%|" in text and ("Capturing" in text or text.lstrip()[:1].isdigit()):
+        bars = []
+        for m in _TQDM.finditer(text):
+            if m.group("n") is None and m.group("unit") is None:
+                continue
             d = m.groupdict()
-            d["avail"] = mem_bytes(m.group(2), d["unit"])
-            return Fact(line, "tqdm", d)
-    for kind in ("load_begin", "load_end", "kv", "timings"):
+            d["avail"] = mem_bytes(m.group(2), d["unit"]) if d["unit"] else None
+            d["named"] = "Capturing" in m.group(0)
+            bars.append(Fact(line, "tqdm", d))
+        if bars:
+            return bars
+    for kind in ("load_begin", "load_end", "pool_end", "kv", "token_budget", "timings"):
         m = _RE[kind].search(text)
         if m:
-            return Fact(line, LOAD if kind == "load_begin" else kind, m.groupdict())
+            return [Fact(line, LOAD if kind == "load_begin" else kind, m.groupdict() | {"groups": m.groups()})]
     if _RE["banner"].search(text):
-        return Fact(line, BANNER, {"text": text})
+        return [Fact(line, BANNER, {"text": text})]
     if _RE["ready"].search(text):
-        return Fact(line, READY)
+        return [Fact(line, READY)]
     if _RE["fatal"].search(text):
-        return Fact(line, FATAL, {"msg": text})
-    m = _RE["exception"].match(text)
-    if m:
-        return Fact(line, EXCEPTION, {"msg": text})
-    return None
+        return [Fact(line, FATAL, {"text": text})]
+    return []
 
 
 @dataclass
@@ -111,7 +119,8 @@ class _Section:
     role: str
     stage: str
     dev: str
-    order: int
+    rank: Any
+    rank_label: str | None
     backend: str | None = None
     sizes: list[int] = field(default_factory=list)
     begin_avail: int | None = None
@@ -124,11 +133,24 @@ class _Section:
     mem_usage: int | None = None
     end_avail: int | None = None
     end_ts: float | None = None
-    end_order: int = 0
+    emitted: bool = False
 
     @property
     def label(self) -> str:
         return f"{self.role}.{self.stage}"
+
+    def current_bs(self) -> int | None:
+        """The size the bar was on last (a bar without sizes: from its count and the list)."""
+        if not self.tqdm:
+            return None
+        d = self.tqdm[-1].data
+        if d.get("bs"):
+            return int(d["bs"])
+        n = to_int(d.get("n"))
+        order = sorted(set(self.sizes), reverse=True)
+        if n is not None and n < len(order):
+            return order[n]
+        return None
 
 
 def _server_args(text: str) -> dict[str, Any]:
@@ -137,17 +159,22 @@ def _server_args(text: str) -> dict[str, Any]:
         m = re.search(rf"\b{key}='([^']*)'", text)
         if m:
             out[key] = m.group(1)
-    for key in ("disable_cuda_graph", "enable_torch_compile", "disable_cuda_graph_padding"):
+    for key in ("disable_cuda_graph", "enable_torch_compile", "disable_cuda_graph_padding", "enable_dp_attention",
+                "enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph"):
         m = re.search(rf"\b{key}=(True|False)", text)
         if m:
             out[key] = m.group(1) == "True"
-    for key in ("torch_compile_max_bs", "cuda_graph_max_bs", "decode_log_interval", "tp_size"):
+    for key in ("torch_compile_max_bs", "cuda_graph_max_bs", "decode_log_interval", "tp_size", "dp_size",
+                "pp_size", "ep_size", "max_running_requests"):
         m = re.search(rf"\b{key}=(\d+)", text)
         if m:
             out[key] = int(m.group(1))
     m = re.search(r"\bcuda_graph_bs=\[([^\]]*)\]", text)
     if m:
-        out["cuda_graph_bs"] = int_list(m.group(1))
+        out["cuda_graph_bs"] = sorted(set(int_list(m.group(1))))
+    m = re.search(r"\bspeculative_algorithm='?(\w+)", text)
+    if m and m.group(1) != "None":
+        out["speculative_algorithm"] = m.group(1)
     return out
 
 
@@ -159,60 +186,65 @@ def _timings(text: str) -> dict[str, Any]:
                   if v is not None}
         out["cuda_graph"] = graphs
         text = text[:m.start()] + text[m.end():]
-    for key, value in re.findall(r"(\w+)=" + NUM, text):
+    for key, value in re.findall(r"([\w()]+)=" + NUM, text):
         v = num(value)
         if v is not None:
             out[key] = v
     return out
 
 
-class _Run:
-    def __init__(self, facts: list[Fact], warnings: list[str]):
-        self.facts = facts
-        self.warnings = warnings
-        self.events = EventList(warnings)
+class SglangRun(RunBuilder):
+    engine = "sglang"
+    source = SOURCE
+
+    def __init__(self, run_id: str, **kw):
+        super().__init__(run_id, **kw)
         self.args: dict[str, Any] = {}
-        self.loads: list[dict[str, Any]] = []
-        self.kv: list[dict[str, Any]] = []
+        self.loads: dict[Any, list[dict[str, Any]]] = {}      # rank -> loads (target, draft)
+        self.kv: dict[Any, dict[str, Any]] = {}
+        self.figures: dict[str, dict[Any, tuple]] = {}
         self.timings: dict[str, Any] = {}
+        self.timings_fact: Fact | None = None
         self.sections: list[_Section] = []
-        self.section: _Section | None = None
-        self.ready = False
-        self.fatal = False
-        self.error: str | None = None
-        self.exception: str | None = None
+        self.open: dict[Any, _Section] = {}                   # rank -> its open section
         self.steps_without_flag = 0
-        self.fatal_text: str | None = None
-        self.timing_split = False
-        self.primary = None
+        self.step_ranks: dict[Any, tuple] = {}                # DP group -> the rank whose steps count
+        self.capture_count: int | None = None
 
-    # -- facts ---------------------------------------------------------------------------
-    def apply(self, fact: Fact) -> None:
-        getattr(self, "on_" + fact.kind, lambda f: None)(fact)
+    def _figure(self, name: str, fact: Fact, value: Any) -> None:
+        self.figures.setdefault(name, {})[fact.line.rank_label] = (rank_order(fact.line.rank), value)
 
+    def _headline(self, name: str) -> Any:
+        values = self.figures.get(name)
+        return min(values.values(), key=lambda item: item[0])[1] if values else None
+
+    # -- startup -----------------------------------------------------------------------
     def on_banner(self, fact: Fact) -> None:
-        if "ServerArgs(" in fact.data["text"]:
-            self.args.update(_server_args(fact.data["text"]))
+        self.args.update(_server_args(fact.data["text"]))
 
     def on_load(self, fact: Fact) -> None:
-        self.loads.append({"begin_ts": fact.line.ts, "begin_avail": _mem(_KV["avail"], fact.data["rest"]),
-                           "order": fact.line.lineno})
+        self.stage = "load_weights"
+        self.loads.setdefault(fact.line.rank, []).append(
+            {"begin_ts": fact.line.ts, "fact": fact, "begin_avail": _mem(_KV["avail"], fact.data["rest"])})
 
     def on_load_end(self, fact: Fact) -> None:
         rest = fact.data["rest"]
-        load = self.loads[-1] if self.loads and "end_ts" not in self.loads[-1] else None
+        loads = self.loads.setdefault(fact.line.rank, [])
+        load = loads[-1] if loads and "end" not in loads[-1] else None
         if load is None:
             load = {"begin_ts": None}
-            self.loads.append(load)
+            loads.append(load)
         e = _KV["elapsed"].search(rest)
-        t = _KV["type"].search(rest)
-        load.update(end_ts=fact.line.ts, order=fact.line.lineno, elapsed=num(e.group(1)) if e else None,
-                    mem=_mem(_KV["mem_usage"], rest), type=t.group(1) if t else None)
+        load.update(end=True, fact=fact, elapsed=num(e.group(1)) if e else None, mem=_mem(_KV["mem_usage"], rest))
+        self.stage = "kv_cache"
+
+    def on_pool_end(self, fact: Fact) -> None:
+        g = fact.data["groups"]
+        self._figure("mem_pool_avail_bytes", fact, mem_bytes(g[0], g[1]))
 
     def on_kv(self, fact: Fact) -> None:
         rest = fact.data["rest"]
-        total = 0
-        found = False
+        total, found = 0, False
         for key in ("K size", "V size", "KV size"):
             m = re.search(r"\b" + re.escape(key) + r":\s*" + _MEM, rest)
             if m:
@@ -221,21 +253,48 @@ class _Run:
                     total += b
                     found = True
         tokens = re.search(r"#tokens:\s*(\d+)", rest)
-        self.kv.append({"mem": total if found else None, "tokens": to_int(tokens.group(1)) if tokens else None,
-                        "order": fact.line.lineno, "ts": fact.line.ts})
+        self.kv.setdefault(fact.line.rank, {"fact": fact, "mem": total if found else None})
+        if tokens:
+            self._figure("kv_tokens", fact, to_int(tokens.group(1)))
+        self.stage = "kv_cache"
+
+    def on_token_budget(self, fact: Fact) -> None:
+        rest = "max_total_num_tokens=" + fact.data["rest"]
+        for key in ("max_total_num_tokens", "max_running_requests", "chunked_prefill_size", "max_prefill_tokens",
+                    "context_len"):
+            m = re.search(rf"\b{key}=(\d+)", rest)
+            if m:
+                self._figure(key, fact, int(m.group(1)))
+        m = re.search(r"available_gpu_mem=" + _MEM, rest)
+        if m:
+            self._figure("available_gpu_mem_bytes", fact, mem_bytes(m.group(1), m.group(2)))
 
     def on_timings(self, fact: Fact) -> None:
         self.timings = _timings(fact.data["rest"])
+        self.timings_fact = fact
+        if "scheduler_e2e" in self.timings:
+            self.phase(fact, "engine_init", self.timings["scheduler_e2e"])
 
+    # -- capture -----------------------------------------------------------------------
     def _open(self, fact: Fact, role: str | None, stage: str | None, dev: str) -> _Section:
-        section = _Section(role=(role or "target").lower(), stage=(stage or "decode").lower(),
-                           dev=dev.lower(), order=fact.line.lineno, begin_ts=fact.line.ts)
+        section = _Section(role=(role or "target").lower(), stage=(stage or "decode").lower(), dev=dev.lower(),
+                           rank=fact.line.rank, rank_label=fact.line.rank_label, begin_ts=fact.line.ts)
         self.sections.append(section)
-        self.section = section
+        self.open[fact.line.rank] = section
+        self.stage = "capture"
+        return section
+
+    def _section_for(self, fact: Fact, d: dict[str, Any]) -> _Section:
+        section = self.open.get(fact.line.rank)
+        if section is None:
+            section = self._open(fact, d.get("role"), d.get("stage"), d.get("dev") or "cuda")
         return section
 
     def on_capture_begin(self, fact: Fact) -> None:
         d = fact.data
+        previous = self.open.get(fact.line.rank)
+        if previous is not None and not previous.tqdm and not previous.ended:
+            self.sections.remove(previous)       # a begin with no end: the newer one stands
         section = self._open(fact, d["role"], d["stage"], d["dev"])
         rest = d["rest"]
         section.begin_avail = _mem(_KV["avail"], rest)
@@ -246,20 +305,28 @@ class _Run:
             section.sizes = int_list(m.group(1))
 
     def on_capture_bs(self, fact: Fact) -> None:
-        section = self.section or self._open(fact, None, None, fact.data["dev"])
-        section.sizes = int_list(fact.data["bs"])
+        self._section_for(fact, fact.data).sizes = int_list(fact.data["bs"])
 
     def on_tqdm(self, fact: Fact) -> None:
-        section = self.section
-        if section is None or section.ended or section.failed:
+        # SGLang draws the bar on rank 0 only, and without a rank prefix: it belongs to the
+        # section the lowest rank has open
+        section = self._bar_section()
+        if section is None:
+            if not fact.data.get("named"):
+                return                              # some other bar (a download, a checkpoint)
             section = self._open(fact, None, None, "cuda")
         section.tqdm.append(fact)
+        total = to_int(fact.data.get("total"))
+        if total and section.role == "target" and section.stage == "decode":
+            self.capture_count = total
+
+    def _bar_section(self) -> _Section | None:
+        open_sections = [s for s in self.open.values() if not s.ended and not s.failed]
+        return min(open_sections, key=lambda s: rank_order(s.rank)) if open_sections else None
 
     def on_capture_end(self, fact: Fact) -> None:
         d = fact.data
-        section = self.section
-        if section is None or section.ended or section.failed:
-            section = self._open(fact, d["role"], d["stage"], d["dev"])
+        section = self._section_for(fact, d)
         rest = d["rest"]
         e = _KV["elapsed"].search(rest)
         section.ended = True
@@ -267,43 +334,133 @@ class _Run:
         section.mem_usage = _mem(_KV["mem_usage"], rest)
         section.end_avail = _mem(_KV["avail"], rest)
         section.end_ts = fact.line.ts
-        section.end_order = fact.line.lineno
-        self.section = None
+        self.open.pop(fact.line.rank, None)
+        if not self.open:
+            self.stage = "warmup"
+        self.phase(fact, f"capture.{section.role}.{section.stage}", section.elapsed, section.mem_usage, hold=True)
+        self._capture_total(fact)
+        self._emit_captures(section)
+
+    def _capture_total(self, fact: Fact) -> None:
+        """The whole capture of this rank: the sum of its ended sections (held: another
+        section may follow)."""
+        mine = [s for s in self.sections if s.ended and s.rank == fact.line.rank]
+        timed = [s.elapsed for s in mine if s.elapsed is not None]
+        mems = [s.mem_usage for s in mine if s.mem_usage is not None]
+        event = {"kind": "phase", "ts": fact.line.ts, "phase": "capture",
+                 "duration_s": sum(timed) if timed else None,
+                 "start_ts": None if fact.line.ts is None or not timed else fact.line.ts - sum(timed),
+                 "mem_bytes": sum(mems) if mems else None, "rank": fact.line.rank_label}
+        self.note_headline("capture", fact.line)
+        self.hold(("capture", fact.line.rank), event)
 
     def on_capture_failed(self, fact: Fact) -> None:
         d = fact.data
-        section = self.section
-        if section is None or section.ended or section.failed:
+        section = self.open.get(fact.line.rank) or self._bar_section()
+        if section is None:
             section = self._open(fact, d["role"], d["stage"], d["dev"])
-        section.failed = True
-        section.error = clip(d["error"], 4000) or "capture failed"
-        section.end_ts = fact.line.ts
-        section.end_order = fact.line.lineno
-        self.fatal = True
-        if self.error is None:
-            self.error = clip(self._label(fact) + "capture failed: " + section.error, 4000)
-        self.section = None
+        error = clip(d["error"], 4000) or "capture failed"
+        if not section.failed:
+            section.failed = True
+            section.error = error
+            section.end_ts = fact.line.ts
+        self.open.pop(section.rank, None)
+        self.fail(fact, clip("capture failed: " + error, 4000), phase="capture", graph_bs=section.current_bs(),
+                  wrapper=False)
+        self._emit_captures(section, failing_rank=fact.line.rank_label)
+
+    def capturing_bs(self) -> int | None:
+        section = self._bar_section()
+        return section.current_bs() if section else None
 
     def on_ready(self, fact: Fact) -> None:
         self.ready = True
+        self.stage = "serving"
+        self._release_startup()
 
-    def _label(self, fact: Fact) -> str:
-        """Who said it, when that is not the rank the run follows."""
-        if fact.line.rank is not None and fact.line.rank != self.primary and fact.line.rank_label:
-            return f"{fact.line.rank_label}: "
-        return ""
+    def _emit_captures(self, s: _Section, failing_rank: str | None = None) -> None:
+        """Per-size captures of a section. The bar names each size as it starts (largest
+        first); a size's time is the bar's elapsed time when the next size starts minus when
+        this one started (whole seconds), its memory the drop in ``avail_mem``. Sizes the
+        section lists but the bar gives nothing for are captures of unknown length."""
+        if s.emitted:
+            return
+        s.emitted = True
+        if not s.tqdm and any(o.tqdm and o.role == s.role and o.stage == s.stage and o is not s
+                              for o in self.sections):
+            return                                   # the bar went to another rank's section
+        stage = _STAGES.get(s.stage, "decode")
+        compiled = self.args.get("enable_torch_compile") and s.role == "target" and stage == "decode"
+        max_compile_bs = self.args.get("torch_compile_max_bs", 32)
+        order = sorted(set(s.sizes), reverse=True)   # SGLang captures the largest first
+        seen: dict[int, tuple[int | None, int | None]] = {}   # bs -> (avail when it started, count done then)
+        first_at: dict[int, float] = {}
+        named_bar = any(f.data.get("bs") for f in s.tqdm)
+        for fact in s.tqdm:
+            d = fact.data
+            n = to_int(d.get("n"))
+            el = _seconds(d.get("elapsed"))
+            if n is not None and el is not None:
+                first_at[n] = min(first_at.get(n, el), el)
+            if d.get("bs"):
+                seen.setdefault(int(d["bs"]), (d.get("avail"), n))
+            elif not named_bar and n is not None and n < len(order):
+                seen.setdefault(order[n], (d.get("avail"), n))
+        sizes = order or list(seen)
+        if not sizes:
+            return
+        position = {bs: i for i, bs in enumerate(sizes)}
+        failing = s.failed or (not s.ended and self.failed())
+        failed_bs = s.current_bs() if failing else None
 
-    def on_fatal(self, fact: Fact) -> None:
-        self.fatal = True
-        self.fatal_text = fact.data["msg"]
+        def done(bs: int) -> bool:
+            n = seen.get(bs, (None, None))[1]
+            return n is not None and n + 1 in first_at
 
-    def on_exception(self, fact: Fact) -> None:
-        if self.exception is None:
-            self.exception = clip(self._label(fact) + fact.data["msg"], 4000)
-        if not self.ready:
-            self.fatal = True
+        rows = []
+        for bs in sizes:
+            avail, n = seen.get(bs, (None, None))
+            status, error = "ok", None
+            if failing:
+                if bs == failed_bs:
+                    status, error = "failed", s.error or self.error_text(self.headline_failure())
+                elif failed_bs is not None and position.get(failed_bs, -1) > position[bs]:
+                    pass                               # captured before the one that failed
+                elif not done(bs):
+                    continue
+            elif not s.ended and not done(bs):
+                if bs in seen:
+                    self.warnings.append(f"the capture of bs {bs} ({s.label}) was still running where the log ends")
+                continue
+            duration = first_at[n + 1] - first_at[n] if status == "ok" and done(bs) else None
+            later = [seen[b][0] for b in sizes[position[bs] + 1:] if b in seen]
+            nxt = later[0] if later else (s.end_avail if bs == sizes[-1] else None)
+            delta = avail - nxt if avail is not None and nxt is not None and status == "ok" else None
+            rows.append((bs, duration, delta, status, error))
+        untimed = sum(1 for r in rows if r[1] is None and r[3] == "ok")
+        if untimed and s.tqdm:
+            self.warnings.append(f"{untimed} capture size(s) of {s.label} have no time of their own in the log: "
+                                 f"their duration is not known")
+        pool, pool_known = 0, True
+        for bs, duration, delta, status, error in rows:
+            if delta is None:
+                pool_known = False
+            else:
+                pool += delta
+            self.emit({"kind": "capture", "ts": s.end_ts, "graph_bs": bs, "stage": stage,
+                       "duration_s": duration, "pool_bytes": max(0, pool) if pool_known and status == "ok" else None,
+                       "pool_delta_bytes": delta, "status": status, "error": error,
+                       "variant": "draft" if s.role == "draft" else ("compile" if compiled and bs <= max_compile_bs
+                                                                     else None),
+                       "rank": s.rank_label})
+        if rows:
+            self.note_headline("captures", LogLine(0, "", s.end_ts, s.rank, s.rank_label))
 
+    # -- steps -------------------------------------------------------------------------
     def on_batch(self, fact: Fact) -> None:
+        self._release_startup()
+        if not self._counts_steps(fact):
+            return
         rest = fact.data["rest"]
         stage = fact.data["stage"].lower()
         flag = re.search(r"\b(?:cuda|cpu|npu|\w+) graph:\s*(True|False)", rest)
@@ -311,184 +468,130 @@ class _Run:
             self.steps_without_flag += 1
             return
         graph = flag.group(1) == "True"
-        key = r"#running-req:\s*(\d+)" if stage == "decode" else r"#new-seq:\s*(\d+)"
-        m = re.search(key, rest)
+        m = re.search(r"#running-req:\s*(\d+)" if stage == "decode" else r"#new-seq:\s*(\d+)", rest)
         raw_bs = to_int(m.group(1)) if m else None
         tokens_m = re.search(r"#new-token:\s*(\d+)", rest) if stage == "prefill" else None
-        base = {"kind": "step", "ts": fact.line.ts, "stage": stage, "duration_s": None}
+        tokens = to_int(tokens_m.group(1)) if tokens_m else raw_bs
         if raw_bs is None or raw_bs < 1:
             event = {"kind": "step_counts", "ts": fact.line.ts, "stage": stage, "count": 1,
-                     "mode": "graph" if graph else "eager", "reason": None if graph else "unknown",
-                     "num_tokens": 0, "padded_tokens": 0}
-            self.events.add(fact.line.lineno, event)
+                     "mode": "graph" if graph else "eager", "num_tokens": 0, "padded_tokens": 0}
+            event.update({"reason": None} if graph else self._eager_cause(stage, None))
+            self.emit(event)
             return
-        tokens = to_int(tokens_m.group(1)) if tokens_m else raw_bs
+        base = {"kind": "step", "ts": fact.line.ts, "stage": stage, "duration_s": None, "raw_bs": raw_bs,
+                "num_tokens": tokens or 0}
         if not graph:
-            event = dict(base, mode="eager", raw_bs=raw_bs, graph_bs=None, num_tokens=tokens or 0,
-                         padded_tokens=0, reason="unknown")
-        else:
-            graph_bs = raw_bs
-            sizes = self._decode_sizes() if stage == "decode" else []
-            i = bisect.bisect_left(sizes, raw_bs)
-            if i < len(sizes):
-                graph_bs = sizes[i]
-            mode = "padded" if graph_bs > raw_bs else "graph"
-            padded = (graph_bs - raw_bs) if stage == "decode" else 0
-            event = dict(base, mode=mode, raw_bs=raw_bs, graph_bs=graph_bs, num_tokens=tokens or 0,
-                         padded_tokens=padded, reason=None)
-        self.events.add(fact.line.lineno, event)
+            cause = self._eager_cause(stage, raw_bs)
+            self.emit(dict(base, mode="eager", graph_bs=None, padded_tokens=0, reason=cause["reason"],
+                           evidence=cause["evidence"]))
+            return
+        graph_bs = raw_bs
+        sizes = self.decode_sizes() if stage == "decode" else []
+        i = bisect.bisect_left(sizes, raw_bs)
+        if i < len(sizes):
+            graph_bs = sizes[i]
+        self.emit(dict(base, mode="padded" if graph_bs > raw_bs else "graph", graph_bs=graph_bs,
+                       padded_tokens=(graph_bs - raw_bs) if stage == "decode" else 0, reason=None))
 
-    def _decode_sizes(self) -> list[int]:
+    def _counts_steps(self, fact: Fact) -> bool:
+        """Each data-parallel group's batches once: from the lowest rank that logs them."""
+        parts = dict(fact.line.rank or ())
+        group = parts.get("DP")
+        order = rank_order(fact.line.rank)
+        best = self.step_ranks.get(group)
+        if best is None or order < best:
+            self.step_ranks[group] = order
+            return True
+        return order == best
+
+    def _eager_cause(self, stage: str, raw_bs: int | None) -> dict[str, Any]:
+        """Why a batch ran without a graph, from what the log shows; unknown otherwise."""
+        if stage == "prefill":
+            return {"reason": "prefill", "provenance": "inferred",
+                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
+        if self.args.get("disable_cuda_graph"):
+            return {"reason": "graphs_disabled", "provenance": "inferred",
+                    "evidence": "the server runs with disable_cuda_graph=True"}
+        sizes = self.decode_sizes()
+        largest = max(sizes) if sizes else self.args.get("cuda_graph_max_bs")
+        source = "the largest captured size" if sizes else "cuda_graph_max_bs"
+        if raw_bs is not None and largest is not None and raw_bs > largest:
+            return {"reason": "batch_too_large", "provenance": "inferred",
+                    "evidence": f"#running-req: {raw_bs} is above {source} ({largest})"}
+        if raw_bs is not None and sizes and self.args.get("disable_cuda_graph_padding") and raw_bs not in sizes:
+            return {"reason": "not_captured", "provenance": "inferred",
+                    "evidence": f"padding is disabled and bs {raw_bs} is not one of the captured sizes"}
+        return {"reason": "unknown", "provenance": None, "evidence": None}
+
+    def decode_sizes(self) -> list[int]:
         for s in self.sections:
-            if s.role == "target" and s.stage == "decode" and not s.failed:
-                sizes = s.sizes or [int(f.data["bs"]) for f in s.tqdm]
-                return sorted(set(sizes))
-        return []
+            if s.role == "target" and s.stage in ("decode", "idle") and not s.failed:
+                sizes = s.sizes or [int(f.data["bs"]) for f in s.tqdm if f.data.get("bs")]
+                if sizes:
+                    return sorted(set(sizes))
+        return list(self.args.get("cuda_graph_bs") or [])
 
-    # -- events ----------------------------------------------------------------------------
-    def _phase(self, order: int, name: str, duration: float | None, mem: int | None, ts: float | None) -> None:
-        duration = max(0.0, duration or 0.0)
-        self.events.add(order, {"kind": "phase", "ts": ts, "phase": name, "duration_s": duration,
-                                "start_ts": None if ts is None else ts - duration, "mem_bytes": mem})
+    # -- held phases -------------------------------------------------------------------
+    def _release_startup(self) -> None:
+        """Loads and the KV cache wait for the startup timings line (their lengths)."""
+        for rank, loads in list(self.loads.items()):
+            done = [l for l in loads if l.get("end")]
+            for i, load in enumerate(done):
+                if load.get("elapsed") is None:
+                    if load.get("begin_ts") is not None and load["fact"].line.ts is not None:
+                        load["elapsed"] = load["fact"].line.ts - load["begin_ts"]
+                        load["provenance"] = "inferred"
+                    elif len(done) == 1 and "load_weight" in self.timings:
+                        load["elapsed"] = self.timings["load_weight"]
+                names = ["load_weights"] if len(done) == 1 else (
+                    ["load_weights.target"] + [f"load_weights.draft{'' if j == 1 else j}" for j in range(1, len(done))])
+                self._load_phase(load, names[i])
+            if len(done) > 1:
+                times = [l["elapsed"] for l in done if l.get("elapsed") is not None]
+                mems = [l["mem"] for l in done if l.get("mem") is not None]
+                self._load_phase({"fact": done[-1]["fact"], "elapsed": sum(times) if len(times) == len(done) else None,
+                                  "mem": sum(mems) if mems else None}, "load_weights")
+            if done:
+                self.loads[rank] = [l for l in loads if not l.get("end")]
+        lowest = min((rank_order(r) for r in self.kv), default=None)
+        for rank, kv in list(self.kv.items()):
+            fact = kv["fact"]
+            duration = self.timings.get("kv_cache_allocation") if rank_order(fact.line.rank) == lowest else None
+            self.phase(fact, "kv_cache", duration, kv["mem"])
+            del self.kv[rank]
+        # a rank with one capture section has its total only, not the same figure twice
+        for key in [k for k in self.held if k[0] == "phase" and k[1].startswith("capture.")]:
+            rank = next((s.rank for s in self.sections if s.rank_label == key[2]), None)
+            if sum(1 for s in self.sections if s.rank == rank and s.ended) <= 1:
+                del self.held[key]
+                self.headline.pop(key[1], None)
+        self.release()
 
-    def finish_phases(self) -> None:
-        loads = [l for l in self.loads if "end_ts" in l]
-        for i, load in enumerate(loads):
-            if load.get("elapsed") is None:
-                if load.get("begin_ts") is not None and load.get("end_ts") is not None:
-                    load["elapsed"] = load["end_ts"] - load["begin_ts"]
-                elif len(loads) == 1 and "load_weight" in self.timings:
-                    load["elapsed"] = self.timings["load_weight"]
-        if len(loads) == 1:
-            l = loads[0]
-            self._phase(l["order"], "load_weights", l["elapsed"], l["mem"], l["end_ts"])
-        elif loads:
-            for i, l in enumerate(loads):
-                name = "load_weights.target" if i == 0 else ("load_weights.draft" if i == 1 else f"load_weights.draft{i}")
-                self._phase(l["order"], name, l["elapsed"], l["mem"], l["end_ts"])
-            mems = [l["mem"] for l in loads if l["mem"] is not None]
-            last = loads[-1]
-            self._phase(last["order"], "load_weights", sum(l["elapsed"] or 0.0 for l in loads),
-                        sum(mems) if mems else None, last["end_ts"])
-        if self.kv:
-            mems = [k["mem"] for k in self.kv if k["mem"] is not None]
-            first = self.kv[0]
-            self._phase(first["order"], "kv_cache", self.timings.get("kv_cache_allocation", 0.0),
-                        sum(mems) if mems else None, first["ts"])
-        ended = [s for s in self.sections if s.ended]
-        if len(self.sections) > 1:
-            for s in ended:
-                self._phase(s.end_order, f"capture.{s.role}.{s.stage}", s.elapsed, s.mem_usage, s.end_ts)
-        if ended:
-            mems = [s.mem_usage for s in ended if s.mem_usage is not None]
-            last = ended[-1]
-            self._phase(last.end_order, "capture", sum(s.elapsed or 0.0 for s in ended),
-                        sum(mems) if mems else None, last.end_ts)
-        if "scheduler_e2e" in self.timings:
-            fact = next(f for f in self.facts if f.kind == "timings")
-            self._phase(fact.line.lineno, "engine_init", self.timings["scheduler_e2e"], None, fact.line.ts)
+    def _load_phase(self, load: dict[str, Any], name: str) -> None:
+        fact = load["fact"]
+        ts = fact.line.ts
+        duration = None if load.get("elapsed") is None else max(0.0, load["elapsed"])
+        self.note_headline(name, fact.line)
+        self.emit({"kind": "phase", "ts": ts, "phase": name, "duration_s": duration,
+                   "start_ts": None if ts is None or duration is None else ts - duration,
+                   "mem_bytes": load.get("mem"), "rank": fact.line.rank_label,
+                   "provenance": load.get("provenance")})
 
-    def finish_captures(self) -> None:
+    # -- the end -----------------------------------------------------------------------
+    def close(self) -> None:
         for section in self.sections:
-            self._section_captures(section)
-
-    def _section_captures(self, s: _Section) -> None:
-        stage = _STAGES.get(s.stage, "decode")
-        compiled = (self.args.get("enable_torch_compile") and s.role == "target" and stage == "decode")
-        max_compile_bs = self.args.get("torch_compile_max_bs", 32)
-
-        def variant(bs: int) -> str | None:
-            if s.role == "draft":
-                return "draft"
-            return "compile" if compiled and bs <= max_compile_bs else None
-
-        # first appearance of each size on the bar: (bs, avail bytes before it, count done)
-        seen: dict[int, tuple[int | None, int | None, int]] = {}
-        elapsed_at: dict[int, float] = {}
-        last_elapsed_at: dict[int, float] = {}
-        for fact in s.tqdm:
-            d = fact.data
-            n = to_int(d.get("n")) if d.get("n") is not None else None
-            el = _seconds(d["elapsed"]) if d.get("elapsed") else None
-            if n is not None and el is not None:
-                elapsed_at[n] = min(elapsed_at.get(n, el), el)
-                last_elapsed_at[n] = max(last_elapsed_at.get(n, el), el)
-            bs = int(d["bs"])
-            if bs >= 1 and bs not in seen:
-                seen[bs] = (d["avail"], n, fact.line.lineno)
-        order = list(seen.items())
-        if not order:
-            self._captures_without_bar(s, stage, variant)
-            return
-        rows = []
-        for i, (bs, (avail, n, lineno)) in enumerate(order):
-            last = i == len(order) - 1
-            nxt_avail = order[i + 1][1][0] if not last else (s.end_avail if s.ended else None)
-            delta = avail - nxt_avail if avail is not None and nxt_avail is not None else None
-            duration = None
-            if n is not None and n in elapsed_at and n + 1 in elapsed_at:
-                duration = elapsed_at[n + 1] - elapsed_at[n]
-            if last and s.failed:
-                spent = (last_elapsed_at.get(n, 0.0) - elapsed_at.get(n, 0.0)) if n is not None else 0.0
-                rows.append([bs, max(0.0, spent), None, "failed", s.error, lineno])
-                continue
-            if last and not s.ended and duration is None:
-                self.warnings.append(f"the capture of bs {bs} ({s.label}) was still running where the log ends")
-                continue
-            rows.append([bs, duration, delta, "ok", None, lineno])
-        unknown = [r for r in rows if r[1] is None]
-        if unknown:
-            known = sum(r[1] for r in rows if r[1] is not None)
-            rest = max(0.0, (s.elapsed or 0.0) - known)
-            for r in unknown:
-                r[1] = rest / len(unknown)
-            self.timing_split = True
-            self.warnings.append(f"{len(unknown)} capture size(s) of {s.label} have no time of their own "
-                                 f"on the progress bar: the rest of the section's time is split evenly")
-        pool = 0
-        pool_known = True
-        for bs, duration, delta, status, error, lineno in rows:
-            if delta is None:
-                pool_known = False
-            else:
-                pool += delta
-            self.events.add(lineno, {
-                "kind": "capture", "ts": s.end_ts, "graph_bs": bs, "stage": stage,
-                "duration_s": float(duration), "pool_bytes": max(0, pool) if pool_known and status == "ok" else None,
-                "pool_delta_bytes": delta, "status": status, "error": error, "variant": variant(bs)})
-
-    def _captures_without_bar(self, s: _Section, stage: str, variant) -> None:
-        sizes = sorted(set(s.sizes), reverse=True)   # SGLang captures the largest first
-        if not sizes:
-            return
-        if s.failed:
-            self.warnings.append(f"capture of {s.label} failed, but the log does not say at which size")
-            return
-        if not s.ended:
-            self.warnings.append(f"the capture of {s.label} was still running where the log ends")
-            return
-        self.timing_split = True
-        self.warnings.append(f"no progress bar for {s.label} in the log (SGLang draws one on rank 0 only, not for every section): "
-                             f"the section's {s.elapsed or 0.0:g} s is split evenly over {len(sizes)} sizes")
-        for bs in sizes:
-            self.events.add(s.end_order, {
-                "kind": "capture", "ts": s.end_ts, "graph_bs": bs, "stage": stage,
-                "duration_s": (s.elapsed or 0.0) / len(sizes), "pool_bytes": None,
-                "pool_delta_bytes": None, "status": "ok", "error": None, "variant": variant(bs)})
-
-    # -- the run record -------------------------------------------------------------------
-    def finish(self) -> None:
-        self.finish_phases()
-        self.finish_captures()
+            if not section.emitted and (section.tqdm or section.sizes) and not section.ended:
+                if self.failed():
+                    section.error = section.error or self.error_text(self.headline_failure())
+                    self._emit_captures(section, failing_rank=section.rank_label)
+                else:
+                    self.warnings.append(f"the capture of {section.label} was still running where the log ends")
+                    self._emit_captures(section)
+        self._release_startup()
         if self.steps_without_flag:
             self.warnings.append(f"{self.steps_without_flag} batch line(s) without a 'cuda graph:' flag "
                                  f"(older SGLang): not imported as steps")
-
-    def error_for(self, status: str) -> str | None:
-        error = self.error or (self.exception if status == "failed" else None)
-        if status == "failed" and error is None:
-            error = clip(self.fatal_text, 4000)
-        return error
+        super().close()
 
     def model(self) -> str | None:
         return self.args.get("served_model_name") or self.args.get("model_path")
@@ -508,39 +611,45 @@ class _Run:
         return self.args.get("device") or "unknown"
 
     def config(self) -> dict[str, Any]:
-        sizes = self._decode_sizes()
-        ended = [s for s in self.sections if s.ended and s.mem_usage is not None]
+        sizes = self.decode_sizes()
+        primary = min((s.rank for s in self.sections), key=rank_order, default=None)
+        mine = [s for s in self.sections if s.rank == primary]
+        ended = [s for s in mine if s.ended and s.mem_usage is not None]
+        untimed = any(s.ended and len(s.sizes) > len({f.data.get("bs") for f in s.tqdm}) for s in mine)
         config: dict[str, Any] = {
-            "engine": "sglang", "rank_policy": RANK_POLICY,
+            "engine": "sglang",
             "capture_sizes": sizes,
+            "capture_count": len(sizes) if sizes else self.capture_count,
             "compile": bool(self.args.get("enable_torch_compile", False)),
             "padding": not self.args.get("disable_cuda_graph_padding", False),
             "graph_mem_bytes": sum(s.mem_usage for s in ended) if ended else None,
-            "capture_timing": "split_evenly" if self.timing_split else "progress_bar",
+            "capture_timing": "partial" if untimed else "progress_bar",
             "sections": [{"role": s.role, "stage": s.stage, "backend": s.backend, "sizes": s.sizes,
-                          "elapsed_s": s.elapsed, "mem_usage_bytes": s.mem_usage,
+                          "elapsed_s": s.elapsed, "mem_usage_bytes": s.mem_usage, "rank": s.rank_label,
                           "status": "failed" if s.failed else ("ok" if s.ended else "incomplete")}
                          for s in self.sections],
         }
-        if self.kv and self.kv[0]["tokens"] is not None:
-            config["kv_tokens"] = self.kv[0]["tokens"]
+        for key in ("kv_tokens", "max_total_num_tokens", "max_running_requests", "chunked_prefill_size",
+                    "max_prefill_tokens", "context_len", "mem_pool_avail_bytes", "available_gpu_mem_bytes"):
+            value = self._headline(key)
+            if value is not None:
+                config[key] = value
+            ranks = self.figures.get(key) or {}
+            if len([label for label in ranks if label]) > 1:
+                config[key + "_by_rank"] = {label: value for label, (_, value) in ranks.items() if label}
         if self.timings:
             config["startup_timings"] = self.timings
-        if "decode_log_interval" in self.args:
-            config["decode_log_interval"] = self.args["decode_log_interval"]
+        for key in ("decode_log_interval", "cuda_graph_max_bs", "disable_cuda_graph", "disable_cuda_graph_padding",
+                    "tp_size", "dp_size", "pp_size", "enable_dp_attention", "torch_compile_max_bs",
+                    "speculative_algorithm"):
+            if key in self.args:
+                config[key] = self.args[key]
         return config
 
 
-def parse(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: str = "0" * 64) -> ImportResult:
-    result = assemble_runs(text, path=path, mtime=mtime, digest=digest, engine="sglang", source=SOURCE,
-                           classify=classify, new_run=_Run,
-                           progress_kinds={"load_end", "kv", "capture_begin", "capture_end", "tqdm",
-                                           "capture_failed", "batch", "timings"})
-    if not result.runs:
-        result.warnings.append("no SGLang server start found in this log")
-    return result
+ENGINE = Engine("sglang", SOURCE, classify, SglangRun)
 
 
-def parse_text(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: str | None = None) -> ImportResult:
+def parse_text(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: str | None = None):
     """Parse a log's text; never raises."""
-    return safe_parse(parse, SOURCE, text, path, mtime, digest)
+    return _parse(ENGINE, text, path=path, mtime=mtime, digest=digest)

@@ -1,10 +1,12 @@
-"""vLLM server logs -> replayscope runs.
+"""vLLM server logs -> replayscope runs, line by line.
 
-Reads the lines REFERENCE.md lists, in their older and newer wording: weight loading,
-torch.compile (Dynamo transform, per-range / per-shape compiles, the total), the KV
-cache, the capture progress bars and the capture total, engine init, failures, and the
-``--cudagraph-metrics`` tables. vLLM logs no per-size capture time, so a vLLM run has a
-``capture`` phase but no per-size capture events (except a failed size it can name).
+Reads what vLLM prints about startup and graphs, V0 to current V1 (docs/importing.md has
+the table): weight loading, torch.compile and its cache, memory profiling, the KV cache,
+the capture-size list and its cap, graph-memory estimates and actuals, the capture
+progress bars and total, engine init, failures (tracebacks through the capture code,
+``EngineCore failed to start``, ``WorkerProc hit an exception``), and the
+``--cudagraph-metrics`` tables. vLLM logs no per-size capture time, so a vLLM run has
+``capture`` phases but no per-size capture events (except a failed size it can name).
 """
 
 from __future__ import annotations
@@ -13,56 +15,76 @@ import re
 from typing import Any
 
 from collector.importers.common import (
-    BANNER, EXCEPTION, FATAL, LOAD, NUM, RANK_POLICY, READY, assemble_runs, clip, EventList, Fact,
-    ImportResult, int_list, LogLine, mem_bytes, num, safe_parse, to_int,
+    BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num, parse_text as _parse,
+    rank_order, to_int,
 )
+from collector.importers.lines import LogLine
 
 SOURCE = "vllm-log"
 
-_MEM = NUM + r"\s*(GiB|GB|MiB|MB)"
+_MEM = NUM + r"\s*(GiB|GB|MiB|MB|TiB)"
 _SECS = NUM + r"\s*(?:seconds|secs|sec|s)\b"
+_BAR = re.compile(
+    r"Capturing (?:CUDA graphs?(?: shapes)?|cudagraphs?)\s*(?:\((?P<desc>[^)]*)\))?:\s*(?P<pct>\d+)%\s*\|[^|]*\|\s*"
+    r"(?P<n>\d+)/(?P<total>\d+)(?:\s*\[(?P<elapsed>\d+(?::\d\d){1,2}))?")
 _RE: list[tuple[str, re.Pattern]] = [
     ("cg_settings", re.compile(r"\*\*CUDAGraph Config Settings:\*\*")),
     ("cg_stats", re.compile(r"\*\*CUDAGraph Stats:\*\*")),
     ("cg_mode", re.compile(r"^- Mode:\s*(?P<mode>\S+)")),
     ("cg_sizes", re.compile(r"^- Capture sizes:\s*\[(?P<sizes>[^\]]*)\]")),
     ("row", re.compile(r"^\|(?P<cells>.*)\|\s*$")),
-    ("capture_progress", re.compile(
-        r"Capturing CUDA graphs?(?: shapes)?\s*(?:\((?P<desc>[^)]*)\))?:\s*(?P<pct>\d+)%\|[^|]*\|\s*"
-        r"(?P<n>\d+)/(?P<total>\d+)")),
+    ("capture_start", re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")),
     ("capture_done", re.compile(r"Graph capturing finished in " + _SECS + r"(?:,\s*took " + _MEM + ")?")),
     ("load_weights", re.compile(r"Loading weights took " + _SECS)),
     ("weights_mem", re.compile(r"Loading model weights took " + _MEM)),
     ("model_loading", re.compile(r"Model loading took " + _MEM + r"(?: memory)? and " + _SECS)),
     ("dynamo", re.compile(r"Dynamo bytecode transform time:\s*" + _SECS)),
+    ("compile_cache_hit", re.compile(r"Directly load (?:the compiled graph\(s\) for (?P<what>.+?) from the cache"
+                                     r"(?:, took " + _SECS + r")?|AOT compilation from path)")),
     ("compile_graph", re.compile(r"Compiling a graph for (?P<what>.+?) (?:takes|took) " + _SECS)),
+    ("compile_cache_save", re.compile(r"Cache the graph of (?:compile range |shape )?.+ for later use|"
+                                      r"saved AOT compiled function")),
     ("compile_total", re.compile(r"torch\.compile (?:takes|took) " + _SECS + r" in total")),
+    ("profile", re.compile(r"Memory profiling takes " + _SECS + r"|Initial profiling/warmup run took " + _SECS)),
     ("kv_mem", re.compile(r"Available KV cache memory:\s*" + _MEM)),
+    ("kv_v0", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _MEM)),
     ("kv_tokens", re.compile(r"GPU KV cache size:\s*(?P<tokens>[\d,]+) tokens")),
-    ("graph_pool", re.compile(r"CUDA graph pool memory:\s*" + _MEM + r"\s*\(actual\)")),
+    ("blocks", re.compile(r"# (?:GPU|cuda|\w+) blocks:\s*(?P<gpu>\d+),\s*# CPU blocks:\s*(?P<cpu>\d+)")),
+    ("concurrency", re.compile(r"Maximum concurrency for (?P<tokens>[\d,]+) tokens per request:\s*"
+                               r"(?P<x>\d+(?:\.\d+)?)x")),
+    ("graph_pool", re.compile(r"CUDA graph pool memory:\s*" + _MEM + r"\s*\(actual\)(?:,\s*" + _MEM +
+                              r"\s*\(estimated\))?")),
     ("graph_estimate", re.compile(r"Estimated CUDA graph memory:\s*" + _MEM)),
-    ("init_engine", re.compile(r"init engine \(profile, create kv cache, warmup model\) took " + _SECS +
+    ("graph_profile", re.compile(r"Profiling CUDA graph memory:\s*(?P<rest>.*)$")),
+    ("capture_cap", re.compile(r"Capping cudagraph capture sizes from max (?P<old>\d+) to (?P<new>\d+)")),
+    ("init_engine", re.compile(r"init engine (?:\(profile, create kv cache, warmup model\) )?took " + _SECS +
                                r"(?:\s*\(compilation:\s*" + _SECS + r"\))?")),
+    ("args", re.compile(r"non-default args:\s*(?P<rest>\{.*)$")),
     (LOAD, re.compile(r"Starting to load model (?P<model>\S+?)(?:\.\.\.)?$")),
     (BANNER, re.compile(r"vLLM API server version|Initializing a V1 LLM engine|Initializing an LLM engine")),
     (READY, re.compile(r"Application startup complete|Starting vLLM API server\b.*\bon http|"
                        r"Uvicorn running on")),
-    (FATAL, re.compile(r"Engine core initialization failed|EngineCore failed to start|"
-                       r"WorkerProc failed to start|EngineDeadError|Worker failed with error")),
-    (EXCEPTION, re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)(?::\s*(?P<msg>.*))?$")),
+    (FATAL, re.compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
+                       r"WorkerProc hit an exception|EngineCore encountered a fatal error|"
+                       r"Error executing method|AsyncLLM output_handler failed|Engine loop has died")),
 ]
+_FIRST_WORDS = {"capture_progress"}
 
 
-def classify(line: LogLine) -> Fact | None:
+def classify(line: LogLine) -> list[Fact]:
     text = line.text
+    if "Capturing" in text and "%" in text:
+        bars = [Fact(line, "capture_progress", m.groupdict()) for m in _BAR.finditer(text)]
+        if bars:
+            return bars
     for kind, pattern in _RE:
         m = pattern.search(text)
         if m:
             data = m.groupdict()
             data["groups"] = m.groups()
             data["text"] = text
-            return Fact(line, kind, data)
-    return None
+            return [Fact(line, kind, data)]
+    return []
 
 
 def _slug(text: str) -> str:
@@ -71,44 +93,62 @@ def _slug(text: str) -> str:
 
 
 def _config_line(text: str) -> dict[str, Any]:
+    """What the startup banner (or the non-default args) says about the engine."""
     out: dict[str, Any] = {}
-    m = re.search(r"\bmodel='([^']*)'", text) or re.search(r"'model': '([^']*)'", text)
+    m = re.search(r"\bmodel='([^']*)'", text) or re.search(r"['\"]model['\"]:\s*'([^']*)'", text)
     if m:
         out["model"] = m.group(1)
-    m = re.search(r"\benforce_eager=(True|False)", text) or re.search(r"'enforce_eager': (True|False)", text)
+    m = re.search(r"\benforce_eager['\"]?[=:]\s*(True|False)", text)
     if m:
         out["enforce_eager"] = m.group(1) == "True"
     m = re.search(r"\bdevice_config=(?:DeviceConfig\(device='?)?(\w+)", text)
     if m:
         out["device"] = m.group(1)
-    m = re.search(r"['\"]cudagraph_capture_sizes['\"]:\s*\[([^\]]*)\]", text)
+    m = re.search(r"['\"]?cudagraph_capture_sizes['\"]?\s*[:=]\s*\[([^\]]*)\]", text)
     if m:
-        out["capture_sizes"] = int_list(m.group(1))
-    m = re.search(r"CUDAGraphMode\.(\w+)", text)
+        out["capture_sizes"] = sorted(set(int_list(m.group(1))))
+    m = re.search(r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(\d+)", text)
     if m:
-        out["cudagraph_mode"] = m.group(1)
+        out["max_capture_size"] = int(m.group(1))
+    m = re.search(r"CUDAGraphMode\.(\w+)|['\"]cudagraph_mode['\"]:\s*['\"]?(\w+)", text)
+    if m and (m.group(1) or not (m.group(2) or "").isdigit()):
+        out["cudagraph_mode"] = (m.group(1) or m.group(2)).upper()
+    m = re.search(r"['\"]?max_num_seqs['\"]?\s*[:=]\s*(\d+)", text)
+    if m:
+        out["max_num_seqs"] = int(m.group(1))
+    m = re.search(r"(?:version|engine \(v)\s*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", text)
+    if m:
+        out["vllm_version"] = m.group(1).rstrip(")")
+    m = re.search(r"\b(?:tensor_parallel_size|tp)['\"]?\s*[:=]\s*(\d+)", text)
+    if m:
+        out["tensor_parallel_size"] = int(m.group(1))
     return out
 
 
-class _Run:
-    def __init__(self, facts: list[Fact], warnings: list[str]):
-        self.facts = facts
-        self.warnings = warnings
-        self.events = EventList(warnings)
+def _elapsed(clock: str | None) -> float | None:
+    if not clock:
+        return None
+    total = 0
+    for part in clock.split(":"):
+        total = total * 60 + int(part)
+    return float(total)
+
+
+class VllmRun(RunBuilder):
+    engine = "vllm"
+    source = SOURCE
+
+    def __init__(self, run_id: str, **kw):
+        super().__init__(run_id, **kw)
         self.meta: dict[str, Any] = {}
-        self.sums: dict[str, list] = {}        # phase -> [duration, mem, order, ts]
+        self.by_rank: dict[str, dict[Any, Any]] = {}        # figure -> {rank label: value}
+        self.loads: dict[Any, dict[str, Any]] = {}          # rank -> the load being read
         self.passes: list[dict[str, Any]] = []
         self.capturing = False
-        self.capture_failed = False
         self.graph_pool: int | None = None
         self.graph_estimate: int | None = None
-        self.kv_tokens: int | None = None
-        self.ready = False
-        self.fatal = False
-        self.error: str | None = None
-        self.exception: str | None = None
-        self.fatal_text: str | None = None
-        self.primary = None
+        self.capture_took: dict[Any, int | None] = {}
+        self.compile_seen = False
         self.table: dict[str, Any] | None = None
         self.table_mode: str | None = None
         self.table_sizes: list[int] = []
@@ -118,139 +158,199 @@ class _Run:
     def apply(self, fact: Fact) -> None:
         if fact.kind != "row":
             self.table = None if fact.kind != "cg_stats" else self.table
-        getattr(self, "on_" + fact.kind, lambda f: None)(fact)
+        if fact.kind not in ("load_weights", "weights_mem", "model_loading", LOAD):
+            self._release_loads(fact.line.rank)
+        super().apply(fact)
 
-    def _add(self, fact: Fact, phase: str, duration: float | None, mem: int | None = None) -> None:
-        if duration is None:
-            return
-        entry = self.sums.setdefault(phase, [0.0, None, 0, None])
-        entry[0] += duration
-        if mem is not None:
-            entry[1] = (entry[1] or 0) + mem
-        entry[2] = fact.line.lineno
-        entry[3] = fact.line.ts if fact.line.ts is not None else entry[3]
+    def _figure(self, name: str, fact: Fact, value: Any) -> None:
+        """A run-level figure as each rank printed it; the headline rank's goes in config."""
+        self.by_rank.setdefault(name, {})[fact.line.rank_label] = (rank_order(fact.line.rank), value)
 
-    # -- startup ---------------------------------------------------------------------------
+    def _headline_figure(self, name: str) -> Any:
+        values = self.by_rank.get(name)
+        if not values:
+            return None
+        return min(values.values(), key=lambda item: item[0])[1]
+
+    # -- startup -----------------------------------------------------------------------
     def on_banner(self, fact: Fact) -> None:
         self.meta.update(_config_line(fact.data["text"]))
 
+    def on_args(self, fact: Fact) -> None:
+        for key, value in _config_line(fact.data["rest"]).items():
+            self.meta.setdefault(key, value)
+
     def on_load(self, fact: Fact) -> None:
         self.meta.setdefault("model", fact.data["model"])
+        self.stage = "load_weights"
+
+    def _load(self, fact: Fact) -> dict[str, Any]:
+        self.stage = "load_weights"
+        return self.loads.setdefault(fact.line.rank, {"fact": fact})
 
     def on_load_weights(self, fact: Fact) -> None:
-        self._add(fact, "weights", num(fact.data["groups"][0]))
+        load = self._load(fact)
+        load.setdefault("seconds", num(fact.data["groups"][0]))
+        load["fact"] = fact
 
     def on_model_loading(self, fact: Fact) -> None:
         g = fact.data["groups"]
-        self._add(fact, "model_loading", num(g[2]), mem_bytes(g[0], g[1]))
+        load = self._load(fact)
+        load.update(seconds=num(g[2]), mem=mem_bytes(g[0], g[1]), fact=fact, total=True)
 
     def on_weights_mem(self, fact: Fact) -> None:
         g = fact.data["groups"]
-        self.meta["weights_mem"] = mem_bytes(g[0], g[1])
+        load = self._load(fact)
+        load["mem"] = mem_bytes(g[0], g[1])
+        load["fact"] = fact
+
+    def _release_loads(self, rank: Any, every: bool = False) -> None:
+        for key in list(self.loads):
+            if every or key == rank:
+                load = self.loads.pop(key)
+                self.phase(load["fact"], "load_weights", load.get("seconds"), load.get("mem"))
 
     def on_dynamo(self, fact: Fact) -> None:
-        self._add(fact, "compile.dynamo", num(fact.data["groups"][0]))
+        self.stage, self.compile_seen = "compile", True
+        self.phase(fact, "compile.dynamo", num(fact.data["groups"][0]))
 
     def on_compile_graph(self, fact: Fact) -> None:
-        self._add(fact, "compile." + _slug(fact.data["what"]), num(fact.data["groups"][1]))
+        self.stage, self.compile_seen = "compile", True
+        self.phase(fact, "compile." + _slug(fact.data["what"]), num(fact.data["groups"][1]))
+
+    def on_compile_cache_hit(self, fact: Fact) -> None:
+        self.stage, self.compile_seen = "compile", True
+        self._count_cache(fact, 0)
+        seconds = num(fact.data["groups"][1]) if fact.data.get("what") else None
+        if seconds is not None:
+            self.phase(fact, "compile.cache_load_" + _slug(fact.data["what"]), seconds)
+
+    def on_compile_cache_save(self, fact: Fact) -> None:
+        self.compile_seen = True
+        self._count_cache(fact, 1)
+
+    def _count_cache(self, fact: Fact, which: int) -> None:
+        """Compile-cache hits (0) and saves (1) per rank: every rank compiles its own."""
+        counts = self.by_rank.setdefault("compile_cache", {}).setdefault(
+            fact.line.rank_label, (rank_order(fact.line.rank), [0, 0]))[1]
+        counts[which] += 1
 
     def on_compile_total(self, fact: Fact) -> None:
-        self._add(fact, "compile", num(fact.data["groups"][0]))
+        self.compile_seen = True
+        self.phase(fact, "compile", num(fact.data["groups"][0]))
+
+    def on_profile(self, fact: Fact) -> None:
+        self.stage = "kv_cache"
+        g = fact.data["groups"]
+        self.phase(fact, "profile", num(g[0] if g[0] is not None else g[1]))
 
     def on_kv_mem(self, fact: Fact) -> None:
+        self.stage = "kv_cache"
         g = fact.data["groups"]
-        self._add(fact, "kv_cache", 0.0, mem_bytes(g[0], g[1]))
+        self.phase(fact, "kv_cache", None, mem_bytes(g[0], g[1]))   # vLLM does not time it
+
+    def on_kv_v0(self, fact: Fact) -> None:
+        self.on_kv_mem(fact)
 
     def on_kv_tokens(self, fact: Fact) -> None:
-        self.kv_tokens = to_int(fact.data["tokens"])
+        self._figure("kv_tokens", fact, to_int(fact.data["tokens"]))
+
+    def on_blocks(self, fact: Fact) -> None:
+        self._figure("kv_blocks", fact, to_int(fact.data["gpu"]))
+        self._figure("cpu_blocks", fact, to_int(fact.data["cpu"]))
+
+    def on_concurrency(self, fact: Fact) -> None:
+        self._figure("max_concurrency", fact, {"tokens_per_request": to_int(fact.data["tokens"]),
+                                               "requests": num(fact.data["x"])})
+
+    def on_graph_profile(self, fact: Fact) -> None:
+        self.stage = "kv_cache"
+        profile = {}
+        for mode, count, largest in re.findall(r"(\w+)=(\d+)(?:\s*\(largest=(\d+)\))?", fact.data["rest"]):
+            profile[mode] = {"graphs": int(count), "largest": int(largest) if largest else None}
+        if profile:
+            self._figure("graph_profile", fact, profile)
+
+    def on_graph_estimate(self, fact: Fact) -> None:
+        g = fact.data["groups"]
+        self._figure("graph_mem_estimate", fact, mem_bytes(g[0], g[1]))
+
+    def on_graph_pool(self, fact: Fact) -> None:
+        g = fact.data["groups"]
+        self._figure("graph_mem_actual", fact, mem_bytes(g[0], g[1]))
+        if g[2] is not None:
+            self._figure("graph_mem_estimate", fact, mem_bytes(g[2], g[3]))
+
+    def on_capture_cap(self, fact: Fact) -> None:
+        self.meta["capture_size_cap"] = {"from": int(fact.data["old"]), "to": int(fact.data["new"])}
+        self.warn(fact, clip(fact.data["text"], 4000), "capture_sizes_capped")
+
+    def on_capture_start(self, fact: Fact) -> None:
+        self.stage = "capture"
+        self.capturing = True
 
     def on_capture_progress(self, fact: Fact) -> None:
         d = fact.data
         desc = (d["desc"] or "").strip()
         n, total = to_int(d["n"]), to_int(d["total"])
         current = self.passes[-1] if self.passes else None
-        if current is None or current["desc"] != desc or current.get("done_n") == current["total"] \
+        if current is None or current["desc"] != desc or current.get("done") \
                 or (n is not None and current["n"] is not None and n < current["n"]):
-            current = {"desc": desc, "n": n, "total": total, "order": fact.line.lineno}
+            current = {"desc": desc, "n": n, "total": total, "elapsed": None}
             self.passes.append(current)
         current["n"] = n
+        current["elapsed"] = _elapsed(d.get("elapsed")) if d.get("elapsed") else current["elapsed"]
         if n is not None and n == total:
-            current["done_n"] = n
+            current["done"] = True
+        self.stage = "capture"
         self.capturing = True
 
     def on_capture_done(self, fact: Fact) -> None:
         g = fact.data["groups"]
         took = mem_bytes(g[1], g[2]) if g[1] is not None else None
-        self._add(fact, "capture", num(g[0]), took)
+        self.capture_took[fact.line.rank_label] = (rank_order(fact.line.rank), took)
+        self.phase(fact, "capture", num(g[0]), took)
         self.capturing = False
-
-    def on_graph_pool(self, fact: Fact) -> None:
-        g = fact.data["groups"]
-        self.graph_pool = mem_bytes(g[0], g[1])
-
-    def on_graph_estimate(self, fact: Fact) -> None:
-        g = fact.data["groups"]
-        self.graph_estimate = mem_bytes(g[0], g[1])
+        self.stage = "warmup"
 
     def on_init_engine(self, fact: Fact) -> None:
         g = fact.data["groups"]
-        self._add(fact, "engine_init", num(g[0]))
-        if g[1] is not None and (num(g[1]) or 0.0) > 0:
-            self.meta["init_compilation_s"] = (num(g[1]), fact)
+        self.phase(fact, "engine_init", num(g[0]))
+        compilation = num(g[1]) if g[1] is not None else None
+        if compilation is not None and compilation > 0:
+            self.meta["init_compilation_s"] = (compilation, fact)
 
     def on_ready(self, fact: Fact) -> None:
         self.ready = True
+        self.stage = "serving"
+        self.release()
 
-    def on_fatal(self, fact: Fact) -> None:
-        self.fatal = True
-        if self.fatal_text is None:
-            self.fatal_text = self._label(fact) + fact.data["text"]
-
-    def on_exception(self, fact: Fact) -> None:
-        if not self.ready:
-            self.fatal = True
-        if self.exception is None:
-            self.exception = clip(self._label(fact) + fact.data["text"], 4000)
-        if self.capturing and not self.capture_failed:
-            self.capture_failed = True
-            self._failed_capture(fact, clip(fact.data["text"], 4000))
-
-    def _label(self, fact: Fact) -> str:
-        """Who said it, when that is not the rank the run follows."""
-        if fact.line.rank is not None and fact.line.rank != self.primary and fact.line.rank_label:
-            return f"{fact.line.rank_label}: "
-        return ""
-
-    def _failed_capture(self, fact: Fact, error: str | None) -> None:
+    def capturing_bs(self) -> int | None:
+        if not self.capturing:
+            return None
         current = self.passes[-1] if self.passes else None
-        sizes = sorted(set(self.meta.get("capture_sizes") or self.table_sizes))
-        desc = (current or {}).get("desc", "")
-        stage = "decode" if desc.startswith("decode") else ("prefill" if desc else "decode")
-        bs = None
+        sizes = self.capture_sizes()
         if current and sizes and current["total"] and current["n"] is not None and current["total"] <= len(sizes):
             # vLLM captures largest first; a decode-only pass covers the smallest sizes
             pass_sizes = sorted(sizes[:current["total"]], reverse=True)
             if current["n"] < len(pass_sizes):
-                bs = pass_sizes[current["n"]]
-        if bs is None:
-            self.warnings.append("a capture failed, but the log does not say at which size")
-            return
-        self.events.add(fact.line.lineno, {
-            "kind": "capture", "ts": fact.line.ts, "graph_bs": bs, "stage": stage, "duration_s": 0.0,
-            "pool_bytes": None, "pool_delta_bytes": None, "status": "failed", "error": error,
-            "variant": None})
+                return pass_sizes[current["n"]]
+        return None
 
-    # -- --cudagraph-metrics tables --------------------------------------------------------
+    def capture_stage(self) -> str:
+        desc = (self.passes[-1]["desc"] if self.passes else "") or ""
+        return "prefill" if desc.startswith("mixed") else "decode"
+
+    # -- --cudagraph-metrics tables ----------------------------------------------------
     def on_cg_settings(self, fact: Fact) -> None:
         self.table_mode = None
         self.table_sizes = []
 
     def on_cg_mode(self, fact: Fact) -> None:
-        mode = fact.data["mode"]
-        self.table_mode = mode.split(".")[-1]
+        self.table_mode = fact.data["mode"].split(".")[-1].upper()
 
     def on_cg_sizes(self, fact: Fact) -> None:
-        self.table_sizes = int_list(fact.data["sizes"])
+        self.table_sizes = sorted(set(int_list(fact.data["sizes"])))
 
     def on_cg_stats(self, fact: Fact) -> None:
         interval = None
@@ -259,6 +359,7 @@ class _Run:
         self.last_table_ts = fact.line.ts if fact.line.ts is not None else self.last_table_ts
         self.table = {"ts": fact.line.ts, "interval": interval}
         self.step_tables += 1
+        self.release()
 
     def on_row(self, fact: Fact) -> None:
         if self.table is None:
@@ -268,59 +369,63 @@ class _Run:
             return
         unpadded, padded, paddings, count = (to_int(cells[i]) for i in (0, 1, 2, 4))
         mode = cells[3].split(".")[-1].upper()
-        if None in (unpadded, padded, paddings, count) or count < 1 or min(unpadded, paddings) < 0:
+        if None in (unpadded, padded, paddings, count) or count < 1 or min(unpadded, paddings) < 0 or unpadded < 1:
             self.warnings.append(f"line {fact.line.lineno}: a CUDAGraph Stats row that does not read: skipped")
             return
+        event = {"kind": "step_counts", "ts": self.table["ts"], "stage": "mixed", "count": count,
+                 "num_tokens": unpadded * count, "padded_tokens": paddings * count, "duration_s": None,
+                 "interval_s": self.table["interval"], "raw_bs": unpadded}
         if mode == "NONE":
-            wire_mode = "eager"
-            if self.table_mode == "NONE" or self.meta.get("enforce_eager"):
-                reason = "graphs_disabled"
-            elif self.table_sizes and unpadded > max(self.table_sizes):
-                reason = "batch_too_large"
-            else:
-                reason = "unknown"
+            event.update(mode="eager", graph_bs=None, **self._eager_cause(unpadded))
         else:
-            wire_mode, reason = ("padded" if paddings > 0 else "graph"), None
-        self.events.add(fact.line.lineno, {
-            "kind": "step_counts", "ts": self.table["ts"], "stage": "mixed", "mode": wire_mode,
-            "reason": reason, "count": count, "num_tokens": unpadded * count,
-            "padded_tokens": paddings * count, "duration_s": None, "interval_s": self.table["interval"]})
+            graph_bs = padded if padded >= unpadded else unpadded
+            event.update(mode="padded" if paddings > 0 and graph_bs > unpadded else "graph", reason=None,
+                         graph_bs=graph_bs)
+        self.emit(event)
 
-    # -- events ----------------------------------------------------------------------------
-    def finish_phases(self) -> None:
-        if "compile" not in self.sums and "init_compilation_s" in self.meta:
+    def _eager_cause(self, tokens: int) -> dict[str, Any]:
+        """Why a NONE row ran eager, from what the table's header and the config say."""
+        mode = self.table_mode or self.meta.get("cudagraph_mode")
+        sizes = self.table_sizes or self.meta.get("capture_sizes") or []
+        if mode == "NONE" or self.meta.get("enforce_eager"):
+            why = "enforce_eager" if self.meta.get("enforce_eager") else "the table's mode NONE"
+            return {"reason": "graphs_disabled", "provenance": "inferred",
+                    "evidence": f"graphs are off for this server ({why})"}
+        if sizes and tokens > max(sizes):
+            return {"reason": "batch_too_large", "provenance": "inferred",
+                    "evidence": f"{tokens} tokens is above the largest captured size {max(sizes)}"}
+        if mode == "FULL_DECODE_ONLY":
+            return {"reason": "prefill", "provenance": "inferred",
+                    "evidence": "FULL_DECODE_ONLY captures decode-only batches; a batch with prefill tokens "
+                                "runs eager"}
+        return {"reason": "unknown", "provenance": None, "evidence": None}
+
+    # -- the end -----------------------------------------------------------------------
+    def close(self) -> None:
+        self._release_loads(None, every=True)
+        if "compile" not in self.headline and "init_compilation_s" in self.meta:
             seconds, fact = self.meta["init_compilation_s"]
-            self._add(fact, "compile", seconds)
-        load = self.sums.pop("model_loading", None)
-        weights = self.sums.pop("weights", None)
-        if load is not None:
-            self.sums["load_weights"] = load
-        elif weights is not None:
-            if weights[1] is None:
-                weights[1] = self.meta.get("weights_mem")
-            self.sums["load_weights"] = weights
-        for name, (duration, mem, order, ts) in self.sums.items():
-            duration = max(0.0, duration)
-            self.events.add(order, {"kind": "phase", "ts": ts, "phase": name, "duration_s": duration,
-                                    "start_ts": None if ts is None else ts - duration, "mem_bytes": mem})
-        if self.capturing and not self.capture_failed:
-            if self.fatal:
-                self.capture_failed = True
-                self._failed_capture(self.facts[-1], clip(self.fatal_text, 4000))
+            self.phase(fact, "compile", seconds)
+        failure = self.headline_failure()
+        if failure is not None and failure.phase == "capture" and not self.ready:
+            bs = failure.graph_bs if failure.graph_bs is not None else self.capturing_bs()
+            failure.graph_bs = bs
+            if bs is not None:
+                self.emit({"kind": "capture", "ts": failure.ts, "graph_bs": bs, "stage": self.capture_stage(),
+                           "duration_s": None, "pool_bytes": None, "pool_delta_bytes": None, "status": "failed",
+                           "error": clip(failure.error, 4000), "variant": None, "rank": failure.rank_label})
+                self.note_headline("captures", _line_of(failure))
             else:
-                self.warnings.append("graph capture was still running where the log ends")
-
-    def finish(self) -> None:
-        self.finish_phases()
-
-    def error_for(self, status: str) -> str | None:
-        return (self.exception or clip(self.fatal_text, 4000)) if status == "failed" else None
+                self.warnings.append("a capture failed, but the log does not say at which size")
+        elif self.capturing and failure is None:
+            self.warnings.append("graph capture was still running where the log ends")
+        super().close()
 
     def model(self) -> str | None:
         return self.meta.get("model")
 
     def device(self) -> str | None:
-        return self.meta.get("device") or ("cuda" if self.passes or "capture" in self.sums else None)
+        return self.meta.get("device") or ("cuda" if self.passes or "capture" in self.headline else None)
 
     def backend(self) -> str:
         if self.meta.get("enforce_eager"):
@@ -331,37 +436,54 @@ class _Run:
         modes = sorted({p["desc"].split(",")[-1].strip().lower() for p in self.passes if "," in p["desc"]})
         if modes:
             return "_and_".join(modes)
-        return "cuda_graph" if self.passes or "capture" in self.sums else "unknown"
+        return "cuda_graph" if self.passes or "capture" in self.headline else "unknown"
+
+    def capture_sizes(self) -> list[int]:
+        return sorted(set(self.meta.get("capture_sizes") or self.table_sizes))
 
     def config(self) -> dict[str, Any]:
-        capture = self.sums.get("capture")
+        sizes = self.capture_sizes()
+        took = min(self.capture_took.values(), key=lambda item: item[0])[1] if self.capture_took else None
+        actual = self._headline_figure("graph_mem_actual")
         config: dict[str, Any] = {
-            "engine": "vllm", "rank_policy": RANK_POLICY,
-            "capture_sizes": sorted(set(self.meta.get("capture_sizes") or self.table_sizes)),
-            "compile": any(name == "compile" or name.startswith("compile.") for name in self.sums),
-            "graph_mem_bytes": self.graph_pool if self.graph_pool is not None else (capture[1] if capture else None),
-            "graph_mem_estimate_bytes": self.graph_estimate,
+            "engine": "vllm",
+            "capture_sizes": sizes,
+            "capture_count": len(sizes) if sizes else (max((p["total"] or 0 for p in self.passes), default=0)
+                                                        or None),
+            "compile": self.compile_seen or any(k == "compile" or k.startswith("compile.") for k in self.headline),
+            "graph_mem_bytes": actual if actual is not None else took,
+            "graph_mem_estimate_bytes": self._headline_figure("graph_mem_estimate"),
             "capture_passes": [{"pass": p["desc"] or "graphs", "graphs_done": p["n"], "graphs": p["total"]}
                                for p in self.passes],
             "cudagraph_metrics_tables": self.step_tables,
         }
-        if self.kv_tokens is not None:
-            config["kv_tokens"] = self.kv_tokens
-        if "enforce_eager" in self.meta:
-            config["enforce_eager"] = self.meta["enforce_eager"]
+        for key in ("kv_tokens", "kv_blocks", "cpu_blocks", "max_concurrency", "graph_profile",
+                    "graph_mem_estimate"):
+            value = self._headline_figure(key)
+            if value is not None and key != "graph_mem_estimate":
+                config[key] = value
+            ranks = self.by_rank.get(key) or {}
+            if len([label for label in ranks if label]) > 1:
+                config[key + "_by_rank"] = {label: value for label, (_, value) in ranks.items() if label}
+        cache = self._headline_figure("compile_cache")
+        if cache is not None:
+            config["compile_cache_hits"], config["compile_cache_saves"] = cache
+        for key in ("enforce_eager", "cudagraph_mode", "max_capture_size", "max_num_seqs", "vllm_version",
+                    "tensor_parallel_size", "capture_size_cap"):
+            if key in self.meta:
+                config[key] = self.meta[key]
+        if self.table_mode and "cudagraph_mode" not in config:
+            config["cudagraph_mode"] = self.table_mode
         return config
 
 
-def parse(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str = "0" * 64) -> ImportResult:
-    progress = {"load_weights", "model_loading", "dynamo", "compile_graph", "compile_total", "kv_mem",
-                "kv_tokens", "capture_progress", "capture_done", "init_engine", "cg_stats", "row"}
-    result = assemble_runs(text, path=path, mtime=mtime, digest=digest, engine="vllm", source=SOURCE,
-                           classify=classify, progress_kinds=progress, new_run=_Run)
-    if not result.runs:
-        result.warnings.append("no vLLM server start found in this log")
-    return result
+def _line_of(failure) -> LogLine:
+    return LogLine(0, "", failure.ts, failure.rank, failure.rank_label)
 
 
-def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None) -> ImportResult:
+ENGINE = Engine("vllm", SOURCE, classify, VllmRun)
+
+
+def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None):
     """Parse a log's text; never raises."""
-    return safe_parse(parse, SOURCE, text, path, mtime, digest)
+    return _parse(ENGINE, text, path=path, mtime=mtime, digest=digest)

@@ -2,7 +2,7 @@
 service periods; on PostgreSQL the raw step tables partitioned by day
 
 Revision ID: 0015
-Revises: 0002
+Revises: 0011
 Create Date: 2026-12-02 20:30:00
 
 On PostgreSQL ``steps`` and ``step_counts`` become tables partitioned by UTC day on
@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = '0015'
-down_revision = '0002'
+down_revision = '0011'
 branch_labels = None
 depends_on = None
 

@@ -243,8 +243,10 @@ def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
 def test_startup_page_ranks_failures_first(env, driver):
     open_page(driver, env["url"] + "/startup/baseline-run", charts=3)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".card.finding"))
-    causes = [e.get_attribute("data-cause") for e in driver.find_elements(By.CSS_SELECTOR, ".card.finding")]
-    assert causes[0] == "oom" and "outlier_sizes" in causes
+    cards = driver.find_elements(By.CSS_SELECTOR, ".card.finding")
+    causes = [e.get_attribute("data-cause") for e in cards]
+    assert causes[0] == "failure" and cards[0].get_attribute("data-failure-class") == "oom"
+    assert "slow_size" in causes
     assert "CUDA out of memory" in driver.find_element(By.ID, "startup-failures").text
 
 

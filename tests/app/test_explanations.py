@@ -2,7 +2,7 @@
 
 import pytest
 
-from collector.explanations import EXPLANATIONS, cost_sentence, explain, reason_costs
+from collector.explanations import EXPLANATIONS, cost_sentence, explain, reason_costs, size_band
 from runner.wire import REASONS, custom_reason
 
 
@@ -38,25 +38,69 @@ def test_a_custom_reason_is_explained_in_the_callers_words():
     assert "tokenizer hiccup" in e.title and "tokenizer hiccup" in e.what
 
 
-def test_cost_on_a_run_comes_from_the_breakdown_and_step_times():
-    breakdown = [{"reason": "batch_too_large", "steps": 100, "duration_s": 0.5, "share": 0.1}]
-    step_times = [{"stage": "decode", "mode": "graph", "steps": 900, "total_s": 0.9, "mean_s": 0.001},
-                  {"stage": "decode", "mode": "eager", "steps": 100, "total_s": 0.5, "mean_s": 0.005}]
-    [cost] = reason_costs(breakdown, step_times)
+def batch(stage, raw_bs, mode, steps, seconds, reason=None, timed=None):
+    return {"stage": stage, "raw_bs": raw_bs, "mode": mode, "reason": reason, "steps": steps,
+            "timed_steps": steps if timed is None else timed, "duration_s": seconds}
+
+
+def test_cost_compares_eager_with_replays_of_the_same_stage_and_size_band():
+    breakdown = [{"reason": "lora_not_captured", "steps": 100, "duration_s": 0.5, "share": 0.5}]
+    rows = [batch("decode", 8, "eager", 100, 0.5, "lora_not_captured"),
+            batch("decode", 12, "graph", 400, 0.4),       # same band (8-15): 1 ms per replay
+            batch("decode", 2, "graph", 900, 0.09)]       # another band: ignored
+    [cost] = reason_costs(breakdown, rows)
     assert cost["steps"] == 100 and cost["time_s"] == 0.5
-    assert cost["extra_s"] == pytest.approx(0.4)
-    assert cost["explanation"]["title"].startswith("Batch larger")
-    assert cost_sentence(cost) == ("100 eager steps (10.0% of eager steps); 0.500 s spent eager; "
-                                   "about 0.400 s more than graph replay would have taken.")
+    assert cost["compared"]["replay_s"] == pytest.approx(0.1)
+    assert cost["compared"]["extra_s"] == pytest.approx(0.4)
+    assert cost["compared"]["bands"] == ["decode bs 8\u201315"]
+    assert cost["not_compared"] == []
+    assert cost["explanation"]["title"].startswith("LoRA")
+    assert cost_sentence(cost) == (
+        "100 eager steps (50.0% of eager steps); 500.0 ms spent eager over 100 timed steps. "
+        "Against graph replays measured at the same sizes in this run (decode bs 8\u201315): 100 steps "
+        "took 500.0 ms eager, replay would have taken about 100.0 ms: 400.0 ms more than replay.")
 
 
-def test_cost_without_replayed_steps_has_no_estimate():
-    [cost] = reason_costs([{"reason": "graphs_disabled", "steps": 5, "duration_s": 0.1, "share": 1.0}],
-                          [{"stage": "decode", "mode": "eager", "steps": 5, "total_s": 0.1}])
-    assert cost["extra_s"] is None
+def test_a_batch_above_every_graph_has_no_replay_to_compare_with():
+    # the "about 0.000 s more than graph replay": no replay of bs 33-63 was measured
+    breakdown = [{"reason": "batch_too_large", "steps": 40, "duration_s": 0.2, "share": 1.0}]
+    rows = [batch("decode", 40, "eager", 40, 0.2, "batch_too_large"), batch("decode", 8, "graph", 10, 0.01)]
+    [cost] = reason_costs(breakdown, rows)
+    assert cost["compared"] is None
+    text = cost_sentence(cost)
+    assert "0.000" not in text and "more than" not in text
+    assert "40 steps (decode bs 32\u201363): no cost against graphs, no graph replay of these sizes " \
+           "was measured in this run." in text
 
 
-def test_prefill_has_no_graph_comparison():
-    [cost] = reason_costs([{"reason": "prefill", "steps": 5, "duration_s": 0.1, "share": 1.0}],
-                          [{"stage": "decode", "mode": "graph", "steps": 5, "total_s": 0.01}])
-    assert cost["extra_s"] is None
+def test_untimed_steps_say_their_time_was_not_measured():
+    breakdown = [{"reason": "unknown", "steps": 21, "duration_s": 0.0, "share": 1.0}]
+    rows = [batch("decode", 20, "eager", 21, 0.0, "unknown", timed=0), batch("decode", 16, "graph", 5, 0.0, timed=0)]
+    [cost] = reason_costs(breakdown, rows)
+    assert cost["time_s"] is None and cost["compared"] is None
+    assert "their time was not measured" in cost_sentence(cost)
+    assert "0.000" not in cost_sentence(cost)
+
+
+def test_counts_without_batch_sizes_are_not_compared():
+    [cost] = reason_costs([{"reason": "unknown", "steps": 7, "duration_s": 0.0, "share": 1.0}], [])
+    assert cost["not_compared"] == [{"why": "reported as counts without a batch size", "steps": 7, "bands": []}]
+
+
+def test_prefill_never_has_a_replay_of_its_shape():
+    rows = [batch("prefill", 4, "eager", 5, 0.1, "prefill"), batch("decode", 4, "graph", 50, 0.05)]
+    [cost] = reason_costs([{"reason": "prefill", "steps": 5, "duration_s": 0.1, "share": 1.0}], rows)
+    assert cost["compared"] is None
+
+
+def test_cpu_stand_in_costs_say_they_are_cpu_timings():
+    rows = [batch("decode", 8, "eager", 10, 0.2, "lora_not_captured"), batch("decode", 8, "graph", 10, 0.285)]
+    [cost] = reason_costs([{"reason": "lora_not_captured", "steps": 10, "duration_s": 0.2, "share": 1.0}],
+                          rows, stand_in=True)
+    assert cost_sentence(cost).startswith("CPU stand-in (static backend): these are CPU timings")
+    assert "less than replay" in cost_sentence(cost)
+
+
+def test_size_bands_are_powers_of_two():
+    assert [size_band(b) for b in (1, 2, 3, 4, 7, 8, 33)] == [(1, 1), (2, 3), (2, 3), (4, 7), (4, 7), (8, 15),
+                                                             (32, 63)]

@@ -53,7 +53,7 @@ def test_run_page_draws_each_applicable_alert_threshold(filled, pages):
 
 def test_startup_page_diagnoses_and_compares_with_a_baseline(filled, pages):
     data = pages["startup"].page_data(filled, "syn-base", baseline="syn-1")
-    assert data["findings"][0]["cause"] == "oom"
+    assert (data["findings"][0]["cause"], data["findings"][0]["failure_class"]) == ("failure", "oom")
     assert [c["graph_bs"] for c in data["failed"]] == [32]
     diff = {d["item"]: d for d in data["diff"]}
     assert diff["capture bs 16"]["diff_s"] == pytest.approx(1.0)
@@ -129,3 +129,23 @@ def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(stor
     assert list(hover) == ["not in the log"]
     for text in list(pages["run"].page_data(store, "from-log")["stats"].values()):
         assert text not in ("–", "0 s", "0.0 ms")
+
+
+def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, pages, tmp_path):
+    from collector import queries
+    from collector.importers import import_log
+    from collector.ingest import ingest_events, ingest_run
+    from tests.importers.conftest import FIXTURES
+
+    result = import_log("sglang", str(FIXTURES / "sglang_new.log"))
+    (run,) = result.runs
+    ingest_run(filled, run.run)
+    ingest_events(filled, run.run["run_id"], run.events)
+    rows = {r["rank_label"]: r for r in pages["startup"].rank_rows(filled, run.run["run_id"])}
+    assert set(rows) == {"TP0", "TP1"}
+    assert (rows["TP0"]["capture"], rows["TP1"]["capture"]) == (2.58, 3.01)   # TP1 captured slower
+    kv = pages["startup"].RANK_COLUMNS[3]
+    assert kv.field == "kv_cache"
+    assert kv.shown(rows["TP1"]) == "time not in the log · 12.5 GiB"
+    assert pages["startup"].RANK_COLUMNS[2].shown(rows["TP0"]) == "not in the log"   # no compile line
+    assert queries.run_summary(filled, run.run["run_id"])["capture_total_s"] == 2.58  # headline rank only

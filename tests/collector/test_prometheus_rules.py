@@ -38,3 +38,27 @@ def test_the_rule_unit_tests_pass():
 def test_the_rules_use_the_collectors_metric_names():
     text = (RULES / "replayscope-rules.yml").read_text()
     assert metrics.STEPS_TOTAL in text
+
+
+def test_the_shipped_rule_is_the_built_in_rule_with_its_defaults():
+    """Same window, minimum steps, pending duration and hold as a replayscope rule with defaults."""
+    import re
+
+    import yaml
+
+    from collector.alerts import RULE_DEFAULTS
+
+    [group] = yaml.safe_load((RULES / "replayscope-rules.yml").read_text())["groups"]
+    records = {r["record"]: r["expr"] for r in group["rules"] if "record" in r}
+    [alert] = [r for r in group["rules"] if r.get("alert") == "ReplayscopeEagerRatioHigh"]
+
+    def seconds(duration: str) -> int:
+        value, unit = re.fullmatch(r"(\d+)([smh])", duration).groups()
+        return int(value) * {"s": 1, "m": 60, "h": 3600}[unit]
+
+    windows = {seconds(w) for expr in records.values() for w in re.findall(r"\[(\d+[smh])\]", expr)}
+    assert windows == {RULE_DEFAULTS["window_s"]}
+    assert f">= {RULE_DEFAULTS['min_steps']}" in alert["expr"]
+    assert f'stage="{RULE_DEFAULTS["stage"]}"' in records["replayscope:decode_eager_ratio:5m"]
+    assert seconds(alert["for"]) == RULE_DEFAULTS["for_s"]
+    assert seconds(alert["keep_firing_for"]) == RULE_DEFAULTS["keep_firing_for_s"]

@@ -14,9 +14,10 @@ RUN_KEYS = {"run_id", "name", "source", "backend", "model", "device", "status", 
 
 def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
     store = sqlite_store
+    alerts.create_rule(store, {"name": "r", "threshold": 0.1, "min_steps": 1, "window_s": 60, "for_s": 0},
+                       now=0.0)
     run_id = run_in(store)
     ingest_events(store, run_id, [step(i, 1000.0 + i, mode=("graph", "padded", "eager")[i % 3]) for i in range(9)])
-    alerts.create_rule(store, {"name": "r", "threshold": 0.1, "min_steps": 1, "window_s": 60})
     alerts.evaluate_alerts(store, now=1009.0)
     assert set(queries.list_runs(store)[0]) == RUN_KEYS
     assert set(queries.run_summary(store, run_id)) == RUN_KEYS | {"config", "torch_version", "reasons",

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from collector import alerts, fleet, queries, regressions
+from collector import alerts, fleet, notifications, queries, regressions
 from collector.ingest import ingest_events, ingest_run
 
 DAY = 86400.0
@@ -136,10 +136,9 @@ def test_a_regression_rule_fires_once_for_the_regressed_run(series):
     fired = alerts.evaluate_alerts(series, now)
     assert [(t.status, t.alert["run_id"], t.alert["reason"]) for t in fired] == [("firing", "run-8", "graph_step_s")]
     assert alerts.evaluate_alerts(series, now + 10) == []
-    payload = alerts.webhook_payload(fired[0])
-    labels = payload["alerts"][0]["labels"]
-    assert labels["alertname"] == "ReplayscopeRegression" and labels["metric"] == "graph_step_s"
-    assert "run-0 … run-7" in payload["alerts"][0]["annotations"]["baseline"]
+    body = notifications.alert_body("firing", fired[0].alert, fired[0].rule, "")
+    assert body["labels"]["alertname"] == "ReplayscopeRegression" and body["labels"]["metric"] == "graph_step_s"
+    assert "run-0 … run-7" in body["annotations"]["baseline"]
     assert queries.alert_events(series, "run-8")[0]["status"] == "firing"
 
 

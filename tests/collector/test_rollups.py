@@ -61,10 +61,10 @@ def deliveries(draw):
 def raw_aggregates(conn, run_pk):
     """What the raw rows say, computed independently of collector.rollups."""
     per_bucket = defaultdict(lambda: [0, 0, 0, 0.0, 0])
-    per_batch = defaultdict(lambda: [0, 0, 0, 0.0])
+    per_batch = defaultdict(lambda: [0, 0, 0, 0.0, 0])
     rows = [(r.ts, r.stage, r.mode, r.reason, 1, r.num_tokens, r.padded_tokens, r.duration_s, r.raw_bs)
             for r in conn.execute(sa.select(steps).where(steps.c.run_pk == run_pk))]
-    rows += [(r.ts, r.stage, r.mode, r.reason, r.count, r.num_tokens, r.padded_tokens, r.duration_s, None)
+    rows += [(r.ts, r.stage, r.mode, r.reason, r.count, r.num_tokens, r.padded_tokens, r.duration_s, r.raw_bs)
              for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk))]
     for ts, stage, mode, reason, n, tokens, padded, dur, raw_bs in rows:
         for bucket in (0, 1, 60):
@@ -73,8 +73,8 @@ def raw_aggregates(conn, run_pk):
             acc[0] += n; acc[1] += tokens; acc[2] += padded
             acc[3] += dur or 0.0; acc[4] += n if dur is not None else 0
         if raw_bs is not None:
-            b = per_batch[(stage, raw_bs, mode)]
-            b[0] += 1; b[1] += tokens; b[2] += padded; b[3] += dur or 0.0
+            b = per_batch[(stage, raw_bs, mode, reason or "")]
+            b[0] += n; b[1] += tokens; b[2] += padded; b[3] += dur or 0.0; b[4] += n if dur is not None else 0
     return per_bucket, per_batch
 
 
@@ -83,7 +83,8 @@ def stored_rollups(conn, run_pk):
     buckets = {(r.bucket_s, r._mapping["t"], r.stage, r.mode, r.reason): [r.steps, r.num_tokens, r.padded_tokens,
                                                                r.duration_s, r.timed_steps]
                for r in conn.execute(sa.select(step_rollups).where(step_rollups.c.run_pk == run_pk))}
-    batches = {(r.stage, r.raw_bs, r.mode): [r.steps, r.num_tokens, r.padded_tokens, r.duration_s]
+    batches = {(r.stage, r.raw_bs, r.mode, r.reason): [r.steps, r.num_tokens, r.padded_tokens, r.duration_s,
+                                                       r.timed_steps]
                for r in conn.execute(sa.select(batch_rollups).where(batch_rollups.c.run_pk == run_pk))}
     return buckets, batches
 

@@ -30,12 +30,14 @@ COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
 SERVICES: dict = COMPOSE["services"]
 PROMETHEUS_DIR = REPO / "deploy" / "prometheus"
 PROMETHEUS = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
-_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?::?-([^}]*))?\}")
+_VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)(?:(:?-)([^}]*)|(:?\?)([^}]*))?\}")
+REQUIRED = "required-value"
 
 
 def interpolate(value: str) -> str:
-    """Compose's ``${VAR:-default}`` with the environment unset: the default."""
-    return _VAR.sub(lambda m: m.group(2) or "", str(value))
+    """Compose's ``${VAR:-default}`` with the environment unset: the default; a required
+    ``${VAR:?message}`` (compose refuses to start without it): a stand-in value."""
+    return _VAR.sub(lambda m: REQUIRED if m.group(4) else (m.group(3) or ""), str(value))
 
 
 def argv(service: dict) -> list[str]:
@@ -226,6 +228,16 @@ def test_every_replayscope_variable_is_a_setting_or_a_runner_flag():
                 assert variable in known, f"{name}: {variable} is neither a Settings field nor a runner flag"
                 if variable in settings and value:
                     Settings.from_env({variable: value})      # and its value converts
+
+
+def test_the_token_must_be_set_wherever_it_is_used():
+    """Compose publishes the collector beyond loopback: it must never start without a token."""
+    for name, service in SERVICES.items():
+        raw = service.get("environment") or {}
+        if "REPLAYSCOPE_TOKEN" in raw:
+            assert str(raw["REPLAYSCOPE_TOKEN"]).startswith("${REPLAYSCOPE_TOKEN:?"), name
+    served = [name for name, s in replayscope_services().items() if argv(s)[1] == "serve"]
+    assert served and all("REPLAYSCOPE_TOKEN" in (SERVICES[n].get("environment") or {}) for n in served)
 
 
 def test_collector_environments_make_valid_settings():

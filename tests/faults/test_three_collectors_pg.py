@@ -54,7 +54,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
             with RoundRobinProxy([c.url for c in collectors]) as balancer:
                 status, _rule, _ = http_json("POST", balancer.url + "/v1/alert-rules",
                                              {"name": "any eager", "threshold": 0.01, "window_s": 3600,
-                                              "min_steps": 20})
+                                              "min_steps": 20, "for_s": 0})
                 assert status == 201
                 targets = {"direct-0": (collectors[0].url, []), "direct-1": (collectors[1].url, []),
                            "balanced": (balancer.url, []), "balanced-sampled": (balancer.url, ["--graph-sample", "4"])}

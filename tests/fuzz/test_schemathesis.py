@@ -32,7 +32,7 @@ RULE_ID = create_rule(STORE, {"name": "fuzz-rule", "threshold": 0.5})["id"]
 APP = create_api(STORE, Settings(run_services=False, max_body_bytes=256 * 1024))
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP).include(
-    path_regex=r"^/v1/(runs(/\{run_id\}/events)?|alert-rules(/\{rule_id\})?)$")
+    path_regex=r"^/v1/(runs(/\{run_id\}/(events|diagnosis|advice))?|alert-rules(/\{rule_id\})?)$")
 
 
 STATUSES: Counter = Counter()     # (method, path template, status): what the fuzzing reached

@@ -41,5 +41,27 @@ def kind(run, name):
     return [e for e in run.events if e["kind"] == name]
 
 
+def headline(run, events, what_key="phase"):
+    """The events that are the run's figures (config.rank_headline), as the queries read them."""
+    chosen = run.run["config"]["rank_headline"]
+    return [e for e in events
+            if (e[what_key] if what_key in e else what_key) not in chosen
+            or chosen[e[what_key] if what_key in e else what_key] == e.get("rank")]
+
+
 def phases(run):
-    return {e["phase"]: (e["duration_s"], e.get("mem_bytes")) for e in kind(run, "phase")}
+    """The run's headline phases: {name: (duration_s, mem_bytes)}."""
+    rows = headline(run, kind(run, "phase"))
+    out = {e["phase"]: (e["duration_s"], e.get("mem_bytes")) for e in rows}
+    assert len(out) == len(rows), "one headline row per phase"
+    return out
+
+
+def rank_phases(run):
+    """Every rank's phases: {(rank, name): (duration_s, mem_bytes)}."""
+    return {(e.get("rank"), e["phase"]): (e["duration_s"], e.get("mem_bytes")) for e in kind(run, "phase")}
+
+
+def run_end(run):
+    (end,) = kind(run, "run_end")
+    return {k: end.get(k) for k in ("status", "error", "rank", "phase", "graph_bs")}

@@ -45,7 +45,7 @@ def logs(tmp_path):
 def test_json_output_lists_runs_with_their_figures(logs):
     data = json.loads(run(["import", "sglang", str(logs / "sglang_old.log"), "--json", "--dry-run"]))
     assert data["source"] == "sglang-log"
-    assert data["rank_policy"].startswith("merged:")
+    assert data["rank_policy"].startswith("per rank:")
     assert data["written_to"] is None
     (r,) = data["runs"]
     assert r["status"] == "finished"
@@ -155,3 +155,22 @@ def test_import_through_the_collector_api(logs, collector_url):
     assert {r["source"] for r in runs} == {"vllm-log"}
     with pytest.raises(ReplayscopeError, match="401"):
         run(["import", "vllm", str(logs / "vllm_restart.log"), "--collector", base, "--token", "wrong"])
+
+
+
+def test_an_imported_vllm_metrics_table_feeds_padding_waste_and_the_advisor(logs, tmp_path):
+    from collector import queries
+    from collector.advisor import advise_run
+    from collector.store import Store
+
+    db = f"sqlite:///{tmp_path}/advise.db"
+    run(["import", "vllm", str(logs / "vllm_cudagraph_metrics.log"), "--db", db])
+    store = Store.open(db)
+    (summary,) = queries.list_runs(store)
+    assert (summary["num_tokens"], summary["padded_tokens"]) == (349, 30)     # 20+10 paddings of the rows
+    histogram = {(r["raw_bs"], r["mode"]): r["steps"] for r in queries.batch_histogram(store, summary["run_id"])}
+    assert histogram == {(1, "graph"): 7, (3, "eager"): 4, (3, "padded"): 20, (4, "graph"): 10,
+                         (6, "padded"): 5, (100, "eager"): 2}
+    advice = advise_run(store, summary["run_id"], budget=2)
+    assert advice is not None and advice.predicted.steps == 48
+    store.dispose()

@@ -1,4 +1,5 @@
-"""The SGLang /metrics scraper against a real Prometheus exposition served locally."""
+"""The /metrics scraper against real Prometheus expositions served locally: SGLang with two
+tensor-parallel ranks and a restart, both SGLang spellings, and vLLM's histogram."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
 from collector.importers import cli
-from collector.importers.sglang_metrics import Scraper
+from collector.importers.scrape import Scraper
 from runner.errors import ReplayscopeError
 from runner.wire import validate_event, validate_run
 from tests.live_server import free_port
@@ -19,19 +20,23 @@ NAME = "sglang:cuda_graph_passes"
 
 
 class FakeSGLang:
-    """A registry with SGLang's counter, served by prometheus_client's own HTTP server."""
+    """A registry with SGLang's counter for two TP ranks (each counts every step), served by
+    prometheus_client's own HTTP server."""
 
-    def __init__(self):
+    def __init__(self, name: str = NAME):
+        self.name = name
         self.registry = CollectorRegistry()
         self.counter = self._counter()
         self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
     def _counter(self) -> Counter:
-        return Counter(NAME, "Forward passes by CUDA-graph mode", ["mode", "model_name"], registry=self.registry)
+        return Counter(self.name, "Forward passes by CUDA-graph mode", ["mode", "model_name", "tp_rank"],
+                       registry=self.registry)
 
     def inc(self, mode: str, n: int) -> None:
-        self.counter.labels(mode=mode, model_name="Qwen/Qwen3-8B").inc(n)
+        for rank in ("0", "1"):
+            self.counter.labels(mode=mode, model_name="Qwen/Qwen3-8B", tp_rank=rank).inc(n)
 
     def restart(self) -> None:
         """The server restarted: its counters start again from zero."""
@@ -71,8 +76,9 @@ def test_deltas_between_polls_become_step_counts_and_a_reset_is_handled(sglang):
     events = scraper.poll()
     for e in events:
         validate_event(e)
+    # two TP ranks report the same steps: counted once
     assert counts(events) == {("decode", "graph", None): 40, ("decode", "eager", "unknown"): 2,
-                              ("prefill", "eager", "unknown"): 5, ("prefill", "graph", None): 1}
+                              ("prefill", "eager", "prefill"): 5, ("prefill", "graph", None): 1}
     assert {(e["ts"], e["interval_s"]) for e in events} == {(110.0, 10.0)}
 
     assert scraper.poll() == []                           # nothing new
@@ -145,7 +151,7 @@ def test_prometheus_text_without_sglang_counters_is_an_error():
     Counter("something_else", "x", registry=registry).inc()
     server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
     try:
-        with pytest.raises(ReplayscopeError, match="--enable-metrics"):
+        with pytest.raises(ReplayscopeError, match="--enable-metrics, or vLLM"):
             Scraper(f"http://127.0.0.1:{server.server_port}/metrics").poll()
     finally:
         server.shutdown()
@@ -155,3 +161,87 @@ def test_prometheus_text_without_sglang_counters_is_an_error():
 def test_a_url_that_is_not_http_is_refused():
     with pytest.raises(ReplayscopeError, match="not an http"):
         cli.metrics_url("localhost:30000")
+
+
+def test_the_underscore_spelling_is_read_too():
+    server = FakeSGLang("sglang_cuda_graph_passes")
+    try:
+        clock = iter([1.0, 2.0])
+        scraper = Scraper(server.url, clock=lambda: next(clock))
+        server.inc("decode_cuda_graph", 5)
+        scraper.poll()
+        server.inc("decode_cuda_graph", 3)
+        assert counts(scraper.poll()) == {("decode", "graph", None): 3}
+    finally:
+        server.close()
+
+
+VLLM_BUCKETS = (1, 2, 4, 8)
+
+
+class FakeVLLM:
+    """vLLM's iteration-tokens histogram (buckets = capture sizes) for two DP engines."""
+
+    def __init__(self, with_modes: bool = False):
+        from prometheus_client import Histogram
+
+        self.registry = CollectorRegistry()
+        self.hist = Histogram("vllm:iteration_tokens_total", "tokens per iteration", ["model_name", "engine"],
+                              buckets=VLLM_BUCKETS, registry=self.registry)
+        self.modes = Counter("vllm:cudagraph_iterations", "iterations by mode", ["model_name", "engine",
+                                                                                   "runtime_mode"],
+                             registry=self.registry) if with_modes else None
+        self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
+
+    def step(self, tokens: int, engine: str = "0", mode: str = "FULL") -> None:
+        self.hist.labels(model_name="Qwen/Qwen3-8B", engine=engine).observe(tokens)
+        if self.modes is not None:
+            self.modes.labels(model_name="Qwen/Qwen3-8B", engine=engine, runtime_mode=mode).inc()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_vllm_histogram_buckets_are_the_batch_size_distribution():
+    server = FakeVLLM()
+    try:
+        clock = iter([10.0, 20.0])
+        scraper = Scraper(server.url, clock=lambda: next(clock))
+        server.step(4)
+        assert scraper.poll() == []
+        assert (scraper.run["source"], scraper.run["config"]["capture_sizes"]) == ("vllm-metrics", [1, 2, 4, 8])
+        for tokens, engine in ((3, "0"), (4, "1"), (8, "0"), (100, "1"), (1, "0")):
+            server.step(tokens, engine)      # data-parallel engines run different batches: they add up
+        events = scraper.poll()
+        for e in events:
+            validate_event(e)
+        assert [(e["mode"], e["reason"], e["count"], e.get("raw_bs"), e.get("graph_bs"), e["provenance"])
+                for e in events] == [
+            ("graph", None, 1, 1, 1, "inferred"),
+            ("graph", None, 2, 4, 4, "inferred"),          # 3 and 4 tokens: both served by the graph of 4
+            ("graph", None, 1, 8, 8, "inferred"),
+            ("eager", "batch_too_large", 1, None, None, "inferred"),   # 100 > 8, the largest captured size
+        ]
+        assert all(e["evidence"] for e in events)
+    finally:
+        server.close()
+
+
+def test_vllm_runtime_mode_counter_gives_the_modes_when_present():
+    server = FakeVLLM(with_modes=True)
+    try:
+        clock = iter([10.0, 20.0])
+        scraper = Scraper(server.url, clock=lambda: next(clock))
+        server.step(1)
+        scraper.poll()
+        server.step(2, mode="PIECEWISE")
+        server.step(3, mode="FULL")
+        server.step(50, mode="NONE")
+        server.step(3, mode="NONE")
+        events = scraper.poll()
+        assert [(e["mode"], e["reason"], e["count"]) for e in events] == [
+            ("graph", None, 2), ("eager", "batch_too_large", 1), ("eager", "unknown", 1)]
+    finally:
+        server.close()

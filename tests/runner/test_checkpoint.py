@@ -1,5 +1,6 @@
 """load_checkpoint against transformers: same logits for prefill and cached decode, clear errors."""
 
+import io
 import json
 import shutil
 from pathlib import Path
@@ -9,6 +10,7 @@ import torch
 
 from runner.checkpoint import args_from_hf_config, load_checkpoint
 from runner.errors import ReplayscopeError
+from runner.progress import Progress
 
 transformers = pytest.importorskip("transformers")
 
@@ -131,6 +133,34 @@ def test_sharded_checkpoint_loads(tmp_path):
     model.setup_caches(num_slots=1, max_seq_len=16)
     prompt = tokens_of(6, seed=7)
     torch.testing.assert_close(prefill(model, prompt, 0), hf_logits(hf, prompt), atol=1e-4, rtol=1e-4)
+
+
+def test_loading_shows_progress_per_tensor_with_its_shard(tmp_path):
+    save_hf_model("llama", tmp_path, max_shard_size="60KB")
+    shards = len(list(tmp_path.glob("*.safetensors")))
+    stream = io.StringIO()
+    with Progress("Loading safetensors weights (llama)", unit="tensors", stream=stream, interval_s=0) as bar:
+        load_checkpoint(tmp_path, "cpu", progress=bar)
+    lines = stream.getvalue().splitlines()
+    tensors = 3 + 9 * SMALL["num_hidden_layers"]      # embed, norm, lm_head; 9 per layer
+    assert lines[0].startswith(f"Loading safetensors weights (llama):   0%|          | 0/{tensors} [")
+    assert len(lines) == tensors + 1
+    assert lines[1].endswith(f", shard 1/{shards}]")
+    assert lines[-1].startswith(f"Loading safetensors weights (llama): 100%|##########| {tensors}/{tensors} [")
+    assert lines[-1].endswith(f", shard {shards}/{shards}]")
+
+
+def test_replayscope_run_on_a_checkpoint_shows_its_loading_progress(tmp_path, capsys):
+    from app.cli import main
+
+    save_hf_model("llama", tmp_path / "tiny-llama")
+    code = main(["run", "--backend", "static", "--model-dir", str(tmp_path / "tiny-llama"), "--workload",
+                 "decode-only", "--steps", "5", "--max-bs", "4", "--prompt-len", "4,8", "--output-len", "4,8"])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    tensors = 3 + 9 * SMALL["num_hidden_layers"]
+    assert f"Loading safetensors weights (tiny-llama): 100%|##########| {tensors}/{tensors} [" in err
+    assert ", shard 1/1]" in err and "Running decode-only workload: 100%|##########| 5/5 [" in err
 
 
 def _to_transformers4_layout(config: dict) -> dict:

@@ -1,7 +1,10 @@
 """``replayscope run``: bad input gets one error line, exit 2 and no events file; --help explains
 every flag; a good run writes an events file that passes the wire contract."""
 
+import io
 import json
+import re
+import sys
 
 import pytest
 import torch
@@ -145,3 +148,54 @@ def test_workload_flags_override_the_named_workload(capsys, tmp_path):
     prefills = [e for e in lines[1:] if e["kind"] == "step" and e["stage"] == "prefill"]
     assert prefills and all(4 * e["raw_bs"] <= e["num_tokens"] <= 6 * e["raw_bs"] for e in prefills)
     assert max(e["raw_bs"] for e in lines[1:] if e["kind"] == "step") <= 20
+
+
+def _mode_shares(events_path, steps):
+    modes = [e["mode"] for e in map(json.loads, events_path.read_text().splitlines()) if e["kind"] == "step"]
+    assert len(modes) == steps
+    return " ".join(f"{m} {100 * modes.count(m) / steps:.0f}%" for m in ("graph", "padded", "eager"))
+
+
+def test_a_run_shows_progress_for_weights_capture_and_steps_as_plain_lines_off_a_terminal(capsys, tmp_path):
+    events = tmp_path / "run.jsonl"
+    code, _, err = run_cli(capsys, "--backend", "static", "--workload", "mixed", "--steps", "40", "--max-bs", "8",
+                           "--events", str(events))
+    assert code == 0
+    assert "\r" not in err
+    lines = err.splitlines()
+    weights = [i for i, line in enumerate(lines) if line.startswith("Building random weights (tiny): 100%")]
+    decode = [i for i, line in enumerate(lines) if line.startswith("Capturing static stand-ins (decode): 100%")]
+    verify = [i for i, line in enumerate(lines) if line.startswith("Capturing static stand-ins (verify): 100%")]
+    steps = [i for i, line in enumerate(lines) if line.startswith("Running mixed workload: ")]
+    assert len(weights) == len(decode) == len(verify) == 1 and len(steps) >= 2
+    assert weights[0] < decode[0] < verify[0] < steps[0]
+    assert re.search(r"\| (\d+)/\1 \[", lines[weights[0]]) and ", output.weight]" in lines[weights[0]]
+    assert "| 4/4 [" in lines[decode[0]] and "bs=1 " in lines[decode[0]]
+    assert lines[steps[0]].startswith("Running mixed workload:   0%|          | 0/40 [")
+    final = lines[steps[-1]]
+    assert re.match(r"Running mixed workload: 100%\|##########\| 40/40 \[\d\d:\d\d<00:00, +[\d.]+steps/s, ", final)
+    assert final.endswith(f", {_mode_shares(events, 40)}]")
+    assert lines[-1].startswith("run ") and "40 steps" in lines[-1]
+
+
+def test_on_a_terminal_each_progress_line_is_redrawn_in_place(capsys, tmp_path, monkeypatch):
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+
+    terminal = Terminal()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    code, _, _ = run_cli(capsys, "--backend", "static", "--steps", "30", "--max-bs", "8")
+    assert code == 0
+    lines = terminal.getvalue().split("\n")
+    bars = [line for line in lines if line.startswith("\r")]
+    assert [b.split("\r")[-1].split(":")[0] for b in bars] == [
+        "Building random weights (tiny)", "Capturing static stand-ins (decode)", "Capturing static stand-ins (verify)",
+        "Running mixed workload"]
+    assert bars[-1].split("\r")[-1].startswith("Running mixed workload: 100%|##########| 30/30 [")
+
+
+def test_quiet_silences_every_progress_line(capsys, tmp_path):
+    code, _, err = run_cli(capsys, "--backend", "static", "--steps", "30", "--max-bs", "8", "--quiet")
+    assert code == 0
+    assert err.count("\n") == 1 and err.startswith("run ")

@@ -141,6 +141,29 @@ def test_instrumented_replay_adds_no_device_synchronisation(model):
 
 
 @torch.inference_mode()
+def test_step_timings_follow_the_stream_the_step_runs_on(model):
+    sink = ListSink()
+    emitter = Emitter(sink, {"run_id": "streams", "name": "streams", "source": "library", "started_at": 0.0,
+                             "backend": "cuda", "model": "136m", "device": "cuda"}).start()
+    runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16)
+    runner.capture()
+    inputs = batch(4, seed=5)
+    side = torch.cuda.Stream()
+    runner.step(inputs)
+    assert runner._clock._stream == torch.cuda.current_stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        runner.step(inputs)
+        assert runner._clock._stream == side          # its events are recorded where the replay ran
+    torch.cuda.current_stream().wait_stream(side)
+    runner.step(inputs)
+    assert runner._clock._stream == torch.cuda.current_stream()
+    emitter.close("finished")
+    steps = [e for e in sink.events if e["kind"] == "step"]
+    assert len(steps) == 3 and all(e["duration_s"] > 0 for e in steps)
+
+
+@torch.inference_mode()
 def test_parity_check_records_divergence_on_the_gpu():
     events, _, _ = run_engine(steps=300, max_bs=48, parity_every=5)
     parity = [e for e in events if e["kind"] == "parity"]

@@ -6,6 +6,7 @@ here but the CUDA capture itself is specified on CPU.
 """
 
 import itertools
+import re
 import time
 
 import pytest
@@ -281,6 +282,26 @@ def test_a_failed_compile_falls_back_to_capture_without_compile():
     assert recorder.of("step")[-1]["mode"] == "graph" and torch.equal(out, torch.full((2, FEATURES), 6.0))
 
 
+def test_capture_progress_names_each_size_while_it_compiles_and_its_time_when_done(capsys):
+    torch._dynamo.reset()
+
+    def uncompilable(x, slots):
+        return doubled(x), slots
+
+    runner = GraphRunner(uncompilable, INPUTS, CapturePlan((2, 4)), backend="compile", device="cpu",
+                         emitter=Recorder(), progress=True)
+    runner.capture()
+    torch._dynamo.reset()
+    lines = capsys.readouterr().err.splitlines()
+    assert lines[0].startswith("Compiling (decode):   0%|          | 0/2 [") and lines[0].endswith(", bs=4 compiling]")
+    assert re.match(r"Compiling \(decode\): 100%\|##########\| 2/2 \[.*, bs=2 \d+\.\d\ds\]$", lines[-1])
+
+
+def test_a_runner_without_progress_prints_nothing(capsys):
+    make_runner().step(batch(3))
+    assert capsys.readouterr().err == ""
+
+
 # --- parity --------------------------------------------------------------------------------
 
 def test_parity_is_recorded_every_n_replays_with_no_divergence_on_cpu():
@@ -331,6 +352,40 @@ def test_inputs_that_break_the_static_contract_are_refused_by_name(inputs, messa
     assert runner.emitter.of("step") == []
 
 
+def test_inputs_are_checked_on_every_step_not_only_the_first_of_their_shape():
+    runner = make_runner()
+    runner.step(batch(3))
+    with pytest.raises(ReplayscopeError, match="input 'x' has dtype torch.float64, expected torch.float32"):
+        runner.step({"x": torch.zeros(3, FEATURES, dtype=torch.float64), "slots": torch.arange(3)})
+    with pytest.raises(ReplayscopeError, match=r"unknown inputs \['mask'\]"):
+        runner.step({"x": torch.zeros(3, FEATURES), "mask": torch.arange(3)})
+    assert len(runner.emitter.of("step")) == 1
+
+
+def test_a_step_before_capture_is_refused_with_a_message():
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan(SIZES), backend="static", device="cpu",
+                         emitter=Recorder(), progress=False)
+    with pytest.raises(ReplayscopeError, match=r"call capture\(\) before the first step"):
+        runner.step(batch(4))
+
+
+def test_dispatch_follows_the_plan_after_a_later_capture_drops_a_size():
+    step = CacheStep()
+    broken = set()
+
+    def fn(x, slots):
+        if capturing_size() in broken:
+            raise RuntimeError("boom")
+        return step(x, slots)
+
+    runner = make_runner(fn)
+    runner.step(batch(3))
+    broken.add(4)
+    runner.capture()                    # a second capture: size 4 fails this time
+    runner.step(batch(3))
+    assert [(s["mode"], s["graph_bs"]) for s in runner.emitter.of("step")] == [("padded", 4), ("padded", 8)]
+
+
 def test_a_plan_size_above_max_bs_is_refused():
     with pytest.raises(ReplayscopeError, match=r"capture size 16 is larger than the static buffers \(max_bs=8\)"):
         GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 16)), backend="static", device="cpu", max_bs=8)
@@ -375,3 +430,33 @@ def test_an_overlong_custom_reason_is_refused_before_the_step_runs():
     with pytest.raises(ReplayscopeError, match="custom reason is 1-120 printable characters"):
         runner.step(batch(4), reason="x" * (wire.CUSTOM_REASON_MAX_CHARS + 1))
     assert runner.emitter.of("step") == [] and step.seen_slots == []
+
+
+# --- GPU step timing, its bookkeeping on CPU ------------------------------------------------
+
+def test_the_cuda_clock_records_on_the_current_stream_and_looks_it_up_only_when_it_changed(monkeypatch):
+    from runner import graphs
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.streams = []
+
+        def record(self, stream):
+            self.streams.append(stream)
+
+    current = {"raw": 0}
+    lookups = []
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: current["raw"], raising=False)
+    monkeypatch.setattr(torch.cuda, "current_stream",
+                        lambda index=None: lookups.append(current["raw"]) or f"stream {current['raw']}")
+    monkeypatch.setattr(torch.cuda, "Event", Event)
+    clock = graphs._CudaClock(torch.device("cuda:0"))
+    first = clock.stop(clock.start())
+    first.release()
+    again = clock.stop(clock.start())
+    current["raw"] = 7                            # the caller switched streams
+    other = clock.stop(clock.start())
+    assert again is first                         # event pairs come back to the pool
+    assert first.start.streams == first.end.streams == ["stream 0", "stream 0"]
+    assert other.start.streams == other.end.streams == ["stream 7"]
+    assert lookups == [0, 7]

@@ -24,7 +24,12 @@ VALID = {
     "warning": {"seq": 8, "ts": 1.0, "kind": "warning", "message": "a hook was missing", "code": "hook_missing"},
 }
 ODD_VALUES = [None, True, False, -1, 0, 1, 8, 2**63, -0.5, 1.5, math.nan, math.inf, -math.inf, "", "x" * 5000,
-              "decode", "graph", "eager", "padded", "prefill", "ok", "custom:mine", "custom:", [], {}, "Load_Weights"]
+              "decode", "graph", "eager", "padded", "prefill", "ok", "custom:mine", "custom:", [], {}, "Load_Weights",
+              # at and just past every bound
+              wire.MAX_TIMESTAMP, wire.MAX_TIMESTAMP + 1, 1.7e12, 1.7e15, 1.7e18, 1e19, 1e308, 10**400,
+              wire.MAX_DURATION_S, wire.MAX_DURATION_S + 0.5, wire.MAX_BATCH, wire.MAX_BATCH + 1,
+              wire.MAX_STEP_TOKENS, wire.MAX_STEP_TOKENS + 1, wire.MAX_COUNT, wire.MAX_COUNT + 1,
+              wire.MAX_BYTES, wire.MAX_BYTES + 1, -wire.MAX_BYTES - 1, 2**62, 2**62 + 1]
 
 
 def precise(event):
@@ -56,12 +61,39 @@ def test_the_fast_path_never_accepts_what_the_precise_path_rejects(kind, changes
         precise(event)            # must not raise
 
 
+@settings(max_examples=600, deadline=None)
+@given(kind=st.sampled_from(sorted(VALID)), changes=st.dictionaries(
+    st.sampled_from(sorted({f for k in VALID.values() for f in k})),
+    st.sampled_from(ODD_VALUES) | st.just(wire._MISSING), max_size=3))
+def test_the_fast_path_accepts_whatever_the_precise_path_accepts(kind, changes):
+    event = dict(VALID[kind])
+    for field, value in changes.items():
+        if value is wire._MISSING:
+            event.pop(field, None)
+        else:
+            event[field] = value
+    if event.get("kind") != kind:
+        return
+    try:
+        precise(event)
+    except wire.WireError:
+        return
+    assert wire._FAST_CHECKS[kind](event), event
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("seq", -1, "seq: must be >= 0"),
     ("ts", math.nan, "ts: must be finite"),
     ("raw_bs", True, "raw_bs: must be an integer"),
     ("mode", "fast", "mode: 'fast' is not one of graph, padded, eager"),
     ("reason", "sleepy", "reason: 'sleepy' is not a known reason"),
+    ("ts", 1.7e12, "ts: 1700000000000 is after 2100-01-01: it looks like milliseconds since the epoch; "
+                   "send unix seconds \\(divide by 1000\\)"),
+    ("ts", 1.7e18, "ts: .* looks like nanoseconds"),
+    ("ts", 1e19, "ts: 1e\\+19 is after 2100-01-01: not a time in unix seconds"),
+    ("duration_s", 1e308, "duration_s: must be <= 2.592e\\+06"),
+    ("num_tokens", 2**62, "num_tokens: must be <= 1.67772e\\+07"),
+    ("raw_bs", 2**31, "raw_bs: must be <= 1.04858e\\+06"),
 ])
 def test_a_bad_field_is_named_in_the_error(field, value, message):
     with pytest.raises(wire.WireError, match=message):

@@ -1,0 +1,104 @@
+"""Who may write: the bearer token, the dashboard's session cookie, the Origin check, and
+what a reader without the token may see of a webhook URL.
+
+With ``REPLAYSCOPE_TOKEN`` set, every write needs it: API clients send
+``Authorization: Bearer <token>``; the dashboard asks for the token once and keeps a
+signed, HttpOnly, SameSite=Strict session cookie (``SESSION_COOKIE``) whose signature is
+keyed by the token, so changing the token ends every session. Without a token every
+caller is a writer (``replayscope serve`` refuses to listen beyond loopback then, unless
+``--insecure``). Either way a browser's cross-origin write is refused (``origin_allowed``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import time
+from typing import Mapping
+from urllib.parse import urlsplit, urlunsplit
+
+SESSION_COOKIE = "replayscope_session"
+SESSION_TTL_S = 12 * 3600
+REDACTED = "…"
+
+
+def token_matches(supplied: str | None, token: str | None) -> bool:
+    """Constant-time comparison; with no token configured everything matches."""
+    if not token:
+        return True
+    return supplied is not None and hmac.compare_digest(supplied.strip().encode(), token.encode())
+
+
+def bearer(authorization: str | None) -> str | None:
+    scheme, _, supplied = (authorization or "").partition(" ")
+    return supplied if scheme.lower() == "bearer" else None
+
+
+def _session_key(token: str) -> bytes:
+    return hashlib.sha256(b"replayscope-session\0" + token.encode()).digest()
+
+
+def new_session(token: str, now: float | None = None) -> str:
+    """A session cookie value: its expiry and an HMAC of it keyed by the token."""
+    expires = int((time.time() if now is None else now) + SESSION_TTL_S)
+    signature = hmac.new(_session_key(token), str(expires).encode(), hashlib.sha256).hexdigest()
+    return f"{expires}.{signature}"
+
+
+def session_valid(value: str | None, token: str | None, now: float | None = None) -> bool:
+    if not token:
+        return True
+    if not value or "." not in value:
+        return False
+    expires, _, signature = value.partition(".")
+    if not expires.isdigit():
+        return False
+    expected = hmac.new(_session_key(token), expires.encode(), hashlib.sha256).hexdigest()
+    return hmac.compare_digest(signature.encode(), expected.encode()) and \
+        int(expires) > (time.time() if now is None else now)
+
+
+def is_writer(headers: Mapping[str, str], cookies: Mapping[str, str], token: str | None) -> bool:
+    """A request carries the right to write: no token configured, the bearer token, or a valid session."""
+    if not token:
+        return True
+    supplied = bearer(headers.get("authorization"))
+    if supplied is not None and token_matches(supplied, token):
+        return True
+    return session_valid(cookies.get(SESSION_COOKIE), token)
+
+
+def origin_allowed(headers: Mapping[str, str]) -> bool:
+    """A write from a browser must come from this server's own pages: an ``Origin`` header,
+    when present, names the same host the request was sent to (non-browser clients send none)."""
+    origin = headers.get("origin")
+    if origin is None:
+        return True
+    if origin == "null":
+        return False
+    host = headers.get("x-forwarded-host") or headers.get("host") or ""
+    return urlsplit(origin).netloc.lower() == host.split(",")[0].strip().lower()
+
+
+def redact_url(url: str | None) -> str | None:
+    """A URL without what makes it a secret (path, query, credentials): scheme and host only."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:
+        host = f"[{host}]"
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return urlunsplit((parts.scheme, netloc, "/" + REDACTED if (parts.path not in ("", "/") or parts.query)
+                       else parts.path, "", ""))
+
+
+def is_loopback(host: str) -> bool:
+    """Whether a bind address is reachable from this machine only."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,192 @@
+"""What kind of failure an error text describes, and what to do about each kind.
+
+The one place for failure classes and their patterns: the startup diagnosis
+(``collector.diagnosis``) classifies the error of a failed run, of a failed capture and
+of a degradation step with ``classify``. Patterns come from the texts PyTorch, CUDA,
+NCCL, vLLM and SGLang print (tests/collector/test_failures.py holds real examples).
+
+Classes are tried in a fixed order, most specific root cause first: an out-of-memory
+error is reported as such even when it surfaces through a failed capture or a compile
+traceback; an NCCL error that invalidated a capture is a collective failure.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class FailureClass:
+    key: str
+    title: str                    # "Out of memory"
+    what: str                     # what it means, in a sentence or two
+    patterns: tuple[str, ...]     # regular expressions, matched case-insensitively
+    replayscope: tuple[str, ...]  # this project's runner
+    vllm: tuple[str, ...]
+    sglang: tuple[str, ...]
+
+    def matches(self, text: str) -> bool:
+        return any(re.search(p, text, re.IGNORECASE) for p in self.patterns)
+
+    def as_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("patterns")
+        return d
+
+
+CLASSES: tuple[FailureClass, ...] = (
+    FailureClass(
+        key="oom",
+        title="Out of memory",
+        what="The GPU had no room for an allocation: the weights, the KV cache, the activations "
+             "of the largest captured batch and the graph pool did not fit together.",
+        patterns=(r"out of memory", r"OutOfMemoryError", r"CUDA_ERROR_OUT_OF_MEMORY",
+                  r"cudaErrorMemoryAllocation", r"\bOOM\b", r"Failed to allocate memory",
+                  r"No available memory for the cache blocks", r"Not enough memory"),
+        replayscope=("Capture fewer or smaller sizes (--capture-sizes, a lower --max-bs): the shared "
+                     "pool grows with the largest graph.",
+                     "A process cap set with --memory-cap-gib leaves that much and no more."),
+        vllm=("Lower --gpu-memory-utilization: it leaves more memory outside the KV cache for the "
+              "graphs.",
+              "Capture fewer or smaller sizes: --max-cudagraph-capture-size, --cudagraph-capture-sizes "
+              "(older releases: --cuda-graph-sizes), or a lower --max-num-seqs.",
+              "--enforce-eager confirms that graphs are what does not fit."),
+        sglang=("Lower --mem-fraction-static (e.g. 0.8 or 0.7).",
+                "Lower --cuda-graph-max-bs, or list fewer sizes with --cuda-graph-bs.",
+                "--disable-cuda-graph only to confirm: it costs decode speed."),
+    ),
+    FailureClass(
+        key="kernel_assert",
+        title="A GPU kernel failed (device-side assertion or illegal memory access)",
+        what="A kernel hit an assertion (an index out of range in an embedding or a gather) or "
+             "touched memory it does not own. CUDA reports this asynchronously: the Python line "
+             "in the traceback can be later than the kernel that failed.",
+        # (not "to enable device-side assertions": PyTorch appends that to every CUDA error)
+        patterns=(r"device-side assert(?:ion)? triggered", r"Assertion `[^`]*` failed", r"CUDA_ERROR_ASSERT",
+                  r"cudaErrorAssert", r"illegal memory access", r"misaligned address",
+                  r"CUDA_ERROR_ILLEGAL_ADDRESS", r"cudaErrorIllegalAddress"),
+        replayscope=("CUDA_LAUNCH_BLOCKING=1 makes the error point at the kernel that failed.",
+                     "--backend disabled shows whether it happens without graphs too."),
+        vllm=("CUDA_LAUNCH_BLOCKING=1 makes the error point at the kernel that failed.",
+              "--enforce-eager shows whether it happens without graphs too.",
+              "Out-of-range token ids point at a tokenizer that does not match the model."),
+        sglang=("CUDA_LAUNCH_BLOCKING=1 makes the error point at the kernel that failed.",
+                "--disable-cuda-graph shows whether it happens without graphs too."),
+    ),
+    FailureClass(
+        key="collective",
+        title="A collective between ranks failed (NCCL)",
+        what="An all-reduce or all-gather between tensor/data-parallel ranks failed or hung: a "
+             "rank died or disagreed, the GPU-to-GPU path failed, or a collective was captured "
+             "where it cannot be.",
+        patterns=(r"\bNCCL\b", r"\bnccl[A-Z]\w*", r"ProcessGroupNCCL", r"\ball_?reduce\b",
+                  r"\ball_?gather\b", r"collective operation", r"Watchdog caught", r"\bc10d\b",
+                  r"custom_?all_?reduce", r"CustomAllreduce", r"\bgloo\b"),
+        replayscope=("This runner uses one GPU: the error comes from an engine's ranks. Read every "
+                     "rank's lines (docs/importing.md, Ranks): the first rank to fail names the cause.",),
+        vllm=("NCCL_DEBUG=INFO prints NCCL's own reason.",
+              "--disable-custom-all-reduce rules out vLLM's custom all-reduce.",
+              "Check every rank's log, the first failure first."),
+        sglang=("NCCL_DEBUG=INFO prints NCCL's own reason.",
+                "--disable-custom-all-reduce rules out SGLang's custom all-reduce.",
+                "--dist-timeout raises the collective timeout when ranks are only slow."),
+    ),
+    FailureClass(
+        key="capture_invalidated",
+        title="The stream capture was invalidated (an operation CUDA forbids during capture)",
+        what="Something inside the captured region did what CUDA refuses while a stream is "
+             "capturing: a host synchronisation (.item(), .cpu(), torch.cuda.synchronize()), an "
+             "allocation outside the graph pool, or work on another stream. CUDA then fails the "
+             "whole capture ('operation failed due to a previous error during capture'); the "
+             "first error names the operation.",
+        patterns=(r"operation not permitted when stream is capturing",
+                  r"previous error during capture", r"cudaErrorStreamCapture\w*",
+                  r"CUDA_ERROR_STREAM_CAPTURE\w*", r"hipErrorStreamCapture\w*",
+                  r"last recorded in a capturing stream", r"during CUDA graph capture",
+                  r"stream is capturing", r"capture was not ended in the same stream"),
+        replayscope=("Find the host synchronisation in the step: torch.cuda.set_sync_debug_mode('error') "
+                     "raises at the line that synchronises.",
+                     "The runner drops the size and goes on (degradation ladder); --fail-capture "
+                     "SIZES reproduces it on purpose."),
+        vllm=("-O.cudagraph_mode=PIECEWISE keeps attention outside the graphs; --enforce-eager runs "
+              "without graphs while you look for the operation.",
+              "Custom ops and attention backends that synchronise are the usual cause."),
+        sglang=("--disable-cuda-graph runs without graphs while you look for the operation.",
+                "Try another --attention-backend; with TP > 1, --disable-custom-all-reduce."),
+    ),
+    FailureClass(
+        key="compile_error",
+        title="torch.compile failed (Dynamo / Inductor / Triton)",
+        what="Compiling the model before capture failed: Dynamo could not trace it, Inductor or "
+             "Triton could not generate or build a kernel, or a compiler on the host failed.",
+        patterns=(r"InductorError", r"BackendCompilerFailed", r"backend='inductor' raised", r"torch\._inductor\.exc",
+                  r"torch\._dynamo\.exc", r"TorchRuntimeError", r"triton\.compiler\.errors",
+                  r"\bCompilationError\b", r"LoweringException", r"CppCompileError",
+                  r"nvcc fatal", r"ninja: build stopped"),
+        replayscope=("--backend cuda captures graphs without torch.compile.",),
+        vllm=("-O.mode=0 turns torch.compile off and keeps CUDA graphs (older releases: "
+              "compilation_config level 0).",
+              "-O.backend=eager skips Inductor; a stale cache under ~/.cache/vllm/torch_compile_cache "
+              "can be deleted."),
+        sglang=("Drop --enable-torch-compile, or lower --torch-compile-max-bs.",),
+    ),
+    FailureClass(
+        key="timeout",
+        title="A time limit ran out",
+        what="Something took longer than a limit allowed: waiting for the engine to become "
+             "ready, a call to a worker process, or a health probe of the orchestrator.",
+        patterns=(r"\btimed out\b", r"\bTimeoutError\b", r"\btimeout\b", r"deadline exceeded"),
+        replayscope=("The waterfall on the Startup page shows which phase ran long: shorten that "
+                     "phase before raising a limit.",),
+        vllm=("VLLM_ENGINE_READY_TIMEOUT_S raises how long the server waits for the engine to "
+              "start (large models, long compiles).",
+              "VLLM_RPC_TIMEOUT bounds calls to worker processes."),
+        sglang=("--watchdog-timeout: a forward batch slower than this restarts the server.",
+                "--dist-timeout bounds torch.distributed initialisation and collectives."),
+    ),
+)
+
+UNKNOWN = FailureClass(
+    key="unknown",
+    title="The run failed",
+    what="The error does not match a known class; it is shown as the engine printed it.",
+    patterns=(),
+    replayscope=("Start from the first error of the run (the root cause), not from the last line.",),
+    vllm=("Look for the first exception of the log; 'Engine core initialization failed. See root "
+          "cause above' is never the cause.",),
+    sglang=("Look for the first exception of the log; 'Received sigquit from a child process' is "
+            "never the cause.",),
+)
+
+BY_KEY: dict[str, FailureClass] = {c.key: c for c in CLASSES + (UNKNOWN,)}
+
+
+def classify(*texts: str | None) -> FailureClass:
+    """The class of the first matching kind over all ``texts`` together (UNKNOWN if none)."""
+    joined = "\n".join(t for t in texts if t)
+    if not joined.strip():
+        return UNKNOWN
+    for failure_class in CLASSES:
+        if failure_class.matches(joined):
+            return failure_class
+    return UNKNOWN
+
+
+_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
+
+
+def first_line(text: str | None, limit: int = 300) -> str:
+    """The error's headline, clipped: the first exception line of a traceback, else the
+    first line that says something."""
+    lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
+    if lines and lines[0].startswith("Traceback"):
+        lines = [line for line in lines if _EXCEPTION_LINE.match(line)] or lines[1:]
+    if not lines:
+        return ""
+    line = lines[0]
+    return line if len(line) <= limit else line[:limit - 1] + "…"
+
+
+__all__ = ["BY_KEY", "CLASSES", "FailureClass", "UNKNOWN", "classify", "first_line"]

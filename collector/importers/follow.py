@@ -1,0 +1,292 @@
+"""``replayscope follow vllm|sglang FILE|-``: a growing server log, streamed as it grows.
+
+A ``LogTail`` reads what was appended to a file since the last read, across rotation (the
+path now names another file: the old one is read to its end first) and truncation (the
+file got shorter: read again from its start), and keeps its place in a state file so a
+restart resumes at the saved offset. ``-`` reads standard input (``kubectl logs -f ... |``).
+
+``LiveImport`` feeds the lines to the engine's incremental parser (the one ``import`` uses)
+and sends each run to a sink as soon as there is something to say: the run record once
+its startup is over (ready, failed, or its first batch; its config is complete by then),
+then its events as the parser emits them, a heartbeat while the log is quiet, and
+``run_end`` when the run ends (a restart, the end of standard input, or ``--idle-exit``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from typing import IO, Any, Callable
+
+from collector.importers.common import Engine, LogParser, RunBuilder
+from collector.importers.lines import YearGuess, infer_year
+from runner.errors import ReplayscopeError
+
+READ_CHUNK = 1 << 20
+HEARTBEAT_S = 30.0
+POST_AFTER_S = 120.0     # a run still starting after this long is sent anyway
+
+
+@dataclass
+class TailState:
+    """Where following stopped: the file (by inode), the offset, and the run being sent."""
+    path: str
+    inode: int | None = None
+    offset: int = 0
+    run_id: str | None = None
+    next_seq: int = 0
+    run_posted: bool = False
+    run_ready: bool = False
+    run_index: int = 0
+
+    @classmethod
+    def load(cls, path: str | None, log_path: str) -> "TailState":
+        if path and os.path.exists(path):
+            try:
+                with open(path, encoding="utf-8") as handle:
+                    data = json.load(handle)
+                if data.get("path") == log_path:
+                    return cls(**{k: data[k] for k in cls.__dataclass_fields__ if k in data})
+            except (OSError, ValueError, TypeError) as error:
+                raise ReplayscopeError(f"{path}: not a follow state file ({error})") from None
+        return cls(path=log_path)
+
+    def save(self, path: str | None) -> None:
+        if not path:
+            return
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as handle:
+            json.dump(asdict(self), handle)
+        os.replace(tmp, path)
+
+
+class LogTail:
+    """The new complete lines of a file (or a stream) since the last ``read``."""
+
+    def __init__(self, path: str, state: TailState, stream: IO[bytes] | None = None):
+        self.path = path
+        self.state = state
+        self.stream = stream
+        self.handle: IO[bytes] | None = None
+        self.buffer = b""
+        self.eof = False           # a stream ended
+        self.rotations = 0
+        self.truncations = 0
+
+    def _open(self) -> bool:
+        try:
+            handle = open(self.path, "rb")
+        except OSError:
+            return False
+        inode = os.fstat(handle.fileno()).st_ino
+        if self.state.inode is not None and inode != self.state.inode:
+            self.state.offset = 0        # not the file the saved offset was in
+        self.state.inode = inode
+        handle.seek(self.state.offset)
+        self.handle = handle
+        return True
+
+    def read(self) -> list[str]:
+        if self.stream is not None:
+            return self._read_stream()
+        if self.handle is None and not self._open():
+            return []
+        data = self._drain()
+        try:
+            current = os.stat(self.path)
+        except OSError:
+            current = None                # moved away and not yet recreated: keep the old one
+        if current is not None and current.st_ino != self.state.inode:
+            data += self._drain()         # rotated: the old file's last lines first
+            self.handle.close()
+            self.handle = None
+            self.rotations += 1
+            self.state.offset, self.state.inode = 0, None
+            if self._open():
+                data += self._drain()
+        elif current is not None and current.st_size < self.state.offset:
+            self.truncations += 1         # truncated in place (copytruncate): start again
+            self.state.offset = 0
+            self.buffer = b""
+            self.handle.seek(0)
+            data += self._drain()
+        return self._lines(data)
+
+    def _drain(self) -> bytes:
+        chunks = []
+        while True:
+            chunk = self.handle.read(READ_CHUNK)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            self.state.offset += len(chunk)
+        return b"".join(chunks)
+
+    def _read_stream(self) -> list[str]:
+        chunk = self.stream.readline() if not self.eof else b""
+        if not chunk:
+            self.eof = True
+            rest, self.buffer = self.buffer, b""
+            return [rest.decode("utf-8", errors="replace")] if rest else []
+        return self._lines(chunk)
+
+    def _lines(self, data: bytes) -> list[str]:
+        """Complete lines only (cut at \\n or \\r, as tqdm writes); a partial line waits."""
+        if not data:
+            return []
+        text = self.buffer + data
+        out = []
+        start = 0
+        for i, byte in enumerate(text):
+            if byte in (10, 13):
+                out.append(text[start:i].decode("utf-8", errors="replace"))
+                start = i + 1
+        self.buffer = text[start:]
+        return [line for line in out]
+
+    def pending_bytes(self) -> int:
+        return len(self.buffer)
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+            self.handle = None
+
+
+@dataclass
+class _Sending:
+    run: RunBuilder
+    sink: Any = None
+    sent: int = 0
+    last_sent_at: float = field(default_factory=time.time)
+
+
+class LiveImport:
+    """Parses lines as they come and sends runs to sinks made by ``open_sink(run_record)``
+    (an object with ``write(events)`` and ``close()``)."""
+
+    def __init__(self, engine: Engine, source_name: str, open_sink: Callable[[dict[str, Any]], Any], *,
+                 state: TailState, year: YearGuess, clock: Callable[[], float] = time.time,
+                 log: Callable[[str], None] = lambda message: None):
+        self.engine = engine
+        self.source_name = source_name
+        self.open_sink = open_sink
+        self.state = state
+        self.clock = clock
+        self.log = log
+        self.parser = LogParser(engine, year=year, run_id=self._run_id, fallback_ts=clock(),
+                                first_seq=state.next_seq if state.run_id else 0,
+                                continued=state.run_id is not None, continued_ready=state.run_ready)
+        self.sending: dict[int, _Sending] = {}
+        self.runs_sent: list[str] = []
+        self.resumed_posted = bool(state.run_id and state.run_posted)
+
+    def _run_id(self, index: int, line) -> str:
+        if index == 0 and self.state.run_id:
+            return self.state.run_id       # a restart of follow goes on with the run it was sending
+        seed = f"{os.path.abspath(self.source_name)}|{line.text}|{line.ts}|{self.state.run_index + index}"
+        return f"{self.engine.name}-follow-{hashlib.sha256(seed.encode()).hexdigest()[:20]}"
+
+    def feed(self, lines: list[str]) -> None:
+        for raw in lines:
+            self.parser.feed(raw)
+
+    def flush(self, *, final: bool = False, ends_mid_line: bool = False) -> None:
+        """Send what can be sent; ``final`` ends the last run too."""
+        if final:
+            self.parser.finish(ends_mid_line=ends_mid_line)
+        runs = self.parser.runs
+        now = self.clock()
+        for index, run in enumerate(runs):
+            if not run.started:
+                continue
+            sending = self.sending.setdefault(index, _Sending(run))
+            if sending.sink is None:
+                if not (run.closed or run.ready or run.failed() or self._has_steps(run)
+                        or (index == 0 and self.resumed_posted)
+                        or (run.first_ts is not None and now - run.first_ts > POST_AFTER_S)):
+                    continue
+                record = run.record(name=f"{os.path.basename(self.source_name) or 'stdin'} (follow)",
+                                    log_file=os.path.basename(self.source_name) or "-")
+                sending.sink = self.open_sink(record)
+                self.runs_sent.append(run.run_id)
+                self.log(f"run {run.run_id}: sending")
+            new = run.events[sending.sent:]
+            if not new and not run.closed and now - sending.last_sent_at >= HEARTBEAT_S:
+                event = run.emit({"kind": "heartbeat", "ts": now})
+                new = [event] if event else []
+            if new:
+                sending.sink.write(new)
+                sending.sent += len(new)
+                sending.last_sent_at = now
+            if run.closed and sending.sink is not None and sending.sent == len(run.events):
+                sending.sink.close()
+                sending.sink = False          # done
+        current = runs[-1] if runs else None
+        if current is not None and not current.closed:
+            self.state.run_id = current.run_id
+            self.state.next_seq = current.seq
+            self.state.run_posted = bool(self.sending.get(len(runs) - 1) and self.sending[len(runs) - 1].sink)
+            self.state.run_ready = current.ready
+        else:
+            self.state.run_id, self.state.next_seq, self.state.run_posted = None, 0, False
+            self.state.run_ready = False
+        self.state.run_index = len(runs)
+
+    @staticmethod
+    def _has_steps(run: RunBuilder) -> bool:
+        return any(e["kind"] in ("step", "step_counts") for e in run.events)
+
+    def close_sinks(self) -> None:
+        for sending in self.sending.values():
+            if sending.sink:
+                sending.sink.close()
+
+
+def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any], *, state_path: str | None,
+           interval: float = 1.0, idle_exit: float | None = None, clock: Callable[[], float] = time.time,
+           sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = lambda m: None,
+           stdin: IO[bytes] | None = None) -> LiveImport:
+    """Follow ``path`` (``-``: ``stdin``) until the stream ends, ``idle_exit`` seconds pass
+    without new lines, or Ctrl-C (the state is saved; the run stays open for a restart)."""
+    stream = (stdin or sys.stdin.buffer) if path == "-" else None
+    if stream is None and os.path.isdir(path):
+        raise ReplayscopeError(f"{path} is a directory, not a log file")
+    state = TailState.load(state_path, os.path.abspath(path) if stream is None else "-")
+    tail = LogTail(path, state, stream)
+    first = tail.read()
+    head = "\n".join(first)
+    year = infer_year(head, clock())
+    live = LiveImport(engine, path if stream is None else "stdin", open_sink, state=state, year=year,
+                      clock=clock, log=log)
+    live.feed(first)
+    live.flush()
+    state.save(state_path)
+    quiet_since = clock()
+    try:
+        while True:
+            if tail.eof:
+                live.flush(final=True)
+                break
+            lines = tail.read()
+            if lines:
+                quiet_since = clock()
+                live.feed(lines)
+            elif idle_exit is not None and clock() - quiet_since >= idle_exit:
+                live.flush(final=True, ends_mid_line=tail.pending_bytes() > 0)
+                break
+            live.flush()
+            state.save(state_path)
+            if not lines and not tail.eof:
+                sleep(interval)
+    except KeyboardInterrupt:
+        live.flush()          # the run stays open: a restart resumes at the saved offset
+    finally:
+        state.save(state_path)
+        tail.close()
+        live.close_sinks()
+    return live

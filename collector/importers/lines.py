@@ -1,0 +1,368 @@
+"""Reading one physical log line into messages: time, rank and text, whatever wrapped it.
+
+Engines and launchers put a lot in front of a message: colour codes, docker compose's
+``service-1  | ``, kubectl's ``--timestamps`` RFC 3339 stamp, a cloud logger's level and
+stamp, vLLM's process tag ``(Worker_TP1 pid=42)`` and ``LEVEL MM-DD HH:MM:SS [file:line]``,
+SGLang's ``[YYYY-MM-DD HH:MM:SS DP0 TP3]``, torchrun's ``[rank3]:``, uvicorn's
+``INFO:     ``, or a whole JSON object per line (vLLM's JSON logging). ``LineReader.read``
+strips all of it and returns the messages the line holds (a JSON message or a line where a
+log record starts in the middle of a progress bar can hold several).
+
+vLLM prints ``MM-DD HH:MM:SS`` without a year; ``YearGuess`` says which year from the
+evidence (``infer_year``). Stamps without a zone are read as UTC.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+
+RankKey = tuple  # the rank parts a line names, sorted: (("DP", 0), ("TP", 1)); (("pid", 42),)
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|\s?(?=\S|$)", re.A)
+_ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
+        r"(?P<zone>Z|[+-]\d\d:?\d\d)?")
+_ISO_TS = re.compile(r"^" + _ISO + r"(?:\s+-\s+" + _LEVELS + r"\s+-\s+(?:[\w./-]+:\d+\s+-\s+)?|\s+|$)", re.A)
+_LEVEL_ISO = re.compile(r"^" + _LEVELS + r"\s+" + _ISO + r"\s+", re.A)         # cloud loggers
+_BRACKET = re.compile(r"^\[resource\.[^\]]*\]\s*|^\[[\w.-]+:\s*[\w.-]+\]\s*", re.A)
+_PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*)(?: rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)"
+                   r"(?:,\s*ip=(?P<ip>[\w.:-]+))?\)\s*", re.A)
+_RANK_BRACKET = re.compile(r"^\[rank(?P<rank>\d+)\]:?\s*", re.A)
+_VLLM_TS = re.compile(
+    r"^" + _LEVELS + r"\s+(?P<mo>\d\d)-(?P<d>\d\d)\s+(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?\s+"
+    r"(?:\[[^\]]*\]|[\w./-]+:\d+\])\s*", re.A)
+_SGLANG_TS = re.compile(
+    r"^\[(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
+    r"(?P<ranks>(?:\s+[A-Z]{2,4}\d+)*)\]\s*", re.A)
+_UVICORN = re.compile(r"^" + _LEVELS + r":\s+", re.A)
+_LEVEL_WORD = re.compile(r"^" + _LEVELS + r"\s+(?=\S)", re.A)
+_REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+_PARTS = re.compile(r"(?<![A-Za-z])(DP|PP|TP|EP|CP)_?(\d+)", re.A)
+# Where a log record starts in the middle of a line (after a progress-bar fragment that
+# had no newline of its own).
+_RECORD_START = re.compile(
+    r"\((?:[A-Za-z][\w-]*)(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVELS +
+    r"|" + _LEVELS + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d", re.A)
+_BAR_HINT = re.compile(r"%\||it/s\]|s/it\]|\?it/s")
+# An unstamped line that continues the record above it (a traceback of a rank's exception).
+_CONTINUATION = re.compile(r"^(?:Traceback \(most recent|File \"|During handling|The above exception|"
+                           r"(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception)\b|\s)")
+_JSON_TIME_KEYS = ("asctime", "timestamp", "time", "ts", "@timestamp")
+_JSON_MESSAGE_KEYS = ("message", "msg")
+_JSON_PROC_KEYS = ("vllm_process_name", "processName", "process_name")
+
+
+def rank_key(parts: dict[str, int]) -> RankKey:
+    return tuple(sorted(parts.items()))
+
+
+def rank_label(parts: dict[str, int], pid: str | None = None) -> str:
+    """The rank as the engine names it: "TP1", "DP0 TP3", "rank 2", "pid 4242"."""
+    names = [f"{k}{parts[k]}" for k in ("DP", "PP", "TP", "EP", "CP") if k in parts]
+    if "rank" in parts:
+        names.append(f"rank {parts['rank']}")
+    if not names and pid:
+        names.append(f"pid {pid}")
+    return " ".join(names)
+
+
+@dataclass
+class LogLine:
+    lineno: int
+    text: str                      # the message: colour codes and prefixes removed
+    ts: float | None = None        # unix seconds (UTC)
+    rank: RankKey | None = None    # None: the line names no rank
+    rank_label: str | None = None
+    dated: bool = True             # False: the stamp had no year (vLLM) and one was inferred
+
+
+@dataclass
+class YearGuess:
+    year: int
+    evidence: str                  # what the year was taken from, for the run's warnings
+
+
+def _utc(date: str, clock: str, zone: str | None = None) -> float | None:
+    try:
+        moment = datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    except (ValueError, OverflowError):
+        return None
+    if zone and zone != "Z":
+        sign = 1 if zone[0] == "+" else -1
+        digits = zone[1:].replace(":", "")
+        moment -= sign * timedelta(hours=int(digits[:2]), minutes=int(digits[2:] or 0))
+    return moment.timestamp()
+
+
+def _fraction(frac: str | None) -> float:
+    if not frac:
+        return 0.0
+    try:
+        return float("0." + frac[1:])
+    except ValueError:
+        return 0.0
+
+
+# -- the year of a vLLM stamp -------------------------------------------------------------
+
+# vLLM releases (x.y.z -> first published); a log printed by a version cannot be older than
+# its development, which begins about when the release before it is published.
+_VLLM_RELEASES = {
+    (0, 2): "2023-09-28", (0, 3): "2024-01-31", (0, 4): "2024-03-30", (0, 5): "2024-06-11",
+    (0, 6): "2024-09-04", (0, 7): "2025-01-27", (0, 8): "2025-03-18", (0, 9): "2025-05-15",
+    (0, 10): "2025-07-24", (0, 11): "2025-10-02", (0, 12): "2025-12-03", (0, 13): "2025-12-18",
+}
+_VERSION = re.compile(r"vLLM API server version:?\s*v?(\d+)\.(\d+)|Initializing an? (?:V1 )?LLM engine "
+                      r"\(v(\d+)\.(\d+)|vllm(?:==|\s+version\s+)v?(\d+)\.(\d+)", re.I)
+_DATED = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
+_VLLM_STAMP = re.compile(_LEVELS + r"\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)")
+
+
+def _when(year: int, month: str | int, day: str | int) -> float | None:
+    try:
+        return datetime(year, int(month), min(int(day), 28), tzinfo=timezone.utc).timestamp()
+    except (ValueError, OverflowError):
+        return None
+
+
+def infer_year(text: str, fallback: float) -> YearGuess:
+    """The year of vLLM's yearless stamps in ``text``: from a dated line next to a yearless
+    one (a launcher's or a library's own stamp), else from the earliest year the printed
+    vLLM version allows, else the year of ``fallback`` (a file's modification time)."""
+    head = text[:4_000_000]
+    stamp = next((m for m in _VLLM_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
+    dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
+                 None)
+    if dated:
+        year = int(dated.group(1))
+        if stamp:
+            # the dated line and the first vLLM stamp are close in time: pick the year that
+            # puts them nearest (a log that crosses New Year keeps its order)
+            there = _when(year, dated.group(2), dated.group(3))
+            year = min((y for y in (year - 1, year, year + 1)),
+                       key=lambda y: abs((_when(y, stamp.group(1), stamp.group(2)) or 0) - there))
+        return YearGuess(year, f"the dated line {dated.group(0)!r} in the log")
+    m = _VERSION.search(head)
+    if m:
+        groups = [g for g in m.groups() if g is not None]
+        major, minor = int(groups[0]), int(groups[1])
+        floor = _release_floor(major, minor)
+        if floor is not None:
+            year = floor.year
+            if stamp and (int(stamp.group(1)), int(stamp.group(2))) < (floor.month, floor.day):
+                year += 1
+            return YearGuess(year, f"vLLM {major}.{minor}, developed from {floor:%Y-%m} on "
+                                   f"(the earliest year its stamps can have)")
+    if fallback <= 0:                    # text with no file behind it: now is the best guess
+        fallback = datetime.now(timezone.utc).timestamp()
+    year = datetime.fromtimestamp(fallback, timezone.utc).year
+    if stamp:
+        moment = _when(year, stamp.group(1), stamp.group(2))
+        if moment is not None and moment > fallback + 86400:
+            year -= 1
+    return YearGuess(year, "the file's modification time (no date or version in the log)")
+
+
+def _release_floor(major: int, minor: int) -> datetime | None:
+    known = sorted(_VLLM_RELEASES)
+    if (major, minor) in _VLLM_RELEASES:
+        i = known.index((major, minor))
+        date = _VLLM_RELEASES[known[i - 1]] if i > 0 else _VLLM_RELEASES[known[0]]
+    elif (major, minor) > known[-1]:
+        date = _VLLM_RELEASES[known[-1]]
+    else:
+        return None
+    return datetime.strptime(date, "%Y-%m-%d")
+
+
+# -- splitting ---------------------------------------------------------------------------
+
+
+def split_records(raw: str) -> list[str]:
+    """A physical line cut where a log record starts after a progress-bar fragment
+    (``Capturing ...: 69%|#(Worker pid=1) INFO ...``)."""
+    pieces = []
+    rest = raw
+    while True:
+        cut = None
+        for m in _RECORD_START.finditer(rest):
+            if m.start() > 0 and _BAR_HINT.search(rest[:m.start()]):
+                cut = m.start()
+                break
+        if cut is None:
+            pieces.append(rest)
+            return pieces
+        pieces.append(rest[:cut])
+        rest = rest[cut:]
+
+
+class LineReader:
+    """Turns raw lines into ``LogLine`` messages; remembers the last stamp for lines that
+    have none (table rows, progress bars, traceback frames)."""
+
+    def __init__(self, year: YearGuess):
+        self.year = year
+        self.last_ts: float | None = None
+        self.last_rank: tuple[RankKey | None, str | None] = (None, None)
+        self._year_shift = 0
+        self._last_yearless: float | None = None
+        self.saw_yearless = False
+
+    def _vllm_ts(self, m: re.Match) -> float | None:
+        year = self.year.year + self._year_shift
+        ts = _utc(f"{year}-{m['mo']}-{m['d']}", m["t"])
+        if ts is not None and self._last_yearless is not None and ts < self._last_yearless - 180 * 86400:
+            self._year_shift += 1            # the log crossed New Year
+            ts = _utc(f"{year + 1}-{m['mo']}-{m['d']}", m["t"])
+        if ts is not None:
+            self._last_yearless = ts
+            self.saw_yearless = True
+        return ts
+
+    def read(self, lineno: int, raw: str) -> list[LogLine]:
+        text = _ANSI.sub("", raw).replace("\x00", "").rstrip()
+        if text.lstrip().startswith("{"):
+            lines = self._json(lineno, text)
+            if lines is not None:
+                return lines
+        return [self._one(lineno, piece) for piece in split_records(text)]
+
+    def _json(self, lineno: int, text: str) -> list[LogLine] | None:
+        try:
+            record = json.loads(text.strip())
+        except ValueError:
+            return None
+        if not isinstance(record, dict):
+            return None
+        message = next((record[k] for k in _JSON_MESSAGE_KEYS if isinstance(record.get(k), str)), None)
+        if message is None:
+            return None
+        ts = None
+        for key in _JSON_TIME_KEYS:
+            value = record.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+                ts = float(value)
+                break
+            if isinstance(value, str):
+                m = re.match(_ISO, value.strip())
+                if m:
+                    ts = _utc(m["date"], m["t"], m["zone"])
+                    if ts is not None:
+                        ts += _fraction(m["frac"])
+                        break
+                m = re.match(r"(?P<mo>\d\d)-(?P<d>\d\d)\s+(?P<t>\d\d:\d\d:\d\d)", value.strip())
+                if m:
+                    ts = self._vllm_ts(m)
+                    break
+        parts: dict[str, int] = {}
+        label = None
+        for key in _JSON_PROC_KEYS:
+            proc = record.get(key)
+            if isinstance(proc, str) and proc:
+                parts = _proc_parts(proc, None)
+                if parts:
+                    label = rank_label(parts)
+                    break
+        out = []
+        for piece in message.splitlines() or [""]:
+            line = self._one(lineno, piece)
+            if ts is not None:
+                line.ts = ts
+                self.last_ts = ts
+            if parts and line.rank is None:
+                line.rank, line.rank_label = rank_key(parts), label
+            out.append(line)
+        return out
+
+    def _one(self, lineno: int, text: str) -> LogLine:
+        raw = text
+        text = text.strip()
+        line = LogLine(lineno, text)
+        parts: dict[str, int] = {}
+        pid = None
+        for _ in range(10):
+            m = _COMPOSE.match(text)
+            if m and not text.startswith("|"):
+                text = text[m.end():]
+                continue
+            m = _ISO_TS.match(text) or _LEVEL_ISO.match(text)
+            if m:
+                if line.ts is None:
+                    ts = _utc(m["date"], m["t"], m["zone"])
+                    line.ts = None if ts is None else ts + _fraction(m["frac"])
+                text = text[m.end():]
+                continue
+            m = _BRACKET.match(text)
+            if m and line.ts is not None:
+                text = text[m.end():]
+                continue
+            m = _PROC.match(text)
+            if m:
+                found = _proc_parts(m["proc"], m["rank"])
+                parts.update(found)
+                if not found:
+                    pid = m["pid"] if "Worker" in m["proc"] or "Ray" in m["proc"] else pid
+                text = text[m.end():]
+                continue
+            m = _RANK_BRACKET.match(text)
+            if m:
+                parts["rank"] = int(m["rank"])
+                text = text[m.end():]
+                continue
+            m = _VLLM_TS.match(text)
+            if m:
+                if line.ts is None:
+                    line.ts = self._vllm_ts(m)
+                    line.dated = False
+                text = text[m.end():]
+                continue
+            m = _SGLANG_TS.match(text)
+            if m:
+                line.ts = _utc(m["date"], m["t"]) if line.ts is None else line.ts
+                if m["ranks"].strip():
+                    parts.update({k: int(v) for k, v in _PARTS.findall(m["ranks"])})
+                text = text[m.end():]
+                continue
+            m = _UVICORN.match(text) or (_LEVEL_WORD.match(text) if line.ts is not None else None)
+            if m:
+                text = text[m.end():]
+                continue
+            break
+        text = _REPEATED.sub("", text).strip()
+        stamped = line.ts is not None
+        if line.ts is None:
+            line.ts = self.last_ts
+        else:
+            self.last_ts = line.ts
+        if parts or pid:
+            line.rank = rank_key(parts) if parts else (("pid", int(pid)),)
+            line.rank_label = rank_label(parts, pid)
+        elif not stamped and _CONTINUATION.match(raw):
+            line.rank, line.rank_label = self.last_rank
+        if stamped or parts or pid:
+            self.last_rank = (line.rank, line.rank_label)
+        line.text = text
+        return line
+
+
+def _proc_parts(proc: str, rank: str | None) -> dict[str, int]:
+    """Rank parts named by a vLLM process tag: EngineCore_DP0, Worker_TP1, Worker_DP0_TP1,
+    Worker_PP1_TP0, VllmWorker rank=1."""
+    found = {k: int(v) for k, v in _PARTS.findall(proc)}
+    if rank is not None:
+        found["rank"] = int(rank)
+    return found
+
+
+def split_lines(text: str) -> tuple[list[str], bool]:
+    """Lines of a log, tqdm's carriage-return updates each their own line; and whether
+    the text stops in the middle of a line (a truncated or still-growing file)."""
+    ends_mid_line = bool(text) and not text.endswith(("\n", "\r"))
+    pieces = re.split(r"\r\n|\n|\r", text)
+    if pieces and pieces[-1] == "":
+        pieces.pop()
+    return pieces, ends_mid_line

@@ -1,0 +1,322 @@
+"""An engine's Prometheus endpoint -> step counts over time (``replayscope scrape``).
+
+SGLang counts forward passes by mode in ``sglang:cuda_graph_passes_total{mode=...}``
+(some deployments spell it ``sglang_cuda_graph_passes_total``), once per tensor-parallel
+rank. vLLM has ``vllm:iteration_tokens_total``, a histogram of tokens per scheduler
+iteration whose buckets are the CUDA-graph capture sizes, and, where the server has it,
+``vllm:cudagraph_iterations_total{runtime_mode}``.
+
+A ``Scraper`` polls the endpoint; the first poll is the baseline and each later poll's
+increase becomes ``step_counts`` events. Every series is followed on its own: a value
+lower than before, or a new ``_created`` time, means the server restarted and the new value
+is the increase since then. Ranks that count the same steps (``tp_rank``, ``pp_rank``, ...)
+are counted once, from the lowest rank; data-parallel ranks (``dp_rank``, vLLM's
+``engine``) run different batches and add up.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+import urllib.error
+import urllib.request
+from typing import Any, Callable
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from runner.errors import ReplayscopeError
+from runner.wire import WIRE_VERSION, validate_event, validate_run
+
+SGLANG_PASSES = ("sglang:cuda_graph_passes_total", "sglang_cuda_graph_passes_total")
+VLLM_TOKENS = "vllm:iteration_tokens_total"
+VLLM_MODES = ("vllm:cudagraph_iterations_total", "vllm:cudagraph_iterations")
+# vLLM's iteration_tokens buckets when graphs are off (build_cudagraph_buckets, enforce_eager)
+VLLM_EAGER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8096)
+# Labels whose values are ranks that see the same steps (counted once, from the lowest).
+_SAME_STEP_RANKS = ("tp_rank", "pp_rank", "moe_ep_rank", "ep_rank", "attn_tp_rank", "attn_cp_rank", "cp_rank",
+                    "rank", "pid")
+
+Sample = tuple[str, dict[str, str], float]
+
+
+def parse_samples(text: str) -> list[Sample]:
+    """Every sample of a Prometheus text exposition; ReplayscopeError when it is not one."""
+    out: list[Sample] = []
+    try:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if math.isfinite(sample.value):
+                    out.append((sample.name, dict(sample.labels), float(sample.value)))
+    except Exception as error:  # the parser raises ValueError and friends on non-Prometheus text
+        raise ReplayscopeError(f"not Prometheus text exposition ({type(error).__name__}: {error})") from None
+    return out
+
+
+def fetch(url: str, timeout: float = 10.0) -> str:
+    """The body of ``url`` as text; ReplayscopeError when it cannot be had."""
+    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            body = response.read(64 * 2**20)
+    except urllib.error.HTTPError as error:
+        raise ReplayscopeError(f"{url} answered HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, TimeoutError, ConnectionError, OSError, ValueError) as error:
+        raise ReplayscopeError(f"cannot reach {url}: {getattr(error, 'reason', error)}") from None
+    return body.decode("utf-8", errors="replace")
+
+
+def _rank_value(value: str) -> tuple:
+    try:
+        return (0, int(value))
+    except ValueError:
+        return (1, value)
+
+
+class Counters:
+    """Increases of counter series between polls, each series on its own."""
+
+    def __init__(self) -> None:
+        self.previous: dict[tuple, tuple[float, float | None]] = {}   # series -> (value, created)
+        self.resets = 0
+
+    def delta(self, key: tuple, value: float, created: float | None, baseline: bool) -> float:
+        before = self.previous.get(key)
+        self.previous[key] = (value, created)
+        if baseline:
+            return 0.0
+        if before is None:
+            return value                  # a series born since the last poll: all of it is new
+        old, old_created = before
+        if value < old or (created is not None and old_created is not None and created != old_created):
+            self.resets += 1
+            return value                  # restarted: the new value is the increase since
+        return value - old
+
+
+def _group_once_per_step(series: dict[tuple, Any]) -> dict[tuple, Any]:
+    """Of series that differ only in same-step rank labels, keep the lowest rank's."""
+    groups: dict[tuple, tuple[tuple, Any]] = {}
+    for labels, value in series.items():
+        labels_d = dict(labels)
+        rank = tuple(_rank_value(labels_d[k]) for k in _SAME_STEP_RANKS if k in labels_d)
+        group = tuple((k, v) for k, v in labels if k not in _SAME_STEP_RANKS)
+        if group not in groups or rank < groups[group][0]:
+            groups[group] = (rank, value)
+    return {group: value for group, (_, value) in groups.items()}
+
+
+class Scraper:
+    """Polls one SGLang or vLLM /metrics URL; ``poll()`` returns the events of that poll."""
+
+    def __init__(self, url: str, *, fetch_text: Callable[[str], str] = fetch, clock: Callable[[], float] = time.time):
+        self.url = url
+        self.fetch_text = fetch_text
+        self.clock = clock
+        self.counters = Counters()
+        self.polls = 0
+        self.previous_ts: float | None = None
+        self.seq = 0
+        self.run: dict[str, Any] | None = None
+        self.engine: str | None = None
+        self.capture_sizes: list[int] = []
+        self.warnings: list[str] = []
+        self.reset_polls = 0
+
+    @property
+    def resets(self) -> int:
+        """Polls that found a restarted server (a counter lower than before)."""
+        return self.reset_polls
+
+    def _run_record(self, ts: float, labels: dict[str, str]) -> dict[str, Any]:
+        digest = hashlib.sha256(f"{self.url}|{ts:.6f}".encode()).hexdigest()[:20]
+        config: dict[str, Any] = {"engine": self.engine, "metrics_url": self.url,
+                                  "rank_policy": "ranks that count the same steps are counted once"}
+        if self.engine == "vllm":
+            config.update(metric=VLLM_TOKENS, capture_sizes=self.capture_sizes)
+        else:
+            config.update(metric=SGLANG_PASSES[0])
+        record = {
+            "run_id": f"{self.engine}-metrics-{digest}", "name": f"{self.engine} metrics {self.url}"[:200],
+            "source": f"{self.engine}-metrics", "started_at": ts, "backend": self.engine, "device": "unknown",
+            "model": (labels.get("model_name") or "unknown")[:300], "torch_version": None,
+            "config": config, "wire_version": WIRE_VERSION, "partial": True, "time_provenance": "measured",
+        }
+        validate_run(record)
+        return record
+
+    def poll(self) -> list[dict[str, Any]]:
+        text = self.fetch_text(self.url)
+        ts = self.clock()
+        try:
+            samples = parse_samples(text)
+        except ReplayscopeError as error:
+            raise ReplayscopeError(f"{self.url}: {error}") from None
+        engine = self._engine_of(samples)
+        if engine is None:
+            if self.run is None:
+                raise ReplayscopeError(f"{self.url} has none of {SGLANG_PASSES[0]}, {SGLANG_PASSES[1]} or "
+                                       f"{VLLM_TOKENS} (is this SGLang with --enable-metrics, or vLLM?)")
+            self.warnings.append(f"a poll at {ts:.0f} had no graph counters: skipped")
+            return []
+        self.engine = self.engine or engine
+        labels = next((l for name, l, _ in samples if name.startswith(("sglang", "vllm")) and "model_name" in l), {})
+        baseline = self.polls == 0
+        resets_before = self.counters.resets
+        interval = max(0.0, ts - self.previous_ts) if self.previous_ts is not None else None
+        if self.engine == "sglang":
+            events = self._sglang(samples, ts, interval, baseline)
+        else:
+            events = self._vllm(samples, ts, interval, baseline)
+        if self.counters.resets > resets_before:
+            self.reset_polls += 1
+        if self.run is None:
+            self.run = self._run_record(ts, labels)
+        self.polls += 1
+        self.previous_ts = ts
+        for event in events:
+            event["seq"] = self.seq
+            validate_event(event)
+            self.seq += 1
+        return events
+
+    @staticmethod
+    def _engine_of(samples: list[Sample]) -> str | None:
+        names = {name for name, _, _ in samples}
+        if names & set(SGLANG_PASSES):
+            return "sglang"
+        if VLLM_TOKENS + "_bucket" in names or names & set(VLLM_MODES):
+            return "vllm"
+        return None
+
+    def _created(self, samples: list[Sample], name: str) -> dict[tuple, float]:
+        created_name = name.removesuffix("_total") + "_created"
+        return {tuple(sorted(l.items())): v for n, l, v in samples if n == created_name}
+
+    # -- SGLang ------------------------------------------------------------------------
+    def _sglang(self, samples: list[Sample], ts: float, interval: float | None,
+                baseline: bool) -> list[dict[str, Any]]:
+        deltas: dict[tuple, float] = {}
+        for name in SGLANG_PASSES:
+            created = self._created(samples, name)
+            for sample_name, labels, value in samples:
+                if sample_name != name or "mode" not in labels:
+                    continue
+                key = tuple(sorted(labels.items()))
+                deltas[key] = self.counters.delta((name, key), value, created.get(key), baseline)
+        per_mode: dict[str, float] = {}
+        for group, delta in _group_once_per_step(deltas).items():
+            mode = dict(group)["mode"]
+            per_mode[mode] = per_mode.get(mode, 0.0) + delta
+        events = []
+        for mode, delta in sorted(per_mode.items()):
+            count = int(round(delta))
+            if count < 1:
+                continue
+            stage, graph = _sglang_mode(mode)
+            event = {"ts": ts, "kind": "step_counts", "stage": stage, "mode": "graph" if graph else "eager",
+                     "reason": None, "count": count, "num_tokens": 0, "padded_tokens": 0, "duration_s": None,
+                     "interval_s": interval}
+            if not graph:
+                if stage == "prefill":
+                    event.update(reason="prefill", provenance="inferred",
+                                 evidence=f"mode={mode}: prefill forward passes without a graph")
+                else:
+                    event["reason"] = "unknown"
+            events.append(event)
+        return events
+
+    # -- vLLM --------------------------------------------------------------------------
+    def _vllm(self, samples: list[Sample], ts: float, interval: float | None,
+              baseline: bool) -> list[dict[str, Any]]:
+        buckets: dict[tuple, dict[float, float]] = {}
+        for name, labels, value in samples:
+            if name == VLLM_TOKENS + "_bucket" and "le" in labels:
+                series = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
+                try:
+                    buckets.setdefault(series, {})[float(labels["le"])] = value
+                except ValueError:
+                    continue
+        created = self._created(samples, VLLM_TOKENS)
+        per_le: dict[float, float] = {}
+        for series, cumulative in buckets.items():
+            les = sorted(cumulative)
+            counts = [cumulative[le] - (cumulative[les[i - 1]] if i else 0.0) for i, le in enumerate(les)]
+            for le, count in zip(les, counts):
+                delta = self.counters.delta(("tokens", series, le), count, created.get(series), baseline)
+                per_le[le] = per_le.get(le, 0.0) + delta
+        finite = sorted(int(le) for le in per_le if math.isfinite(le))
+        if finite:
+            self.capture_sizes = finite if tuple(finite) != VLLM_EAGER_BUCKETS else []
+        if self.run is not None and finite and self.run["config"].get("capture_sizes") != self.capture_sizes:
+            self.warnings.append("the histogram's buckets changed (a restart with other capture sizes)")
+        mode_deltas: dict[str, float] = {}
+        for name in VLLM_MODES:
+            mcreated = self._created(samples, name)
+            for sample_name, labels, value in samples:
+                if sample_name == name and "runtime_mode" in labels:
+                    key = tuple(sorted(labels.items()))
+                    delta = self.counters.delta((name, key), value, mcreated.get(key), baseline)
+                    mode = labels["runtime_mode"].split(".")[-1].upper()
+                    mode_deltas[mode] = mode_deltas.get(mode, 0.0) + delta
+        over = int(round(per_le.get(math.inf, 0.0)))
+        largest = max(finite) if finite else None
+        base = {"ts": ts, "kind": "step_counts", "stage": "mixed", "duration_s": None, "interval_s": interval,
+                "padded_tokens": 0}
+        events: list[dict[str, Any]] = []
+        if mode_deltas:
+            graph = int(round(sum(v for m, v in mode_deltas.items() if m != "NONE")))
+            eager = int(round(mode_deltas.get("NONE", 0.0)))
+            if graph >= 1:
+                events.append(dict(base, mode="graph", reason=None, count=graph, num_tokens=0,
+                                   provenance="measured"))
+            too_large = min(eager, over)
+            if too_large >= 1 and largest is not None:
+                events.append(dict(base, mode="eager", reason="batch_too_large", count=too_large,
+                                   num_tokens=too_large * (largest + 1), provenance="inferred",
+                                   evidence=f"{too_large} iterations above {largest} tokens, the largest "
+                                            f"captured size (vllm:iteration_tokens_total)"))
+            if eager - too_large >= 1:
+                events.append(dict(base, mode="eager", reason="unknown", count=eager - too_large, num_tokens=0))
+            return events
+        if not finite:
+            return events
+        eager_list = not self.capture_sizes
+        previous = 0
+        for le in finite:
+            count = int(round(per_le.get(float(le), 0.0)))
+            if count >= 1:
+                where = f"{count} iterations of {previous + 1}-{le} tokens (vllm:iteration_tokens_total)"
+                if eager_list:
+                    events.append(dict(base, mode="eager", reason="graphs_disabled", count=count,
+                                       num_tokens=count * le, raw_bs=le, graph_bs=None, provenance="inferred",
+                                       evidence=where + "; its buckets are vLLM's list for enforce-eager servers"))
+                else:
+                    events.append(dict(base, mode="graph", reason=None, count=count, num_tokens=count * le,
+                                       raw_bs=le, graph_bs=le, provenance="inferred",
+                                       evidence=where + f"; vLLM pads them to its captured size {le} (the "
+                                                        f"exact sizes, and so the padding, are not exposed)"))
+            previous = le
+        if over >= 1:
+            events.append(dict(base, mode="eager",
+                               reason="graphs_disabled" if eager_list else "batch_too_large", count=over,
+                               num_tokens=over * (finite[-1] + 1), provenance="inferred",
+                               evidence=f"{over} iterations above {finite[-1]} tokens"
+                                        + ("" if eager_list else ", the largest captured size")
+                                        + " (vllm:iteration_tokens_total)"))
+        return events
+
+    def end(self, status: str = "finished") -> dict[str, Any]:
+        event = {"seq": self.seq, "ts": self.clock(), "kind": "run_end", "status": status, "error": None}
+        self.seq += 1
+        validate_event(event)
+        return event
+
+
+def _sglang_mode(mode: str) -> tuple[str, bool]:
+    """SGLang's mode label -> (stage, ran a graph)."""
+    graph = not mode.endswith("_none") and "graph" in mode
+    head = mode.split("_", 1)[0]
+    stage = {"decode": "decode", "prefill": "prefill", "extend": "prefill", "verify": "verify",
+             "target": "verify", "idle": "decode"}.get(head, "decode")
+    return stage, graph

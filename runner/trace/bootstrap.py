@@ -1,0 +1,105 @@
+"""Start tracing in this process: the settings from the environment, the tracer, and the hooks.
+
+Called by the ``sitecustomize`` that ``replayscope trace`` puts on the ``PYTHONPATH`` of the
+command it runs, so it runs in every Python process of that command (the program, its
+``multiprocessing`` workers whether spawned, forked or forkserver'd, its subprocesses).
+Nothing is imported from torch here: the hooks wait for their modules (see ``imports``).
+Everything the tracer needs is imported with this module: once started, its package is hidden
+from the program (``sys.modules`` forgets it), so it must never import from it again.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import sys
+from typing import Any
+
+from runner.trace.hooks import TORCH_HOOKS, Patches
+from runner.trace.imports import PostImportHooks
+from runner.trace.recipes import RECIPES, catch_main_step, wrap_step_function
+from runner.trace.settings import ENV_STEP, TraceSettings
+from runner.trace.tracer import Tracer
+
+ACTIVE: Tracer | None = None
+
+
+def main_module_name() -> str | None:
+    """The name the program's main module would have if imported (``python -m m`` or ``m.py``)."""
+    argv = list(getattr(sys, "orig_argv", []) or [])
+    for i, arg in enumerate(argv[1:], start=1):
+        if arg == "-m" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("-m") and len(arg) > 2:
+            return arg[2:]
+        if arg == "-c":
+            return None
+        if not arg.startswith("-"):
+            stem = os.path.splitext(os.path.basename(arg))[0]
+            return stem if arg.endswith(".py") else None
+    return None
+
+
+def install(settings: TraceSettings, *, make_sink: Any = None) -> tuple[Tracer, PostImportHooks, Patches]:
+    """The tracer of this process with every hook registered (installed as modules load)."""
+    tracer = Tracer(settings, make_sink=make_sink)
+    patches = Patches()
+    hooks = PostImportHooks(on_error=lambda name, error: tracer.hook_error(name, error))
+    for name, installer in {**TORCH_HOOKS, **RECIPES}.items():
+        hooks.watch(name, lambda module, installer=installer: installer(tracer, module, patches))
+    if settings.step:
+        module_name, qualname = settings.step.split(":", 1)
+        if module_name != "__main__" and module_name == main_module_name():
+            # The program runs that module as its script: for this process and the ones it
+            # starts (whose main module is then __mp_main__ or another script), it is __main__.
+            os.environ[ENV_STEP] = f"__main__:{qualname}"
+            module_name = "__main__"
+        if module_name == "__main__":
+            catch_main_step(tracer, qualname, patches, settings.step)
+        if module_name != "__main__":
+            hooks.watch(module_name, lambda module: wrap_step_function(tracer, module, qualname, patches,
+                                                                      settings.step))
+    hooks.install()
+    return tracer, hooks, patches
+
+
+def _at_exit(tracer: Tracer) -> None:
+    try:
+        tracer.close()
+    except Exception as error:  # noqa: BLE001
+        print(f"replayscope trace: {error!r}", file=sys.stderr)
+
+
+def _watch_uncaught(tracer: Tracer) -> None:
+    previous = sys.excepthook
+
+    def excepthook(exc_type, exc, tb):
+        try:
+            tracer.uncaught(exc_type, exc)
+        finally:
+            previous(exc_type, exc, tb)
+    sys.excepthook = excepthook
+
+
+def _end_runs_of_multiprocessing_workers(tracer: Tracer, util) -> None:
+    """multiprocessing's forked (and forkserver'd) workers leave through os._exit, past atexit:
+    its finalizers are what runs there, so the worker's run ends in one. It clears the
+    finalizers a fork inherits, then calls its after-fork callbacks: register it from one."""
+    util.register_after_fork(tracer, lambda tracer: util.Finalize(None, _at_exit, args=(tracer,),
+                                                                  exitpriority=-100))
+
+
+def install_from_environment() -> Tracer | None:
+    """Trace this process if ``replayscope trace`` started it; else do nothing at all."""
+    global ACTIVE
+    settings = TraceSettings.from_environment()
+    if settings is None or ACTIVE is not None:
+        return ACTIVE
+    tracer, _hooks, _patches = install(settings)
+    ACTIVE = tracer
+    atexit.register(_at_exit, tracer)
+    _watch_uncaught(tracer)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=tracer.after_fork_in_child)
+    _hooks.watch("multiprocessing.util", lambda util: _end_runs_of_multiprocessing_workers(tracer, util))
+    return tracer

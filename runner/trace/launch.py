@@ -1,0 +1,151 @@
+"""``replayscope trace``: run a command unmodified, with the tracer started in its Python processes.
+
+This side imports no torch: it prepares a temporary folder (a ``sitecustomize.py`` that starts
+the tracer, and a link to replayscope's ``runner`` package), puts the folder first on the
+command's ``PYTHONPATH`` with the trace's settings in the environment, runs the command, waits
+for it, and prints what each traced process recorded. Processes started by the command
+inherit the environment, so they are traced too; nothing outside the command is touched.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+
+from runner.errors import ReplayscopeError
+from runner.trace.settings import REGISTRY_FILE, STEP_SPEC, TraceSettings
+
+RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def check_arguments(command: list[str], collector: str | None, events: str | None, step: str | None) -> None:
+    """Every argument checked before anything runs or is written."""
+    if not command:
+        raise ReplayscopeError("give the command to trace after --, e.g. "
+                               "replayscope trace --events trace.jsonl -- python generate.py")
+    if (collector is None) == (events is None):
+        raise ReplayscopeError("give one of --collector URL or --events FILE")
+    if collector is not None and not collector.startswith(("http://", "https://")):
+        raise ReplayscopeError(f"--collector {collector!r} is not an http(s) URL")
+    if events is not None:
+        if os.path.isdir(events):
+            raise ReplayscopeError(f"--events {events} is a directory")
+        if not os.path.isdir(os.path.dirname(os.path.abspath(events))):
+            raise ReplayscopeError(f"--events {events}: its directory does not exist")
+    if step is not None and not STEP_SPEC.match(step):
+        raise ReplayscopeError(f"--step {step!r}: name the step function as MODULE:QUALNAME, e.g. "
+                               f"mypkg.engine:Engine.decode_step (or __main__:step for a script)")
+
+
+def prepare_workdir(workdir: str) -> tuple[str, str]:
+    """The folder put on PYTHONPATH (holding sitecustomize.py) and the folder holding ``runner``."""
+    boot = os.path.join(workdir, "boot")
+    lib = os.path.join(workdir, "lib")
+    os.makedirs(boot)
+    os.makedirs(lib)
+    shutil.copyfile(RUNNER_PACKAGE / "trace" / "_boot.py", os.path.join(boot, "sitecustomize.py"))
+    try:
+        os.symlink(RUNNER_PACKAGE, os.path.join(lib, "runner"), target_is_directory=True)
+    except OSError:
+        shutil.copytree(RUNNER_PACKAGE, os.path.join(lib, "runner"),
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    return boot, lib
+
+
+def child_environment(settings: TraceSettings, boot: str, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    env.update(settings.environment())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (boot, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def default_name(command: list[str]) -> str:
+    return shlex.join(command)[:160]
+
+
+def run_traced(command: list[str], *, collector: str | None = None, events: str | None = None,
+               token: str | None = None, name: str | None = None, step: str | None = None,
+               out=sys.stderr) -> int:
+    """Run ``command`` traced; returns its exit status (128 + N when a signal N ended it)."""
+    if command and command[0] == "--":
+        command = command[1:]
+    check_arguments(command, collector, events, step)
+    workdir = tempfile.mkdtemp(prefix="replayscope-trace-")
+    try:
+        boot, lib = prepare_workdir(workdir)
+        events_path = os.path.abspath(events) if events else None
+        if events_path and os.path.exists(events_path):
+            os.remove(events_path)        # the trace writes it anew, as `replayscope run --events` does
+        settings = TraceSettings(trace_id=uuid.uuid4().hex[:12], name=name or default_name(command),
+                                 command=tuple(command), events=events_path, collector=collector,
+                                 token=token, step=step, lib=lib, workdir=workdir, parent_pid=os.getpid())
+        code = _run(command, child_environment(settings, boot))
+        for line in summary_lines(os.path.join(workdir, REGISTRY_FILE), collector):
+            print(line, file=out)
+        return code
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _run(command: list[str], env: dict[str, str]) -> int:
+    try:
+        child = subprocess.Popen(command, env=env)
+    except FileNotFoundError:
+        raise ReplayscopeError(f"command not found: {command[0]}") from None
+    except PermissionError:
+        raise ReplayscopeError(f"cannot run {command[0]}: permission denied") from None
+
+    def forward(signum, _frame):
+        child.send_signal(signum)
+
+    # Ctrl-C reaches the command from the terminal; SIGTERM to us is passed on to it.
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, forward)}
+    try:
+        code = child.wait()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    return 128 - code if code < 0 else code
+
+
+def summary_lines(registry: str, collector: str | None) -> list[str]:
+    """One line per traced process that recorded something, from the processes' registry."""
+    runs: dict[str, dict] = {}
+    try:
+        with open(registry, encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                runs.setdefault(record.get("run_id", "?"), {}).update(record)
+    except FileNotFoundError:
+        pass
+    if not runs:
+        return ["replayscope trace: no process of the command captured a CUDA graph, ran a step or "
+                "compiled (is it a Python program using PyTorch? see docs/trace.md)"]
+    where = f"collector {collector}" if collector else "events files"
+    lines = [f"replayscope trace: {len(runs)} traced process{'es' if len(runs) > 1 else ''} ({where}):"]
+    for run_id, run in runs.items():
+        modes = run.get("modes") or {}
+        reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
+                                                          key=lambda item: -item[1]))
+        steps = run.get("steps")
+        text = (f"  {run_id} ({run.get('process', '?')}): "
+                + (f"{steps} steps: graph {modes.get('graph', 0)}, padded {modes.get('padded', 0)}, "
+                   f"eager {modes.get('eager', 0)}" if steps is not None else "ended without a summary")
+                + (f" (eager: {reasons})" if reasons else "")
+                + (f"; {run.get('captures', 0)} captures" if steps is not None else "")
+                + (f", {run['failed_captures']} failed" if run.get("failed_captures") else "")
+                + (f"; {run['target']}" if not collector and run.get("target") else ""))
+        lines.append(text)
+    return lines

@@ -1,0 +1,71 @@
+"""A webhook receiver for the tests: a standard-library HTTP server on loopback that keeps
+every JSON body it is sent, can answer slowly or with an error, and can be taken down
+and brought back on the same port."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.live_server import free_port
+
+
+class Receiver:
+    def __init__(self, port: int | None = None, *, delay_s: float = 0.0, status: int = 200):
+        self.port = port or free_port()
+        self.delay_s = delay_s
+        self.status = status
+        self.received: list[dict] = []
+        self.requests = 0                      # POSTs that arrived (answered or not yet)
+        self.arrived = threading.Event()
+        self.lock = threading.Lock()
+        self._server: ThreadingHTTPServer | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hook"
+
+    def start(self) -> "Receiver":
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                with receiver.lock:
+                    receiver.requests += 1
+                receiver.arrived.set()
+                if receiver.delay_s:
+                    time.sleep(receiver.delay_s)
+                with receiver.lock:
+                    receiver.received.append(body)
+                self.send_response(receiver.status)
+                self.send_header("Content-Type", "text/plain")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def __enter__(self) -> "Receiver":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def alerts(self) -> list[tuple[str, str]]:
+        """(status, fingerprint) of each webhook alert received, in order."""
+        with self.lock:
+            return [(a["status"], a["fingerprint"]) for body in self.received for a in body["alerts"]]

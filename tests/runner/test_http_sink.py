@@ -1,0 +1,275 @@
+"""runner.emitter.HttpSink never silently loses an event: what is refused is isolated and
+recorded as a warning, the rest is stored; what cannot be sent now is spooled and sent
+later (at the end of the run it waits for the collector, bounded); a spool imports; and
+SIGTERM ends a run ``interrupted`` like Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from runner import wire
+from runner.emitter import Emitter, HttpSink
+from tests.live_server import free_port, serving
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = 1_700_000_000.0
+
+
+def run_record(run_id: str = "sink-1") -> dict:
+    return {"run_id": run_id, "name": run_id, "source": "library", "started_at": T0, "backend": "static",
+            "model": "tiny", "device": "cpu", "config": {}}
+
+
+def steps(seq0: int, n: int) -> list[dict]:
+    return [{"seq": seq0 + i, "ts": T0 + (seq0 + i) * 0.01, "kind": "step", "stage": "decode", "mode": "graph",
+             "raw_bs": 4, "graph_bs": 4, "num_tokens": 4, "padded_tokens": 0, "reason": None, "duration_s": 0.001}
+            for i in range(n)]
+
+
+class FakeCollector:
+    """The collector's two write routes, with a rule for which batches to refuse and how."""
+
+    def __init__(self, answer=None):
+        self.answer = answer or (lambda events: (200, None))
+        self.stored: dict[int, dict] = {}
+        self.posts = 0
+        self.port = free_port()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> "FakeCollector":
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                if self.path == "/v1/runs":
+                    return self._reply(201, {"run_id": body["run_id"], "created": True})
+                fake.posts += 1
+                status, detail = fake.answer(body["events"])
+                if status >= 300:
+                    return self._reply(status, detail)
+                for event in body["events"]:
+                    fake.stored[event["seq"]] = event
+                return self._reply(200, {"accepted": len(body["events"]), "duplicates": 0})
+
+            def _reply(self, status, payload):
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def sink_to(url: str, tmp_path: Path, **kwargs) -> HttpSink:
+    sink = HttpSink(url, spool_path=str(tmp_path / "spool.jsonl"), retries=1, backoff_s=0.01, timeout_s=5,
+                    **kwargs)
+    sink.open(run_record())
+    return sink
+
+
+def test_an_event_the_wire_contract_refuses_becomes_a_warning_and_the_rest_is_stored(tmp_path, capsys):
+    with FakeCollector() as collector:
+        sink = sink_to(collector.url, tmp_path)
+        events = steps(0, 10)
+        events[3]["duration_s"] = 1e308
+        sink.write(events)
+    assert sorted(collector.stored) == list(range(10))
+    warning = collector.stored[3]
+    assert warning["kind"] == "warning" and warning["code"] == "rejected_event"
+    assert "duration_s" in warning["message"] and "the wire contract" in warning["message"]
+    wire.validate_event(warning)
+    assert all(collector.stored[s]["kind"] == "step" for s in range(10) if s != 3)
+    assert sink.rejected == 1 and "event 3 (step) was not stored" in capsys.readouterr().err
+
+
+def test_a_batch_the_collector_refuses_is_narrowed_to_the_event_it_names(tmp_path, monkeypatch):
+    """A collector stricter than this runner (another version) refuses seq 7 and 4000 of a
+    batch of 5000: those two become warnings, the other 4998 and the run_end are stored."""
+    from collector import ingest
+    from collector.api import create_api
+    from collector.settings import Settings
+    from collector.store import Store
+
+    real = ingest.validate_event
+
+    def stricter(event):
+        if event.get("seq") in (7, 4000) and event.get("kind") == "step":
+            raise wire.WireError("num_tokens", "this collector allows fewer tokens")
+        real(event)
+
+    monkeypatch.setattr(ingest, "validate_event", stricter)
+    store = Store.open(f"sqlite:///{tmp_path}/c.db", upgrade=True)
+    with serving(create_api(store, Settings(run_services=False))) as url:
+        sink = HttpSink(url, spool_path=str(tmp_path / "spool.jsonl"), retries=1, backoff_s=0.01)
+        emitter = Emitter(sink, run_record(), flush_interval_s=60, heartbeat_s=600).start()
+        for _ in range(5000):                   # one batch: flushed at close
+            emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+        emitter.close()
+    from collector import queries
+    summary = queries.run_summary(store, "sink-1")
+    warnings = queries.warnings(store, "sink-1")
+    store.dispose()
+    assert summary["steps"] == 4998 and summary["status"] == "finished"
+    assert [(w["seq"], w["code"]) for w in warnings] == [(7, "rejected_event"), (4000, "rejected_event")]
+    assert "this collector allows fewer tokens" in warnings[0]["message"]
+
+
+def test_a_refusal_without_an_index_is_narrowed_down_by_halves(tmp_path):
+    def refuse(events):
+        if any(e["seq"] == 13 and e["kind"] == "step" for e in events):
+            return 400, {"detail": "something in here"}
+        return 200, None
+
+    with FakeCollector(refuse) as collector:
+        sink = sink_to(collector.url, tmp_path)
+        sink.write(steps(0, 64))
+    assert sorted(collector.stored) == list(range(64))
+    assert collector.stored[13]["kind"] == "warning" and "something in here" in collector.stored[13]["message"]
+    assert collector.posts <= 2 * 7 + 2, "a binary search, not one post per event"
+
+
+def test_a_5xx_spools_the_batch_and_the_next_write_sends_it_first(tmp_path):
+    failures = {"left": 2}
+
+    def flaky(events):
+        if failures["left"]:
+            failures["left"] -= 1
+            return 503, {"detail": "the store cannot take writes right now"}
+        return 200, None
+
+    with FakeCollector(flaky) as collector:
+        sink = sink_to(collector.url, tmp_path)
+        sink.write(steps(0, 100))
+        assert sink.spooled == 100 and collector.stored == {}
+        sink.write(steps(100, 100))           # the drain fails once more: still spooled, in order
+        assert sink.spooled == 200
+        sink.write(steps(200, 100))
+        assert sink.spooled == 0 and not Path(sink.spool_path).exists()
+    assert sorted(collector.stored) == list(range(300))
+
+
+def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_path):
+    from collector.api import create_api
+    from collector.settings import Settings
+    from collector.store import Store
+
+    store = Store.open(f"sqlite:///{tmp_path}/back.db", upgrade=True)
+    port = free_port()
+    sink = HttpSink(f"http://127.0.0.1:{port}", spool_path=str(tmp_path / "spool.jsonl"), retries=1,
+                    backoff_s=0.05, timeout_s=5, drain_timeout_s=60)
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.02, heartbeat_s=600).start()
+    for _ in range(50):
+        emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+    time.sleep(0.3)
+    assert sink.spooled > 0
+
+    def collector_back_later():
+        time.sleep(1.5)
+        server.run()
+
+    import uvicorn
+    server = uvicorn.Server(uvicorn.Config(create_api(store, Settings(run_services=False)), host="127.0.0.1",
+                                           port=port, log_level="warning"))
+    thread = threading.Thread(target=collector_back_later, daemon=True)
+    thread.start()
+    try:
+        emitter.close()                       # returns once the spool is delivered
+    finally:
+        server.should_exit = True
+        thread.join(10)
+    from collector import queries
+    summary = queries.run_summary(store, "sink-1")
+    store.dispose()
+    assert summary["steps"] == 50 and summary["status"] == "finished"
+    assert not (tmp_path / "spool.jsonl").exists()
+
+
+def test_a_spool_left_behind_imports_with_replayscope_import_events(tmp_path, capsys):
+    from app.cli import main
+    from collector import queries
+    from collector.store import Store
+
+    sink = HttpSink(f"http://127.0.0.1:{free_port()}", spool_path=str(tmp_path / "spool.jsonl"), retries=1,
+                    backoff_s=0.01, timeout_s=2, drain_timeout_s=0.2)
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.02, heartbeat_s=600).start()
+    for i in range(30):
+        emitter.step("decode", "eager" if i % 3 else "graph", 4, None if i % 3 else 4, 4, 0,
+                     "batch_too_large" if i % 3 else None, 1e308 if i == 5 else 0.001)
+    emitter.close()
+    assert "re-send them with `replayscope import events" in capsys.readouterr().err
+    url = f"sqlite:///{tmp_path}/import.db"
+    assert main(["import", "events", str(tmp_path / "spool.jsonl"), "--db", url]) == 0
+    store = Store(url)
+    summary = queries.run_summary(store, "sink-1")
+    warnings = queries.warnings(store, "sink-1")
+    store.dispose()
+    assert summary["steps"] == 29 and summary["status"] == "finished"
+    assert [w["seq"] for w in warnings] == [5]
+
+
+def test_a_refused_token_keeps_every_event_in_the_spool(tmp_path, capsys):
+    from collector.api import create_api
+    from collector.settings import Settings
+    from collector.store import Store
+
+    store = Store.open(f"sqlite:///{tmp_path}/t.db", upgrade=True)
+    with serving(create_api(store, Settings(run_services=False, token="right"))) as url:
+        sink = HttpSink(url, token="wrong", spool_path=str(tmp_path / "spool.jsonl"), retries=1,
+                        backoff_s=0.01, drain_timeout_s=0.1)
+        emitter = Emitter(sink, run_record(), flush_interval_s=0.02, heartbeat_s=600).start()
+        for _ in range(20):
+            emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+        emitter.close()
+    store.dispose()
+    err = capsys.readouterr().err
+    assert err.count("HTTP 401") == 1, "told once, not at every write: " + err
+    assert "21 events kept in" in err and "--token" in err
+    lines = (tmp_path / "spool.jsonl").read_text().splitlines()
+    assert json.loads(lines[0])["kind"] == "run" and len(lines) == 1 + 21
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_sigterm_ends_the_run_interrupted_like_ctrl_c(tmp_path, sig):
+    events = tmp_path / "run.jsonl"
+    runner = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
+                               "--workload", "mixed", "--steps", "1000000", "--events", str(events), "--quiet"],
+                              cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not (events.exists() and events.read_text().count('"kind": "step"') >= 20):
+            assert runner.poll() is None and time.monotonic() < deadline, "the runner did not start stepping"
+            time.sleep(0.1)
+        runner.send_signal(sig)
+        _, err = runner.communicate(timeout=60)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    assert runner.returncode == 130, err
+    last = json.loads(events.read_text().splitlines()[-1])
+    assert (last["kind"], last["status"]) == ("run_end", "interrupted")

@@ -1,0 +1,38 @@
+"""transformers generation with a static cache under torch.compile(mode="reduce-overhead"), on a
+small Llama with random weights. It knows nothing of replayscope.
+
+    python hf_generate.py graphs    # generate compiles its decode step itself (CompileConfig)
+    python hf_generate.py mutated   # the forward compiled by hand, prefill included: the static
+                                    # cache is created inside the compiled code, so Inductor
+                                    # skips CUDA graphs for mutated inputs (seen on an H200 with
+                                    # torch 2.11 and transformers 5.17)
+"""
+
+import sys
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+NEW_TOKENS = 12
+
+
+def main(variant):
+    torch.manual_seed(0)
+    config = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+    model = LlamaForCausalLM(config).to("cuda", torch.bfloat16).eval()
+    ids = torch.randint(1, config.vocab_size, (2, 8), device="cuda")
+    kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
+                  cache_implementation="static", pad_token_id=0)
+    if variant == "graphs":
+        from transformers import CompileConfig
+
+        out = model.generate(ids, compile_config=CompileConfig(mode="reduce-overhead"), **kwargs)
+    else:
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+        out = model.generate(ids, disable_compile=True, **kwargs)
+    print("generated", tuple(out.shape))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,166 @@
+"""``replayscope trace`` end to end, the way a user runs it: the installed command around real
+CPU programs (one with a multiprocessing worker), to an events file and to a live collector.
+On CPU every step runs eager, and the run says why."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from runner import wire
+
+REPO = Path(__file__).resolve().parents[2]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join(
+    p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def trace(*argv, cwd=REPO, env=None, timeout=240):
+    return subprocess.run(["replayscope", "trace", *argv], cwd=cwd, env=env or ENV, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def read_run(path) -> tuple[dict, list[dict]]:
+    lines = [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    run, events = lines[0], lines[1:]
+    assert run.pop("kind") == "run"
+    wire.validate_run(run)
+    for event in events:
+        wire.validate_event(event)
+    return run, events
+
+
+def steps_of(events):
+    return [e for e in events if e["kind"] == "step"]
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "fork", "forkserver"])
+def test_a_cpu_program_and_its_multiprocessing_worker_are_each_a_run_with_eager_steps_and_their_cause(
+        tmp_path, start_method):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--name", "cpu decode", "--step", "__main__:decode_step", "--",
+                   sys.executable, str(PROGRAMS / "cpu_decode.py"), start_method)
+    assert result.returncode == 0, result.stderr
+    [worker_file] = tmp_path.glob("trace-pid*.jsonl")
+    main_run, main_events = read_run(events)
+    worker_run, worker_events = read_run(worker_file)
+
+    assert [s["raw_bs"] for s in steps_of(main_events)] == [3, 5, 2]
+    assert [s["raw_bs"] for s in steps_of(worker_events)] == [1, 4, 6, 7]
+    for step in steps_of(main_events) + steps_of(worker_events):
+        assert (step["mode"], step["reason"]) == ("eager", "cpu_device")
+        assert step["evidence"] == "torch.cuda.is_available() is False in this process"
+    for run, path in ((main_run, events), (worker_run, worker_file)):
+        assert run["source"] == "trace" and run["name"].startswith("cpu decode [pid ")
+    assert main_run["config"]["trace"]["trace_id"] == worker_run["config"]["trace"]["trace_id"]
+    if start_method != "forkserver":     # a forkserver's workers are the fork server's children
+        assert worker_run["config"]["trace"]["ppid"] == main_run["config"]["trace"]["pid"]
+    assert main_run["run_id"] != worker_run["run_id"]
+    assert main_events[-1]["kind"] == worker_events[-1]["kind"] == "run_end"
+    assert main_events[-1]["status"] == worker_events[-1]["status"] == "finished"
+    assert "2 traced processes" in result.stderr and "eager: cpu_device 4" in result.stderr
+
+
+def test_a_step_function_in_an_imported_module_is_traced(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "tests.trace.programs.cpu_engine:Engine.step", "--",
+                   sys.executable, "-c", "from tests.trace.programs.cpu_engine import main; main()")
+    assert result.returncode == 0, result.stderr
+    run, run_events = read_run(events)
+    assert [(s["raw_bs"], s["mode"], s["reason"]) for s in steps_of(run_events)] == \
+        [(1, "eager", "cpu_device"), (2, "eager", "cpu_device"), (4, "eager", "cpu_device")]
+    assert run["config"]["trace"]["step"] == "tests.trace.programs.cpu_engine:Engine.step"
+
+
+def test_a_program_that_fails_ends_its_run_failed_with_the_error_and_keeps_its_exit_status(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--",
+                   sys.executable, str(PROGRAMS / "cpu_decode.py"), "--fail")
+    assert result.returncode == 1
+    assert "RuntimeError: the program failed after its steps" in result.stderr   # the program's own traceback
+    _run, run_events = read_run(events)
+    end = run_events[-1]
+    assert end["kind"] == "run_end" and end["status"] == "failed"
+    assert end["error"] == "RuntimeError: the program failed after its steps"
+    assert len(steps_of(run_events)) == 3
+
+
+def test_to_a_collector_each_process_is_a_stored_run(tmp_path):
+    from collector import queries
+    from collector.store import Store
+    from tests.e2e.conftest import ThreadCollector
+    from tests.live_server import free_port
+
+    store = Store.open(f"sqlite:///{tmp_path}/collector.db", upgrade=True)
+    server = ThreadCollector(store, free_port()).start()
+    try:
+        result = trace("--collector", server.url, "--step", "__main__:decode_step", "--",
+                       sys.executable, str(PROGRAMS / "cpu_decode.py"), "spawn", cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        runs = [r for r in queries.list_runs(store) if r["source"] == "trace"]
+        assert len(runs) == 2
+        assert sorted(r["steps"] for r in runs) == [3, 4]
+        for r in runs:
+            summary = queries.run_summary(store, r["run_id"])
+            assert summary["status"] == "finished" and summary["modes"]["eager"] == r["steps"]
+            assert summary["reasons"] == {"cpu_device": r["steps"]}
+        assert not list(tmp_path.glob("replayscope-spool-*"))
+    finally:
+        server.stop()
+        store.dispose()
+
+
+PROBE = "import torch; print(hasattr(torch.cuda.CUDAGraph.replay, '__replayscope_original__'))"
+
+
+def test_without_trace_nothing_is_installed():
+    plain = subprocess.run([sys.executable, "-c", PROBE], env=ENV, capture_output=True, text=True, timeout=120)
+    assert plain.stdout.split() == ["False"]
+
+
+def test_under_trace_the_hooks_are_in_the_program_and_replayscope_is_not_in_its_modules(tmp_path):
+    result = trace("--events", str(tmp_path / "t.jsonl"), "--", sys.executable, "-c",
+                   PROBE + "; import sys; print(sorted(m for m in sys.modules if m.startswith('runner')))")
+    assert result.stdout.split("\n")[:2] == ["True", "[]"]
+    assert "no process of the command captured a CUDA graph" in result.stderr
+
+
+def test_the_environments_own_sitecustomize_still_runs(tmp_path):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text("import os\nos.environ['THEIR_SITECUSTOMIZE'] = 'ran'\n")
+    env = {**ENV, "PYTHONPATH": os.pathsep.join((str(site), ENV["PYTHONPATH"]))}
+    result = trace("--events", str(tmp_path / "t.jsonl"), "--", sys.executable, "-c",
+                   "import os; " + PROBE + "; print(os.environ.get('THEIR_SITECUSTOMIZE'))", env=env)
+    assert result.stdout.split() == ["True", "ran"]
+
+
+def test_a_program_with_its_own_module_named_runner_imports_its_own_and_is_traced(tmp_path):
+    (tmp_path / "runner").mkdir()
+    (tmp_path / "runner" / "__init__.py").write_text("NAME = 'theirs'\n")
+    (tmp_path / "main.py").write_text("import runner\n" + PROBE + "\nprint(runner.NAME)\n")
+    result = trace("--events", str(tmp_path / "t.jsonl"), "--", sys.executable, str(tmp_path / "main.py"))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "theirs"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    ([], "give the command to trace after --"),
+    (["--events", "/no/such/dir/t.jsonl", "--", "python", "-c", "0"], "its directory does not exist"),
+    (["--collector", "ftp://x", "--", "python", "-c", "0"], "is not an http(s) URL"),
+    (["--events", "t.jsonl", "--step", "not a spec", "--", "python", "-c", "0"], "MODULE:QUALNAME"),
+    (["--", "python", "-c", "0"], "give one of --collector URL or --events FILE"),
+    (["--events", "t.jsonl", "--collector", "http://x", "--", "python", "-c", "0"], "not allowed with"),
+    (["--events", "t.jsonl", "--", "no-such-command-xyz"], "command not found: no-such-command-xyz"),
+])
+def test_bad_input_gets_one_error_line_exit_2_and_writes_nothing(tmp_path, argv, message):
+    result = trace(*argv, cwd=tmp_path)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("replayscope trace: error: ")
+    assert message in result.stderr
+    assert list(tmp_path.iterdir()) == []
