@@ -238,13 +238,13 @@ def _startup_rows(cur, per_run) -> None:
 def _batch_rows(cur) -> None:
     """Per run, its whole-run steps of each mode spread over batch sizes (graph at captured
     sizes, padded between them, eager above the largest)."""
-    cur.execute("SELECT run_pk, stage, mode, steps, num_tokens, padded_tokens, duration_s FROM step_rollups "
-                "WHERE bucket_s = 0")
+    cur.execute("SELECT run_pk, stage, mode, reason, steps, num_tokens, padded_tokens, duration_s, timed_steps "
+                "FROM step_rollups WHERE bucket_s = 0")
     whole = cur.fetchall()
     padded_sizes = [bs for bs in range(1, 65) if bs not in CAPTURE_SIZES]
     sizes = {"graph": CAPTURE_SIZES, "padded": padded_sizes, "eager": list(range(65, 97, 4))}
     rows = []
-    for run_pk, stage, mode, steps, tokens, padded, seconds in whole:
+    for run_pk, stage, mode, reason, steps, tokens, padded, seconds, timed in whole:
         choices = sizes[mode] if stage == "decode" else [1, 2, 4, 8]
         left = steps
         for i, bs in enumerate(choices):
@@ -252,9 +252,10 @@ def _batch_rows(cur) -> None:
             left -= n
             if n:
                 share = n / steps
-                rows.append((run_pk, stage, bs, mode, n, int(tokens * share), int(padded * share), seconds * share))
-    _copy(cur, "batch_rollups", ("run_pk", "stage", "raw_bs", "mode", "steps", "num_tokens", "padded_tokens",
-                                 "duration_s"), rows)
+                rows.append((run_pk, stage, bs, mode, reason, n, int(tokens * share), int(padded * share),
+                             seconds * share, int(timed * share)))
+    _copy(cur, "batch_rollups", ("run_pk", "stage", "raw_bs", "mode", "reason", "steps", "num_tokens",
+                                 "padded_tokens", "duration_s", "timed_steps"), rows)
 
 
 def _raw_rows(cur, fleet: Fleet, raw_from: float) -> tuple[int, int]:
