@@ -319,3 +319,45 @@ def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
                          name="run − baseline (s)", customdata=[formats.signed_seconds(d["diff_s"]) for d in diff],
                          hovertemplate="%{x}: %{customdata}<extra></extra>")],
                    yaxis=dict(title=dict(text="run − baseline (s)")))
+
+
+# name -> (label, unit): what the fleet chart can plot, from collector.fleet's series points.
+FLEET_METRICS = {
+    "eager_ratio": ("eager share of steps", "ratio"),
+    "decode_padded_ratio": ("padding share of decode tokens", "ratio"),
+    "graph_step_s": ("graph step time (decode, mean)", "seconds"),
+    "padded_step_s": ("padded step time (decode, mean)", "seconds"),
+    "eager_step_s": ("eager step time (decode, mean)", "seconds"),
+    "capture_total_s": ("capture time (median run)", "seconds"),
+    "startup_s": ("startup time (median run)", "seconds"),
+    "pool_bytes": ("graph pool memory (largest run)", "bytes"),
+}
+
+
+def fleet_figure(series: list[dict[str, Any]], metric: str) -> go.Figure:
+    """One line per (model, backend, device, version) group: ``metric`` per time bucket."""
+    label, unit = FLEET_METRICS[metric]
+    points = [p for p in series if p.get(metric) is not None]
+    if not points:
+        return _empty(f"no run has a {label.split(' (')[0]}")
+    scale, axis = 1, dict(title=dict(text=label), rangemode="tozero")
+    if unit == "ratio":
+        axis["tickformat"] = ".1%"
+    elif unit == "seconds":
+        scale = 1000 if max(p[metric] for p in points) < 1 else 1
+        axis["title"] = dict(text=f"{label} ({'ms' if scale == 1000 else 's'})")
+    else:
+        name, scale = formats.byte_unit(max(p[metric] for p in points))
+        scale = 1 / scale
+        axis["title"] = dict(text=f"{label} ({name})")
+    shown = {"ratio": formats.pct, "seconds": formats.seconds, "bytes": formats.size}[unit]
+    traces = []
+    for group in dict.fromkeys(p["group"] for p in points):
+        mine = [p for p in points if p["group"] == group]
+        traces.append(dict(type="scatter", mode="lines+markers", name=group, x=_times(p["t"] for p in mine),
+                           y=[p[metric] * scale for p in mine],
+                           customdata=[[shown(p[metric]), formats.plural(p["runs"], "run")] for p in mine],
+                           hovertemplate="%{fullData.name}<br>%{x}: %{customdata[0]} over %{customdata[1]}"
+                                         "<extra></extra>"))
+    return _figure(traces, yaxis=axis, xaxis=dict(title=dict(text="runs started (UTC)")), showlegend=True,
+                   legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))

@@ -38,7 +38,7 @@ def store() -> Any:
 
 
 # -- layout pieces ---------------------------------------------------------------------
-NAV = (("Runs", "/"), ("Alerts", "/alerts"))
+NAV = (("Runs", "/"), ("Fleet", "/fleet"), ("Alerts", "/alerts"))
 
 
 def nav(run_id: str | None = None) -> html.Nav:

@@ -155,6 +155,24 @@ def cli_rows(verbose: bool) -> list[tuple[str, str, str]]:
              f"{result['help_s'] * 1000:.0f} ms ({result['ratio']:.1f}x python -c pass; heavy imports: {heavy})")]
 
 
+def fleet_rows(verbose: bool, quick: bool) -> list[tuple[str, str, str]]:
+    """The fleet benchmark on PostgreSQL ($REPLAYSCOPE_TEST_PG_URL); --quick: 8 GPUs x 7 days."""
+    from benchmarks import fleet_bench
+
+    argv = ["--gpus", "8", "--days", "7", "--raw-steps", "2000000", "--ingest-events", "60000"] if quick else []
+    _code, text = _quiet_main(fleet_bench.main, argv, verbose)
+    kept = _number(r"kept for good .*?([\d.]+) KiB", text)
+    raw = _number(r"raw step events .*?([\d.]+) MiB", text)
+    ratio = _number(r"HTTP / COPY = ([\d.]+)x", text)
+    query = _number(r"slowest query ([\d.]+) ms", text)
+    page = _number(r"slowest page ([\d.]+) ms", text)
+    fleet = _number(r"slowest fleet view ([\d.]+) ms", text)
+    return [("fleet", "kept for good / raw detail per GPU-day", f"{kept:,.0f} KiB / {raw:,.1f} MiB"),
+            ("fleet", "HTTP ingest through 3 collectors / PostgreSQL COPY", f"{ratio:.2f}x (target >= 0.3x)"),
+            ("fleet", "slowest query / page (target 200 ms)", f"{query:.1f} ms / {page:.1f} ms"),
+            ("fleet", "slowest fleet view (target 500 ms)", f"{fleet:.1f} ms")]
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -219,7 +237,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller stores (100k/500k query steps, 200k "
                                                              "dashboard steps, fewer ingest batches)")
-    parser.add_argument("--only", help="comma-separated subset: cli,runner,trace,ingest,query,dashboard,demo")
+    parser.add_argument("--only", help="comma-separated subset: cli,runner,trace,ingest,query,dashboard,demo, or "
+                                       "fleet (PostgreSQL, $REPLAYSCOPE_TEST_PG_URL; not in the default set: ~20 min)")
     parser.add_argument("--verbose", action="store_true", help="also print each benchmark's own output")
     args = parser.parse_args(argv)
     wanted = set((args.only or "cli,runner,trace,ingest,query,dashboard,demo").split(","))
@@ -237,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         ("query", lambda: [r for n in query_steps for r in query_rows(args.verbose, n)]),
         ("dashboard", lambda: dashboard_rows(args.verbose, dash_steps)),
         ("demo", lambda: demo_rows(args.verbose)),
+        ("fleet", lambda: fleet_rows(args.verbose, args.quick)),
     ]
     for name, fn in sections:
         if name not in wanted:

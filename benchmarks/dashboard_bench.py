@@ -27,7 +27,7 @@ def _encode(value) -> int:
 
 def page_cases(store, run_id: str, baseline: str):
     """(page, callable) pairs doing what each page does per load / refresh."""
-    from app import components as c
+    from app import comparisons
     from app.pages import advisor, alerts, run, runs, startup
 
     def runs_page():
@@ -37,13 +37,13 @@ def page_cases(store, run_id: str, baseline: str):
         run.layout(run_id=run_id)
         data = run.page_data(store, run_id)
         return _encode([data["stats"], list(data["figures"].values()),
-                        run.reason_cards(data["reasons"])])
+                        run.reason_cards(data["reasons"]), comparisons.comparison_block(data["comparison"])])
 
     def startup_page():
         startup.layout(run_id=run_id)
         data = startup.page_data(store, run_id, baseline)
         return _encode([data["waterfall"], data["capture_fig"], data["diff_fig"], data["diff"],
-                        [c.finding_card(f, i) for i, f in enumerate(data["findings"], 1)]])
+                        startup.diagnosis_children(data)])
 
     def advisor_page():
         advisor.layout(run_id=run_id)

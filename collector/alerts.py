@@ -46,9 +46,12 @@ from runner.wire import STEP_STAGES
 RULE_DEFAULTS: dict[str, Any] = {
     "window_s": 300, "min_steps": 100, "run_pattern": None, "stage": "decode",
     "webhook_url": None, "enabled": True, "for_s": 60, "keep_firing_for_s": 300, "resolve_threshold": None,
+    "kind": "eager_ratio", "metric": None,
 }
 RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "stage", "webhook_url", "enabled",
-               "for_s", "keep_firing_for_s", "resolve_threshold")
+               "for_s", "keep_firing_for_s", "resolve_threshold", "kind", "metric")
+# eager_ratio: the share of eager steps over a window (above); regression: collector.regressions.
+RULE_KINDS = ("eager_ratio", "regression")
 MAX_WINDOW_S = 7 * 24 * 3600
 MAX_POINTS_PER_RUN = 200_000     # seconds of one run evaluated in one tick; the rest next tick
 SETTLE_S = 1.0                   # a run's latest second is complete once nothing arrived for this long
@@ -129,6 +132,15 @@ def _check_rule_field(name: str, value: Any) -> Any:
         if not isinstance(value, bool):
             raise InvalidRule(name, "must be true or false")
         return value
+    if name == "kind":
+        if value not in RULE_KINDS:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(RULE_KINDS)}")
+        return value
+    if name == "metric":
+        from collector.regressions import METRICS
+        if value is not None and value not in METRICS:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(METRICS)} (or null: any)")
+        return value
     raise InvalidRule(name, f"unknown field (known: {', '.join(RULE_FIELDS)})")
 
 
@@ -154,6 +166,8 @@ def validate_rule(data: Any, *, partial: bool = False) -> dict[str, Any]:
         for name, default in RULE_DEFAULTS.items():
             out.setdefault(name, default)
         _check_thresholds(out)
+    if out.get("metric") is not None and out.get("kind", "regression") != "regression":
+        raise InvalidRule("metric", "only a regression rule watches a metric")
     return out
 
 
@@ -322,6 +336,11 @@ def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Deliver
         for rule in rules:
             if not rule["enabled"]:
                 _end_rule_alerts(conn, rule, delivery, now)
+                continue
+            if rule.get("kind") == "regression":
+                from collector import regressions
+                transitions.extend(Transition(status, alert, rule)
+                                   for status, alert in regressions.evaluate_rule(conn, rule, now, delivery))
                 continue
             transitions.extend(_evaluate_rule(conn, rule, now, delivery))
     return transitions

@@ -27,11 +27,11 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import advisor, alerts, auth, diagnosis, notifications, queries, schemas
+from collector import advisor, alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas
 from collector.deletion import delete_run
 from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
-from collector.services import Evaluator, Notifier
+from collector.services import Evaluator, Notifier, Retention
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
@@ -240,7 +240,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     metrics = Metrics(store_gauges=lambda: _store_gauges(store), outbox_pending=lambda: _outbox_pending(store))
     evaluator = Evaluator(store, settings)
     notifier = Notifier(store, settings, metrics)
-    services = (evaluator, notifier)
+    services = (evaluator, notifier, Retention(store, settings))
     delivery = notifications.Delivery.from_settings(settings)
 
     @asynccontextmanager
@@ -262,6 +262,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.evaluator = evaluator
     app.state.notifier = notifier
+    app.state.services = services
     app.state.metrics = metrics
     app.add_middleware(WriteGuard)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
@@ -394,6 +395,31 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
             raise NotFound(f"unknown run {run_id!r}")
         return JSONResponse(found)
 
+    @app.get("/v1/runs/{run_id}/regressions", tags=["runs"], responses=errors)
+    def get_regressions(run_id: str):
+        """The run against the earlier finished runs of its model and configuration: the
+        baseline (named), figures beyond its spread (regressions) or better than it."""
+        result = regressions.run_regressions(store, run_id)
+        if result is None:
+            raise NotFound(f"unknown run {run_id!r}")
+        return JSONResponse(result)
+
+    @app.get("/v1/fleet", tags=["fleet"])
+    def get_fleet(model: Optional[str] = None, backend: Optional[str] = None, device: Optional[str] = None,
+                  version: Optional[str] = None, source: Optional[str] = None,
+                  since: Optional[float] = Query(None, ge=0, description="runs started at or after (unix s)"),
+                  until: Optional[float] = Query(None, ge=0, description="runs started before (unix s)"),
+                  limit: int = Query(fleet.RUNS_LISTED, ge=1, le=50000, description="runs listed, newest first")):
+        """Every run the filters select, by group (model, backend, device, version) and over
+        time, and the newest ``limit`` one by one with regressions against each run's
+        baseline; from rollups kept for good."""
+        data = fleet.fleet(store, fleet.Filters.of(model=model, backend=backend, device=device, version=version,
+                                                   source=source, since=since, until=until), runs_listed=limit)
+        for run in data["runs"]:
+            run.pop("step_sums", None)
+        return JSONResponse({"groups": data["groups"], "runs": data["runs"], "runs_total": data["runs_total"],
+                             "series": data["series"]})
+
     # -- alerts ---------------------------------------------------------------------------
     @app.get("/v1/alert-rules", response_model=list[schemas.AlertRule], tags=["alerts"])
     def get_rules(request: Request):
@@ -461,6 +487,14 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
         with store.read() as conn:
             conn.execute(sa.text("SELECT 1"))
         return {"status": "ok", "db": store.dialect}
+
+    @app.get("/v1/services", tags=["ops"])
+    def get_services():
+        """The periodic jobs: each one's last period across every collector on this store
+        (slot, ran_at, holder, runs) and what this collector did (ran, skipped)."""
+        shared = leader.ticks(store)
+        return [{"name": s.name, "interval_s": s.interval_s, "ran_here": s.ticks, "skipped_here": s.skipped,
+                 **{k: v for k, v in shared.get(s.name, {}).items() if k != "name"}} for s in services]
 
     @app.get("/metrics", tags=["ops"], response_class=Response)
     def get_metrics():

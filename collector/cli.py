@@ -1,4 +1,4 @@
-"""Collector subcommands of ``replayscope``: ``db upgrade`` and ``db current``."""
+"""Collector subcommands of ``replayscope``: ``db upgrade``, ``db current`` and ``db prune``."""
 
 from __future__ import annotations
 
@@ -29,8 +29,28 @@ def _current(args) -> int:
     return 0
 
 
+def _prune(args) -> int:
+    from collector import retention
+    from collector.settings import resolve
+    from collector.store import Store
+
+    settings = resolve(args)
+    policy = retention.Policy(
+        retention.parse_retention(settings.raw_retention,
+                                  "--raw-retention" if args.raw_retention else "REPLAYSCOPE_RAW_RETENTION"),
+        retention.parse_retention(settings.second_retention,
+                                  "--second-retention" if args.second_retention else "REPLAYSCOPE_SECOND_RETENTION"))
+    store = Store.open(settings.db)
+    try:
+        report = retention.run_retention(store, policy)
+    finally:
+        store.dispose()
+    print(f"{store.safe_url}: " + "\n  ".join(report.lines()))
+    return 0
+
+
 def add_parsers(sub) -> None:
-    """Register ``db upgrade`` and ``db current`` on ``sub``."""
+    """Register ``db upgrade``, ``db current`` and ``db prune`` on ``sub``."""
     from collector.settings import DEFAULT_DB
 
     db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
@@ -43,3 +63,17 @@ def add_parsers(sub) -> None:
     current = db_sub.add_parser("current", help="show the schema revision of a database")
     current.add_argument("--db", metavar="URL", help=db_help)
     current.set_defaults(handler=_current)
+    prune = db_sub.add_parser(
+        "prune", help="expire raw step events and 1-second rollups past their retention now",
+        description="Delete raw step events older than the raw retention and 1-second rollups older than "
+                    "theirs, a whole UTC day at a time (PostgreSQL: drop the day partitions; SQLite: delete "
+                    "in small batches). Whole-run and minute rollups, batch sizes, reasons, phases and "
+                    "captures are kept for good. The collector does this every REPLAYSCOPE_PRUNE_EVERY_S.")
+    prune.add_argument("--db", metavar="URL", help=db_help)
+    prune.add_argument("--raw-retention", metavar="AGE",
+                       help="keep raw step events this long: 14d, 36h, 2w, or forever "
+                            "(default: $REPLAYSCOPE_RAW_RETENTION or 14d)")
+    prune.add_argument("--second-retention", metavar="AGE",
+                       help="keep 1-second rollups this long (default: $REPLAYSCOPE_SECOND_RETENTION or 7d)")
+    prune.set_defaults(handler=_prune)
+

@@ -10,6 +10,7 @@ positional tuples, not the ORM.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from dataclasses import dataclass, field
@@ -19,7 +20,9 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
+from collector import retention
 from collector import tables as t
+from collector.fleet import config_key
 from collector.rollups import NO_REASON, Accumulator
 from collector.store import Store, StoreUnavailable
 from runner.errors import Invalid, NotFound
@@ -81,7 +84,7 @@ _OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
                                    "pool_delta_bytes", "status", "error", "variant", "provenance", "rank")),
     "step_counts": (t.step_counts, *_same("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
                                           "padded_tokens", "duration_s", "interval_s", "provenance",
-                                          "evidence", "raw_bs", "graph_bs")),
+                                          "evidence", "raw_bs", "graph_bs", "batch_sizes")),
     "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs", "rank"),
                 ("seq", "ts", "from", "to", "error", "graph_bs", "rank")),
     "parity": (t.parity_checks, *_same("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
@@ -124,6 +127,8 @@ def ingest_run(store: Store, record: Any, *, now: float | None = None) -> dict:
         "torch_version": record.get("torch_version"), "config": config,
         "wire_version": record.get("wire_version", 1), "started_at": float(record["started_at"]),
         "partial": record.get("partial"), "time_provenance": record.get("time_provenance"),
+        "version": record.get("version"), "graph_sample": record.get("graph_sample"),
+        "config_key": config_key(record["model"], record["backend"], record["device"], config),
         "status": "running", "created_at": now, "last_seen_at": now,
     }
     try:
@@ -170,21 +175,32 @@ def _sums_overflowed(conn, run_pk: int) -> bool:
     return conn.exec_driver_sql(sql, (run_pk, run_pk)).first() is not None
 
 
+def _sqlstate(error: Exception) -> str | None:
+    return getattr(getattr(error, "orig", None), "sqlstate", None)
+
+
 def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None = None) -> IngestResult:
     """Validate then store one batch of a run's events, all or nothing."""
     validate_batch(events)
     now = time.time() if now is None else now
-    for attempt in range(3):
+    attempts = 4
+    for attempt in range(attempts):
         try:
             with store.write() as conn:
                 return _write_batch(store, conn, run_id, events, now)
         except (_TotalsOverflow, sa_exc.DataError):      # PostgreSQL: "bigint out of range"
             raise InvalidBatch(None, *_OVERFLOW) from None
-        except sa_exc.IntegrityError:
-            # A concurrent writer stored some of these seqs first: retry, now as duplicates.
-            if attempt == 2:
+        except sa_exc.IntegrityError as error:
+            if attempt == attempts - 1:
                 raise
+            if _sqlstate(error) == "23514" and "no partition" in str(error.orig):
+                # A day without its partition yet (PostgreSQL): create it, then write.
+                retention.ensure_partitions(store, retention.days_of(events))
+            # Otherwise a concurrent writer stored some of these seqs first: retry, now as duplicates.
         except sa_exc.OperationalError as error:
+            # Two collectors writing the same run's rollups: PostgreSQL chose this one to wait.
+            if _sqlstate(error) in ("40P01", "40001") and attempt < attempts - 1:
+                continue
             raise _db_unavailable(error) from None
     raise AssertionError("unreachable")
 
@@ -222,7 +238,7 @@ def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
 def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> IngestResult:
     run = conn.execute(
         sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.model, t.runs.c.status, t.runs.c.end_seq,
-                  t.runs.c.last_event_ts).where(t.runs.c.run_id == run_id)
+                  t.runs.c.last_event_ts, t.runs.c.raw_expired_before).where(t.runs.c.run_id == run_id)
     ).first()
     if run is None:
         raise UnknownRun(run_id)
@@ -242,6 +258,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     run_end = None
     duplicates = 0
     floor = math.floor
+    # Step detail before this was pruned: an event from then is a resend (retention).
+    expired_before = run.raw_expired_before or -math.inf
     for e in events:
         seq = e["seq"]
         if seq in seen:
@@ -249,9 +267,12 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             continue
         seen.add(seq)
         ts = e["ts"]
+        kind = e["kind"]
+        if ts < expired_before and kind in ("step", "step_counts"):
+            duplicates += 1
+            continue
         if ts > max_ts:
             max_ts = ts
-        kind = e["kind"]
         if kind == "step":
             # Inlined Accumulator.add_step: this loop is the ingest hot path.
             stage, mode, reason, raw_bs = e["stage"], e["mode"], e["reason"], e["raw_bs"]
@@ -281,10 +302,13 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
                 b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur; b[4] += timed
             continue
         table, cols, keys = _OTHER[kind]
-        other_rows.setdefault(kind, []).append((run_pk,) + tuple(e.get(k) for k in keys))
+        row = (run_pk,) + tuple(e.get(k) for k in keys)
+        if kind == "step_counts" and e.get("batch_sizes") is not None:
+            row = row[:-1] + (json.dumps(e["batch_sizes"]),)   # a JSON column, bound as text
+        other_rows.setdefault(kind, []).append(row)
         if kind == "step_counts":
             acc.add_counts(ts, e["stage"], e["mode"], e.get("reason"), e["count"], e["num_tokens"],
-                           e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"))
+                           e["padded_tokens"], e.get("duration_s"), e.get("raw_bs"), e.get("batch_sizes"))
         elif kind == "capture":
             if e["duration_s"] is not None:
                 result.capture_durations.append((e["stage"], e["duration_s"]))

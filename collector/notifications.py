@@ -123,6 +123,9 @@ def alert_body(status: str, alert: dict, rule: dict, external: str) -> dict:
         "peak": f"{alert['peak']:.4f}", "value": f"{alert['value']:.4f}",
         "reason": alert.get("reason") or "",
     }
+    if rule.get("kind") == "regression":      # a run beyond its baseline (collector.regressions)
+        from collector import regressions
+        labels, annotations = regressions.webhook_labels(dict(alert, status=status), rule)
     return {"status": status, "labels": labels, "annotations": annotations,
             "startsAt": rfc3339(alert["started_at"]),
             "endsAt": rfc3339(alert.get("ended_at") if status == "resolved" else None),

@@ -42,7 +42,7 @@ def _run_pk(conn, run_id: str) -> int | None:
     return conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
 
 
-def _headlines(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
+def headlines(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     """Per run that names them (log importers' ``config.rank_headline``): for each phase
     name (and ``captures``), the rank whose row is the run's figure."""
     out = {}
@@ -53,7 +53,7 @@ def _headlines(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     return out
 
 
-def _is_headline(headline: dict[str, Any] | None, what: str, rank: str | None) -> bool:
+def is_headline(headline: dict[str, Any] | None, what: str, rank: str | None) -> bool:
     return headline is None or what not in headline or headline[what] == rank
 
 
@@ -64,7 +64,7 @@ def headline_rows(rows: list[dict], config: dict | None, what_key: str = "phase"
     if not isinstance(headline, dict):
         return rows
     return [r for r in rows
-            if _is_headline(headline, r[what_key] if what_key in r else what_key, r.get("rank"))]
+            if is_headline(headline, r[what_key] if what_key in r else what_key, r.get("rank"))]
 
 
 def rank_table(store: Store, run_id: str) -> list[dict]:
@@ -122,12 +122,12 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     # Unknown stays None: a run whose source gave no capture time has no capture total.
     # Several ranks log the same capture: only the run's headline rank counts (see
     # headline_rank); a run without ranks counts every row.
-    headline = _headlines(conn, run_pks)
+    headline = headlines(conn, run_pks)
     totals: dict[int, float] = {}
     for pk, rank, duration in conn.execute(
             sa.select(cap.c.run_pk, cap.c.rank, cap.c.duration_s)
             .where(cap.c.run_pk.in_(run_pks), cap.c.duration_s.is_not(None))):
-        if _is_headline(headline.get(pk), "captures", rank):
+        if is_headline(headline.get(pk), "captures", rank):
             totals[pk] = totals.get(pk, 0.0) + float(duration)
     # A capture phase is the wall time of the whole capture, as the engines log it (vLLM
     # logs nothing per size): it wins over the per-size sum. "capture" and "capture_<stage>"
@@ -137,7 +137,7 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
             sa.select(ph.c.run_pk, ph.c.phase, ph.c.rank, ph.c.duration_s)
             .where(ph.c.run_pk.in_(run_pks), ph.c.duration_s.is_not(None),
                    sa.or_(ph.c.phase == "capture", ph.c.phase.like("capture!_%", escape="!")))):
-        if _is_headline(headline.get(pk), name, rank):
+        if is_headline(headline.get(pk), name, rank):
             phase_totals[pk] = phase_totals.get(pk, 0.0) + float(duration)
     totals.update(phase_totals)
     for pk, total in totals.items():
@@ -174,12 +174,17 @@ def run_summary(store: Store, run_id: str) -> dict | None:
 
     Extra keys: ``error`` (from run_end), ``last_seen_at`` (collector clock), ``failure``
     (where a failed run failed: error, rank, phase, graph_bs, ts; None unless it said),
-    ``partial`` (the source did not see the start), ``time_provenance``.
+    ``partial`` (the source did not see the start), ``time_provenance``, ``version``, and
+    ``detail``: how much step detail is stored (``graph_sample``: 1 in N graph steps sent
+    one by one, None when all; ``raw_expired_before`` / ``seconds_expired_before``: raw
+    step events / 1-second rollups before this ts were pruned by retention, else None).
     """
     with store.read() as conn:
         row = conn.execute(sa.select(*_RUN_COLS, runs.c.config, runs.c.torch_version,
                                      runs.c.last_event_ts, runs.c.last_seen_at, runs.c.error,
-                                     runs.c.end_seq, runs.c.partial, runs.c.time_provenance)
+                                     runs.c.end_seq, runs.c.partial, runs.c.time_provenance,
+                                     runs.c.version, runs.c.graph_sample, runs.c.raw_expired_before,
+                                     runs.c.seconds_expired_before)
                            .where(runs.c.run_id == run_id)).first()
         if row is None:
             return None
@@ -194,7 +199,9 @@ def run_summary(store: Store, run_id: str) -> dict | None:
     d = _run_dict(row, totals)
     d.update(config=row.config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
              last_seen_at=row.last_seen_at, error=row.error, partial=bool(row.partial),
-             time_provenance=row.time_provenance,
+             time_provenance=row.time_provenance, version=row.version,
+             detail={"graph_sample": row.graph_sample, "raw_expired_before": row.raw_expired_before,
+                     "seconds_expired_before": row.seconds_expired_before},
              reasons={reason: int(n) for reason, n in reasons},
              failure=dict(end._mapping) if end is not None and row.status == "failed" else None)
     return d
@@ -211,33 +218,34 @@ def choose_bucket_s(span_s: float, max_points: int = TIMELINE_MAX_POINTS) -> int
 def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
                   stage: str | None = None) -> list[dict]:
     """Steps per mode per time bucket: ``t`` (bucket start, unix s), graph, padded, eager,
-    eager_ratio; extra key ``steps``. Buckets without steps are left out."""
+    eager_ratio; extra key ``steps``. Buckets without steps are left out. Once retention
+    pruned a run's 1-second rollups the buckets are whole minutes (at least 60 s)."""
     with store.read() as conn:
-        run = conn.execute(sa.select(runs.c.id, runs.c.started_at, runs.c.last_event_ts)
+        run = conn.execute(sa.select(runs.c.id, runs.c.started_at, runs.c.last_event_ts,
+                                     runs.c.seconds_expired_before)
                            .where(runs.c.run_id == run_id)).first()
         if run is None:
             return []
         if bucket_s is None:
             bucket_s = choose_bucket_s(max(0.0, (run.last_event_ts or run.started_at) - run.started_at))
         bucket_s = max(1, int(bucket_s))
+        if run.seconds_expired_before is not None and bucket_s % 60:
+            bucket_s = 60 * -(-bucket_s // 60)
         source = max(b for b in BUCKETS_S if bucket_s % b == 0)
         tb = sr.c.t if bucket_s == source else (sr.c.t // bucket_s) * bucket_s
         tb = tb.label("tb")
-        query = (sa.select(tb, sr.c.mode, sa.func.sum(sr.c.steps))
-                 .where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
+        # One row per bucket, the modes side by side (a long run at 1 s has tens of thousands).
+        by_mode = [sa.func.sum(sa.case((sr.c.mode == mode, sr.c.steps), else_=0)) for mode in MODES]
+        query = (sa.select(tb, *by_mode).where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
         if stage is not None:
             query = query.where(sr.c.stage == stage)
-        rows = conn.execute(query.group_by(tb, sr.c.mode).order_by(tb)).all()
+        rows = conn.execute(query.group_by(tb).order_by(tb)).all()
     out: list[dict] = []
-    current: dict | None = None
-    for t, mode, n in rows:
-        if current is None or current["t"] != float(t):
-            current = {"t": float(t), "graph": 0, "padded": 0, "eager": 0}
-            out.append(current)
-        current[mode] = int(n)
-    for point in out:
-        point["steps"] = point["graph"] + point["padded"] + point["eager"]
-        point["eager_ratio"] = _ratio(point["eager"], point["steps"])
+    for t, graph, padded, eager in rows:
+        graph, padded, eager = int(graph), int(padded), int(eager)
+        steps = graph + padded + eager
+        out.append({"t": float(t), "graph": graph, "padded": padded, "eager": eager,
+                    "steps": steps, "eager_ratio": eager / steps if steps else 0.0})
     return out
 
 

@@ -4,8 +4,10 @@ Buckets are 1 s and 60 s of the event's ``ts``; bucket 0 is the whole run (``t``
 which is what run summaries and reason breakdowns read. ``batch_rollups`` keeps per-run
 totals by (stage, raw_bs, mode, reason) for the batch-size histogram and for the cost of
 each eager reason against graph replays of the same sizes. Both raw ``step`` events
-and ``step_counts`` aggregates (importers) feed them; ingest adds each accepted event
-exactly once, in the same transaction as the raw rows, so rollups equal the raw data.
+and ``step_counts`` aggregates (importers; sampled graph steps with their ``batch_sizes``)
+feed them; ingest adds each accepted event exactly once, in the same transaction as the
+raw rows, so rollups equal the raw data. Rows are upserted in key order, so two collectors
+writing one run's rollups at once cannot deadlock.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ import math
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from collector.tables import batch_rollups, step_counts, step_rollups, steps
+from collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
+from runner.errors import ReplayscopeError
 
 BUCKETS_S = (1, 60)
 WHOLE_RUN = 0
@@ -62,7 +65,7 @@ class Accumulator:
 
     def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
                    num_tokens: int, padded_tokens: int, duration_s: float | None,
-                   raw_bs: int | None = None) -> None:
+                   raw_bs: int | None = None, batch_sizes: dict | None = None) -> None:
         key = (math.floor(ts), stage, mode, reason or NO_REASON)
         timed = duration_s is not None
         acc = self.seconds.setdefault(key, [0, 0, 0, 0.0, 0])
@@ -78,6 +81,13 @@ class Accumulator:
             bacc[2] += padded_tokens
             bacc[3] += duration_s if timed else 0.0
             bacc[4] += count if timed else 0
+        for size, part in (batch_sizes or {}).items():     # several sizes in one event (sampling)
+            bacc = self.batches.setdefault((stage, int(size), mode, reason or NO_REASON), [0, 0, 0, 0.0, 0])
+            bacc[0] += part["count"]
+            bacc[1] += part["num_tokens"]
+            bacc[2] += part["padded_tokens"]
+            bacc[3] += part["duration_s"] if timed else 0.0
+            bacc[4] += part["count"] if timed else 0
 
     def __bool__(self) -> bool:
         return bool(self.seconds)
@@ -99,14 +109,14 @@ class Accumulator:
             {"run_pk": run_pk, "bucket_s": b, "t": t, "stage": s, "mode": m, "reason": r,
              "steps": a[0], "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3],
              "timed_steps": a[4]}
-            for (b, t, s, m, r), a in levels.items()
+            for (b, t, s, m, r), a in sorted(levels.items())
         ]
 
     def batch_rows(self, run_pk: int) -> list[dict]:
         return [
             {"run_pk": run_pk, "stage": s, "raw_bs": bs, "mode": m, "reason": r, "steps": a[0],
              "num_tokens": a[1], "padded_tokens": a[2], "duration_s": a[3], "timed_steps": a[4]}
-            for (s, bs, m, r), a in self.batches.items()
+            for (s, bs, m, r), a in sorted(self.batches.items())
         ]
 
     def flush(self, conn: Connection, run_pk: int) -> None:
@@ -148,8 +158,18 @@ def _upsert_sql(dialect, table: sa.Table, columns: tuple[str, ...], sums: tuple[
     return sql
 
 
+class DetailExpired(ReplayscopeError):
+    """The run's raw steps were pruned: its rollups are all that is left of them."""
+
+
 def rebuild(conn: Connection, run_pk: int) -> None:
-    """Recompute one run's rollups from its raw steps and step counts."""
+    """Recompute one run's rollups from its raw steps and step counts (refused once
+    retention pruned any of them: the rollups would lose what only they still hold)."""
+    expired = conn.execute(sa.select(runs.c.raw_expired_before, runs.c.seconds_expired_before)
+                           .where(runs.c.id == run_pk)).first()
+    if expired is not None and (expired[0] is not None or expired[1] is not None):
+        raise DetailExpired(f"run {run_pk}: its raw steps or 1-second rollups expired; "
+                            "its rollups are the only record left and are not rebuilt")
     conn.execute(step_rollups.delete().where(step_rollups.c.run_pk == run_pk))
     conn.execute(batch_rollups.delete().where(batch_rollups.c.run_pk == run_pk))
     acc = Accumulator()
@@ -158,5 +178,5 @@ def rebuild(conn: Connection, run_pk: int) -> None:
                      r["padded_tokens"], r["duration_s"])
     for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
         acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
-                       r["padded_tokens"], r["duration_s"], r["raw_bs"])
+                       r["padded_tokens"], r["duration_s"], r["raw_bs"], r["batch_sizes"])
     acc.flush(conn, run_pk)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from collector.regressions import METRICS as REGRESSION_METRICS
 from runner import wire
 from runner.wire import FieldSpec
 
@@ -252,6 +253,12 @@ class AlertRuleIn(BaseModel):
     webhook_url: Optional[str] = Field(None, description="http(s); default: REPLAYSCOPE_ALERT_WEBHOOK. "
                                                          "Shown as scheme and host to readers without the token")
     enabled: bool = True
+    kind: Literal["eager_ratio", "regression"] = Field(
+        "eager_ratio", description="eager_ratio: the rule above; regression: fires for a run whose metric is "
+                                   "beyond the spread of the earlier runs of its model and configuration, by at "
+                                   "least threshold (share points for eager share, relative for the rest)")
+    metric: Optional[Literal[tuple(REGRESSION_METRICS)]] = Field(  # type: ignore[valid-type]
+        None, description="regression rules: the metric watched; null = any")
 
 
 AlertRulePatch = create_model(

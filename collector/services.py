@@ -3,8 +3,11 @@
 ``Evaluator`` marks runs ``interrupted`` when nothing arrived from them for the heartbeat
 timeout and evaluates the alert rules, writing each transition's notifications to the
 outbox. ``Notifier`` sends the outbox: a slow or dead receiver holds up only the
-notifier, never evaluation, heartbeats or ingest. Each tick runs in a worker thread
-(the store is synchronous); ``tick(now)`` is callable directly.
+notifier, never evaluation, heartbeats or ingest. ``Retention`` expires raw step detail
+and makes PostgreSQL partitions ahead. Each tick runs in a worker thread (the store is
+synchronous); ``tick(now)`` is callable directly. With several collectors on one store,
+every service's tick runs once per period across all of them (``collector.leader``): the
+loop wakes just after each period starts and ticks only when it wins that period.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import time
 
 import sqlalchemy as sa
 
-from collector import alerts, notifications
+from collector import alerts, leader, notifications, retention
 from collector.settings import Settings
 from collector.store import Store
 from collector.tables import runs
@@ -35,28 +38,47 @@ def mark_interrupted_runs(store: Store, now: float, timeout_s: float) -> list[st
 
 
 class Service:
-    """A named background loop; subclasses implement ``tick(now)``."""
+    """A named background loop; subclasses implement ``tick(now)``. With a ``store``, a
+    period's tick runs only in the collector whose turn it is (``collector.leader``)."""
 
     name = "service"
 
-    def __init__(self, interval_s: float):
+    def __init__(self, interval_s: float, store: Store | None = None):
         self.interval_s = interval_s
+        self.store = store
         self._task: asyncio.Task | None = None
         self._stop = asyncio.Event()
-        self.ticks = 0
+        self.ticks = 0          # periods this collector ran
+        self.skipped = 0        # periods another collector ran (or was running)
 
     def tick(self, now: float) -> None:
         raise NotImplementedError
 
+    def run_once(self) -> bool:
+        """This period's tick if it is this collector's turn; True when it ran."""
+        if self.store is None:
+            self.tick(time.time())
+            return True
+        with leader.turn(self.store, self.name, self.interval_s) as mine:
+            if mine:
+                self.tick(time.time())
+        return mine
+
+    def _until_next_period(self) -> float:
+        # Just after the next period starts, so every collector tries each period.
+        return self.interval_s - time.time() % self.interval_s + min(0.05 * self.interval_s, 0.5)
+
     async def _loop(self) -> None:
         while not self._stop.is_set():
             try:
-                await asyncio.to_thread(self.tick, time.time())
-                self.ticks += 1
+                if await asyncio.to_thread(self.run_once):
+                    self.ticks += 1
+                else:
+                    self.skipped += 1
             except Exception:   # a bad tick must not end the loop
                 log.exception("service %s: tick failed", self.name)
             try:
-                await asyncio.wait_for(self._stop.wait(), timeout=self.interval_s)
+                await asyncio.wait_for(self._stop.wait(), timeout=self._until_next_period())
             except asyncio.TimeoutError:
                 pass
 
@@ -77,8 +99,7 @@ class Evaluator(Service):
     name = "evaluator"
 
     def __init__(self, store: Store, settings: Settings):
-        super().__init__(settings.evaluate_every_s)
-        self.store = store
+        super().__init__(settings.evaluate_every_s, store)
         self.settings = settings
         self.delivery = notifications.Delivery.from_settings(settings)
 
@@ -93,10 +114,22 @@ class Notifier(Service):
     name = "notifier"
 
     def __init__(self, store: Store, settings: Settings, metrics=None):
-        super().__init__(settings.notify_every_s)
-        self.store = store
+        super().__init__(settings.notify_every_s, store)
         self.delivery = notifications.Delivery.from_settings(settings)
         self.metrics = metrics
 
     def tick(self, now: float) -> None:
         notifications.send_due(self.store, self.delivery, now, metrics=self.metrics)
+
+
+class Retention(Service):
+    """Raw step detail expires after its retention; partitions are made ahead (PostgreSQL)."""
+
+    name = "retention"
+
+    def __init__(self, store: Store, settings: Settings):
+        super().__init__(settings.prune_every_s, store)
+        self.policy = retention.Policy.from_settings(settings)
+
+    def tick(self, now: float) -> None:
+        retention.run_retention(self.store, self.policy, now)

@@ -38,6 +38,9 @@ class Settings:
     notify_repeat_s: float = 4 * 3600.0        # REPLAYSCOPE_NOTIFY_REPEAT_S: a firing alert is re-sent this often
     webhook_timeout_s: float = 30.0            # REPLAYSCOPE_WEBHOOK_TIMEOUT_S: a slower answer is a failed attempt
     run_services: bool = True                  # start the background services with the app
+    raw_retention: str = "14d"                 # REPLAYSCOPE_RAW_RETENTION: raw step events ("forever": keep)
+    second_retention: str = "7d"               # REPLAYSCOPE_SECOND_RETENTION: 1-second rollups
+    prune_every_s: float = 3600.0              # REPLAYSCOPE_PRUNE_EVERY_S: the retention service's period
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides) -> "Settings":

@@ -5,6 +5,12 @@ what the code reads and writes. Runs get an integer surrogate key (``runs.id``) 
 per-step tables stay narrow; every event table is keyed by ``(run_pk, seq)``, which is
 also how retries are recognised. ``reason`` in rollups is ``''`` for "no reason" so it
 can be part of a primary key on every dialect.
+
+On PostgreSQL (migration 0006) the raw step tables ``steps`` and ``step_counts`` are
+partitioned by UTC day on ``ts`` (key ``(run_pk, seq, ts)``: a partitioned table's key
+must hold its partition column) and ``step_rollups`` by ``(bucket_s, t)``: one partition
+for whole-run rows, one for minute rows, one per day of 1-second rows. The partitions live
+in the schema ``replayscope_partitions``; ``collector.retention`` creates and drops them.
 """
 
 from __future__ import annotations
@@ -51,8 +57,14 @@ runs = sa.Table(
     sa.Column("last_event_ts", sa.Float),                  # largest event ts (runner clock)
     sa.Column("partial", sa.Boolean),                      # the source did not see the start
     sa.Column("time_provenance", sa.String(16)),           # e.g. inferred: the log gave no year
+    sa.Column("version", sa.String(64)),                   # what was deployed (release tag, engine version)
+    sa.Column("graph_sample", sa.Integer),                 # 1 in N graph steps sent one by one
+    sa.Column("config_key", sa.String(40)),                # same model + configuration: runs to compare
+    sa.Column("raw_expired_before", sa.Float),             # raw step events before this ts were pruned
+    sa.Column("seconds_expired_before", sa.Float),         # 1-second rollups before this ts were pruned
     sa.Index(None, "started_at"),
     sa.Index(None, "status", "last_seen_at"),
+    sa.Index(None, "config_key", "started_at"),
 )
 
 phases = sa.Table(
@@ -115,6 +127,7 @@ step_counts = sa.Table(
     sa.Column("evidence", sa.String(500)),
     sa.Column("raw_bs", sa.Integer),              # NULL: the source gave counts without sizes
     sa.Column("graph_bs", sa.Integer),
+    sa.Column("batch_sizes", sa.JSON),            # counts of several sizes (sampled graph steps)
 )
 
 degrades = sa.Table(
@@ -162,7 +175,8 @@ run_warnings = sa.Table(
 )
 
 # Step rollups per run and time bucket. bucket_s is 1 or 60; bucket_s 0 is the whole
-# run (t = 0). Both raw steps and step_counts aggregates land here.
+# run (t = 0). Both raw steps and step_counts aggregates land here. Whole-run and minute
+# rows are kept for good; 1-second rows expire (REPLAYSCOPE_SECOND_RETENTION).
 step_rollups = sa.Table(
     "step_rollups", metadata, _run_fk(),
     sa.Column("bucket_s", sa.Integer, primary_key=True),
@@ -178,9 +192,10 @@ step_rollups = sa.Table(
     sqlite_with_rowid=False,
 )
 
-# Per-run batch-size totals for the histogram (raw steps only: aggregates have no bs), by
-# reason too, with the timed steps: an eager reason's cost compares its steps with graph
-# replays of the same stage and size, and only measured times count (duration_s sums them).
+# Per-run batch-size totals for the histogram (raw steps, and step_counts with raw_bs or
+# batch_sizes), by reason too, with the timed steps: an eager reason's cost compares its
+# steps with graph replays of the same stage and size, and only measured times count
+# (duration_s sums them).
 batch_rollups = sa.Table(
     "batch_rollups", metadata, _run_fk(),
     sa.Column("stage", sa.String(16), primary_key=True),
@@ -199,6 +214,8 @@ alert_rules = sa.Table(
     "alert_rules", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
     sa.Column("name", sa.String(100), nullable=False, unique=True),
+    sa.Column("kind", sa.String(16), nullable=False, server_default="eager_ratio"),   # | regression
+    sa.Column("metric", sa.String(32)),           # regression rules: the metric watched; NULL = any
     sa.Column("threshold", sa.Float, nullable=False),
     sa.Column("window_s", sa.Integer, nullable=False),
     sa.Column("min_steps", sa.Integer, nullable=False),
@@ -263,4 +280,15 @@ alert_notifications = sa.Table(
     sa.Column("last_error", sa.Text),
     sa.UniqueConstraint("fingerprint", "status", "url"),
     sa.Index(None, "state", "next_attempt_at"),
+)
+
+# Periodic work shared by several collectors: each job's last period ("slot") claimed, so
+# a job runs once per period however many collectors run it (collector.leader).
+service_ticks = sa.Table(
+    "service_ticks", metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("slot", sa.BigInteger, nullable=False),       # floor(clock / interval) of the last run
+    sa.Column("ran_at", sa.Float, nullable=False),
+    sa.Column("holder", sa.String(200), nullable=False),    # host:pid of the collector that ran it
+    sa.Column("runs", sa.BigInteger, nullable=False),       # how many periods it has run in
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import sys
@@ -93,6 +94,12 @@ def add_parsers(sub) -> None:
                            help="on CUDA, time the first step of each stage, mode and batch size and then "
                                 "every Nth one with CUDA events (1: every step); the others are recorded "
                                 "without a duration. CPU steps are all timed")
+    telemetry.add_argument("--graph-sample", type=_positive_int, default=1, metavar="N",
+                           help="send 1 in N graph steps one by one and the others as exact per-second counts "
+                                "(eager and padded steps are always sent): ~N times less raw data, same totals, "
+                                "ratios, alerts and batch-size histogram")
+    telemetry.add_argument("--version-tag", metavar="TAG",
+                           help="the version of what you deploy (a release tag): the fleet page groups runs by it")
     telemetry.add_argument("--quiet", action="store_true", help="no progress bars")
 
     faults = run.add_argument_group("fault injection", "make a run fail or slow down on purpose, to see how "
@@ -171,6 +178,16 @@ def _slow_captures(text: str | None) -> dict[int, float]:
     return out
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
 def _length_range(flag: str, text: str | None) -> tuple[int, int] | None:
     if text is None:
         return None
@@ -237,7 +254,9 @@ def run_command(args) -> int:
     engine = DecodeEngine(config)
     sink = make_sink(args)
     record = engine.run_record()
-    emitter = Emitter(sink, record) if sink is not None else None
+    if args.version_tag:
+        record["version"] = args.version_tag
+    emitter = Emitter(sink, record, graph_sample=args.graph_sample) if sink is not None else None
     engine.emitter = emitter
     with sigterm_as_interrupt(), emitter if emitter is not None else contextlib.nullcontext():
         engine.setup()                       # the emitter ends the run however it ends (SIGTERM: interrupted)

@@ -272,12 +272,94 @@ class HttpSink:
         return True
 
 
+class GraphSampler:
+    """Sends 1 in ``every`` graph steps as step events and counts the rest exactly.
+
+    The counted steps leave as ``step_counts`` events, one per (second, stage, timed or
+    not), split by raw batch size in ``batch_sizes``: the collector's per-second rollups,
+    ratios, alerts, step times and batch-size histogram stay exact while the raw events
+    drop ~``every``x. Eager and padded steps are always sent. Runs on the flush thread,
+    never on the step loop.
+    """
+
+    def __init__(self, every: int, next_seq):
+        self.every = every
+        self._next_seq = next_seq
+        self._seen: dict[str, int] = {}       # stage -> graph steps seen
+        self._open: dict[tuple, dict] = {}    # (stage, timed) -> the second being counted
+        self.counted = 0
+
+    def offer(self, event: dict[str, Any]) -> list[dict[str, Any]]:
+        """What to send for one converted event, in order (possibly nothing yet)."""
+        second = int(event["ts"] // 1)
+        if event["kind"] == "run_end":
+            out = self.drain()            # every count before the end of the run
+        else:
+            out = self._close(lambda agg: agg["second"] < second)
+        if event["kind"] != "step" or event["mode"] != "graph":
+            out.append(event)
+            return out
+        stage = event["stage"]
+        seen = self._seen.get(stage, 0)
+        self._seen[stage] = seen + 1
+        if seen % self.every == 0:
+            out.append(event)
+            return out
+        self._count(event, second)
+        return out
+
+    def due(self, now: float) -> list[dict[str, Any]]:
+        """The counts of seconds that are over by ``now``."""
+        return self._close(lambda agg: agg["second"] < int(now // 1))
+
+    def drain(self) -> list[dict[str, Any]]:
+        return self._close(lambda agg: True)
+
+    def _count(self, event: dict[str, Any], second: int) -> None:
+        duration = event["duration_s"]
+        timed = duration is not None
+        key = (event["stage"], timed)
+        agg = self._open.get(key)
+        if agg is None:
+            agg = self._open[key] = {"second": second, "ts": event["ts"], "count": 0, "num_tokens": 0,
+                                     "duration_s": 0.0, "sizes": {}}
+        agg["ts"] = event["ts"]
+        agg["count"] += 1
+        agg["num_tokens"] += event["num_tokens"]
+        part = agg["sizes"].setdefault(event["raw_bs"], [0, 0, 0.0])
+        part[0] += 1
+        part[1] += event["num_tokens"]
+        if timed:
+            agg["duration_s"] += duration
+            part[2] += duration
+        self.counted += 1
+
+    def _close(self, ready) -> list[dict[str, Any]]:
+        out = []
+        for key in [k for k, agg in self._open.items() if ready(agg)]:
+            agg = self._open.pop(key)
+            stage, timed = key
+            out.append({
+                "seq": next(self._next_seq), "ts": agg["ts"], "kind": "step_counts", "stage": stage,
+                "mode": "graph", "reason": None, "count": agg["count"], "num_tokens": agg["num_tokens"],
+                "padded_tokens": 0, "duration_s": agg["duration_s"] if timed else None,
+                "batch_sizes": {str(bs): {"count": n, "num_tokens": tokens, "padded_tokens": 0,
+                                          "duration_s": seconds if timed else None}
+                                for bs, (n, tokens, seconds) in sorted(agg["sizes"].items())},
+            })
+        return out
+
+
 class Emitter:
     """Sequence-numbers events and hands them to a sink from a background thread."""
 
     def __init__(self, sink: Sink, run: dict[str, Any], *, flush_interval_s: float = 0.2,
-                 heartbeat_s: float = 5.0, max_batch: int = 20000):
+                 heartbeat_s: float = 5.0, max_batch: int = 20000, graph_sample: int = 1):
+        if isinstance(graph_sample, bool) or not isinstance(graph_sample, int) or graph_sample < 1:
+            raise ReplayscopeError(f"graph_sample must be an integer >= 1 (1: every graph step), not {graph_sample!r}")
         run = {"wire_version": wire.WIRE_VERSION, **run}
+        if graph_sample > 1:
+            run["graph_sample"] = graph_sample
         wire.validate_run(run)
         self.run = run
         self.sink = sink
@@ -287,6 +369,7 @@ class Emitter:
         self._queue: deque = deque()
         self._seq = itertools.count()
         self._waiting: deque = deque()  # converted; its head may wait on a GPU timing
+        self.sampler = GraphSampler(graph_sample, self._seq) if graph_sample > 1 else None
         self._stop = threading.Event()
         self._flush_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -353,9 +436,10 @@ class Emitter:
             return None
         return timing
 
-    def _collect(self, wait_for_gpu: bool) -> list[dict[str, Any]]:
+    def _collect(self, wait_for_gpu: bool, final: bool = False) -> list[dict[str, Any]]:
         """Take events in order, stopping at the first step whose GPU timing is not ready."""
         ready: list[dict[str, Any]] = []
+        sampler = self.sampler
         while len(ready) < self.max_batch:
             if self._waiting:
                 event = self._waiting[0]
@@ -372,14 +456,19 @@ class Emitter:
                     timing.wait()
                 event["duration_s"] = timing.seconds()
                 timing.release()
-            ready.append(self._waiting.popleft())
+            if sampler is None:
+                ready.append(self._waiting.popleft())
+            else:
+                ready.extend(sampler.offer(self._waiting.popleft()))
+        if sampler is not None and len(ready) < self.max_batch:
+            ready.extend(sampler.drain() if final and not self._waiting else sampler.due(time.time()))
         return ready
 
-    def _flush(self, wait_for_gpu: bool = False) -> int:
+    def _flush(self, wait_for_gpu: bool = False, final: bool = False) -> int:
         written = 0
         with self._flush_lock:
             while True:
-                events = self._collect(wait_for_gpu)
+                events = self._collect(wait_for_gpu, final)
                 if not events:
                     return written
                 try:
@@ -407,7 +496,7 @@ class Emitter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self._flush(wait_for_gpu=True)
+        self._flush(wait_for_gpu=True, final=True)
         self.sink.close()
         self.closed = True
 
@@ -432,11 +521,14 @@ def sigterm_as_interrupt() -> Iterator[None]:
 
 def open_emitter(target: str, *, name: str, model: str, backend: str, device: str = "unknown",
                  config: dict[str, Any] | None = None, token: str | None = None, run_id: str | None = None,
-                 source: str = "library", torch_version: str | None = None) -> Emitter:
+                 source: str = "library", torch_version: str | None = None, version: str | None = None,
+                 graph_sample: int = 1) -> Emitter:
     """A started emitter for one run, to a collector URL (http://...) or a JSON-lines file.
 
     Usable from any process; the same guarantees as the runner's: ``step`` never blocks
     and never synchronises the GPU. Call ``close(status)`` at the end of the run.
+    ``version`` names what is deployed (for the fleet page); ``graph_sample`` N > 1 sends
+    1 in N graph steps one by one and the others as exact counts.
     """
     import uuid
 
@@ -447,4 +539,6 @@ def open_emitter(target: str, *, name: str, model: str, backend: str, device: st
     run = {"run_id": run_id or uuid.uuid4().hex[:16], "name": name, "source": source,
            "started_at": time.time(), "backend": backend, "model": model, "device": device,
            "torch_version": torch_version, "config": config or {}}
-    return Emitter(sink, run).start()
+    if version is not None:
+        run["version"] = version
+    return Emitter(sink, run, graph_sample=graph_sample).start()

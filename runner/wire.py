@@ -150,6 +150,12 @@ RUN_FIELDS: dict[str, FieldSpec] = {
     "time_provenance": _f("str", required=False, nullable=True, choices=PROVENANCES,
                           doc="how the run's timestamps were obtained: inferred when, e.g., the log "
                               "prints no year"),
+    "version": _f("str", required=False, nullable=True, max_chars=64,
+                  doc="the version of what is deployed (a release tag, an engine version): the fleet "
+                      "page groups runs by it and regressions name it"),
+    "graph_sample": _f("int", required=False, nullable=True, minimum=1, maximum=MAX_BATCH,
+                       doc="1 in this many graph steps is sent as a step event; the others arrive "
+                           "counted in step_counts events (with batch_sizes), so totals stay exact"),
 }
 
 COMMON_EVENT_FIELDS: dict[str, FieldSpec] = {
@@ -215,6 +221,12 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
                      doc="the batch size (tokens) of these steps; null when the source gives none"),
         "graph_bs": _f("int", required=False, nullable=True, minimum=1,
                        doc="the captured size that served them; null when eager or not said"),
+        # Counts of several sizes at once (the runner's sampled graph steps: one event a second).
+        "batch_sizes": _f("object", required=False, nullable=True,
+                          doc="the counted steps by raw batch size: {\"<raw_bs>\": {\"count\", "
+                              "\"num_tokens\", \"padded_tokens\", \"duration_s\"}}, summing to the "
+                              "event's totals; with it the steps count in the batch-size histogram. "
+                              "Not with raw_bs"),
     },
     "degrade": {
         "from": _f("str", max_chars=64),
@@ -363,6 +375,42 @@ def validate_event(event: Any) -> None:
             raise WireError("reason", "only eager steps carry a reason")
         if event["mode"] == "eager" and event.get("graph_bs") is not None:
             raise WireError("graph_bs", "must be null for eager steps")
+        if event.get("batch_sizes") is not None:
+            if event.get("raw_bs") is not None:
+                raise WireError("batch_sizes", "give raw_bs (one size) or batch_sizes (several), not both")
+            _check_batch_sizes(event)
+
+
+MAX_BATCH_SIZES = 4096
+_BATCH_PART_FIELDS: dict[str, FieldSpec] = {
+    "count": _f("int", minimum=1, maximum=MAX_COUNT),
+    "num_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
+    "padded_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
+    "duration_s": _duration(required=False, nullable=True),
+}
+
+
+def _check_batch_sizes(event: dict[str, Any]) -> None:
+    """``batch_sizes`` splits the event's totals by raw batch size; the parts must add up."""
+    parts = event["batch_sizes"]
+    if not parts or len(parts) > MAX_BATCH_SIZES:
+        raise WireError("batch_sizes", f"1-{MAX_BATCH_SIZES} batch sizes")
+    sums = {"count": 0, "num_tokens": 0, "padded_tokens": 0}
+    timed = event.get("duration_s") is not None
+    for key, part in parts.items():
+        if not (key.isdigit() and key[0] != "0" and len(key) <= 9 and int(key) <= MAX_BATCH):
+            raise WireError("batch_sizes", f"{key!r} is not a batch size (a positive integer as a string)")
+        try:
+            _check_fields(part, _BATCH_PART_FIELDS)
+        except WireError as error:
+            raise WireError(f"batch_sizes.{key}.{error.field}", error.message) from None
+        if (part.get("duration_s") is not None) != timed:
+            raise WireError(f"batch_sizes.{key}.duration_s", "given exactly when the event's duration_s is")
+        for name in sums:
+            sums[name] += part[name]
+    for name, total in sums.items():
+        if total != event[name]:
+            raise WireError("batch_sizes", f"the parts' {name} add up to {total}, not {event[name]}")
 
 
 def _check_step_modes(event: dict[str, Any]) -> None:

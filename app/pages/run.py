@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, callback, dcc, html
 
-from app import charts
+from app import charts, comparisons
 from app import components as c
 from collector.explanations import STAND_IN_NOTE, is_stand_in
 
@@ -23,14 +23,15 @@ STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status",
 
 
 def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, float]]:
-    """(name, threshold) of the enabled alert rules that watch a run of this name."""
+    """(name, threshold) of the enabled eager-ratio alert rules that watch a run of this name."""
     return [(r["name"], float(r["threshold"])) for r in rules
-            if r.get("enabled", True) and (not r.get("run_pattern") or fnmatch.fnmatchcase(run_name, r["run_pattern"]))]
+            if r.get("enabled", True) and r.get("kind", "eager_ratio") == "eager_ratio"
+            and (not r.get("run_pattern") or fnmatch.fnmatchcase(run_name, r["run_pattern"]))]
 
 
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
-    from collector import queries
+    from collector import queries, regressions
     from collector.explanations import cost_sentence, explain_run
 
     summary = queries.run_summary(store, run_id)
@@ -70,6 +71,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         },
         "reasons": [(cost, cost_sentence(cost)) for cost in costs],
         "alerts": spans,
+        "comparison": regressions.run_regressions(store, run_id),
     }
 
 
@@ -90,6 +92,9 @@ def header(summary: dict[str, Any]) -> list[Any]:
         parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
         parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
+    notes = comparisons.detail_notes(summary["detail"])
+    if notes:
+        parts.append(html.Div([html.P(n) for n in notes], className="note imported", id="run-detail"))
     return parts
 
 
@@ -117,6 +122,8 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
             c.section("Batch sizes by mode (▲ captured sizes)", c.graph("run-batch-hist")),
             c.section("Padding per batch size (share of decode tokens)", c.graph("run-padding")),
         ], className="grid2"),
+        c.section("Compared with earlier runs of this model and configuration", html.Div(id="run-regressions"),
+                  id="run-regressions-section"),
         c.section("Why steps ran eager", html.Div(id="run-reasons"), id="run-reasons-section"),
         html.Div([
             c.section("Step time by mode", c.graph("run-step-time")),
@@ -138,8 +145,8 @@ FIGURE_IDS = ("run-mode-mix", "run-eager-ratio", "run-batch-hist", "run-padding"
 
 @callback([Output(i, "children") for i in STAT_IDS]
           + [Output(i, "figure") for i in FIGURE_IDS]
-          + [Output("run-reasons", "children"), Output("run-live", "children"),
-             Output("run-interval", "disabled")],
+          + [Output("run-reasons", "children"), Output("run-regressions", "children"),
+             Output("run-live", "children"), Output("run-interval", "disabled")],
           Input("run-interval", "n_intervals"), State("run-id", "data"))
 def refresh(_n, run_id):
     data = page_data(c.store(), run_id)
@@ -149,4 +156,4 @@ def refresh(_n, run_id):
     live = (f"live: refreshing every {REFRESH_MS // 1000} s, last event {c.when(data['summary']['last_event_ts'])}"
             if running else f"run {data['summary']['status']}: not refreshing")
     return ([data["stats"][i] for i in STAT_IDS] + [data["figures"][i] for i in FIGURE_IDS]
-            + [reason_cards(data["reasons"]), live, not running])
+            + [reason_cards(data["reasons"]), comparisons.comparison_block(data["comparison"]), live, not running])

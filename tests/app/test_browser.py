@@ -116,6 +116,7 @@ PAGES = {
     "startup": ("/startup/real-run", 3, ".stat, .js-plotly-plot"),
     "advisor": ("/advisor/real-run", 1, "#advisor-table .ag-header-cell, .js-plotly-plot, .flag-text"),
     "alerts": ("/alerts", 0, "#alerts-rules .ag-header-cell, #alerts-history .ag-header-cell, #rule-create"),
+    "fleet": ("/fleet", 1, "#fleet-groups .ag-header-cell, #fleet-runs .ag-header-cell, .js-plotly-plot"),
 }
 BROKEN_IMAGES = "return Array.from(document.images).filter(i => !i.complete || i.naturalWidth === 0).map(i => i.src)"
 RESOURCE_STATUSES = "return performance.getEntriesByType('resource').map(e => [e.name, e.responseStatus])"

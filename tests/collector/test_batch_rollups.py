@@ -32,7 +32,7 @@ def test_batch_times_split_by_reason_and_count_only_timed_steps(store, run_in):
 def test_the_migration_rebuilds_the_rollup_from_the_raw_steps(db_url):
     store = Store(db_url)
     try:
-        store.upgrade("0012")
+        store.upgrade("0003")
         with store.write() as conn:
             conn.execute(sa.text(
                 "INSERT INTO runs (run_id, name, source, backend, model, device, wire_version, started_at, "

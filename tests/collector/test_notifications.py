@@ -232,8 +232,9 @@ def test_a_real_alertmanager_gets_the_alert_firing_then_resolved(sqlite_store, a
 
 
 def test_migration_0011_downgrades_and_upgrades_again(db_url):
-    """0011 is the head; one step down removes exactly its tables and columns."""
+    """Down to just before 0005 removes exactly its tables and columns; up again restores them."""
     from alembic import command
+    from alembic.script import ScriptDirectory
 
     from collector.store import Store, _alembic_config
 
@@ -242,7 +243,8 @@ def test_migration_0011_downgrades_and_upgrades_again(db_url):
         with store.engine.begin() as conn:
             config = _alembic_config(db_url)
             config.attributes["connection"] = conn
-            command.downgrade(config, "-1")                 # to just before 0011, wherever it is chained
+            before = ScriptDirectory.from_config(config).get_revision("0005").down_revision
+            command.downgrade(config, before)               # to just before 0005, wherever it is chained
         with store.read() as conn:
             assert "alert_notifications" not in sa.inspect(conn).get_table_names()
         store.upgrade()

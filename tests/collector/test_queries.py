@@ -22,7 +22,7 @@ def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
     assert set(queries.list_runs(store)[0]) == RUN_KEYS
     assert set(queries.run_summary(store, run_id)) == RUN_KEYS | {"config", "torch_version", "reasons",
                                                                  "last_event_ts", "error", "last_seen_at",
-                                                                 "failure", "partial", "time_provenance"}
+                                                                 "failure", "partial", "time_provenance", "version", "detail"}
     assert set(queries.mode_timeline(store, run_id)[0]) == {"t", "graph", "padded", "eager", "eager_ratio", "steps"}
     assert set(queries.reason_breakdown(store, run_id)[0]) == {"reason", "steps", "duration_s", "share"}
     assert set(queries.batch_histogram(store, run_id)[0]) == {"raw_bs", "mode", "steps", "num_tokens", "padded_tokens"}
@@ -81,3 +81,19 @@ def test_capture_time_is_the_capture_phases_when_logged(store, run_in):
                                   _phase(3, "capture_verify", 1.0), _phase(4, "capture.target.decode", 2.0),
                                   _phase(5, "compile", 9.0)])
     assert queries.run_summary(store, run_id)["capture_total_s"] == 3.25
+
+
+def test_every_read_is_plain_json_on_each_database(store, run_in):
+    """PostgreSQL sums are Decimals: the read model hands out ints and floats only."""
+    import json
+
+    from collector import fleet, regressions
+
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(i, 1000.0 + i * 0.3, mode=("graph", "padded", "eager")[i % 3]) for i in range(30)]
+                  + [_capture(100, 8, 0.5), _phase(101, "load_weights", 2.0)])
+    reads = [queries.list_runs(store), queries.run_summary(store, run_id), queries.mode_timeline(store, run_id),
+             queries.mode_timeline(store, run_id, bucket_s=60), queries.reason_breakdown(store, run_id),
+             queries.batch_histogram(store, run_id), queries.step_time_by_mode(store, run_id),
+             fleet.fleet(store), regressions.run_regressions(store, run_id)]
+    json.dumps(reads, allow_nan=False)

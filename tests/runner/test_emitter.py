@@ -232,3 +232,92 @@ def test_a_user_facing_error_ends_the_run_failed_with_its_own_words():
         with Emitter(sink, run_record()):
             raise ReplayscopeError("workload tiny needs 300 positions")
     assert sink.events[-1]["error"] == "workload tiny needs 300 positions"
+
+
+# -- sampling graph steps at the source ------------------------------------------------------
+
+def _mixed_steps(emitter, n):
+    """n steps: 3 in 4 graph (several batch sizes), then padded and eager ones."""
+    for i in range(n):
+        if i % 8 == 7:
+            emitter.step("decode", "eager", 40, None, 40, 0, "batch_too_large", 0.004)
+        elif i % 8 == 6:
+            emitter.step("decode", "padded", 3, 4, 3, 1, None, 0.002)
+        else:
+            bs = (1, 2, 4, 8)[i % 4]
+            emitter.step("decode", "graph", bs, bs, bs, 0, None, 0.001 * bs)
+
+
+def test_a_sampled_run_says_so_in_its_record():
+    sink = ListSink()
+    Emitter(sink, run_record(), graph_sample=10).start().close()
+    assert sink.run["graph_sample"] == 10
+    sink = ListSink()
+    Emitter(sink, run_record()).start().close()
+    assert "graph_sample" not in sink.run
+
+
+def test_sampling_sends_every_eager_and_padded_step_and_one_in_n_graph_steps():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, graph_sample=10).start()
+    _mixed_steps(emitter, 4000)
+    emitter.close()
+    steps = [e for e in sink.events if e["kind"] == "step"]
+    by_mode = {m: sum(e["mode"] == m for e in steps) for m in ("graph", "padded", "eager")}
+    assert by_mode["eager"] == 500 and by_mode["padded"] == 500
+    assert by_mode["graph"] == 300                         # 3000 graph steps, 1 in 10
+    counts = [e for e in sink.events if e["kind"] == "step_counts"]
+    assert sum(c["count"] for c in counts) == 2700
+    assert len(steps) + len(counts) < 4000 / 3
+
+
+def test_the_counts_of_skipped_graph_steps_are_exact_and_valid_wire_events():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, graph_sample=7).start()
+    _mixed_steps(emitter, 2000)
+    emitter.close()
+    graph_sent = [e for e in sink.events if e["kind"] == "step" and e["mode"] == "graph"]
+    counts = [e for e in sink.events if e["kind"] == "step_counts"]
+    for event in sink.events:
+        wire.validate_event(event)
+    by_bs = {}
+    for e in graph_sent:
+        by_bs[e["raw_bs"]] = by_bs.get(e["raw_bs"], 0) + 1
+    for c in counts:
+        for bs, part in c["batch_sizes"].items():
+            by_bs[int(bs)] = by_bs.get(int(bs), 0) + part["count"]
+    assert by_bs == {1: 500, 2: 500, 4: 250, 8: 250}      # what _mixed_steps sent at each size
+    tokens = sum(e["num_tokens"] for e in graph_sent) + sum(c["num_tokens"] for c in counts)
+    seconds = sum(e["duration_s"] for e in graph_sent) + sum(c["duration_s"] for c in counts)
+    assert tokens == 500 * 1 + 500 * 2 + 250 * 4 + 250 * 8
+    assert seconds == pytest.approx(0.001 * tokens)
+    assert len({e["seq"] for e in sink.events}) == len(sink.events)
+
+
+def test_counts_never_span_two_seconds():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, graph_sample=50).start()
+    deadline = time.time() + 2.5
+    while time.time() < deadline:
+        emitter.step("decode", "graph", 2, 2, 2, 0, None, 0.001)
+        time.sleep(0.002)
+    emitter.close()
+    counts = [e for e in sink.events if e["kind"] == "step_counts"]
+    assert len({int(c["ts"]) for c in counts}) == len(counts) >= 2
+
+
+def test_the_counts_of_a_second_leave_before_the_run_ends():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=0.01, graph_sample=100).start()
+    for _ in range(20):
+        emitter.step("decode", "graph", 2, 2, 2, 0, None, 0.001)
+    emitter.close()
+    kinds = [e["kind"] for e in sink.events]
+    assert kinds[-1] == "run_end" and kinds.count("step_counts") == 1
+
+
+def test_a_graph_sample_below_one_is_refused():
+    from runner.errors import ReplayscopeError
+
+    with pytest.raises(ReplayscopeError, match="graph_sample"):
+        Emitter(ListSink(), run_record(), graph_sample=0)

@@ -233,3 +233,26 @@ def test_compile_backend_compiles_then_captures():
         assert c["variant"] in ("compile+cuda", "cuda")
     if any(c["variant"] == "cuda" for c in captures):
         assert any(e["kind"] == "degrade" and e["from"] == "compile" for e in events)
+
+
+def test_sampling_graph_steps_on_the_gpu_still_counts_every_step_with_its_gpu_time():
+    """1 in 8 graph steps sent one by one; the rest counted from their CUDA-event timings."""
+    import collections
+
+    sink = ListSink()
+    engine = DecodeEngine(RunConfig(backend="cuda", preset="tiny", workload="decode-only", steps=400,
+                                    progress=False))
+    emitter = Emitter(sink, engine.run_record(), graph_sample=8).start()
+    engine.emitter = emitter
+    engine.setup()
+    stats = engine.run()
+    emitter.close("finished")
+    sent = [e for e in sink.events if e["kind"] == "step"]
+    counted = [e for e in sink.events if e["kind"] == "step_counts"]
+    modes = collections.Counter(e["mode"] for e in sent)
+    for e in counted:
+        modes[e["mode"]] += e["count"]
+    assert sink.run["graph_sample"] == 8
+    assert +modes == +stats.modes
+    assert stats.modes["graph"] > 50 and sum(e["mode"] == "graph" for e in sent) <= stats.modes["graph"] // 8 + 4
+    assert all(e["duration_s"] > 0 for e in counted) and all(e["duration_s"] > 0 for e in sent)

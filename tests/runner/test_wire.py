@@ -136,3 +136,35 @@ def test_a_failed_run_end_can_say_where_it_failed():
     with pytest.raises(wire.WireError) as info:
         wire.validate_event({**VALID["run_end"], "phase": "Capture Graphs"})
     assert info.value.field == "phase"
+
+
+SAMPLED = {"seq": 9, "ts": 1.0, "kind": "step_counts", "stage": "decode", "mode": "graph", "reason": None,
+           "count": 5, "num_tokens": 14, "padded_tokens": 0, "duration_s": 0.005,
+           "batch_sizes": {"2": {"count": 3, "num_tokens": 6, "padded_tokens": 0, "duration_s": 0.003},
+                           "4": {"count": 2, "num_tokens": 8, "padded_tokens": 0, "duration_s": 0.002}}}
+
+
+def test_step_counts_split_by_batch_size_are_valid():
+    wire.validate_event(SAMPLED)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"count": 6}, "batch_sizes"),                                              # parts add up to 5
+    ({"batch_sizes": {"02": SAMPLED["batch_sizes"]["2"]}}, "batch_sizes"),       # not a batch size
+    ({"batch_sizes": {}}, "batch_sizes"),
+    ({"batch_sizes": {"5": {"count": 5, "num_tokens": 14, "padded_tokens": 0}}}, "batch_sizes.5.duration_s"),
+    ({"batch_sizes": {"5": {"count": 0, "num_tokens": 14, "padded_tokens": 0, "duration_s": 0.1}}},
+     "batch_sizes.5.count"),
+])
+def test_batch_sizes_that_do_not_add_up_name_the_field(change, field):
+    with pytest.raises(wire.WireError) as info:
+        wire.validate_event({**SAMPLED, **change})
+    assert info.value.field == field
+
+
+def test_a_run_may_say_its_version_and_graph_sampling():
+    record = {"run_id": "r", "name": "r", "source": "runner", "started_at": 1.0, "backend": "cuda",
+              "model": "m", "device": "d", "version": "v2.3.1", "graph_sample": 16}
+    wire.validate_run(record)
+    with pytest.raises(wire.WireError, match="graph_sample"):
+        wire.validate_run({**record, "graph_sample": 0})

@@ -1,6 +1,6 @@
 """batch sizes on step counts (vLLM's per-size rows, /metrics histogram buckets)
 
-Revision ID: 0012
+Revision ID: 0003
 Revises: 0002
 Create Date: 2026-12-01 10:00:00
 """
@@ -10,7 +10,7 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0012'
+revision = '0003'
 down_revision = '0002'
 branch_labels = None
 depends_on = None

@@ -1,8 +1,8 @@
 """batch_rollups by reason, with timed steps: an eager reason's cost is measured against
 graph replays of the same stage and batch sizes
 
-Revision ID: 0013
-Revises: 0012
+Revision ID: 0004
+Revises: 0003
 Create Date: 2026-12-01 10:00:00
 """
 from __future__ import annotations
@@ -11,8 +11,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0013'
-down_revision = '0012'
+revision = '0004'
+down_revision = '0003'
 branch_labels = None
 depends_on = None
 

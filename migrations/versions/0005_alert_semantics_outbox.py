@@ -1,7 +1,7 @@
 """alert semantics (pending duration, hold, resolve threshold), per-run evaluation state, notification outbox
 
-Revision ID: 0011
-Revises: 0012
+Revision ID: 0005
+Revises: 0004
 Create Date: 2026-12-01 09:00:00
 """
 from __future__ import annotations
@@ -10,8 +10,8 @@ from alembic import op
 import sqlalchemy as sa
 
 
-revision = '0011'
-down_revision = '0013'
+revision = '0005'
+down_revision = '0004'
 branch_labels = None
 depends_on = None
 

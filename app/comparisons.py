@@ -1,0 +1,92 @@
+"""What the pages say about a run beyond its own figures: how it compares with the earlier
+runs of its model and configuration (``collector.regressions``), and how much of its step
+detail is stored (sampled at the source, expired by retention). Text only, from query
+results; the run page and the fleet page both use it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from dash import html
+
+from app import formats
+
+
+def value_text(unit: str, value: float | None) -> str:
+    if unit == "ratio":
+        return formats.pct(value)
+    if unit == "bytes":
+        return formats.size(value)
+    return formats.seconds(value)
+
+
+def change_text(finding: dict[str, Any]) -> str:
+    """+3.2 share points (eager share), else +30% of the baseline median."""
+    change = finding["change"]
+    if change is None:
+        return "from zero"
+    if finding["metric"] == "eager_ratio":
+        return f"{change * 100:+.1f} share points"
+    return f"{change * 100:+.0f}%"
+
+
+def finding_text(finding: dict[str, Any]) -> str:
+    """'graph step time 13.0 ms: +30% over the baseline median 10.0 ms (its runs: 9.90 ms–10.1 ms)'."""
+    unit = finding["unit"]
+    return (f"{finding['label']} {value_text(unit, finding['value'])}: {change_text(finding)} against the "
+            f"baseline median {value_text(unit, finding['median'])} (its runs: {value_text(unit, finding['low'])}"
+            f"–{value_text(unit, finding['high'])})")
+
+
+def short_findings(findings: list[dict[str, Any]]) -> str:
+    """One cell: 'graph step time +30%; startup time +25%'."""
+    return "; ".join(f"{f['label']} {change_text(f)}" for f in findings)
+
+
+def comparison_block(result: dict[str, Any] | None) -> list[Any]:
+    """The run page's section: regressions (with the baseline named), improvements, or why
+    the run was not compared."""
+    if result is None or result["baseline"] is None:
+        return [html.P("Not compared: no earlier finished run of this model and configuration.",
+                       className="hint")]
+    baseline = result["baseline"]
+    named = html.P(f"Baseline: {baseline['text']}.", className="hint", id="run-baseline")
+    if not result["judged"]:
+        return [named, html.P(f"Not judged yet: {formats.plural(baseline['n'], 'earlier run')}, "
+                              "at least 3 are needed to know their spread.", className="hint")]
+    parts: list[Any] = []
+    if result["regressions"]:
+        parts.append(html.Ul([html.Li(finding_text(f), className="regression", **{"data-metric": f["metric"]})
+                              for f in result["regressions"]], className="regressions"))
+    else:
+        parts.append(html.P("No figure is beyond the spread of the baseline.", className="hint"))
+    if result["improvements"]:
+        parts.append(html.P("Better than the baseline: " + "; ".join(finding_text(f) for f in result["improvements"]),
+                            className="hint"))
+    return parts + [named]
+
+
+def detail_notes(detail: dict[str, Any]) -> list[str]:
+    """What a reader should know about the stored step detail of a run."""
+    notes = []
+    if detail.get("graph_sample"):
+        notes.append(f"Step detail sampled at the source: 1 in {detail['graph_sample']} graph steps was sent one "
+                     "by one, the rest as exact counts; totals, shares, timelines, batch sizes and step times "
+                     "count every step.")
+    if detail.get("raw_expired_before") is not None:
+        notes.append(f"Raw step events before {formats.when(detail['raw_expired_before'], seconds=False)} UTC "
+                     "have expired (retention); every figure here comes from rollups kept for good.")
+    if detail.get("seconds_expired_before") is not None:
+        notes.append(f"1-second detail before {formats.when(detail['seconds_expired_before'], seconds=False)} UTC "
+                     "has expired: timelines are in whole minutes.")
+    return notes
+
+
+def detail_short(row: dict[str, Any]) -> str:
+    """One cell: 'sampled 1/8; raw expired'."""
+    parts = []
+    if row.get("graph_sample"):
+        parts.append(f"sampled 1/{row['graph_sample']}")
+    if row.get("raw_expired_before") is not None:
+        parts.append("raw expired")
+    return "; ".join(parts) or "all"

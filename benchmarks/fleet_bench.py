@@ -1,0 +1,681 @@
+"""Fleet-size benchmark on PostgreSQL: a generated fleet of GPUs over days, then what it costs.
+
+The fleet (defaults: 64 GPUs x 30 days, 6-hour runs back to back, 20 decode/prefill steps
+a second on average per GPU, 4 models on 2 device kinds, 3 versions deployed in turn, one
+version slower on one model) is generated inside PostgreSQL (COPY and generate_series):
+
+- rollups for all of it: whole-run and minute rollups, batch sizes, phases, captures;
+- 1-second rollups for the last ``--second-days`` days;
+- raw step events (steps sent one by one with 1-in-``--graph-sample`` graph sampling, and
+  the per-second counts of the rest) for the most recent days that fit ``--raw-steps``
+  (at most ``--raw-days``, the raw retention).
+
+Then, in the same run: store size per GPU-day (kept for good / raw detail / 1-second
+rollups); ingest of step events POSTed through three collector processes against
+PostgreSQL's own ``COPY`` of the same rows; every query-layer call, API read and page's
+data (median of ``--repeat``) with the raw steps in place; the fleet page over every run.
+
+    python -m benchmarks.fleet_bench --pg postgresql+psycopg://user:pw@host/postgres \\
+        [--gpus 64] [--days 30] [--raw-steps 50000000] [--keep | --db URL]
+
+``--pg`` names a server where the user may create a database (default:
+$REPLAYSCOPE_TEST_PG_URL); ``--db`` reuses a fleet generated before (with ``--keep``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import math
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+
+DAY = 86400
+QUERY_TARGET_MS = 200
+FLEET_TARGET_MS = 500
+INGEST_TARGET = 0.3
+BATCH = 5000
+
+MODELS = {   # model: (graph step s, capture total s, load s, pool bytes)
+    "llama-3.1-8b": (0.012, 18.0, 25.0, 3 << 30),
+    "qwen2.5-7b": (0.011, 16.0, 22.0, 3 << 30),
+    "mistral-7b": (0.010, 15.0, 20.0, 2 << 30),
+    "llama-3.1-70b": (0.035, 45.0, 140.0, 9 << 30),
+}
+DEVICES = ("NVIDIA H200", "NVIDIA H100 80GB HBM3")
+VERSIONS = ("v1.0", "v1.1", "v1.2")
+SLOW = ("qwen2.5-7b", "v1.2", 1.25)          # the injected regression: graph steps 25 % slower
+CAPTURE_SIZES = [1, 2, 4, 8, 16, 24, 32, 40, 48, 56, 64]
+# (stage, mode, reason, share of steps, tokens per step, padded tokens per step, step-time kind)
+KEYS = (("decode", "graph", "", 0.88, 24, 0, "graph"), ("decode", "padded", "", 0.07, 21, 3, "graph"),
+        ("decode", "eager", "batch_too_large", 0.02, 80, 0, "eager"),
+        ("prefill", "eager", "prefill", 0.03, 2048, 0, "prefill"))
+
+
+@dataclass(frozen=True)
+class Fleet:
+    gpus: int
+    days: int
+    run_hours: float
+    steps_per_s: float
+    graph_sample: int
+    raw_days: float
+    second_days: float
+    raw_steps: int
+    now: float
+
+    @property
+    def start(self) -> float:
+        return math.floor(self.now / 3600) * 3600 - self.days * DAY
+
+    @property
+    def graph_share(self) -> float:
+        return KEYS[0][3]
+
+    def raw_rows_per_gpu_s(self) -> tuple[float, float]:
+        """(step events, per-second count events) a GPU keeps per second with sampling."""
+        sent = self.steps_per_s * (1 - self.graph_share + self.graph_share / self.graph_sample)
+        skipped = self.steps_per_s * self.graph_share * (1 - 1 / self.graph_sample)
+        return sent, 1 - math.exp(-skipped)
+
+    @property
+    def raw_window_days(self) -> float:
+        sent, counts = self.raw_rows_per_gpu_s()
+        return min(self.raw_days, self.raw_steps / (self.gpus * DAY * (sent + counts)))
+
+
+# -- generation ------------------------------------------------------------------------------
+
+def _copy(cursor, table: str, columns: tuple[str, ...], rows) -> None:
+    with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+        for row in rows:
+            copy.write_row(row)
+
+
+def generate(store, fleet: Fleet, log) -> dict:
+    """Fill an empty, migrated store with the fleet; returns what was generated."""
+    from collector import fleet as fleet_model
+    from collector import retention
+
+    rng = random.Random(15)
+    runs, per_run = [], []
+    run_s = fleet.run_hours * 3600
+    per_gpu = int(fleet.days * DAY // run_s)
+    pk = 0
+    for g in range(fleet.gpus):
+        model = list(MODELS)[g % len(MODELS)]
+        device = DEVICES[0] if g < fleet.gpus * 3 // 4 else DEVICES[1]
+        graph_s, capture_s, load_s, pool = MODELS[model]
+        config = {"capture_sizes": CAPTURE_SIZES, "max_bs": 64, "padding": True, "compile": False,
+                  "workload": {"name": "chat"}}
+        key = fleet_model.config_key(model, "cuda", device, config)
+        for k in range(per_gpu):
+            pk += 1
+            started = fleet.start + k * run_s + (g % 8) * 60
+            day = (started - fleet.start) / DAY
+            version = VERSIONS[min(len(VERSIONS) - 1, int(day * len(VERSIONS) / fleet.days + (g % 5) / 25))]
+            slow = SLOW[2] if (model, version) == SLOW[:2] else 1.0
+            ended = started + run_s - 60
+            running = ended > fleet.now
+            runs.append((pk, f"fleet-{g:02d}-{k:03d}", f"gpu{g:02d}-{model}-{k:03d}", "runner", "cuda", model,
+                         device, "2.9.0", json.dumps(dict(config, seed=k)), 1, started,
+                         None if running else ended, "running" if running else "finished", started,
+                         fleet.now if running else ended, min(ended, fleet.now), version, fleet.graph_sample, key))
+            jitter = rng.uniform(0.97, 1.03)
+            per_run.append((pk, started, min(ended, fleet.now), graph_s * slow * jitter, graph_s * 1.05 * jitter,
+                            graph_s * 3 * jitter, 0.03 * jitter, capture_s * jitter, load_s * jitter,
+                            int(pool * jitter)))
+    raw = store.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        cur.execute("SET synchronous_commit = off")
+        t0 = time.perf_counter()
+        _copy(cur, "runs", ("id", "run_id", "name", "source", "backend", "model", "device", "torch_version", "config",
+                            "wire_version", "started_at", "ended_at", "status", "created_at", "last_seen_at",
+                            "last_event_ts", "version", "graph_sample", "config_key"), runs)
+        cur.execute("SELECT setval(pg_get_serial_sequence('runs', 'id'), %s)", (pk,))
+        cur.execute("CREATE TEMP TABLE bench_runs (run_pk int, started float8, ended float8, graph_s float8, "
+                    "padded_s float8, eager_s float8, prefill_s float8)")
+        _copy(cur, "bench_runs", ("run_pk", "started", "ended", "graph_s", "padded_s", "eager_s", "prefill_s"),
+              (r[:7] for r in per_run))
+        cur.execute("CREATE TEMP TABLE bench_keys (stage text, mode text, reason text, share float8, tokens int, "
+                    "pad int, kind text)")
+        _copy(cur, "bench_keys", ("stage", "mode", "reason", "share", "tokens", "pad", "kind"), KEYS)
+        _startup_rows(cur, per_run)
+        raw.commit()
+        log(f"runs, phases, captures: {len(runs):,} runs in {time.perf_counter() - t0:.0f} s")
+
+        second_from = math.floor((fleet.now - fleet.second_days * DAY) / 60) * 60
+        raw_from = fleet.now - fleet.raw_window_days * DAY
+        days = set(range(int(min(second_from, raw_from) // DAY), int(fleet.now // DAY) + 1))
+        retention.ensure_partitions(store, days)
+        step_time = ("CASE k.kind WHEN 'graph' THEN (CASE k.mode WHEN 'graph' THEN r.graph_s ELSE r.padded_s END) "
+                     "WHEN 'eager' THEN r.eager_s ELSE r.prefill_s END")
+        t0 = time.perf_counter()
+        cur.execute(f"""
+            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
+                                      duration_s, timed_steps)
+            SELECT r.run_pk, 1, s.t, k.stage, k.mode, k.reason, n.steps, n.steps * k.tokens, n.steps * k.pad,
+                   n.steps * {step_time} * (0.95 + 0.1 * random()), n.steps
+            FROM bench_runs r
+            CROSS JOIN LATERAL generate_series(greatest(ceil(r.started), {second_from})::bigint,
+                                               floor(r.ended)::bigint - 1) s(t)
+            CROSS JOIN bench_keys k
+            CROSS JOIN LATERAL (SELECT floor(k.share * {fleet.steps_per_s} + random())::bigint AS steps) n
+            WHERE r.ended > {second_from} AND n.steps > 0""")
+        seconds = cur.rowcount
+        cur.execute(f"""
+            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
+                                      duration_s, timed_steps)
+            SELECT run_pk, 60, t - t % 60, stage, mode, reason, sum(steps), sum(num_tokens), sum(padded_tokens),
+                   sum(duration_s), sum(timed_steps)
+            FROM step_rollups WHERE bucket_s = 1 GROUP BY run_pk, t - t % 60, stage, mode, reason""")
+        cur.execute(f"""
+            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
+                                      duration_s, timed_steps)
+            SELECT r.run_pk, 60, m.t, k.stage, k.mode, k.reason, n.steps, n.steps * k.tokens, n.steps * k.pad,
+                   n.steps * {step_time} * (0.95 + 0.1 * random()), n.steps
+            FROM bench_runs r
+            CROSS JOIN LATERAL generate_series((ceil(r.started / 60) * 60)::bigint,
+                                               least(floor(r.ended / 60) * 60 - 60, {second_from} - 60)::bigint,
+                                               60) m(t)
+            CROSS JOIN bench_keys k
+            CROSS JOIN LATERAL (SELECT round(k.share * {fleet.steps_per_s} * 60 * (0.8 + 0.4 * random()))::bigint
+                                AS steps) n
+            WHERE n.steps > 0""")
+        cur.execute("""
+            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
+                                      duration_s, timed_steps)
+            SELECT run_pk, 0, 0, stage, mode, reason, sum(steps), sum(num_tokens), sum(padded_tokens),
+                   sum(duration_s), sum(timed_steps)
+            FROM step_rollups WHERE bucket_s = 60 GROUP BY run_pk, stage, mode, reason""")
+        raw.commit()
+        log(f"rollups: {seconds:,} 1-second rows, minutes and whole runs in {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        _batch_rows(cur)
+        raw.commit()
+        log(f"batch sizes in {time.perf_counter() - t0:.0f} s")
+        t0 = time.perf_counter()
+        steps, counts = _raw_rows(cur, fleet, raw_from)
+        raw.commit()
+        log(f"raw: {steps:,} step events and {counts:,} count events (last {fleet.raw_window_days:.2f} days) "
+            f"in {time.perf_counter() - t0:.0f} s")
+        raw.driver_connection.autocommit = True
+        t0 = time.perf_counter()
+        cur.execute("VACUUM ANALYZE")
+        log(f"vacuum analyze in {time.perf_counter() - t0:.0f} s")
+    finally:
+        raw.close()
+    return {"runs": len(runs), "second_rows": seconds, "raw_steps": steps, "raw_counts": counts}
+
+
+def _startup_rows(cur, per_run) -> None:
+    phases, caps = [], []
+    for pk, started, _ended, _g, _p, _e, _f, capture_s, load_s, pool in per_run:
+        t = started
+        for seq, (name, seconds) in enumerate((("load_weights", load_s), ("warmup", 2.0), ("kv_cache", 3.0),
+                                              ("capture", capture_s))):
+            phases.append((pk, seq, t + seconds, name, t, seconds))
+            t += seconds
+        size_s, delta = capture_s / len(CAPTURE_SIZES), pool // len(CAPTURE_SIZES)
+        for i, bs in enumerate(reversed(CAPTURE_SIZES)):
+            caps.append((pk, 10 + i, t - capture_s + (i + 1) * size_s, bs, "decode", size_s, delta * (i + 1), delta,
+                         "ok"))
+    _copy(cur, "phases", ("run_pk", "seq", "ts", "phase", "start_ts", "duration_s"), phases)
+    _copy(cur, "captures", ("run_pk", "seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
+                            "pool_delta_bytes", "status"), caps)
+
+
+def _batch_rows(cur) -> None:
+    """Per run, its whole-run steps of each mode spread over batch sizes (graph at captured
+    sizes, padded between them, eager above the largest)."""
+    cur.execute("SELECT run_pk, stage, mode, reason, steps, num_tokens, padded_tokens, duration_s, timed_steps "
+                "FROM step_rollups WHERE bucket_s = 0")
+    whole = cur.fetchall()
+    padded_sizes = [bs for bs in range(1, 65) if bs not in CAPTURE_SIZES]
+    sizes = {"graph": CAPTURE_SIZES, "padded": padded_sizes, "eager": list(range(65, 97, 4))}
+    rows = []
+    for run_pk, stage, mode, reason, steps, tokens, padded, seconds, timed in whole:
+        choices = sizes[mode] if stage == "decode" else [1, 2, 4, 8]
+        left = steps
+        for i, bs in enumerate(choices):
+            n = left if i == len(choices) - 1 else steps // len(choices)
+            left -= n
+            if n:
+                share = n / steps
+                rows.append((run_pk, stage, bs, mode, reason, n, int(tokens * share), int(padded * share),
+                             seconds * share, int(timed * share)))
+    _copy(cur, "batch_rollups", ("run_pk", "stage", "raw_bs", "mode", "reason", "steps", "num_tokens",
+                                 "padded_tokens", "duration_s", "timed_steps"), rows)
+
+
+def _raw_rows(cur, fleet: Fleet, raw_from: float) -> tuple[int, int]:
+    """Raw step events of the retained window: sent steps (every padded and eager one, 1 in
+    N graph) and one count event per second for the graph steps not sent."""
+    sent, counts_per_s = fleet.raw_rows_per_gpu_s()
+    graph_sent = fleet.steps_per_s * fleet.graph_share / fleet.graph_sample / sent
+    padded = fleet.steps_per_s * KEYS[1][3] / sent
+    eager = fleet.steps_per_s * KEYS[2][3] / sent
+    skipped = fleet.steps_per_s * fleet.graph_share * (1 - 1 / fleet.graph_sample)
+    cur.execute(f"""
+        INSERT INTO steps (run_pk, seq, ts, stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason,
+                           duration_s)
+        SELECT r.run_pk, i, w.lo + (i + 0.5) * (w.hi - w.lo) / w.n, m.stage, m.mode, m.bs,
+               CASE m.mode WHEN 'graph' THEN m.bs WHEN 'padded' THEN m.bs + 1 END,
+               CASE m.stage WHEN 'prefill' THEN 2048 ELSE m.bs END, CASE m.mode WHEN 'padded' THEN 1 ELSE 0 END,
+               m.reason,
+               CASE m.mode WHEN 'graph' THEN r.graph_s WHEN 'padded' THEN r.padded_s
+                           ELSE (CASE m.stage WHEN 'prefill' THEN r.prefill_s ELSE r.eager_s END) END
+        FROM bench_runs r
+        CROSS JOIN LATERAL (SELECT greatest(r.started, {raw_from}) AS lo, r.ended AS hi,
+                                   greatest(1, round((r.ended - greatest(r.started, {raw_from})) * {sent}))::bigint
+                                   AS n) w
+        CROSS JOIN LATERAL generate_series(0, w.n - 1) i
+        CROSS JOIN LATERAL (SELECT random() AS x, 1 + floor(random() * 64)::int AS rb) u
+        CROSS JOIN LATERAL (SELECT
+            CASE WHEN u.x < {graph_sent} THEN 'decode' WHEN u.x < {graph_sent + padded} THEN 'decode'
+                 WHEN u.x < {graph_sent + padded + eager} THEN 'decode' ELSE 'prefill' END AS stage,
+            CASE WHEN u.x < {graph_sent} THEN 'graph' WHEN u.x < {graph_sent + padded} THEN 'padded'
+                 ELSE 'eager' END AS mode,
+            CASE WHEN u.x < {graph_sent + padded} THEN NULL
+                 WHEN u.x < {graph_sent + padded + eager} THEN 'batch_too_large' ELSE 'prefill' END AS reason,
+            CASE WHEN u.x < {graph_sent} THEN (ARRAY{CAPTURE_SIZES})[1 + u.rb % {len(CAPTURE_SIZES)}]
+                 WHEN u.x < {graph_sent + padded} THEN (ARRAY[3,5,6,7,9,10,11,12,13,14,15,17,20,30,33,50])[1 + u.rb % 16]
+                 WHEN u.x < {graph_sent + padded + eager} THEN 64 + u.rb ELSE 1 + u.rb % 8 END AS bs) m
+        WHERE r.ended > {raw_from}""")
+    steps = cur.rowcount
+    per_second = max(1, round(skipped))
+    cur.execute(f"""
+        INSERT INTO step_counts (run_pk, seq, ts, stage, mode, reason, count, num_tokens, padded_tokens, duration_s,
+                                 batch_sizes)
+        SELECT r.run_pk, 1000000000 + s.t, s.t + 0.999, 'decode', 'graph', NULL, {per_second}, {per_second * 24},
+               0, {per_second} * r.graph_s,
+               json_build_object('24', json_build_object('count', {per_second}, 'num_tokens', {per_second * 24},
+                                                         'padded_tokens', 0, 'duration_s', {per_second} * r.graph_s))
+        FROM bench_runs r
+        CROSS JOIN LATERAL generate_series(ceil(greatest(r.started, {raw_from}))::bigint, floor(r.ended)::bigint - 1) s(t)
+        WHERE r.ended > {raw_from} AND random() < {counts_per_s}""")
+    return steps, cur.rowcount
+
+
+# -- sizes -----------------------------------------------------------------------------------
+
+def sizes(store) -> dict[str, int]:
+    """Bytes on disk (tables, indexes, TOAST) by what retention does with them."""
+    from collector.retention import PARTITIONS_SCHEMA
+
+    with store.read() as conn:
+        tables = dict(conn.exec_driver_sql(
+            "SELECT c.relname, pg_total_relation_size(c.oid) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.relkind = 'r' AND n.nspname IN (current_schema(), %s)", (PARTITIONS_SCHEMA,)).all())
+    raw = sum(v for k, v in tables.items() if k.startswith(("steps_d", "step_counts_d")))
+    seconds = sum(v for k, v in tables.items() if k.startswith("step_rollups_d"))
+    kept = sum(v for k, v in tables.items() if not k.startswith(("steps_d", "step_counts_d", "step_rollups_d")))
+    return {"kept": kept, "raw": raw, "seconds": seconds, "tables": tables}
+
+
+# -- ingest ----------------------------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def serve(db_url: str, port: int) -> None:
+    """One collector process: the API on uvicorn, with its background services."""
+    import uvicorn
+
+    from collector.api import create_api
+    from collector.settings import Settings
+    from collector.store import Store
+
+    store = Store.open(db_url)
+    app = create_api(store, Settings(db=db_url, max_body_bytes=64 * 1024 * 1024))
+    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+
+
+def _wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("a collector process exited early")
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError("a collector did not start")
+
+
+def _post(conn, path: str, body: bytes) -> dict:
+    conn.request("POST", path, body, {"Content-Type": "application/json"})
+    response = conn.getresponse()
+    data = response.read()
+    if response.status not in (200, 201):
+        raise RuntimeError(f"HTTP {response.status} on {path}: {data[:200]!r}")
+    return json.loads(data)
+
+
+def ingest_batches(n_runs: int, per_run: int, now: float) -> dict[str, list[list[dict]]]:
+    """Step events as runners post them (batches of 5000), for ``n_runs`` new runs."""
+    rng = random.Random(3)
+    out = {}
+    for r in range(n_runs):
+        events = []
+        for i in range(per_run):
+            mode = rng.choices(("graph", "padded", "eager"), (0.8, 0.15, 0.05))[0]
+            bs = rng.choice(CAPTURE_SIZES) if mode == "graph" else rng.randint(1, 63)
+            graph_bs = bs if mode == "graph" else (next(c for c in CAPTURE_SIZES if c > bs) if mode == "padded"
+                                                   else None)
+            events.append({"seq": i, "ts": now - per_run * 0.01 + i * 0.01, "kind": "step", "stage": "decode",
+                           "mode": mode, "raw_bs": bs, "graph_bs": graph_bs, "num_tokens": bs,
+                           "padded_tokens": (graph_bs - bs) if mode == "padded" else 0,
+                           "reason": "batch_too_large" if mode == "eager" else None,
+                           "duration_s": 0.01 + rng.random() * 0.002})
+        out[f"ingest-{uuid.uuid4().hex[:8]}-{r}"] = [events[i:i + BATCH] for i in range(0, per_run, BATCH)]
+    return out
+
+
+def http_ingest(db_url: str, batches: dict[str, list[list[dict]]], collectors: int) -> float:
+    """Seconds to POST every batch through ``collectors`` collector processes, one client
+    per collector, each posting its runs' batches in turn (as runners spread over them)."""
+    ports = [_free_port() for _ in range(collectors)]
+    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.fleet_bench", "--serve", db_url, str(p)],
+                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+             for p in ports]
+    try:
+        for port, proc in zip(ports, procs):
+            _wait_ready(port, proc)
+        runs = list(batches)
+        for i, run_id in enumerate(runs):
+            conn = http.client.HTTPConnection("127.0.0.1", ports[i % collectors])
+            _post(conn, "/v1/runs", json.dumps({"run_id": run_id, "name": run_id, "source": "runner",
+                                                "started_at": batches[run_id][0][0]["ts"], "backend": "cuda",
+                                                "model": "llama-3.1-8b", "device": DEVICES[0]}).encode())
+        bodies = {run_id: [json.dumps({"events": b}).encode() for b in batches[run_id]] for run_id in runs}
+        accepted = [0] * collectors
+        errors: list[BaseException] = []
+
+        def client(k: int) -> None:
+            try:
+                conn = http.client.HTTPConnection("127.0.0.1", ports[k], timeout=120)
+                mine = runs[k::collectors]
+                for j in range(max(len(bodies[r]) for r in mine)):
+                    for run_id in mine:
+                        if j < len(bodies[run_id]):
+                            accepted[k] += _post(conn, f"/v1/runs/{run_id}/events", bodies[run_id][j])["accepted"]
+            except BaseException as error:  # noqa: BLE001 (reported by the caller)
+                errors.append(error)
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(collectors)]
+        start = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - start
+        if errors:
+            raise errors[0]
+        expected = sum(len(e) for b in batches.values() for e in b)
+        if sum(accepted) != expected:
+            raise RuntimeError(f"accepted {sum(accepted)} of {expected} events")
+        return elapsed
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=20)
+
+
+def _tsv(rows) -> bytes:
+    """COPY text format of rows with no tabs, newlines or backslashes in them."""
+    return "".join("\t".join("\\N" if v is None else repr(v) if isinstance(v, float) else str(v) for v in row) + "\n"
+                   for row in rows).encode()
+
+
+def copy_ingest(store, batches: dict[str, list[list[dict]]]) -> float:
+    """Seconds for PostgreSQL's COPY of the same step rows into the same steps table (one
+    COPY and commit per batch of 5000, as the collectors commit), for runs of their own. The
+    rows are encoded as COPY text before the clock starts, as the HTTP bodies are JSON."""
+    cols = ("run_pk", "seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens", "padded_tokens",
+            "reason", "duration_s")
+    raw = store.engine.raw_connection()
+    try:
+        cur = raw.cursor()
+        pks = []
+        for run_id in batches:
+            cur.execute("INSERT INTO runs (run_id, name, source, backend, model, device, started_at, status, "
+                        "created_at, last_seen_at) VALUES (%s, %s, 'runner', 'cuda', 'copy', 'copy', 0, 'finished', "
+                        "0, 0) RETURNING id", ("copy-" + run_id, "copy-" + run_id))
+            pks.append(cur.fetchone()[0])
+        raw.commit()
+        rows = [[_tsv((pk,) + tuple(e[c] for c in cols[1:]) for e in batch) for batch in run_batches]
+                for pk, run_batches in zip(pks, batches.values())]
+        start = time.perf_counter()
+        for j in range(max(len(r) for r in rows)):
+            for run_rows in rows:
+                if j < len(run_rows):
+                    with cur.copy(f"COPY steps ({', '.join(cols)}) FROM STDIN") as copy:
+                        copy.write(run_rows[j])
+                    raw.commit()
+        return time.perf_counter() - start
+    finally:
+        raw.close()
+
+
+# -- reads -----------------------------------------------------------------------------------
+
+def time_ms(fn, repeat: int) -> tuple[float, float]:
+    fn()
+    samples = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - start) * 1000)
+    return statistics.median(samples), max(samples)
+
+
+def read_cases(store, recent: str, old: str, baseline: str):
+    from fastapi.testclient import TestClient
+
+    from app.pages import fleet as fleet_page
+    from benchmarks.dashboard_bench import _encode, page_cases
+    from collector import alerts, fleet, queries, regressions
+    from collector.api import create_api
+    from collector.settings import Settings
+
+    client = TestClient(create_api(store, Settings(run_services=False)))
+    cases = [("list_runs (500 newest)", lambda: queries.list_runs(store))]
+    for label, run_id in (("recent run", recent), ("30-day-old run", old)):
+        cases += [
+            (f"{label}: run_summary", lambda r=run_id: queries.run_summary(store, r)),
+            (f"{label}: mode_timeline (auto)", lambda r=run_id: queries.mode_timeline(store, r)),
+            (f"{label}: mode_timeline (1 s)", lambda r=run_id: queries.mode_timeline(store, r, bucket_s=1)),
+            (f"{label}: reason_breakdown", lambda r=run_id: queries.reason_breakdown(store, r)),
+            (f"{label}: batch_histogram", lambda r=run_id: queries.batch_histogram(store, r, stage="decode")),
+            (f"{label}: step_time_by_mode", lambda r=run_id: queries.step_time_by_mode(store, r)),
+            (f"{label}: captures + phases", lambda r=run_id: (queries.captures(store, r), queries.phases(store, r))),
+            (f"{label}: regressions", lambda r=run_id: regressions.run_regressions(store, r)),
+            (f"{label}: GET /v1/runs/{{id}}", lambda r=run_id: client.get(f"/v1/runs/{r}").raise_for_status()),
+            (f"{label}: GET .../timeline", lambda r=run_id: client.get(f"/v1/runs/{r}/timeline").raise_for_status()),
+        ]
+    cases += [
+        ("alert_events", lambda: queries.alert_events(store)),
+        ("evaluate_alerts (eager-ratio + regression rule)", lambda: alerts.evaluate_alerts(store)),
+        ("fleet_runs (every run, 30 days)", lambda: fleet.fleet_runs(store)),
+        ("GET /v1/fleet?model=qwen2.5-7b", lambda: client.get("/v1/fleet", params={"model": "qwen2.5-7b"})
+         .raise_for_status()),
+    ]
+    pages = [(f"page: {name}", fn) for name, fn in page_cases(store, recent, baseline)]
+    pages.append(("page: Fleet (/fleet, last 30 days)",
+                  lambda: _encode(list(fleet_page.page_data(store, period="30d").values())[:4])))
+    pages.append(("page: Fleet (/fleet, one model, 7 days)",
+                  lambda: _encode(list(fleet_page.page_data(store, model="qwen2.5-7b", period="7d").values())[:4])))
+    return cases, pages
+
+
+# -- main ------------------------------------------------------------------------------------
+
+def _fresh_database(admin_url: str) -> str:
+    import sqlalchemy as sa
+
+    base = sa.make_url(admin_url)
+    name = f"replayscope_fleet_{uuid.uuid4().hex[:8]}"
+    engine = sa.create_engine(base, isolation_level="AUTOCOMMIT", poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'CREATE DATABASE "{name}"')
+    engine.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
+def _drop_database(url: str) -> None:
+    import sqlalchemy as sa
+
+    target = sa.make_url(url)
+    engine = sa.create_engine(target.set(database="postgres"), isolation_level="AUTOCOMMIT",
+                              poolclass=sa.pool.NullPool)
+    with engine.connect() as conn:
+        conn.exec_driver_sql(f'DROP DATABASE IF EXISTS "{target.database}" WITH (FORCE)')
+    engine.dispose()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pg", default=os.environ.get("REPLAYSCOPE_TEST_PG_URL"),
+                        help="a PostgreSQL server URL whose user may create databases")
+    parser.add_argument("--db", help="reuse a fleet generated before (--keep printed its URL)")
+    parser.add_argument("--keep", action="store_true", help="keep the generated database")
+    parser.add_argument("--gpus", type=int, default=64)
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--run-hours", type=float, default=6.0)
+    parser.add_argument("--steps-per-s", type=float, default=20.0, help="average steps a second per GPU")
+    parser.add_argument("--graph-sample", type=int, default=32)
+    parser.add_argument("--raw-days", type=float, default=14.0, help="raw retention")
+    parser.add_argument("--raw-steps", type=int, default=50_000_000,
+                        help="at most this many raw step events (steps + count events) are kept")
+    parser.add_argument("--second-days", type=float, default=1.0, help="days of 1-second rollups generated")
+    parser.add_argument("--ingest-events", type=int, default=300_000)
+    parser.add_argument("--collectors", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--serve", nargs=2, metavar=("DB_URL", "PORT"), help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.serve:
+        serve(args.serve[0], int(args.serve[1]))
+        return 0
+    if not (args.pg or args.db):
+        parser.error("--pg URL (or $REPLAYSCOPE_TEST_PG_URL) or --db URL is required")
+
+    from app.server import create_server
+    from collector import alerts, queries
+    from collector.settings import Settings
+    from collector.store import Store
+
+    def log(message: str) -> None:
+        print(f"  [{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+    now = time.time()
+    fleet = Fleet(args.gpus, args.days, args.run_hours, args.steps_per_s, args.graph_sample, args.raw_days,
+                  args.second_days, args.raw_steps, now)
+    url = args.db or _fresh_database(args.pg)
+    store = None
+    try:
+        store = Store.open(url, upgrade=not args.db)
+        started = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+        print(f"replayscope fleet benchmark, {started}; {os.cpu_count()} cores, load average "
+              f"{os.getloadavg()[0]:.1f} at start")
+        if not args.db:
+            t0 = time.perf_counter()
+            generated = generate(store, fleet, log)
+            print(f"generated {generated['runs']:,} runs of {fleet.gpus} GPUs x {fleet.days} days in "
+                  f"{time.perf_counter() - t0:.0f} s: {generated['second_rows']:,} 1-second rollup rows "
+                  f"({fleet.second_days:g} days), {generated['raw_steps'] + generated['raw_counts']:,} raw step "
+                  f"events ({generated['raw_steps']:,} steps + {generated['raw_counts']:,} count events, last "
+                  f"{fleet.raw_window_days:.2f} days)")
+        sent, counts = fleet.raw_rows_per_gpu_s()
+        print(f"fleet model: {fleet.steps_per_s:g} steps/s per GPU ({fleet.steps_per_s * DAY / 1e6:.2f} M steps "
+              f"per GPU-day); 1 in {fleet.graph_sample} graph steps sent: {sent:.2f} step events + {counts:.2f} "
+              f"count events kept per GPU-second")
+
+        size = sizes(store)
+        gpu_days = fleet.gpus * fleet.days
+        print(f"\nstore size            total      per GPU-day")
+        print(f"kept for good      {size['kept'] / 2**30:7.2f} GiB   {size['kept'] / gpu_days / 2**10:8.1f} KiB "
+              f"(runs, whole-run and minute rollups, batch sizes, phases, captures; {gpu_days:,} GPU-days)")
+        raw_days = fleet.gpus * fleet.raw_window_days
+        print(f"raw step events    {size['raw'] / 2**30:7.2f} GiB   {size['raw'] / raw_days / 2**20:8.1f} MiB "
+              f"(while retained; {raw_days:,.0f} GPU-days held)")
+        sec_days = fleet.gpus * fleet.second_days
+        print(f"1-second rollups   {size['seconds'] / 2**30:7.2f} GiB   {size['seconds'] / sec_days / 2**20:8.1f} MiB "
+              f"(while retained; {sec_days:,.0f} GPU-days held)")
+        steady = (size["kept"] / gpu_days + size["raw"] / raw_days * 14 / 30 + size["seconds"] / sec_days * 7 / 30)
+        print(f"steady state, 30 days kept, raw 14 days, 1-second rollups 7 days: "
+              f"{steady / 2**20:.1f} MiB per GPU-day of history, {steady * gpu_days / 2**30:.1f} GiB for this fleet")
+
+        per_run = args.ingest_events // (2 * args.collectors)
+        batches = ingest_batches(2 * args.collectors, per_run, now)
+        n = sum(len(b) for run in batches.values() for b in run)
+        log("ingest: COPY baseline")
+        copy_s = copy_ingest(store, batches)
+        log(f"ingest: HTTP through {args.collectors} collectors")
+        http_s = http_ingest(url, batches, args.collectors)
+        print(f"\n{'ingest':<58}{'events':>10}{'seconds':>9}{'events/s':>11}")
+        print(f"{'PostgreSQL COPY into steps (one COPY + commit per 5000)':<58}{n:>10,}{copy_s:>9.2f}{n / copy_s:>11,.0f}")
+        print(f"{'HTTP POST through %d collectors (batches of 5000)' % args.collectors:<58}{n:>10,}{http_s:>9.2f}"
+              f"{n / http_s:>11,.0f}")
+        ratio = copy_s / http_s
+        print(f"HTTP / COPY = {ratio:.2f}x (target >= {INGEST_TARGET}x)")
+
+        create_server(store, Settings(run_services=False))
+        for rule in ({"name": "eager over 5 percent", "threshold": 0.05, "window_s": 300, "min_steps": 100},
+                     {"name": "slower than before", "kind": "regression", "threshold": 0.1, "window_s": DAY,
+                      "min_steps": 1000}):
+            if rule["name"] not in {r["name"] for r in queries.alert_rules(store)}:
+                alerts.create_rule(store, rule)
+        with store.read() as conn:
+            recent = conn.exec_driver_sql("SELECT run_id FROM runs WHERE status = 'finished' AND run_id LIKE 'fleet-%%' "
+                                          "ORDER BY started_at DESC LIMIT 1").scalar()
+            old = conn.exec_driver_sql("SELECT run_id FROM runs WHERE run_id LIKE 'fleet-%%' "
+                                       "ORDER BY started_at LIMIT 1").scalar()
+            raw_steps = conn.exec_driver_sql("SELECT count(*) FROM steps").scalar()
+        cases, pages = read_cases(store, recent, old, old)
+        print(f"\nreads with {raw_steps:,} raw steps retained; median (max) of {args.repeat}")
+        worst_query = worst_page = worst_fleet = 0.0
+        for name, fn in cases + pages:
+            median, peak = time_ms(fn, args.repeat)
+            print(f"{name:<58}{median:>9.1f} ms  ({peak:.1f})")
+            if name.startswith(("page: Fleet", "fleet", "GET /v1/fleet")):
+                worst_fleet = max(worst_fleet, median)
+            elif name.startswith("page:"):
+                worst_page = max(worst_page, median)
+            else:
+                worst_query = max(worst_query, median)
+        print(f"slowest query {worst_query:.1f} ms, slowest page {worst_page:.1f} ms (target {QUERY_TARGET_MS} ms); "
+              f"slowest fleet view {worst_fleet:.1f} ms (target {FLEET_TARGET_MS} ms)")
+        ok = (ratio >= INGEST_TARGET and worst_query <= QUERY_TARGET_MS and worst_page <= QUERY_TARGET_MS
+              and worst_fleet <= FLEET_TARGET_MS)
+        print(f"load average at the end {os.getloadavg()[0]:.1f}")
+        return 0 if ok else 1
+    finally:
+        if store is not None:
+            store.dispose()
+        if args.keep or args.db:
+            print(f"fleet kept at {url}")
+        else:
+            _drop_database(url)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
