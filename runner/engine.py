@@ -240,8 +240,9 @@ class DecodeEngine:
             return
         if self.device.type != "cuda":
             raise ReplayscopeError("--memory-cap-gib caps GPU memory: it needs a CUDA device")
-        total = torch.cuda.get_device_properties(self.device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), self.device)
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        total = torch.cuda.get_device_properties(index).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, cap * 2**30 / total), index)   # needs an index
 
     def _static_inputs(self, query_len: int) -> list[StaticInput]:
         return [StaticInput("tokens", (query_len,), torch.long),

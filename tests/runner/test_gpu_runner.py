@@ -255,4 +255,9 @@ def test_sampling_graph_steps_on_the_gpu_still_counts_every_step_with_its_gpu_ti
     assert sink.run["graph_sample"] == 8
     assert +modes == +stats.modes
     assert stats.modes["graph"] > 50 and sum(e["mode"] == "graph" for e in sent) <= stats.modes["graph"] // 8 + 4
-    assert all(e["duration_s"] > 0 for e in counted) and all(e["duration_s"] > 0 for e in sent)
+    # CUDA events time a sample of steps (runner/timing.py): timed steps and timed counts carry a
+    # positive GPU time, the others none, and both kinds reach the collector.
+    durations = [e["duration_s"] for e in counted + sent]
+    assert all(d is None or d > 0 for d in durations)
+    assert any(d is not None for d in (e["duration_s"] for e in counted))
+    assert any(d is not None for d in (e["duration_s"] for e in sent))

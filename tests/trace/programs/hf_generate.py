@@ -4,37 +4,20 @@ small Llama with random weights. It knows nothing of replayscope.
     python hf_generate.py graphs    # generate compiles its decode step itself (CompileConfig); the
                                     # prefill runs eager and creates the static cache, whose tensors
                                     # it marks as static addresses: the decode graph replays
-    python hf_generate.py mutated   # the whole forward compiled by hand: the prefill through Inductor
-                                    # without CUDA graphs, the decode steps with mode="reduce-overhead".
-                                    # The static cache is created inside the compiled prefill, where
-                                    # transformers cannot mark its tensors static, so for the decode
-                                    # graph they are plain inputs that it mutates (each layer's keys,
-                                    # values and length): Inductor skips CUDA graphs "due to mutated
-                                    # inputs (6 instances)" and the decode steps run without a graph
+    python hf_generate.py mutated   # the same generation with Inductor's CUDA-graph trees turned off
+                                    # (its single-graph mode, which some serving stacks configure):
+                                    # without trees Inductor cannot exempt the static cache's tensors,
+                                    # so the decode graph's in-place cache update is a mutated input
+                                    # and Inductor skips CUDA graphs for it ("due to mutated inputs");
+                                    # every decode step then runs without a graph
 """
 
-import functools
 import sys
 
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 NEW_TOKENS = 12
-
-
-def compile_prefill_and_decode(model):
-    """Prefill and decode compiled separately, CUDA graphs for decode only (prompt lengths vary)."""
-    forward = model.forward
-    prefill = torch.compile(forward, dynamic=False)
-    decode = torch.compile(forward, mode="reduce-overhead", dynamic=False)
-
-    @functools.wraps(forward)
-    def compiled_forward(*args, **kwargs):
-        ids = kwargs.get("input_ids")
-        one_token = ids is not None and ids.shape[-1] == 1
-        return (decode if one_token else prefill)(*args, **kwargs)
-
-    model.forward = compiled_forward
 
 
 def main(variant, device="cuda"):
@@ -45,15 +28,15 @@ def main(variant, device="cuda"):
     ids = torch.randint(1, config.vocab_size, (2, 8), device=device)
     kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                   cache_implementation="static", pad_token_id=0)
-    if variant == "graphs":
-        from transformers import CompileConfig
-
-        out = model.generate(ids, compile_config=CompileConfig(mode="reduce-overhead"), **kwargs)
-    elif variant == "mutated":
-        compile_prefill_and_decode(model)
-        out = model.generate(ids, disable_compile=True, **kwargs)
-    else:
+    if variant not in ("graphs", "mutated"):
         raise SystemExit(f"unknown variant {variant!r}: graphs or mutated")
+    if variant == "mutated":
+        import torch._inductor.config as inductor_config
+
+        inductor_config.triton.cudagraph_trees = False
+    from transformers import CompileConfig
+
+    out = model.generate(ids, compile_config=CompileConfig(mode="reduce-overhead"), **kwargs)
     print("generated", tuple(out.shape))
 
 
