@@ -98,23 +98,6 @@ def assert_decode_steps_ran_eager_for_mutated_inputs(recorded: list[dict], steps
     assert not [c for c in of(recorded, "capture") if c["variant"].startswith("inductor")]
 
 
-def test_when_inductor_skips_cudagraphs_in_transformers_generation_its_reason_is_recorded(tmp_path):
-    """The same generation with Inductor's CUDA-graph trees off: the static cache's in-place update
-    is a mutated input of the decode graph, Inductor skips CUDA graphs and says so only in a log
-    line; the trace shows it as a warning and as the reason of every decode step."""
-    events = tmp_path / "hf.jsonl"
-    result = trace(events, sys.executable, str(PROGRAMS / "hf_generate.py"), "mutated")
-    assert result.returncode == 0
-    run, recorded = read_run(events)
-    assert "transformers generate" in run["config"]["trace"]["recipes"]
-    steps = of(recorded, "step")
-    assert (steps[0]["stage"], steps[0]["mode"], steps[0]["reason"]) == ("prefill", "eager", "prefill")
-    decode = [s for s in steps if s["stage"] == "decode"]
-    assert len(decode) >= 8
-    assert_decode_steps_ran_eager_for_mutated_inputs(recorded, decode)
-    assert (recorded[-1]["kind"], recorded[-1]["status"]) == ("run_end", "finished")
-
-
 def test_when_inductor_skips_cudagraphs_for_a_plain_compiled_step_its_reason_is_recorded(tmp_path):
     """A hand-written decode step under reduce-overhead that updates its cache argument in place:
     Inductor's graph trees skip CUDA graphs ("mutated inputs (1 instances)")."""

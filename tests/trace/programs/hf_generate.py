@@ -4,12 +4,6 @@ small Llama with random weights. It knows nothing of replayscope.
     python hf_generate.py graphs    # generate compiles its decode step itself (CompileConfig); the
                                     # prefill runs eager and creates the static cache, whose tensors
                                     # it marks as static addresses: the decode graph replays
-    python hf_generate.py mutated   # the same generation with Inductor's CUDA-graph trees turned off
-                                    # (its single-graph mode, which some serving stacks configure):
-                                    # without trees Inductor cannot exempt the static cache's tensors,
-                                    # so the decode graph's in-place cache update is a mutated input
-                                    # and Inductor skips CUDA graphs for it ("due to mutated inputs");
-                                    # every decode step then runs without a graph
 """
 
 import sys
@@ -20,7 +14,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 NEW_TOKENS = 12
 
 
-def main(variant, device="cuda"):
+def main(variant="graphs", device="cuda"):
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=1024, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
@@ -28,12 +22,8 @@ def main(variant, device="cuda"):
     ids = torch.randint(1, config.vocab_size, (2, 8), device=device)
     kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                   cache_implementation="static", pad_token_id=0)
-    if variant not in ("graphs", "mutated"):
-        raise SystemExit(f"unknown variant {variant!r}: graphs or mutated")
-    if variant == "mutated":
-        import torch._inductor.config as inductor_config
-
-        inductor_config.triton.cudagraph_trees = False
+    if variant != "graphs":
+        raise SystemExit(f"unknown variant {variant!r}: graphs")
     from transformers import CompileConfig
 
     out = model.generate(ids, compile_config=CompileConfig(mode="reduce-overhead"), **kwargs)
