@@ -123,7 +123,7 @@ def add_parsers(sub) -> None:
 
 def _backend(args) -> str:
     if args.enforce_eager:
-        if args.backend not in (None, "disabled"):
+        if args.backend not in (None, "auto", "disabled"):      # auto leaves the choice to the flags
             raise ReplayscopeError(f"--enforce-eager runs without graphs; it contradicts --backend {args.backend}")
         return "disabled"
     return args.backend or "auto"

@@ -159,6 +159,13 @@ def test_the_engines_eager_flags_mean_backend_disabled(flag):
     assert config_of().backend == "auto"
 
 
+def test_enforce_eager_with_backend_auto_runs_eager(capsys, tmp_path):
+    events = tmp_path / "run.jsonl"
+    code, _, err = run_cli(capsys, "--enforce-eager", "--backend", "auto", "--preset", "tiny", "--steps", "10",
+                           "--events", str(events), "--quiet")
+    assert code == 0 and "backend disabled" in err
+
+
 def test_enforce_eager_with_a_graph_backend_is_refused(capsys):
     code, _, err = run_cli(capsys, "--enforce-eager", "--backend", "cuda", "--quiet")
     assert code == 2 and err.count("\n") == 1 and "--enforce-eager" in err and "--backend cuda" in err
