@@ -30,13 +30,12 @@ import json
 import math
 import os
 import random
-import socket
 import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
+from benchmarks import collectors as collector_processes
 from dataclasses import dataclass
 
 DAY = 86400
@@ -326,40 +325,6 @@ def sizes(store) -> dict[str, int]:
 
 # -- ingest ----------------------------------------------------------------------------------
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(db_url: str, port: int) -> None:
-    """One collector process: the API on uvicorn, with its background services."""
-    import uvicorn
-
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
-
-    store = Store.open(db_url)
-    app = create_api(store, Settings(db=db_url, max_body_bytes=64 * 1024 * 1024))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-def _wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("a collector process exited early")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.2)
-    raise RuntimeError("a collector did not start")
-
-
 def _post(conn, path: str, body: bytes) -> dict:
     conn.request("POST", path, body, {"Content-Type": "application/json"})
     response = conn.getresponse()
@@ -392,13 +357,9 @@ def ingest_batches(n_runs: int, per_run: int, now: float) -> dict[str, list[list
 def http_ingest(db_url: str, batches: dict[str, list[list[dict]]], collectors: int) -> float:
     """Seconds to POST every batch through ``collectors`` collector processes, one client
     per collector, each posting its runs' batches in turn (as runners spread over them)."""
-    ports = [_free_port() for _ in range(collectors)]
-    procs = [subprocess.Popen([sys.executable, "-m", "benchmarks.fleet_bench", "--serve", db_url, str(p)],
-                              cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-             for p in ports]
+    started = [collector_processes.start(db_url, services=True) for _ in range(collectors)]
+    ports, procs = [port for port, _ in started], [proc for _, proc in started]
     try:
-        for port, proc in zip(ports, procs):
-            _wait_ready(port, proc)
         runs = list(batches)
         for i, run_id in enumerate(runs):
             conn = http.client.HTTPConnection("127.0.0.1", ports[i % collectors])
@@ -434,10 +395,7 @@ def http_ingest(db_url: str, batches: dict[str, list[list[dict]]], collectors: i
             raise RuntimeError(f"accepted {sum(accepted)} of {expected} events")
         return elapsed
     finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            proc.wait(timeout=20)
+        collector_processes.stop(*procs)
 
 
 def _tsv(rows) -> bytes:
@@ -570,11 +528,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ingest-events", type=int, default=300_000)
     parser.add_argument("--collectors", type=int, default=3)
     parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--serve", nargs=2, metavar=("DB_URL", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve:
-        serve(args.serve[0], int(args.serve[1]))
-        return 0
     if not (args.pg or args.db):
         parser.error("--pg URL (or $REPLAYSCOPE_TEST_PG_URL) or --db URL is required")
 

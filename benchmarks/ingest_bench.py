@@ -16,16 +16,14 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import os
 import random
-import socket
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
+from benchmarks import collectors
 from runner.emitter import HTTP_BATCH_EVENTS
 
 TARGET_EVENTS_PER_S = 50_000
@@ -48,49 +46,12 @@ def make_events(n: int, seq0: int, t0: float, rng: random.Random) -> list[dict]:
     return events
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def serve(db_url: str, port: int) -> None:
-    """The collector process: the app on uvicorn, no background services."""
-    import uvicorn
-
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
-
-    store = Store.open(db_url, upgrade=True)
-    app = create_api(store, Settings(db=db_url, run_services=False, max_body_bytes=64 * 1024 * 1024))
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
-
-
-def _wait_ready(port: int, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("collector process exited early")
-        try:
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
-            conn.request("GET", "/healthz")
-            if conn.getresponse().status == 200:
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("collector did not start")
-
-
 def http_ingest(batches: list[list[dict]], clients: int) -> tuple[float, int]:
     """Seconds to POST every batch through a live collector, and the accepted count."""
     tmp = tempfile.mkdtemp(prefix="replayscope-bench-")
     db_url = f"sqlite:///{tmp}/http.db"
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "benchmarks.ingest_bench", "--serve", db_url, str(port)],
-                            cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    port, proc = collectors.start(db_url, migrate=True)      # no background services: ingest alone
     try:
-        _wait_ready(port, proc)
         run = {"run_id": "bench", "name": "bench", "source": "runner", "started_at": 1.7e9,
                "backend": "static", "model": "bench", "device": "cpu"}
         conn = http.client.HTTPConnection("127.0.0.1", port)
@@ -117,8 +78,7 @@ def http_ingest(batches: list[list[dict]], clients: int) -> tuple[float, int]:
             t.join()
         return time.perf_counter() - start, sum(accepted)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+        collectors.stop(proc)
 
 
 def raw_sqlite(batches: list[list[dict]]) -> float:
@@ -152,11 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batches", type=int, default=40)
     parser.add_argument("--batch-size", type=int, default=HTTP_BATCH_EVENTS)
     parser.add_argument("--clients", type=int, default=1)
-    parser.add_argument("--serve", nargs=2, metavar=("DB_URL", "PORT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.serve:
-        serve(args.serve[0], int(args.serve[1]))
-        return 0
     rng = random.Random(7)
     batches = [make_events(args.batch_size, k * args.batch_size, 1.7e9, rng) for k in range(args.batches)]
     n = args.batches * args.batch_size
