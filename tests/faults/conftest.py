@@ -111,7 +111,11 @@ def start_runner(collector_url: str, events: Path, *, steps: int, run_id: str, s
     if name is not None:
         command += ["--name", name]
     out = open(log, "ab") if log else subprocess.DEVNULL
-    return subprocess.Popen(command, cwd=REPO, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+    # One intra-op thread, as tests/e2e does: on a 2-core machine shared with other processes,
+    # torch's two OpenMP threads wait on each other at every op, and a 1500-step CPU run takes
+    # minutes instead of seconds (the runner at 100% CPU in libgomp, long past any wait).
+    return subprocess.Popen(command, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
 
 
 def stop_process(proc: subprocess.Popen) -> None:
