@@ -6,6 +6,7 @@ through it, so every feature works on a stock install (no extras) and on GPU hos
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.request
@@ -15,8 +16,8 @@ from typing import Any
 class HttpError(Exception):
     """The collector answered with an error status, or could not be reached.
 
-    ``status`` is the HTTP status, or None when the request never got an answer
-    (connection refused, timeout): only those, and 5xx, are worth retrying.
+    ``status`` is the HTTP status, or None when the request got no complete answer
+    (connection refused, timeout, an answer cut off): only those, and 5xx, are worth retrying.
     """
 
     def __init__(self, status: int | None, message: str, payload: Any = None):
@@ -74,6 +75,8 @@ def request_json(method: str, url: str, payload: Any = None, *, token: str | Non
     except (urllib.error.URLError, TimeoutError, ConnectionError, OSError) as error:
         reason = getattr(error, "reason", error)
         raise HttpError(None, f"cannot reach {url}: {reason}") from None
+    except http.client.HTTPException as error:    # e.g. the server died mid-answer (IncompleteRead)
+        raise HttpError(None, f"no complete answer from {url}: {error!r}") from None
     if not decode:
         return raw
     return json.loads(raw) if raw else None

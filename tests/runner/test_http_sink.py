@@ -35,13 +35,21 @@ def steps(seq0: int, n: int) -> list[dict]:
             for i in range(n)]
 
 
+DROP = "drop"   # the collector dies before answering: the connection closes, nothing is stored
+CUT = "cut"     # the collector dies mid-answer: the batch is stored, the answer stops after its headers
+
+
 class FakeCollector:
-    """The collector's two write routes, with a rule for which batches to refuse and how."""
+    """The collector's two write routes, with a rule for which batches to refuse and how
+    (a status and body, or DROP or CUT)."""
 
     def __init__(self, answer=None):
         self.answer = answer or (lambda events: (200, None))
         self.stored: dict[int, dict] = {}
+        self.arrivals: list[int] = []   # seqs in the order they were first stored
         self.posts = 0
+        self.post_times: list[float] = []   # runner.emitter's clock at each events post
+        self.clock = None
         self.port = free_port()
 
     @property
@@ -57,11 +65,24 @@ class FakeCollector:
                 if self.path == "/v1/runs":
                     return self._reply(201, {"run_id": body["run_id"], "created": True})
                 fake.posts += 1
-                status, detail = fake.answer(body["events"])
-                if status >= 300:
-                    return self._reply(status, detail)
+                if fake.clock is not None:
+                    fake.post_times.append(fake.clock.monotonic())
+                outcome = fake.answer(body["events"])
+                if outcome == DROP:
+                    return                      # HTTP/1.0: the connection closes with no answer
+                if outcome != CUT and outcome[0] >= 300:
+                    return self._reply(*outcome)
                 for event in body["events"]:
+                    if event["seq"] not in fake.stored:
+                        fake.arrivals.append(event["seq"])
                     fake.stored[event["seq"]] = event
+                if outcome == CUT:
+                    self.send_response(200)
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", "100")
+                    self.end_headers()
+                    self.wfile.write(b'{"acc')
+                    return
                 return self._reply(200, {"accepted": len(body["events"]), "duplicates": 0})
 
             def _reply(self, status, payload):
@@ -85,8 +106,8 @@ class FakeCollector:
 
 
 def sink_to(url: str, tmp_path: Path, **kwargs) -> HttpSink:
-    sink = HttpSink(url, spool_path=str(tmp_path / "spool.jsonl"), retries=1, backoff_s=0.01, timeout_s=5,
-                    **kwargs)
+    sink = HttpSink(url, **{"spool_path": str(tmp_path / "spool.jsonl"), "retries": 1, "backoff_s": 0.01,
+                            "timeout_s": 5, **kwargs})
     sink.open(run_record())
     return sink
 
@@ -170,6 +191,18 @@ def test_a_5xx_spools_the_batch_and_the_next_write_sends_it_first(tmp_path):
         sink.write(steps(200, 100))
         assert sink.spooled == 0 and not Path(sink.spool_path).exists()
     assert sorted(collector.stored) == list(range(300))
+
+
+def test_an_answer_cut_off_by_a_dying_collector_is_retried_not_lost(tmp_path):
+    """The collector is killed after it stored the batch and sent its answer's headers: the
+    sink sees an answer cut short, which is a failure to retry like no answer at all."""
+    answers = iter([CUT])
+
+    with FakeCollector(lambda events: next(answers, (200, None))) as collector:
+        sink = sink_to(collector.url, tmp_path, retries=2)
+        sink.write(steps(0, 10))
+    assert sorted(collector.stored) == list(range(10)) and collector.posts == 2
+    assert sink.spooled == 0 and sink.sent == 10
 
 
 def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_path):
