@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import os
 import signal
 import sys
 import threading
@@ -21,8 +20,9 @@ from typing import Any, Iterator, Protocol
 
 from runner import wire
 from runner.errors import ReplayscopeError
-from runner.events_file import EventsFileWriter, append_events, read_events_file, write_events_file
+from runner.events_file import EventsFileWriter
 from runner.http import HttpError, post_json
+from runner.spool import Spool
 
 
 class Sink(Protocol):
@@ -32,6 +32,7 @@ class Sink(Protocol):
 
 
 HTTP_BATCH_EVENTS = 5000   # events per POST: large batches amortise the request and transaction
+MAX_BACKOFF_S = 5.0        # the longest wait between two attempts while the collector does not answer
 
 
 def _warn(message: str) -> None:
@@ -65,9 +66,13 @@ class HttpSink:
     - A batch the collector refuses (4xx) is split until the offending event is isolated
       (the collector names it: ``index``); that event becomes such a warning, the rest is stored.
     - When the collector is down, answers 5xx or refuses the token, events go to the spool
-      (itself a JSON-lines events file, run record first) and are re-sent before new
-      events once it answers; at the end of the run the sink keeps trying for
-      ``drain_timeout_s`` before leaving them there for ``replayscope import events``.
+      (``runner.spool``: an events file) and are re-sent before newer events once it answers.
+      After a failed attempt the sink waits before the next one (``backoff_s``, doubling up
+      to ``MAX_BACKOFF_S``); meanwhile a write only appends to the spool, so an outage costs
+      the flush thread no retries and no re-reading of the spool.
+    - At the end of the run the sink keeps trying for ``drain_timeout_s`` (no request
+      outlives it) before leaving the undelivered events in the spool for ``replayscope
+      import events``, and says so on stderr.
     The collector ignores repeated ``seq`` numbers, so anything sent twice is stored once.
     """
 
@@ -84,7 +89,10 @@ class HttpSink:
         self.drain_timeout_s = drain_timeout_s
         self.run: dict[str, Any] | None = None
         self._run_posted = False
-        self._spooled = 0
+        self._spool: Spool | None = None
+        self._retry_at = 0.0       # monotonic time before which nothing is posted (the last attempt failed)
+        self._delay = backoff_s    # the wait after the next failed attempt
+        self._deadline: float | None = None   # while close() waits: no request or retry goes past it
         self._told_refused = False
         self._refusing = False     # the latest attempt was refused for its token, not unanswered
         self.sent = 0
@@ -95,54 +103,76 @@ class HttpSink:
         self.run = run
         if self.spool_path is None:
             self.spool_path = f"replayscope-spool-{run['run_id']}.jsonl"
-        if os.path.exists(self.spool_path):
-            os.remove(self.spool_path)  # a spool from an earlier run with this id is not ours
-        self._try_post_run()
+        self._spool = Spool(self.spool_path, run)
+        self._spool.clear()        # a spool from an earlier run with this id is not ours
+        self._attempted(self._try_post_run())
 
     def write(self, events: list[dict[str, Any]]) -> None:
         events = [self._checked(e) for e in events]
-        if self._spooled and not self._drain_spool():
-            self._spool(events)
+        if time.monotonic() < self._retry_at:
+            self._spool.append(events)          # backing off: the spool keeps them, in order
             return
-        if not self._run_posted and not self._try_post_run():
-            self._spool(events)
-            return
-        undelivered = self._send(events)
+        undelivered = events
+        if self._drain_spool() and (self._run_posted or self._try_post_run()):
+            undelivered = self._send(events)
         if undelivered:
-            self._spool(undelivered)
+            self._spool.append(undelivered)
+        self._attempted(not undelivered)
 
     def close(self) -> None:
         """Send what is spooled; while the collector does not answer, keep trying for
         ``drain_timeout_s`` (Ctrl-C or SIGTERM stops waiting), then say where the events are."""
-        if not self._spooled:
+        if not self.spooled:
             return
-        deadline = time.monotonic() + self.drain_timeout_s
-        delay = max(self.backoff_s, 0.05)
+        self._deadline = time.monotonic() + self.drain_timeout_s
         told = False
         try:
-            while not self._drain_spool():
-                if self._refusing or time.monotonic() + delay > deadline:
-                    break            # a refused token does not fix itself while we wait
-                if not told:
-                    _warn(f"collector unreachable: {self._spooled} events not yet sent; retrying for up to "
-                          f"{self.drain_timeout_s:.0f}s (Ctrl-C leaves them in {self.spool_path})")
-                    told = True
-                time.sleep(delay)
-                delay = min(delay * 2, 5.0)
+            while not self._refusing:           # a refused token does not fix itself while we wait
+                wait = max(0.0, self._retry_at - time.monotonic())
+                if time.monotonic() + wait >= self._deadline:
+                    break
+                if wait:
+                    if not told:
+                        _warn(f"collector unreachable: {self._spool.count} events not yet sent; retrying for up "
+                              f"to {self.drain_timeout_s:.0f}s (Ctrl-C leaves them in {self.spool_path})")
+                        told = True
+                    time.sleep(wait)
+                delivered = self._drain_spool()
+                self._attempted(delivered)
+                if delivered:
+                    break
         except KeyboardInterrupt:
             pass
-        if self._spooled and self._refusing:
-            _warn(f"the collector refused the token: {self._spooled} events kept in {self.spool_path}; re-send "
+        finally:
+            self._deadline = None
+        if not self._spool.count:
+            return
+        self._spool.compact()
+        if self._refusing:
+            _warn(f"the collector refused the token: {self._spool.count} events kept in {self.spool_path}; re-send "
                   f"them with `replayscope import events {self.spool_path} --collector {self.base} --token TOKEN`")
-        elif self._spooled:
-            _warn(f"collector unreachable: {self._spooled} events kept in {self.spool_path}; "
+        else:
+            _warn(f"collector unreachable: {self._spool.count} events kept in {self.spool_path}; "
                   f"re-send them with `replayscope import events {self.spool_path}`")
 
     @property
     def spooled(self) -> int:
-        return self._spooled
+        return self._spool.count if self._spool is not None else 0
 
     # -- inside -------------------------------------------------------------
+    def _attempted(self, delivered: bool) -> None:
+        """After an attempt: back to posting at once, or wait longer before the next one."""
+        if delivered:
+            self._retry_at, self._delay = 0.0, self.backoff_s
+        else:
+            self._retry_at = time.monotonic() + self._delay
+            self._delay = min(self._delay * 2, MAX_BACKOFF_S)
+
+    def _timeout(self) -> float:
+        if self._deadline is None:
+            return self.timeout_s
+        return max(0.05, min(self.timeout_s, self._deadline - time.monotonic()))
+
     def _checked(self, event: dict[str, Any]) -> dict[str, Any]:
         """The event, or the warning that stands for it when the wire contract refuses it."""
         try:
@@ -171,13 +201,15 @@ class HttpSink:
             except HttpError as error:
                 if not error.retryable:
                     raise
-                if attempt + 1 < self.retries:
-                    time.sleep(delay)
-                    delay *= 2
+                if attempt + 1 == self.retries or (
+                        self._deadline is not None and time.monotonic() + delay >= self._deadline):
+                    break
+                time.sleep(delay)
+                delay *= 2
         return False
 
     def _post_run_once(self) -> None:
-        post_json(f"{self.base}/v1/runs", self.run, token=self.token, timeout=self.timeout_s)
+        post_json(f"{self.base}/v1/runs", self.run, token=self.token, timeout=self._timeout())
 
     def _try_post_run(self) -> bool:
         try:
@@ -196,7 +228,7 @@ class HttpSink:
 
     def _post_events_once(self, chunk: list[dict[str, Any]]) -> None:
         url = f"{self.base}/v1/runs/{self.run['run_id']}/events"
-        post_json(url, {"events": chunk}, token=self.token, timeout=self.timeout_s)
+        post_json(url, {"events": chunk}, token=self.token, timeout=self._timeout())
 
     def _send(self, events: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Post ``events`` in batches; returns what could not be delivered yet (to spool)."""
@@ -252,23 +284,24 @@ class HttpSink:
             return []
         return [[self._warning_for(bad, error.detail, "the collector")]]
 
-    def _spool(self, events: list[dict[str, Any]]) -> None:
-        append_events(self.spool_path, self.run, events)
-        self._spooled += len(events)
-
     def _drain_spool(self) -> bool:
-        """Re-send the spool; True when it is empty afterwards."""
+        """Send the spool, oldest first, a batch at a time; True once it is empty."""
+        if not self.spooled:
+            return True
         if not self._run_posted and not self._try_post_run():
             return False
-        events = read_events_file(self.spool_path, validate=False).events
-        undelivered = self._send(events)
-        if undelivered:
-            # Keep what is left, run record first, for the next attempt.
-            write_events_file(self.spool_path, self.run, undelivered)
-            self._spooled = len(undelivered)
-            return False
-        os.remove(self.spool_path)
-        self._spooled = 0
+        while self._spool.count:
+            batch = self._spool.front(self.batch_size)
+            if not batch:
+                _warn(f"{self._spool.count} spooled events are no longer in {self.spool_path} (removed?)")
+                self._spool.clear()
+                break
+            undelivered = self._post_batch(batch)
+            if undelivered:
+                if undelivered != batch:                 # partly delivered: keep only the rest
+                    self._spool.replace_front(undelivered)
+                return False
+            self._spool.delivered(len(batch))
         return True
 
 

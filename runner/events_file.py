@@ -59,6 +59,28 @@ def append_events(path: str | os.PathLike, run: dict[str, Any], events: Iterable
         handle.write((run_line(run) if new else "") + event_lines(events))
 
 
+def read_events_from(path: str | os.PathLike, offset: int = 0, limit: int | None = None) -> tuple[list[dict[str, Any]], int]:
+    """Up to ``limit`` events of ``path`` from byte ``offset`` (0: the first event, after the
+    run record), not checked, and the offset just past them: how the HTTP sink's spool is
+    sent from its front without reading it whole. A last line without its newline (still
+    being written, or cut off) is left for later."""
+    events: list[dict[str, Any]] = []
+    with open(path, "rb") as handle:
+        if offset:
+            handle.seek(offset)
+        else:
+            handle.readline()                       # the run record
+        end = handle.tell()
+        while limit is None or len(events) < limit:
+            line = handle.readline()
+            if not line.endswith(b"\n"):
+                break
+            end += len(line)
+            if line.strip():
+                events.append(json.loads(line))
+    return events, end
+
+
 class EventsFile(NamedTuple):
     run: dict[str, Any]              # the run record, without "kind"
     events: list[dict[str, Any]]

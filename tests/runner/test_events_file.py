@@ -7,7 +7,8 @@ import json
 import pytest
 
 from runner.errors import ReplayscopeError
-from runner.events_file import EventsFileWriter, append_events, read_events_file, write_events_file
+from runner.events_file import (EventsFileWriter, append_events, read_events_file, read_events_from,
+                                write_events_file)
 
 RUN = {"run_id": "ev-1", "name": "events", "source": "runner", "started_at": 1.0, "backend": "static",
        "model": "tiny", "device": "cpu", "config": {}}
@@ -38,6 +39,18 @@ def test_appending_to_a_new_file_puts_the_run_record_first_once(tmp_path):
     assert [json.loads(line).get("kind") for line in path.read_text().splitlines()] == ["run", "step", "step"]
     write_events_file(path, RUN, [step(1)])                 # what is left after a partial re-send
     assert read_events_file(path).events == [step(1)]
+
+
+def test_events_are_read_from_an_offset_a_batch_at_a_time(tmp_path):
+    path = tmp_path / "spool.jsonl"
+    append_events(path, RUN, [step(0), step(1), step(2)])
+    first, offset = read_events_from(path, 0, limit=2)
+    assert first == [step(0), step(1)]
+    with open(path, "a") as handle:
+        handle.write(json.dumps(step(3)) + "\n" + json.dumps(step(4))[:20])   # the last line is still being written
+    rest, end = read_events_from(path, offset)
+    assert rest == [step(2), step(3)]
+    assert read_events_from(path, end) == ([], end)
 
 
 def test_a_last_line_cut_off_mid_write_is_skipped_with_a_warning(tmp_path):

@@ -112,6 +112,42 @@ def sink_to(url: str, tmp_path: Path, **kwargs) -> HttpSink:
     return sink
 
 
+class FakeTime:
+    """runner.emitter's ``time``: its monotonic clock moves only when the sink sleeps or the
+    test advances it, so waiting and backoff are checked without waiting."""
+
+    def __init__(self):
+        self.now = 1000.0
+        self.slept = 0.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+        self.slept += seconds
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+    @staticmethod
+    def time() -> float:
+        return time.time()
+
+
+@pytest.fixture
+def fake_time(monkeypatch) -> FakeTime:
+    import runner.emitter
+
+    clock = FakeTime()
+    monkeypatch.setattr(runner.emitter, "time", clock)
+    return clock
+
+
+def spool_lines(sink: HttpSink) -> list[dict]:
+    return [json.loads(line) for line in Path(sink.spool_path).read_text().splitlines()]
+
+
 def test_an_event_the_wire_contract_refuses_becomes_a_warning_and_the_rest_is_stored(tmp_path, capsys):
     with FakeCollector() as collector:
         sink = sink_to(collector.url, tmp_path)
@@ -173,7 +209,7 @@ def test_a_refusal_without_an_index_is_narrowed_down_by_halves(tmp_path):
     assert collector.posts <= 2 * 7 + 2, "a binary search, not one post per event"
 
 
-def test_a_5xx_spools_the_batch_and_the_next_write_sends_it_first(tmp_path):
+def test_a_5xx_spools_the_batch_and_the_next_attempt_sends_it_first(tmp_path, fake_time):
     failures = {"left": 2}
 
     def flaky(events):
@@ -186,11 +222,13 @@ def test_a_5xx_spools_the_batch_and_the_next_write_sends_it_first(tmp_path):
         sink = sink_to(collector.url, tmp_path)
         sink.write(steps(0, 100))
         assert sink.spooled == 100 and collector.stored == {}
+        fake_time.advance(60)
         sink.write(steps(100, 100))           # the drain fails once more: still spooled, in order
         assert sink.spooled == 200
+        fake_time.advance(60)
         sink.write(steps(200, 100))
         assert sink.spooled == 0 and not Path(sink.spool_path).exists()
-    assert sorted(collector.stored) == list(range(300))
+    assert collector.arrivals == list(range(300))
 
 
 def test_an_answer_cut_off_by_a_dying_collector_is_retried_not_lost(tmp_path):
@@ -203,6 +241,118 @@ def test_an_answer_cut_off_by_a_dying_collector_is_retried_not_lost(tmp_path):
         sink.write(steps(0, 10))
     assert sorted(collector.stored) == list(range(10)) and collector.posts == 2
     assert sink.spooled == 0 and sink.sent == 10
+
+
+def test_while_the_collector_is_down_writes_go_to_the_spool_until_the_backoff_has_passed(tmp_path, fake_time):
+    """A collector that died does not make every flush re-read the spool and retry: after
+    one failed attempt, writes only append to the spool until the backoff is over."""
+    down = {"now": True}
+
+    with FakeCollector(lambda events: DROP if down["now"] else (200, None)) as collector:
+        collector.clock = fake_time
+        sink = sink_to(collector.url, tmp_path, backoff_s=1.0)
+        for i in range(50):                          # 50 flushes within one backoff
+            sink.write(steps(10 * i, 10))
+        assert collector.posts == 1 and fake_time.slept == 0
+        assert sink.spooled == 500 and [e["seq"] for e in spool_lines(sink)[1:]] == list(range(500))
+        down["now"] = False
+        fake_time.advance(1.0)
+        sink.write(steps(500, 10))
+    assert collector.arrivals == list(range(510)) and collector.posts == 3     # the spool, then the new batch
+    assert sink.spooled == 0 and not Path(sink.spool_path).exists()
+
+
+def test_the_backoff_while_the_collector_stays_down_doubles_up_to_five_seconds(tmp_path, fake_time):
+    with FakeCollector(lambda events: DROP) as collector:
+        collector.clock = fake_time
+        sink = sink_to(collector.url, tmp_path, backoff_s=1.0)
+        start = fake_time.now
+        for i in range(60):                          # a flush every half second for 30 s
+            sink.write(steps(10 * i, 10))
+            fake_time.advance(0.5)
+    gaps = [b - a for a, b in zip(collector.post_times, collector.post_times[1:])]
+    assert collector.post_times[0] == start
+    assert gaps == [1.0, 2.0, 4.0, 5.0, 5.0, 5.0, 5.0]
+    assert sink.spooled == 600
+
+
+def test_a_collector_back_mid_run_gets_every_event_once_in_order_with_run_end_last(tmp_path, fake_time):
+    """Down, up for one post, down again (killed mid-ingest), then up for good while the run
+    goes on: the spool is sent before newer events, nothing is missing, the spool is gone."""
+    script = iter([DROP, (200, None), DROP] + [DROP] * 3)
+
+    with FakeCollector(lambda events: next(script, (200, None))) as collector:
+        sink = sink_to(collector.url, tmp_path, batch_size=25, backoff_s=0.5)
+        for i in range(40):
+            sink.write(steps(10 * i, 10))
+            fake_time.advance(0.5)
+        end = {"seq": 400, "ts": T0 + 5, "kind": "run_end", "status": "finished"}
+        sink.write([end])
+        sink.close()
+    assert collector.arrivals == list(range(401)) and collector.stored[400]["kind"] == "run_end"
+    assert sink.spooled == 0 and not Path(sink.spool_path).exists()
+
+
+def test_a_spool_batch_cut_short_by_a_second_outage_keeps_only_what_was_not_stored(tmp_path, fake_time):
+    """Back from an outage, the collector refuses event 5 of the spool and dies again while
+    the warning standing for it is posted: the spool keeps that warning and events 6-19 (not
+    0-4, not the refused step), and the warning is made once."""
+    script = iter([DROP, (400, {"detail": "refused", "index": 5}), (200, None), DROP])
+
+    with FakeCollector(lambda events: next(script, (200, None))) as collector:
+        sink = sink_to(collector.url, tmp_path, batch_size=20, backoff_s=1.0)
+        sink.write(steps(0, 20))
+        fake_time.advance(1.0)
+        sink.write(steps(20, 5))
+        assert sorted(collector.stored) == [0, 1, 2, 3, 4]
+        kept = spool_lines(sink)[1:]
+        assert [(e["seq"], e["kind"]) for e in kept[:2]] == [(5, "warning"), (6, "step")]
+        assert [e["seq"] for e in kept] == list(range(5, 25)) and sink.spooled == 20
+        fake_time.advance(2.0)
+        sink.write(steps(25, 5))
+    assert collector.arrivals == list(range(30)) and collector.stored[5]["kind"] == "warning"
+    assert sink.rejected == 1 and not Path(sink.spool_path).exists()
+
+
+def test_close_gives_up_after_drain_timeout_and_keeps_exactly_what_was_not_sent(tmp_path, fake_time, capsys):
+    """The collector takes the first batch of the spool and dies for good: the runner still
+    ends, after drain_timeout_s, and the spool holds the events it did not send."""
+    script = iter([DROP, (200, None)])
+
+    with FakeCollector(lambda events: next(script, DROP)) as collector:
+        sink = sink_to(collector.url, tmp_path, batch_size=10, backoff_s=1.0, drain_timeout_s=30)
+        sink.write(steps(0, 30))
+        fake_time.advance(1.0)
+        started = fake_time.now
+        sink.close()
+    assert sorted(collector.stored) == list(range(10))
+    assert fake_time.now - started <= 30
+    assert [e["seq"] for e in spool_lines(sink)[1:]] == list(range(10, 30))
+    assert spool_lines(sink)[0]["kind"] == "run"
+    err = capsys.readouterr().err
+    assert "20 events kept in" in err and "replayscope import events" in err
+
+
+def test_close_is_bounded_even_when_the_collector_accepts_but_never_answers(tmp_path):
+    """A hung collector (accepting connections, never answering) does not hold the runner
+    past drain_timeout_s for another retries x timeout_s."""
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)                     # the kernel accepts; nobody ever answers
+    try:
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        sink = sink_to(url, tmp_path, retries=3, timeout_s=0.2, drain_timeout_s=1.0)
+        sink.write(steps(0, 5))
+        sink.timeout_s = 30.0           # from now on only the drain timeout can end close()
+        started = time.monotonic()
+        sink.close()
+        elapsed = time.monotonic() - started
+    finally:
+        hung.close()
+    assert elapsed < 10, f"close() took {elapsed:.1f}s with drain_timeout_s=1"
+    assert sink.spooled == 5
 
 
 def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_path):
