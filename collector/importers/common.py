@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from collector.importers.lines import LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
+from collector.importers.lines import RANK_AXES, LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
 
@@ -91,7 +91,7 @@ def rank_order(rank: RankKey | None) -> tuple:
     parts = dict(rank)
     if "pid" in parts:
         return (10**9, parts["pid"])
-    return tuple(parts.get(k, 0) for k in ("DP", "PP", "TP", "EP", "CP", "rank"))
+    return tuple(parts.get(k, 0) for k in (*RANK_AXES, "rank"))
 
 
 # -- facts -------------------------------------------------------------------------------
@@ -567,6 +567,13 @@ def looks_binary(data: bytes) -> bool:
     return controls > len(head) * 0.05
 
 
+def stamp_warning(reader: LineReader, year: YearGuess) -> str:
+    """Where the year (or the day) of stamps that do not print it came from."""
+    if reader.saw_dateless and not reader.saw_yearless:
+        return f"the log's stamps print only a clock: the first day is taken from {year.evidence}"
+    return f"the log's stamps print no year: {year.year} is inferred from {year.evidence}"
+
+
 def run_id_for(source: str, digest: str, index: int) -> str:
     """Stable across re-imports of the same bytes: the content hash and the run's index."""
     return f"{source}-{digest[:20]}-{index}"
@@ -656,7 +663,7 @@ def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: st
         out = [imported(run, f"{base} run {i + 1}", base) for i, run in enumerate(runs)]
         for run, builder in zip(out, runs):
             if builder.yearless:
-                run.warnings.append(f"vLLM stamps print no year: {year.year} is inferred from {year.evidence}")
+                run.warnings.append(stamp_warning(parser.reader, year))
     except Exception as error:  # never let a log's content crash the command
         return ImportResult(engine.source, path, [], [f"the importer failed on this log "
                                                       f"({type(error).__name__}: {error}); nothing imported"])
