@@ -445,6 +445,9 @@ class Engine:
     source: str                                     # vllm-log | sglang-log
     classify: Callable[[LogLine], list[Fact]]
     new_run: Callable[..., RunBuilder]
+    # Fact kinds that state the server's configuration (printed between one startup banner
+    # and the next, e.g. vLLM's API server and its engine core): not progress of a run.
+    setup: frozenset[str] = frozenset()
 
 
 class LogParser:
@@ -514,7 +517,7 @@ class LogParser:
             self.pending_lines = []
         if fact.kind == BANNER and not run.progress:
             run.saw_start = True
-        elif fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
+        elif fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY) and fact.kind not in self.engine.setup:
             run.progress = True
         if fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
             run.started = True
