@@ -536,6 +536,25 @@ class LogParser:
         """Runs with an engine fact in them (not only a stray traceback)."""
         return [r for r in self.runs if r.started]
 
+    # -- resuming (follow) ---------------------------------------------------------------
+    def resumable(self) -> dict[str, Any]:
+        """What a later parser needs to go on where this one stops: the line reader (its
+        year, last stamp and rank), the open run with all it has seen, the lines waiting
+        for a run. Finished runs are not part of it."""
+        current = self.current if self.current is not None and not self.current.closed else None
+        return {"reader": self.reader, "current": current, "pending_lines": self.pending_lines,
+                "lineno": self.lineno}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Go on from ``resumable()`` of an earlier parser of the same log."""
+        self.reader = state["reader"]
+        self.year = self.reader.year
+        self.current = state["current"]
+        self.runs = [self.current] if self.current is not None else []
+        self.pending_lines = list(state["pending_lines"])
+        self.lineno = int(state["lineno"])
+        self.continued = False
+
 
 # -- whole files -------------------------------------------------------------------------
 
