@@ -588,7 +588,8 @@ class SglangRun(RunBuilder):
                     section.error = section.error or self.error_text(self.headline_failure())
                     self._emit_captures(section, failing_rank=section.rank_label)
                 else:
-                    self.warnings.append(f"the capture of {section.label} was still running where the log ends")
+                    where = f" on {section.rank_label}" if section.rank_label else ""
+                    self.warnings.append(f"the capture of {section.label}{where} was still running where the log ends")
                     self._emit_captures(section)
         self._release_startup()
         if self.steps_without_flag:
