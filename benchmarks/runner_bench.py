@@ -7,11 +7,12 @@ instrumented step (``GraphRunner.step`` with an emitter: input checks, dispatch,
 into the static buffers, replay, timing, the step event) against a bare loop that copies
 the same inputs into the same static buffers (views made once) and calls ``replay()``.
 
-Two figures per step, from the same iterations: the step time, host-timed with a device
-synchronise after the step (median), and the host time of the call alone (perf_counter
-around the call, the synchronise outside it; median). The host time *added* per step is
-the instrumented call's minus the bare loop's. The runner times 1 step in ``time_every``
-(default 8) per (stage, mode, batch size) with CUDA events, so the median is an untimed
+The two loops alternate call by call (``benchmarks.pairing``), and each call gives two
+figures: the step time, host-timed with a device synchronise after the step, and the host
+time of the call alone (perf_counter around the call, the synchronise outside it). The
+overhead ratio is the median of the per-pair ratios of step times, the host time *added*
+the median of the per-pair differences. Next to it, the pipelined ratio: many steps back
+to back and one synchronise, as in serving. The runner times 1 step in ``time_every`` (default 8) per (stage, mode, batch size) with CUDA events, so the median is an untimed
 step's cost; next to it, the median with every step timed (``time_every=1``, the same
 steps: what a timed step adds) and the two averaged over a sampling cycle (what the runner
 adds per step on average).
@@ -31,6 +32,7 @@ import time
 
 import torch
 
+from benchmarks.pairing import paired, pipelined_ms, timed_once
 from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
@@ -153,13 +155,9 @@ def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
     torch.cuda.synchronize()
     step_ms, host_us = [], []
     for _ in range(iters):
-        started = time.perf_counter()
-        fn()
-        launched = time.perf_counter()
-        torch.cuda.synchronize()
-        ended = time.perf_counter()
-        step_ms.append((ended - started) * 1e3)
-        host_us.append((launched - started) * 1e6)
+        ms, us = timed_once(fn)
+        step_ms.append(ms)
+        host_us.append(us)
     return step_ms, host_us
 
 
@@ -196,25 +194,20 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> tup
             def instrumented():
                 runner.step(inputs)
 
-            bare_ms, inst_ms, bare_us, inst_us, all_timed_us = [], [], [], [], []
-            for _ in range(5):                       # interleave to share any drift
-                ms, us = timed(bare, iters // 5)
-                bare_ms += ms
-                bare_us += us
-                ms, us = timed(instrumented, iters // 5)
-                inst_ms += ms
-                inst_us += us
-                clock.every = 1                      # the same steps, each one timed with CUDA events
-                all_timed_us += timed(instrumented, iters // 10)[1]
-                clock.every = sampled
+            sampled_steps = paired(bare, instrumented, iters)
+            clock.every = 1                          # the same steps, each one timed with CUDA events
+            every_step = paired(bare, instrumented, iters // 2)
+            clock.every = sampled
+            bare_pipelined = pipelined_ms(bare, iters)
+            pipelined_ratio = pipelined_ms(instrumented, iters) / bare_pipelined
             eager_ms, _ = timed(lambda: step(**inputs), max(iters // 4, 10))
-            graph, instr = statistics.median(bare_ms), statistics.median(inst_ms)
             rows.append({"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_ms),
-                         "graph_ms": graph, "instrumented_ms": instr, "overhead_ratio": instr / graph,
-                         "bare_host_us": statistics.median(bare_us),
-                         "instrumented_host_us": statistics.median(inst_us),
-                         "added_host_us": statistics.median(inst_us) - statistics.median(bare_us),
-                         "added_host_all_timed_us": statistics.median(all_timed_us) - statistics.median(bare_us),
+                         "graph_ms": sampled_steps["baseline_ms"], "instrumented_ms": sampled_steps["candidate_ms"],
+                         "overhead_ratio": sampled_steps["ratio"], "pipelined_ratio": pipelined_ratio,
+                         "bare_host_us": sampled_steps["baseline_host_us"],
+                         "instrumented_host_us": sampled_steps["candidate_host_us"],
+                         "added_host_us": sampled_steps["added_host_us"],
+                         "added_host_all_timed_us": every_step["added_host_us"],
                          "capture_s": report.seconds[bs]})
             row = rows[-1]                           # over a sampling cycle: every - 1 untimed steps, one timed
             row["added_host_cycle_us"] = ((sampled - 1) * row["added_host_us"] + row["added_host_all_timed_us"]) / sampled
@@ -262,13 +255,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{result['device']}, torch {torch.__version__}, bf16, KV cache {options.seq_len} positions; "
               f"ms per step: median, host-timed with a synchronise after the step; host us: the call alone; "
               f"steps timed with CUDA events: 1 in {timing['every']} per (stage, mode, batch size)")
-        print("added us: median over the steps; timed: median with every step timed; per step: averaged over "
-              "a sampling cycle")
-        print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} "
+        print(f"instr/bare: median of per-pair ratios, each step synchronised; pipelined: one synchronise per "
+              f"{options.iters} steps; added us: median of per-pair differences; timed: the same with every "
+              f"step timed; per step: averaged over a sampling cycle")
+        print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'pipelined':>9} "
               f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'timed':>7} {'per step':>8} {'capture s':>9}")
         for r in result["rows"]:
             print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
-                  f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.3f} "
+                  f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.4f} {r['pipelined_ratio']:9.4f} "
                   f"{r['bare_host_us']:9.1f} {r['instrumented_host_us']:10.1f} {r['added_host_us']:8.1f} "
                   f"{r['added_host_all_timed_us']:7.1f} {r['added_host_cycle_us']:8.1f} {r['capture_s']:9.3f}")
         worst = max(result["rows"], key=lambda r: r["overhead_ratio"])

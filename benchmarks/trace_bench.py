@@ -9,11 +9,12 @@ Every figure is against the same program untraced, measured in the same process:
   1 step in 8 per batch size by default, and every step), on any machine (with a stand-in
   graph object on CPU);
 - with CUDA: a decode step of the runner's model presets (copy the batch into static buffers,
-  replay the graph captured for its size) traced against untraced. Two ways: the median step
-  time host-timed with a synchronise after each step (every host microsecond shows), and the
-  mean step time over a run of steps with one synchronise at the end (as a serving loop runs).
-  The synchronised figure is also taken with every traced step timed. The hooks are put on
-  and taken off between rounds, so both sides share any drift.
+  replay the graph captured for its size) traced against untraced. Two ways: step times
+  host-timed with a synchronise after each step (every host microsecond shows), traced and
+  untraced alternating call by call, the hooks put on before each traced call and taken off
+  after it (``benchmarks.pairing``: medians of the per-pair ratios); and the mean step time
+  over a run of steps with one synchronise at the end (as a serving loop runs). The
+  synchronised figure is also taken with every traced step timed.
   Target: the traced step within 1 % of the untraced one.
 """
 
@@ -21,12 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 import types
 
 import torch
 
+from benchmarks.pairing import paired, pipelined_ms
 from runner.trace.hooks import Patches, install_cuda_graph_hooks
 from runner.trace.recipes import step_wrapper, tensor_batch
 from runner.trace.settings import TraceSettings
@@ -112,25 +113,6 @@ def host_costs(calls: int = 200_000) -> dict[str, float]:
     return result
 
 
-def synced_ms(fn, iters: int) -> list[float]:
-    times = []
-    for _ in range(iters):
-        started = time.perf_counter()
-        fn()
-        torch.cuda.synchronize()
-        times.append((time.perf_counter() - started) * 1e3)
-    return times
-
-
-def mean_ms(fn, iters: int) -> float:
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - started) / iters * 1e3
-
-
 def capture_sizes(model, static: dict[str, torch.Tensor], sizes: list[int]):
     """One graph per size, largest first, one pool (the way the engines capture)."""
     pool = torch.cuda.graph_pool_handle()
@@ -150,7 +132,7 @@ def capture_sizes(model, static: dict[str, torch.Tensor], sizes: list[int]):
     return graphs, outputs
 
 
-def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int, rounds: int = 5) -> list[dict]:
+def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> list[dict]:
     from runner.model import ModelArgs, Transformer
 
     args = ModelArgs.from_preset(preset)
@@ -185,27 +167,27 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int, rounds
             inputs = {"tokens": torch.randint(1, args.vocab_size, (bs, 1), device="cuda"),
                       "positions": torch.randint(0, seq_len - 1, (bs, 1), device="cuda"),
                       "slots": torch.randperm(max_bs, device="cuda")[:bs]}
-            plain, traced, traced_all_timed = [], [], []
-            plain_mean, traced_mean = [], []
-            for _ in range(rounds):
-                plain += synced_ms(lambda: step(**inputs), iters // rounds)
-                plain_mean.append(mean_ms(lambda: step(**inputs), iters))
-                install_cuda_graph_hooks(tracer, torch.cuda.graphs, patches)
-                traced += synced_ms(lambda: traced_step(**inputs), iters // rounds)
-                traced_mean.append(mean_ms(lambda: traced_step(**inputs), iters))
-                patches.remove()
-                install_cuda_graph_hooks(all_timed, torch.cuda.graphs, patches)
-                traced_all_timed += synced_ms(lambda: all_timed_step(**inputs), iters // rounds)
-                patches.remove()
-            row = {"preset": preset, "bs": bs, "untraced_ms": statistics.median(plain),
-                   "traced_ms": statistics.median(traced),
-                   "traced_all_timed_ms": statistics.median(traced_all_timed),
-                   "untraced_mean_ms": statistics.median(plain_mean),
-                   "traced_mean_ms": statistics.median(traced_mean)}
-            row["ratio_synced"] = row["traced_ms"] / row["untraced_ms"]
-            row["ratio_synced_all_timed"] = row["traced_all_timed_ms"] / row["untraced_ms"]
-            row["ratio_mean"] = row["traced_mean_ms"] / row["untraced_mean_ms"]
-            rows.append(row)
+            def untraced():
+                step(**inputs)
+
+            def hooked(on):
+                def install():
+                    install_cuda_graph_hooks(on, torch.cuda.graphs, patches)
+                    return patches.remove
+                return install
+
+            sampled = paired(untraced, lambda: traced_step(**inputs), iters, around_candidate=hooked(tracer))
+            every = paired(untraced, lambda: all_timed_step(**inputs), iters // 2, around_candidate=hooked(all_timed))
+            untraced_mean = pipelined_ms(untraced, iters)
+            undo = hooked(tracer)()
+            traced_mean = pipelined_ms(lambda: traced_step(**inputs), iters)
+            undo()
+            rows.append({"preset": preset, "bs": bs, "untraced_ms": sampled["baseline_ms"],
+                         "traced_ms": sampled["candidate_ms"], "ratio_synced": sampled["ratio"],
+                         "added_host_us": sampled["added_host_us"],
+                         "traced_all_timed_ms": every["candidate_ms"], "ratio_synced_all_timed": every["ratio"],
+                         "untraced_mean_ms": untraced_mean, "traced_mean_ms": traced_mean,
+                         "ratio_mean": traced_mean / untraced_mean})
     for t in (tracer, all_timed):
         t.close()
         assert t.modes["graph"] == t.steps, t.modes          # every traced step replayed its graph

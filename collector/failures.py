@@ -117,6 +117,26 @@ CLASSES: tuple[FailureClass, ...] = (
                 "Try another --attention-backend; with TP > 1, --disable-custom-all-reduce."),
     ),
     FailureClass(
+        key="graph_output_overwritten",
+        title="A CUDA graph's output was read after a later replay overwrote it",
+        what="Under torch.compile(mode=\"reduce-overhead\") the outputs of a CUDA graph live in its "
+             "memory pool and the next replay writes over them. The program kept an output (a "
+             "cache tensor, logits) across calls and read it afterwards; PyTorch refuses the read.",
+        patterns=(r"accessing tensor output of CUDAGraphs that has been overwritten",
+                  r"overwritten by a subsequent (?:forward )?run"),
+        replayscope=("Under replayscope trace: clone an output that must outlive the next call, or "
+                     "call torch.compiler.cudagraph_mark_step_begin() before each model call "
+                     "(PyTorch's CUDA Graph Trees documentation).",
+                     "With transformers, let generate compile the decode step (a CompileConfig with "
+                     "mode='reduce-overhead') instead of compiling model.forward yourself: the "
+                     "static cache is then made outside the compiled code.",
+                     "The run's warnings say whether Inductor also skipped CUDA graphs, and why."),
+        vllm=("vLLM manages its graphs' outputs itself; this error points at a custom model or "
+              "plugin under torch.compile. --enforce-eager confirms it.",),
+        sglang=("SGLang manages its graphs' outputs itself; this error points at a custom model "
+                "or torch.compile (--enable-torch-compile). --disable-cuda-graph confirms it.",),
+    ),
+    FailureClass(
         key="compile_error",
         title="torch.compile failed (Dynamo / Inductor / Triton)",
         what="Compiling the model before capture failed: Dynamo could not trace it, Inductor or "

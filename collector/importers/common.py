@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from collector.importers.lines import LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
+from collector.importers.lines import RANK_AXES, LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
 
@@ -91,7 +91,7 @@ def rank_order(rank: RankKey | None) -> tuple:
     parts = dict(rank)
     if "pid" in parts:
         return (10**9, parts["pid"])
-    return tuple(parts.get(k, 0) for k in ("DP", "PP", "TP", "EP", "CP", "rank"))
+    return tuple(parts.get(k, 0) for k in (*RANK_AXES, "rank"))
 
 
 # -- facts -------------------------------------------------------------------------------
@@ -445,6 +445,9 @@ class Engine:
     source: str                                     # vllm-log | sglang-log
     classify: Callable[[LogLine], list[Fact]]
     new_run: Callable[..., RunBuilder]
+    # Fact kinds that state the server's configuration (printed between one startup banner
+    # and the next, e.g. vLLM's API server and its engine core): not progress of a run.
+    setup: frozenset[str] = frozenset()
 
 
 class LogParser:
@@ -514,7 +517,7 @@ class LogParser:
             self.pending_lines = []
         if fact.kind == BANNER and not run.progress:
             run.saw_start = True
-        elif fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
+        elif fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY) and fact.kind not in self.engine.setup:
             run.progress = True
         if fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
             run.started = True
@@ -532,6 +535,25 @@ class LogParser:
     def kept(self) -> list[RunBuilder]:
         """Runs with an engine fact in them (not only a stray traceback)."""
         return [r for r in self.runs if r.started]
+
+    # -- resuming (follow) ---------------------------------------------------------------
+    def resumable(self) -> dict[str, Any]:
+        """What a later parser needs to go on where this one stops: the line reader (its
+        year, last stamp and rank), the open run with all it has seen, the lines waiting
+        for a run. Finished runs are not part of it."""
+        current = self.current if self.current is not None and not self.current.closed else None
+        return {"reader": self.reader, "current": current, "pending_lines": self.pending_lines,
+                "lineno": self.lineno}
+
+    def resume(self, state: dict[str, Any]) -> None:
+        """Go on from ``resumable()`` of an earlier parser of the same log."""
+        self.reader = state["reader"]
+        self.year = self.reader.year
+        self.current = state["current"]
+        self.runs = [self.current] if self.current is not None else []
+        self.pending_lines = list(state["pending_lines"])
+        self.lineno = int(state["lineno"])
+        self.continued = False
 
 
 # -- whole files -------------------------------------------------------------------------
@@ -565,6 +587,13 @@ def looks_binary(data: bytes) -> bool:
         return True
     controls = sum(1 for b in head if b < 32 and b not in (9, 10, 13, 27, 12, 8))
     return controls > len(head) * 0.05
+
+
+def stamp_warning(reader: LineReader, year: YearGuess) -> str:
+    """Where the year (or the day) of stamps that do not print it came from."""
+    if reader.saw_dateless and not reader.saw_yearless:
+        return f"the log's stamps print only a clock: the first day is taken from {year.evidence}"
+    return f"the log's stamps print no year: {year.year} is inferred from {year.evidence}"
 
 
 def run_id_for(source: str, digest: str, index: int) -> str:
@@ -656,7 +685,7 @@ def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: st
         out = [imported(run, f"{base} run {i + 1}", base) for i, run in enumerate(runs)]
         for run, builder in zip(out, runs):
             if builder.yearless:
-                run.warnings.append(f"vLLM stamps print no year: {year.year} is inferred from {year.evidence}")
+                run.warnings.append(stamp_warning(parser.reader, year))
     except Exception as error:  # never let a log's content crash the command
         return ImportResult(engine.source, path, [], [f"the importer failed on this log "
                                                       f"({type(error).__name__}: {error}); nothing imported"])

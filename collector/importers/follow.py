@@ -5,6 +5,11 @@ path now names another file: the old one is read to its end first) and truncatio
 file got shorter: read again from its start), and keeps its place in a state file so a
 restart resumes at the saved offset. ``-`` reads standard input (``kubectl logs -f ... |``).
 
+The state file also holds the parser's own state (``LogParser.resumable``: the open run with
+everything it has seen, the line reader with its year, last stamp and rank), so a restarted
+``follow`` goes on with the run's context instead of reading the rest of the log on its own.
+It is a pickle restricted to the importer's own classes (``_SnapshotUnpickler``).
+
 ``LiveImport`` feeds the lines to the engine's incremental parser (the one ``import`` uses)
 and sends each run to a sink as soon as there is something to say: the run record once
 its startup is over (ready, failed, or its first batch; its config is complete by then),
@@ -14,11 +19,15 @@ then its events as the parser emits them, a heartbeat while the log is quiet, an
 
 from __future__ import annotations
 
+import base64
 import hashlib
+import io
 import json
 import os
+import pickle
 import sys
 import time
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable
 
@@ -42,6 +51,7 @@ class TailState:
     run_posted: bool = False
     run_ready: bool = False
     run_index: int = 0
+    parser: str | None = None        # the parser's resumable state (dump_parser), taken at ``offset``
 
     @classmethod
     def load(cls, path: str | None, log_path: str) -> "TailState":
@@ -55,13 +65,52 @@ class TailState:
                 raise ReplayscopeError(f"{path}: not a follow state file ({error})") from None
         return cls(path=log_path)
 
-    def save(self, path: str | None) -> None:
+    def save(self, path: str | None, *, pending: int = 0) -> None:
+        """Write the state; ``pending`` bytes of a line not yet complete are read again on resume."""
         if not path:
             return
+        data = asdict(self)
+        data["offset"] = max(0, self.offset - pending)
         tmp = path + ".tmp"
         with open(tmp, "w", encoding="utf-8") as handle:
-            json.dump(asdict(self), handle)
+            json.dump(data, handle)
         os.replace(tmp, path)
+
+
+# -- the parser's state across a restart ---------------------------------------------------
+
+SNAPSHOT_VERSION = 1
+# Everything a parser's resumable state is made of; nothing else may be unpickled.
+_SNAPSHOT_CLASSES = {
+    ("collector.importers.lines", "LineReader"), ("collector.importers.lines", "LogLine"),
+    ("collector.importers.lines", "YearGuess"), ("collector.importers.common", "Fact"),
+    ("collector.importers.common", "Failure"), ("collector.importers.vllm_log", "VllmRun"),
+    ("collector.importers.sglang_log", "SglangRun"), ("collector.importers.sglang_log", "_Section"),
+}
+
+
+class _SnapshotUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str) -> Any:
+        if (module, name) in _SNAPSHOT_CLASSES:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a follow state")
+
+
+def dump_parser(parser: LogParser) -> str:
+    state = {"version": SNAPSHOT_VERSION, "engine": parser.engine.name, **parser.resumable()}
+    return base64.b64encode(zlib.compress(pickle.dumps(state, protocol=4))).decode("ascii")
+
+
+def load_parser(text: str, engine: Engine) -> dict[str, Any] | None:
+    """A parser state saved by ``dump_parser`` for this engine; None when it cannot be used
+    (another version's, another engine's, damaged)."""
+    try:
+        state = _SnapshotUnpickler(io.BytesIO(zlib.decompress(base64.b64decode(text.encode("ascii"))))).load()
+    except Exception:  # any damage means: go on without it
+        return None
+    if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION or state.get("engine") != engine.name:
+        return None
+    return state
 
 
 class LogTail:
@@ -161,13 +210,13 @@ class LogTail:
 class _Sending:
     run: RunBuilder
     sink: Any = None
-    sent: int = 0
     last_sent_at: float = field(default_factory=time.time)
 
 
 class LiveImport:
     """Parses lines as they come and sends runs to sinks made by ``open_sink(run_record)``
-    (an object with ``write(events)`` and ``close()``)."""
+    (an object with ``write(events)`` and ``close()``). A run keeps only the events it has
+    not sent yet."""
 
     def __init__(self, engine: Engine, source_name: str, open_sink: Callable[[dict[str, Any]], Any], *,
                  state: TailState, year: YearGuess, clock: Callable[[], float] = time.time,
@@ -178,17 +227,28 @@ class LiveImport:
         self.state = state
         self.clock = clock
         self.log = log
+        self.index_base = state.run_index
+        saved = load_parser(state.parser, engine) if state.parser else None
+        if state.parser and saved is None:
+            log("the saved parser state cannot be used (another version's?): the run goes on without what "
+                "it had read before the restart")
+        resumed = saved is not None and saved["current"] is not None
         self.parser = LogParser(engine, year=year, run_id=self._run_id, fallback_ts=clock(),
-                                first_seq=state.next_seq if state.run_id else 0,
-                                continued=state.run_id is not None, continued_ready=state.run_ready)
+                                first_seq=state.next_seq if state.run_id and saved is None else 0,
+                                continued=state.run_id is not None and saved is None,
+                                continued_ready=state.run_ready)
+        if saved is not None:
+            self.parser.resume(saved)
+        # the first run goes on with one the last process was sending (counted there already)
+        self.carried = 1 if resumed or (saved is None and state.run_id) else 0
         self.sending: dict[int, _Sending] = {}
         self.runs_sent: list[str] = []
         self.resumed_posted = bool(state.run_id and state.run_posted)
 
     def _run_id(self, index: int, line) -> str:
-        if index == 0 and self.state.run_id:
+        if index == 0 and self.state.run_id and self.carried:
             return self.state.run_id       # a restart of follow goes on with the run it was sending
-        seed = f"{os.path.abspath(self.source_name)}|{line.text}|{line.ts}|{self.state.run_index + index}"
+        seed = f"{os.path.abspath(self.source_name)}|{line.text}|{line.ts}|{self.index_base + index}"
         return f"{self.engine.name}-follow-{hashlib.sha256(seed.encode()).hexdigest()[:20]}"
 
     def feed(self, lines: list[str]) -> None:
@@ -215,27 +275,28 @@ class LiveImport:
                 sending.sink = self.open_sink(record)
                 self.runs_sent.append(run.run_id)
                 self.log(f"run {run.run_id}: sending")
-            new = run.events[sending.sent:]
-            if not new and not run.closed and now - sending.last_sent_at >= HEARTBEAT_S:
-                event = run.emit({"kind": "heartbeat", "ts": now})
-                new = [event] if event else []
-            if new:
-                sending.sink.write(new)
-                sending.sent += len(new)
+            if sending.sink is False:
+                continue
+            if not run.events and not run.closed and now - sending.last_sent_at >= HEARTBEAT_S:
+                run.emit({"kind": "heartbeat", "ts": now})
+            if run.events:
+                sending.sink.write(list(run.events))
                 sending.last_sent_at = now
-            if run.closed and sending.sink is not None and sending.sent == len(run.events):
+                run.events.clear()
+            if run.closed:
                 sending.sink.close()
                 sending.sink = False          # done
         current = runs[-1] if runs else None
         if current is not None and not current.closed:
             self.state.run_id = current.run_id
-            self.state.next_seq = current.seq
+            self.state.next_seq = current.seq - len(current.events)   # the first event not sent yet
             self.state.run_posted = bool(self.sending.get(len(runs) - 1) and self.sending[len(runs) - 1].sink)
             self.state.run_ready = current.ready
         else:
             self.state.run_id, self.state.next_seq, self.state.run_posted = None, 0, False
             self.state.run_ready = False
-        self.state.run_index = len(runs)
+        self.state.run_index = self.index_base + len(runs) - self.carried
+        self.state.parser = dump_parser(self.parser)
 
     @staticmethod
     def _has_steps(run: RunBuilder) -> bool:
@@ -265,7 +326,7 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
                       clock=clock, log=log)
     live.feed(first)
     live.flush()
-    state.save(state_path)
+    state.save(state_path, pending=tail.pending_bytes())
     quiet_since = clock()
     try:
         while True:
@@ -280,13 +341,13 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
                 live.flush(final=True, ends_mid_line=tail.pending_bytes() > 0)
                 break
             live.flush()
-            state.save(state_path)
+            state.save(state_path, pending=tail.pending_bytes())
             if not lines and not tail.eof:
                 sleep(interval)
     except KeyboardInterrupt:
         live.flush()          # the run stays open: a restart resumes at the saved offset
     finally:
-        state.save(state_path)
+        state.save(state_path, pending=tail.pending_bytes())
         tail.close()
         live.close_sinks()
     return live

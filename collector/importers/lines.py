@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 RankKey = tuple  # the rank parts a line names, sorted: (("DP", 0), ("TP", 1)); (("pid", 42),)
+RANK_AXES = ("DP", "PP", "PCP", "TP", "DCP", "EP", "CP")   # the order a rank label names them in
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
@@ -29,24 +30,36 @@ _ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
 _ISO_TS = re.compile(r"^" + _ISO + r"(?:\s+-\s+" + _LEVELS + r"\s+-\s+(?:[\w./-]+:\d+\s+-\s+)?|\s+|$)", re.A)
 _LEVEL_ISO = re.compile(r"^" + _LEVELS + r"\s+" + _ISO + r"\s+", re.A)         # cloud loggers
 _BRACKET = re.compile(r"^\[resource\.[^\]]*\]\s*|^\[[\w.-]+:\s*[\w.-]+\]\s*", re.A)
-_PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*)(?: rank=(?P<rank>\d+))?\s+pid=(?P<pid>\d+)"
-                   r"(?:,\s*ip=(?P<ip>[\w.:-]+))?\)\s*", re.A)
+# vLLM's process tag: (EngineCore_DP0 pid=1), (Worker_PP1_TP0 pid=2), (VllmWorker rank=1 pid=3),
+# 0.10's (VllmWorker TP5 pid=4) / (VllmWorker PP1_TP0 pid=5), (RayWorkerWrapper pid=6, ip=...)
+_PROC = re.compile(r"^\((?P<proc>[A-Za-z][\w-]*(?:\s+_?[A-Z]{2,4}\d+(?:_[A-Z]{2,4}\d+)*_?)?)(?: rank=(?P<rank>\d+))?"
+                   r"\s+pid=(?P<pid>\d+)(?:,\s*ip=(?P<ip>[\w.:-]+))?\)\s*", re.A)
 _RANK_BRACKET = re.compile(r"^\[rank(?P<rank>\d+)\]:?\s*", re.A)
 _VLLM_TS = re.compile(
     r"^" + _LEVELS + r"\s+(?P<mo>\d\d)-(?P<d>\d\d)\s+(?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?\s+"
     r"(?:\[[^\]]*\]|[\w./-]+:\d+\])\s*", re.A)
-_SGLANG_TS = re.compile(
-    r"^\[(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?:[.,]\d+)?"
-    r"(?P<ranks>(?:\s+[A-Z]{2,4}\d+)*)\]\s*", re.A)
+# SGLang's "[%(asctime)s DP0 TP3]" in every datefmt it has used: "%Y-%m-%d %H:%M:%S",
+# "%m-%d %H:%M:%S" and "%H:%M:%S"; a CI runner's "[2025-12-13T19:54:35Z]"; and a bare
+# "[TP0]" where a logging config drops the time.
+_AXES = r"(?:DP|PP|TP|EP|CP|PCP|DCP)"
+_BRACKET_TS = re.compile(
+    r"^\[(?:(?:(?P<date>\d{4}-\d\d-\d\d)|(?P<mo>\d\d)-(?P<d>\d\d))[ T])?(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
+    r"(?P<zone>Z|[+-]\d\d:?\d\d)?(?P<ranks>(?:\s+[A-Z]{2,4}\d+)*)\]\s*", re.A)
+_RANKS_ONLY = re.compile(r"^\[(?P<ranks>" + _AXES + r"\d+(?:\s+" + _AXES + r"\d+)*)\]\s*", re.A)
+# A bare clock in front of a record ("05:21:11 (EngineCore pid=75) INFO ...") and a level with
+# its source but no stamp ("INFO [monitor.py:53] ..."), as some logging configs print them.
+_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + _LEVELS + r"\b)", re.A)
+_LEVEL_FILE = re.compile(r"^" + _LEVELS + r"\s+\[[\w./-]+:\d+\]\s*", re.A)
 _UVICORN = re.compile(r"^" + _LEVELS + r":\s+", re.A)
 _LEVEL_WORD = re.compile(r"^" + _LEVELS + r"\s+(?=\S)", re.A)
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-_PARTS = re.compile(r"(?<![A-Za-z])(DP|PP|TP|EP|CP)_?(\d+)", re.A)
+_PARTS = re.compile(r"(?<![A-Za-z])(DP|PP|TP|EP|CP|PCP|DCP)_?(\d+)", re.A)
 # Where a log record starts in the middle of a line (after a progress-bar fragment that
 # had no newline of its own).
 _RECORD_START = re.compile(
-    r"\((?:[A-Za-z][\w-]*)(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVELS +
-    r"|" + _LEVELS + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d", re.A)
+    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVELS +
+    r"|" + _LEVELS + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
+    r"|\[(?:\d{4}-)?(?:\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{2,4}\d+)*\]", re.A)
 _BAR_HINT = re.compile(r"%\||it/s\]|s/it\]|\?it/s")
 # An unstamped line that continues the record above it (a traceback of a rank's exception).
 _CONTINUATION = re.compile(r"^(?:Traceback \(most recent|File \"|During handling|The above exception|"
@@ -62,7 +75,7 @@ def rank_key(parts: dict[str, int]) -> RankKey:
 
 def rank_label(parts: dict[str, int], pid: str | None = None) -> str:
     """The rank as the engine names it: "TP1", "DP0 TP3", "rank 2", "pid 4242"."""
-    names = [f"{k}{parts[k]}" for k in ("DP", "PP", "TP", "EP", "CP") if k in parts]
+    names = [f"{k}{parts[k]}" for k in RANK_AXES if k in parts]
     if "rank" in parts:
         names.append(f"rank {parts['rank']}")
     if not names and pid:
@@ -84,6 +97,7 @@ class LogLine:
 class YearGuess:
     year: int
     evidence: str                  # what the year was taken from, for the run's warnings
+    day: str | None = None         # YYYY-MM-DD for stamps that print only a clock (SGLang's "%H:%M:%S")
 
 
 def _utc(date: str, clock: str, zone: str | None = None) -> float | None:
@@ -119,7 +133,8 @@ _VLLM_RELEASES = {
 _VERSION = re.compile(r"vLLM API server version:?\s*v?(\d+)\.(\d+)|Initializing an? (?:V1 )?LLM engine "
                       r"\(v(\d+)\.(\d+)|vllm(?:==|\s+version\s+)v?(\d+)\.(\d+)", re.I)
 _DATED = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
-_VLLM_STAMP = re.compile(_LEVELS + r"\s+(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)")
+# A yearless stamp: vLLM's "INFO 08-19 07:51:03", SGLang's "[08-19 07:51:03 TP0]".
+_YEARLESS_STAMP = re.compile("(?:" + _LEVELS + r"\s+|^\[)(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)", re.M)
 
 
 def _when(year: int, month: str | int, day: str | int) -> float | None:
@@ -134,7 +149,7 @@ def infer_year(text: str, fallback: float) -> YearGuess:
     one (a launcher's or a library's own stamp), else from the earliest year the printed
     vLLM version allows, else the year of ``fallback`` (a file's modification time)."""
     head = text[:4_000_000]
-    stamp = next((m for m in _VLLM_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
+    stamp = next((m for m in _YEARLESS_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
     dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
                  None)
     if dated:
@@ -145,7 +160,8 @@ def infer_year(text: str, fallback: float) -> YearGuess:
             there = _when(year, dated.group(2), dated.group(3))
             year = min((y for y in (year - 1, year, year + 1)),
                        key=lambda y: abs((_when(y, stamp.group(1), stamp.group(2)) or 0) - there))
-        return YearGuess(year, f"the dated line {dated.group(0)!r} in the log")
+        return YearGuess(year, f"the dated line {dated.group(0)!r} in the log",
+                         f"{dated.group(1)}-{dated.group(2)}-{dated.group(3)}")
     m = _VERSION.search(head)
     if m:
         groups = [g for g in m.groups() if g is not None]
@@ -159,12 +175,13 @@ def infer_year(text: str, fallback: float) -> YearGuess:
                                    f"(the earliest year its stamps can have)")
     if fallback <= 0:                    # text with no file behind it: now is the best guess
         fallback = datetime.now(timezone.utc).timestamp()
-    year = datetime.fromtimestamp(fallback, timezone.utc).year
+    modified = datetime.fromtimestamp(fallback, timezone.utc)
+    year = modified.year
     if stamp:
         moment = _when(year, stamp.group(1), stamp.group(2))
         if moment is not None and moment > fallback + 86400:
             year -= 1
-    return YearGuess(year, "the file's modification time (no date or version in the log)")
+    return YearGuess(year, "the file's modification time (no date or version in the log)", f"{modified:%Y-%m-%d}")
 
 
 def _release_floor(major: int, minor: int) -> datetime | None:
@@ -211,17 +228,43 @@ class LineReader:
         self._year_shift = 0
         self._last_yearless: float | None = None
         self.saw_yearless = False
+        self.saw_dateless = False
 
     def _vllm_ts(self, m: re.Match) -> float | None:
+        return self._yearless_ts(m["mo"], m["d"], m["t"])
+
+    def _yearless_ts(self, month: str, day: str, clock: str) -> float | None:
         year = self.year.year + self._year_shift
-        ts = _utc(f"{year}-{m['mo']}-{m['d']}", m["t"])
+        ts = _utc(f"{year}-{month}-{day}", clock)
         if ts is not None and self._last_yearless is not None and ts < self._last_yearless - 180 * 86400:
             self._year_shift += 1            # the log crossed New Year
-            ts = _utc(f"{year + 1}-{m['mo']}-{m['d']}", m["t"])
+            ts = _utc(f"{year + 1}-{month}-{day}", clock)
         if ts is not None:
             self._last_yearless = ts
             self.saw_yearless = True
         return ts
+
+    def _clock_ts(self, clock: str) -> float | None:
+        """A stamp that is only a clock: the day of the last stamp, else the inferred one;
+        a clock that goes back by more than half a day crossed midnight."""
+        if self.last_ts is not None:
+            day = datetime.fromtimestamp(self.last_ts, timezone.utc).strftime("%Y-%m-%d")
+        else:
+            day = self.year.day or f"{self.year.year}-01-01"
+        ts = _utc(day, clock)
+        if ts is not None and self.last_ts is not None and ts < self.last_ts - 43200:
+            ts += 86400
+        if ts is not None:
+            self.saw_dateless = True
+        return ts
+
+    def _bracket_ts(self, m: re.Match) -> tuple[float | None, bool]:
+        """(unix time, whether the stamp printed its year) of a bracketed stamp."""
+        if m["date"]:
+            ts = _utc(m["date"], m["t"], m["zone"])
+            return (None if ts is None else ts + _fraction(m["frac"])), True
+        ts = self._yearless_ts(m["mo"], m["d"], m["t"]) if m["mo"] else self._clock_ts(m["t"])
+        return (None if ts is None else ts + _fraction(m["frac"])), False
 
     def read(self, lineno: int, raw: str) -> list[LogLine]:
         text = _ANSI.sub("", raw).replace("\x00", "").rstrip()
@@ -320,11 +363,27 @@ class LineReader:
                     line.dated = False
                 text = text[m.end():]
                 continue
-            m = _SGLANG_TS.match(text)
+            m = _BRACKET_TS.match(text)
             if m:
-                line.ts = _utc(m["date"], m["t"]) if line.ts is None else line.ts
+                if line.ts is None:
+                    line.ts, line.dated = self._bracket_ts(m)
                 if m["ranks"].strip():
                     parts.update({k: int(v) for k, v in _PARTS.findall(m["ranks"])})
+                text = text[m.end():]
+                continue
+            m = _RANKS_ONLY.match(text)
+            if m:
+                parts.update({k: int(v) for k, v in _PARTS.findall(m["ranks"])})
+                text = text[m.end():]
+                continue
+            m = _BARE_CLOCK.match(text)
+            if m and line.ts is None:
+                ts = self._clock_ts(m["t"])
+                line.ts, line.dated = (None if ts is None else ts + _fraction(m["frac"])), False
+                text = text[m.end():]
+                continue
+            m = _LEVEL_FILE.match(text)
+            if m:
                 text = text[m.end():]
                 continue
             m = _UVICORN.match(text) or (_LEVEL_WORD.match(text) if line.ts is not None else None)

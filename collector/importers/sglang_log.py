@@ -25,7 +25,8 @@ SOURCE = "sglang-log"
 
 _MEM = NUM + r"\s*(GB|GiB|MB|MiB)"
 _GRAPH = r"(?P<dev>cuda|cpu|npu|CUDA|CPU|NPU|musa|MUSA|hpu|HPU|xpu|XPU)"
-_SECTION = r"Capture (?:(?P<role>target|draft) )?(?:(?P<stage>decode|verify|prefill|extend|idle) )?" + _GRAPH
+_SECTION = (r"Capture (?:(?P<role>target|draft) )?(?:(?P<stage>decode|verify|prefill|extend|idle|piecewise) )?"
+            + _GRAPH)
 _RE = {
     "banner": re.compile(r"server_args=ServerArgs\("),
     "load_begin": re.compile(r"Load weight begin\b(?P<rest>.*)$"),
@@ -37,7 +38,7 @@ _RE = {
     "capture_failed": re.compile(_SECTION + r" graph failed\b:?\s*(?P<error>.*)$", re.I),
     "capture_begin": re.compile(_SECTION + r" graph begin\b(?P<rest>.*)$", re.I),
     "capture_end": re.compile(_SECTION + r" graph end\b(?P<rest>.*)$", re.I),
-    "capture_bs": re.compile(r"Capture " + _GRAPH + r" graph bs \[(?P<bs>[^\]]*)\]", re.I),
+    "capture_bs": re.compile(r"Capture " + _GRAPH + r" graph (?:bs|num tokens) \[(?P<bs>[^\]]*)\]", re.I),
     "batch": re.compile(r"\b(?P<stage>Decode|Prefill) batch\b(?P<mixed>\s*\(mixed #running-req:\s*\d+\))?"
                         r"(?P<rest>.*)$"),
     "ready": re.compile(r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"),
@@ -61,7 +62,9 @@ _KV = {
     "num_tokens": re.compile(r"\bnum_tokens=\[([^\]]*)\]"),
     "type": re.compile(r"\btype=([\w.]+)"),
 }
-_STAGES = {"decode": "decode", "verify": "verify", "prefill": "prefill", "extend": "prefill", "idle": "decode"}
+# A section's stage as a capture event's: piecewise graphs serve prefill/extend batches.
+_STAGES = {"decode": "decode", "verify": "verify", "prefill": "prefill", "extend": "prefill", "idle": "decode",
+           "piecewise": "prefill"}
 
 
 def _mem(pattern: re.Pattern, text: str) -> int | None:
@@ -506,12 +509,12 @@ class SglangRun(RunBuilder):
 
     def _eager_cause(self, stage: str, raw_bs: int | None) -> dict[str, Any]:
         """Why a batch ran without a graph, from what the log shows; unknown otherwise."""
-        if stage == "prefill":
-            return {"reason": "prefill", "provenance": "inferred",
-                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
         if self.args.get("disable_cuda_graph"):
             return {"reason": "graphs_disabled", "provenance": "inferred",
                     "evidence": "the server runs with disable_cuda_graph=True"}
+        if stage == "prefill":
+            return {"reason": "prefill", "provenance": "inferred",
+                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
         sizes = self.decode_sizes()
         largest = max(sizes) if sizes else self.args.get("cuda_graph_max_bs")
         source = "the largest captured size" if sizes else "cuda_graph_max_bs"
@@ -585,7 +588,8 @@ class SglangRun(RunBuilder):
                     section.error = section.error or self.error_text(self.headline_failure())
                     self._emit_captures(section, failing_rank=section.rank_label)
                 else:
-                    self.warnings.append(f"the capture of {section.label} was still running where the log ends")
+                    where = f" on {section.rank_label}" if section.rank_label else ""
+                    self.warnings.append(f"the capture of {section.label}{where} was still running where the log ends")
                     self._emit_captures(section)
         self._release_startup()
         if self.steps_without_flag:

@@ -36,8 +36,10 @@ _RE: list[tuple[str, re.Pattern]] = [
     ("capture_start", re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")),
     ("capture_done", re.compile(r"Graph capturing finished in " + _SECS + r"(?:,\s*took " + _MEM + ")?")),
     ("load_weights", re.compile(r"Loading weights took " + _SECS)),
-    ("weights_mem", re.compile(r"Loading model weights took " + _MEM)),
-    ("model_loading", re.compile(r"Model loading took " + _MEM + r"(?: memory)? and " + _SECS)),
+    ("weights_mem", re.compile(r"Loading model weights took " + _MEM + r"(?: and " + _SECS + ")?")),
+    ("model_loading", re.compile(r"Model loading took (?:" + _MEM + r"(?: memory)? and )?" + _SECS)),
+    ("graphs_off", re.compile(r"Cudagraph is disabled under eager mode|Skipping CUDA graph capture|"
+                              r"Enforce eager set\b")),
     ("dynamo", re.compile(r"Dynamo bytecode transform time:\s*" + _SECS)),
     ("compile_cache_hit", re.compile(r"Directly load (?:the compiled graph\(s\) for (?P<what>.+?) from the cache"
                                      r"(?:, took " + _SECS + r")?|AOT compilation from path)")),
@@ -58,7 +60,7 @@ _RE: list[tuple[str, re.Pattern]] = [
     ("graph_profile", re.compile(r"Profiling CUDA graph memory:\s*(?P<rest>.*)$")),
     ("capture_cap", re.compile(r"Capping cudagraph capture sizes from max (?P<old>\d+) to (?P<new>\d+)")),
     ("init_engine", re.compile(r"init engine (?:\(profile, create kv cache, warmup model\) )?took " + _SECS +
-                               r"(?:\s*\(compilation:\s*" + _SECS + r"\))?")),
+                               r"(?:\s*\(compilation:\s*" + _SECS + ")?")),
     ("args", re.compile(r"non-default args:\s*(?P<rest>\{.*)$")),
     (LOAD, re.compile(r"Starting to load model (?P<model>\S+?)(?:\.\.\.)?$")),
     (BANNER, re.compile(r"vLLM API server version|Initializing a V1 LLM engine|Initializing an LLM engine")),
@@ -92,6 +94,10 @@ def _slug(text: str) -> str:
     return slug.removeprefix("compile_")[:48] or "graph"
 
 
+# CUDAGraphMode as vLLM 0.10's JSON banner prints it (vllm/config/compilation.py).
+_MODE_NUMBERS = {"0": "NONE", "1": "PIECEWISE", "2": "FULL", "[2,0]": "FULL_DECODE_ONLY", "[2,1]": "FULL_AND_PIECEWISE"}
+
+
 def _config_line(text: str) -> dict[str, Any]:
     """What the startup banner (or the non-default args) says about the engine."""
     out: dict[str, Any] = {}
@@ -110,9 +116,18 @@ def _config_line(text: str) -> dict[str, Any]:
     m = re.search(r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(\d+)", text)
     if m:
         out["max_capture_size"] = int(m.group(1))
-    m = re.search(r"CUDAGraphMode\.(\w+)|['\"]cudagraph_mode['\"]:\s*['\"]?(\w+)", text)
-    if m and (m.group(1) or not (m.group(2) or "").isdigit()):
-        out["cudagraph_mode"] = (m.group(1) or m.group(2)).upper()
+    m = re.search(r"CUDAGraphMode\.(\w+)|['\"]cudagraph_mode['\"]:\s*(?:['\"](\w+)|(\[\s*\d\s*,\s*\d\s*\]|\d))", text)
+    if m:
+        mode = m.group(1) or m.group(2) or _MODE_NUMBERS.get(re.sub(r"\s", "", m.group(3) or ""))
+        if mode:
+            out["cudagraph_mode"] = mode.upper()
+    # torch.compile is on at any compilation level / mode above 0 (vllm/config/compilation.py)
+    m = re.search(r"CompilationMode\.\w+:\s*(\d)|CompilationLevel\.\w+:\s*(\d)|['\"](?:level|mode)['\"]:\s*(\d)\b", text)
+    if m:
+        out["compile_level"] = int(next(g for g in m.groups() if g is not None))
+    m = re.search(r"['\"]use_cudagraph['\"]:\s*(false|False)\b", text)
+    if m:
+        out["use_cudagraph"] = False
     m = re.search(r"['\"]?max_num_seqs['\"]?\s*[:=]\s*(\d+)", text)
     if m:
         out["max_num_seqs"] = int(m.group(1))
@@ -196,13 +211,20 @@ class VllmRun(RunBuilder):
     def on_model_loading(self, fact: Fact) -> None:
         g = fact.data["groups"]
         load = self._load(fact)
-        load.update(seconds=num(g[2]), mem=mem_bytes(g[0], g[1]), fact=fact, total=True)
+        load.update(seconds=num(g[2]), fact=fact, total=True)
+        if g[0] is not None:
+            load["mem"] = mem_bytes(g[0], g[1])
 
     def on_weights_mem(self, fact: Fact) -> None:
         g = fact.data["groups"]
         load = self._load(fact)
         load["mem"] = mem_bytes(g[0], g[1])
+        if g[2] is not None:
+            load["seconds"] = num(g[2])
         load["fact"] = fact
+
+    def on_graphs_off(self, fact: Fact) -> None:
+        self.meta.setdefault("graphs_off", clip(fact.data["text"], 200))
 
     def _release_loads(self, rank: Any, every: bool = False) -> None:
         for key in list(self.loads):
@@ -383,14 +405,28 @@ class VllmRun(RunBuilder):
                          graph_bs=graph_bs)
         self.emit(event)
 
+    def graphs_off(self) -> str | None:
+        """What in the log says this server runs without graphs, if anything does."""
+        if self.meta.get("enforce_eager"):
+            return "enforce_eager=True"
+        if self.table_mode == "NONE":
+            return "the table's mode NONE"
+        if self.meta.get("cudagraph_mode") == "NONE":
+            return "cudagraph_mode NONE"
+        if self.meta.get("use_cudagraph") is False:
+            return "use_cudagraph false"
+        if self.meta.get("graphs_off"):
+            return repr(self.meta["graphs_off"])
+        return None
+
     def _eager_cause(self, tokens: int) -> dict[str, Any]:
         """Why a NONE row ran eager, from what the table's header and the config say."""
         mode = self.table_mode or self.meta.get("cudagraph_mode")
         sizes = self.table_sizes or self.meta.get("capture_sizes") or []
-        if mode == "NONE" or self.meta.get("enforce_eager"):
-            why = "enforce_eager" if self.meta.get("enforce_eager") else "the table's mode NONE"
+        off = self.graphs_off()
+        if off:
             return {"reason": "graphs_disabled", "provenance": "inferred",
-                    "evidence": f"graphs are off for this server ({why})"}
+                    "evidence": f"graphs are off for this server ({off})"}
         if sizes and tokens > max(sizes):
             return {"reason": "batch_too_large", "provenance": "inferred",
                     "evidence": f"{tokens} tokens is above the largest captured size {max(sizes)}"}
@@ -428,7 +464,7 @@ class VllmRun(RunBuilder):
         return self.meta.get("device") or ("cuda" if self.passes or "capture" in self.headline else None)
 
     def backend(self) -> str:
-        if self.meta.get("enforce_eager"):
+        if self.graphs_off():
             return "eager"
         mode = self.meta.get("cudagraph_mode") or self.table_mode
         if mode:
@@ -450,7 +486,8 @@ class VllmRun(RunBuilder):
             "capture_sizes": sizes,
             "capture_count": len(sizes) if sizes else (max((p["total"] or 0 for p in self.passes), default=0)
                                                         or None),
-            "compile": self.compile_seen or any(k == "compile" or k.startswith("compile.") for k in self.headline),
+            "compile": (self.compile_seen or bool(self.meta.get("compile_level"))
+                        or any(k == "compile" or k.startswith("compile.") for k in self.headline)),
             "graph_mem_bytes": actual if actual is not None else took,
             "graph_mem_estimate_bytes": self._headline_figure("graph_mem_estimate"),
             "capture_passes": [{"pass": p["desc"] or "graphs", "graphs_done": p["n"], "graphs": p["total"]}
@@ -481,7 +518,9 @@ def _line_of(failure) -> LogLine:
     return LogLine(0, "", failure.ts, failure.rank, failure.rank_label)
 
 
-ENGINE = Engine("vllm", SOURCE, classify, VllmRun)
+# The API server prints its arguments and what they switch off before the engine core's own
+# banner: one start, not two.
+ENGINE = Engine("vllm", SOURCE, classify, VllmRun, setup=frozenset({"args", "graphs_off", "capture_cap"}))
 
 
 def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None):

@@ -4,7 +4,9 @@
   PyTorch makes goes through them: ``torch.cuda.graph``, ``make_graphed_callables``,
   Inductor's graph trees, vLLM's and SGLang's runners), and ``torch.cuda.graph.__exit__`` for
   an error raised inside a capture;
-- Inductor: ``log_cudagraph_skip_and_bump_counter`` (its "skipping cudagraphs due to ..."), and
+- Inductor: ``log_cudagraph_skip_and_bump_counter`` (its "skipping cudagraphs due to ..."; also
+  heard from Inductor's cudagraphs logger, for a caller that holds the function under a name
+  we did not replace), and
   the graph-tree manager: its start-up capture (ignored), its recordings, and every call of a
   compiled function through it (did it replay?);
 - Dynamo: ``convert_frame._compile``, timed as the ``compile`` phase.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import sys
 import time
 from typing import Any, Callable
@@ -31,6 +34,11 @@ class Patches:
 
     def __init__(self):
         self._done: list[tuple[Any, str, Any, bool]] = []
+        self._undo: list[Callable[[], Any]] = []
+
+    def on_remove(self, undo: Callable[[], Any]) -> None:
+        """Something else to undo on ``remove`` (a logging handler taken off)."""
+        self._undo.append(undo)
 
     def replace(self, owner: Any, name: str, make: Callable[[Any], Any]) -> bool:
         """Put ``make(original)`` in place of ``owner.name``; False when there is no such attribute.
@@ -52,6 +60,8 @@ class Patches:
         return True
 
     def remove(self) -> None:
+        while self._undo:
+            self._undo.pop()()
         while self._done:
             owner, name, original, inherited = self._done.pop()
             if inherited:
@@ -151,11 +161,16 @@ def install_inductor_skip_hook(tracer: Tracer, utils_module: Any, patches: Patch
         _missing(tracer, "torch._inductor.cudagraph_utils.log_cudagraph_skip_and_bump_counter",
                  "Inductor's reasons for skipping CUDA graphs are not recorded (eager steps may read unknown)")
         return False
+    inside = [False]     # the wrapper is running: its message is not taken again from the log
 
     def make(original: Callable) -> Callable:
         def log_cudagraph_skip_and_bump_counter(msg, *args, **kwargs):
             _safely(tracer, "Inductor skip", tracer.inductor_skip, str(msg))
-            return original(msg, *args, **kwargs)
+            inside[0] = True
+            try:
+                return original(msg, *args, **kwargs)
+            finally:
+                inside[0] = False
         return log_cudagraph_skip_and_bump_counter
 
     patches.replace(utils_module, "log_cudagraph_skip_and_bump_counter", make)
@@ -164,8 +179,28 @@ def install_inductor_skip_hook(tracer: Tracer, utils_module: Any, patches: Patch
         module = sys.modules.get(name)
         if module is not None and getattr(module, "log_cudagraph_skip_and_bump_counter", None) is original:
             patches.replace(module, "log_cudagraph_skip_and_bump_counter", lambda _original: wrapped)
+    _watch_skip_log(tracer, getattr(utils_module, "cudagraphs_log", None), inside, patches)
     tracer.hooks.append("inductor skips")
     return True
+
+
+def _watch_skip_log(tracer: Tracer, logger: Any, inside: list[bool], patches: Patches) -> None:
+    """Inductor's skip messages also as its logger writes them: a module holding the function under
+    a name we did not replace (imported in a way or a place we do not know) is still heard."""
+    if not isinstance(logger, logging.Logger):
+        return
+
+    class SkipMessages(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if inside[0] or record.levelno < logging.WARNING:
+                return
+            message = record.getMessage()
+            if message.lower().startswith("skipping cudagraphs"):
+                _safely(tracer, "Inductor skip (log)", tracer.inductor_skip, message)
+
+    handler = SkipMessages()
+    logger.addHandler(handler)
+    patches.on_remove(lambda: logger.removeHandler(handler))
 
 
 def install_inductor_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches) -> bool:

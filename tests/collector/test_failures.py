@@ -56,6 +56,12 @@ REAL_ERRORS = [
     ("torch._dynamo.exc.Unsupported: Graph break due to unsupported builtin", "compile_error"),
     ("Exception: Capture cuda graph failed: backend='inductor' raised:", "compile_error"),
     ("triton.compiler.errors.CompilationError: at 12:4: def _fwd_kernel(", "compile_error"),
+    # a graph's output read after a later replay: transformers generate with a forward the program
+    # compiled itself under reduce-overhead (H200, torch 2.11, transformers 5.17, replayscope trace)
+    ("RuntimeError: Error: accessing tensor output of CUDAGraphs that has been overwritten by a "
+     "subsequent run. Stack trace: File \"transformers/models/llama/modeling_llama.py\", line 467, in "
+     "forward. To prevent overwriting, clone the tensor outside of torch.compile() or call "
+     "torch.compiler.cudagraph_mark_step_begin() before each model invocation.", "graph_output_overwritten"),
     # timeouts
     ("TimeoutError: RPC call to execute_model timed out.", "timeout"),
     ("TimeoutError: Timed out waiting for engines to send initial message on input socket.", "timeout"),

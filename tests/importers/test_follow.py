@@ -12,6 +12,7 @@ import sys
 import textwrap
 import time
 import urllib.request
+from datetime import datetime, timezone
 
 import pytest
 
@@ -128,6 +129,95 @@ def test_a_restart_resumes_at_the_saved_offset_and_goes_on_with_the_same_run(tmp
     (run,) = queries.list_runs(store)
     assert run["modes"] == {"graph": 3, "padded": 0, "eager": 2}
     assert run["status"] == "finished"
+
+
+class ListSink:
+    """Collects what follow sends: (run_id, record) when a run is opened, then its events."""
+
+    def __init__(self, sent: list):
+        self.sent = sent
+
+    def __call__(self, record):
+        self.sent.append(("record", record))
+        return self
+
+    def write(self, events):
+        self.sent.extend(("event", e) for e in events)
+
+    def close(self):
+        pass
+
+
+def interrupted(_seconds):
+    raise KeyboardInterrupt          # Ctrl-C while the server still runs
+
+
+def test_a_restarted_follow_keeps_the_runs_context_and_sends_no_event_twice(tmp_path):
+    log = tmp_path / "sglang.log"
+    state = tmp_path / "state.json"
+    log.write_text("\n".join(START + [decode(s, 3, True) for s in range(2)]) + "\n")
+    sent: list = []
+    follow(ENGINE_SPECS["sglang"], str(log), ListSink(sent), state_path=str(state), interval=0.01, sleep=interrupted)
+    with log.open("a") as f:      # the server goes on while follow is down; a line is half written
+        f.write("\n".join([decode(20, 16, False), decode(21, 3, True)]) + "\n" + decode(22, 5, True)[:40])
+    follow(ENGINE_SPECS["sglang"], str(log), ListSink(sent), state_path=str(state), interval=0.01, sleep=interrupted)
+    with log.open("a") as f:      # the rest of the half-written line
+        f.write(decode(22, 5, True)[40:] + "\n")
+    follow(ENGINE_SPECS["sglang"], str(log), ListSink(sent), state_path=str(state), interval=0.01, idle_exit=0.2)
+    records = [r for what, r in sent if what == "record"]
+    events = [e for what, e in sent if what == "event"]
+    assert len({r["run_id"] for r in records}) == 1 and all(r["partial"] is False for r in records)
+    assert [e["seq"] for e in events] == list(range(len(events)))          # nothing sent twice, nothing lost
+    assert [e["phase"] for e in events if e["kind"] == "phase"] == ["load_weights", "capture"]
+    # the capture sizes [1, 2, 4, 8] read before the restart still decide after it
+    steps = [(e["raw_bs"], e["mode"], e.get("graph_bs"), e["reason"], e.get("evidence"))
+             for e in events if e["kind"] == "step"]
+    assert steps == [
+        (3, "padded", 4, None, None), (3, "padded", 4, None, None),
+        (16, "eager", None, "batch_too_large", "#running-req: 16 is above the largest captured size (8)"),
+        (3, "padded", 4, None, None),
+        (5, "padded", 8, None, None),
+    ]
+    assert events[-1]["kind"] == "run_end" and events[-1]["status"] == "finished"
+
+
+def test_a_restart_keeps_the_year_it_inferred_for_stamps_without_one(tmp_path):
+    log = tmp_path / "vllm.log"
+    state = tmp_path / "state.json"
+    log.write_text(
+        "INFO 08-19 07:50:12 api_server.py:339] vLLM API server version 0.5.4\n"
+        "INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took 2.3463 GB\n"
+        "INFO 08-19 07:51:40 model_runner.py:1225] Graph capturing finished in 17 secs.\n")
+    sent: list = []
+    follow(ENGINE_SPECS["vllm"], str(log), ListSink(sent), state_path=str(state), interval=0.01, sleep=interrupted)
+    with log.open("a") as f:      # no version line after the restart: the year must come from before it
+        f.write("INFO:     Application startup complete.\n"
+                "ERROR 08-19 09:00:00 engine.py:157] Engine loop has died\n")
+    follow(ENGINE_SPECS["vllm"], str(log), ListSink(sent), state_path=str(state), interval=0.01, idle_exit=0.2)
+    events = [e for what, e in sent if what == "event"]
+    end = events[-1]
+    assert end["kind"] == "run_end" and end["status"] == "failed"
+    assert end["ts"] == datetime(2024, 8, 19, 9, 0, tzinfo=timezone.utc).timestamp()   # vLLM 0.5.4: 2024
+
+
+def test_a_state_file_from_another_version_is_used_for_its_offset_only(tmp_path):
+    log = tmp_path / "sglang.log"
+    state = tmp_path / "state.json"
+    log.write_text("\n".join(START) + "\n")
+    sent: list = []
+    follow(ENGINE_SPECS["sglang"], str(log), ListSink(sent), state_path=str(state), interval=0.01, sleep=interrupted)
+    saved = json.loads(state.read_text())
+    saved["parser"] = "not a parser state"
+    state.write_text(json.dumps(saved))
+    with log.open("a") as f:
+        f.write(decode(1, 16, False) + "\n")
+    messages: list[str] = []
+    follow(ENGINE_SPECS["sglang"], str(log), ListSink(sent), state_path=str(state), interval=0.01, idle_exit=0.2,
+           log=messages.append)
+    assert any("saved parser state cannot be used" in m for m in messages)
+    steps = [e for what, e in sent if what == "event" and e["kind"] == "step"]
+    assert [(e["raw_bs"], e["reason"]) for e in steps] == [(16, "unknown")]     # the context is gone, said so
+    assert len({r["run_id"] for what, r in sent if what == "record"}) == 1
 
 
 def test_standard_input_is_followed_to_its_end():

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -78,3 +80,46 @@ def test_byte_noise_in_a_real_log_imports_cleanly(name, noise):
     text = bytes(data).decode("utf-8", errors="replace")
     for parse in PARSERS:
         check(parse(text, mtime=MTIME))
+
+
+def _one_pass(engine, text, cut=None):
+    """Every event the parser emits for ``text``; with ``cut``, the parser is saved after
+    ``cut`` lines (as follow saves it) and a new one goes on from the saved state."""
+    from collector.importers.common import LogParser
+    from collector.importers.follow import dump_parser, load_parser
+    from collector.importers.lines import infer_year, split_lines
+
+    year = infer_year(text, MTIME)
+    lines, ends_mid_line = split_lines(text)
+    first = LogParser(engine, year=year, run_id=lambda i, _line: f"run-{i}", fallback_ts=MTIME)
+    for raw in lines[:cut]:
+        first.feed(raw)
+    if cut is None:
+        first.finish(ends_mid_line=ends_mid_line)
+        return [e for run in first.runs for e in run.events]
+    out = []
+    for run in first.runs:            # follow sends and drops a run's events as they come
+        out += run.events
+        run.events.clear()
+    saved = load_parser(dump_parser(first), engine)
+    assert saved is not None
+    before = len(first.runs) - (1 if saved["current"] is not None else 0)
+    second = LogParser(engine, year=year, run_id=lambda i, _line: f"run-{before + i}", fallback_ts=MTIME)
+    second.resume(saved)
+    for raw in lines[cut:]:
+        second.feed(raw)
+    second.finish(ends_mid_line=ends_mid_line)
+    return out + [e for run in second.runs for e in run.events]
+
+
+@pytest.mark.parametrize("name", LOGS)
+def test_a_parser_saved_and_resumed_anywhere_gives_the_events_of_one_pass(name):
+    from collector.importers.sglang_log import ENGINE as SGLANG
+    from collector.importers.vllm_log import ENGINE as VLLM
+
+    engine = SGLANG if name.startswith("sglang") else VLLM
+    text = read_fixture(name)
+    whole = _one_pass(engine, text)
+    count = len(text.splitlines())
+    for cut in sorted({1, count // 3, count // 2, count - 1}):
+        assert _one_pass(engine, text, cut) == whole, f"resumed after line {cut}"

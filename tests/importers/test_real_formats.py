@@ -135,3 +135,28 @@ def test_a_bar_fragment_followed_by_a_log_record_on_the_same_line():
     assert run.run["config"]["capture_passes"] == [{"pass": "graphs", "graphs_done": 35, "graphs": 35}]
     assert phases(run) == {"capture": (49.0, gib(0.50))}
     assert run.ranks == ["pid 9"]
+
+
+def test_a_pasted_sglang_traceback_alone_is_a_failed_capture_with_the_first_error_as_its_cause():
+    run = sglang("sglang_traceback_only_capture_oom.log")
+    oom = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 448.00 MiB. "
+           "GPU 7 has a total capacity of 95.00 GiB of which 301.50 MiB is free.")
+    # the engine's "Capture cuda graph failed: ..." re-raise and its advice yield to the error it wraps
+    assert run_end(run) == {"status": "failed", "error": oom, "rank": None, "phase": "capture", "graph_bs": None}
+    assert run.run["partial"] is True and run.ranks == []
+    assert [s["status"] for s in run.run["config"]["sections"]] == ["failed"]
+    assert kind(run, "capture") == [] and phases(run) == {}          # no size, no time in the paste
+
+
+def test_a_capture_that_hangs_on_data_parallel_ranks_is_interrupted_in_capture():
+    run = sglang("sglang_dp_attention_capture_hang.log")
+    assert run.status == "interrupted"
+    assert run.ranks == ["DP0 TP0", "DP1 TP1"]
+    assert "the capture of bs 32 (target.decode) was still running where the log ends" in run.warnings
+    assert {w for w in run.warnings if w.startswith("the capture of target")} == {
+        "the capture of target.decode on DP0 TP0 was still running where the log ends",
+        "the capture of target.decode on DP1 TP1 was still running where the log ends"}
+    assert [(s["rank"], s["status"]) for s in run.run["config"]["sections"]] == [
+        ("DP0 TP0", "incomplete"), ("DP1 TP1", "incomplete")]
+    assert run.run["config"]["capture_sizes"] == [1, 2, 4, 8, 12, 16, 24, 32]
+    assert kind(run, "capture") == [] and phases(run) == {}           # nothing finished, nothing invented

@@ -33,12 +33,12 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.env
 
 
 def trace(events: Path, *argv: str, step: str | None = None, time_every: int | None = None,
-          timeout: int = 300) -> subprocess.CompletedProcess:
+          timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
     command = [sys.executable, "-m", "runner.trace", "--events", str(events)]
     command += ["--step", step] if step else []
     command += ["--time-every", str(time_every)] if time_every else []
-    result = subprocess.run([*command, "--", *argv], cwd=REPO, env=ENV, capture_output=True, text=True,
-                            timeout=timeout)
+    result = subprocess.run([*command, "--", *argv], cwd=REPO, env={**ENV, **(env or {})}, capture_output=True,
+                            text=True, timeout=timeout)
     print(result.stdout[-3000:], result.stderr[-6000:], sep="\n")
     return result
 
@@ -110,6 +110,33 @@ def test_when_inductor_skips_cudagraphs_for_a_plain_compiled_step_its_reason_is_
     assert len(steps) == 12
     assert_decode_steps_ran_eager_for_mutated_inputs(recorded, steps)
     assert (recorded[-1]["kind"], recorded[-1]["status"]) == ("run_end", "finished")
+
+
+def test_when_the_program_compiles_generates_forward_itself_inductors_skip_and_the_failure_are_recorded(tmp_path):
+    """transformers generation whose ``model.forward`` the program compiles itself under
+    reduce-overhead: Inductor skips CUDA graphs for the decode ("mutated inputs") only in its log,
+    then generation fails reading a graph output that a later run overwrote. The trace records
+    the skip with its reason and the failure with its error; the post-mortem names it.
+
+    Compiled from cold, as a user's first run: with Inductor's caches warm from an earlier
+    compile of the same model, torch 2.11 reuses the compiled graph without saying again that it
+    skips CUDA graphs (nothing in its log: measured on the H200), and the trace records only
+    what Inductor says."""
+    events = tmp_path / "hf-user-compiled.jsonl"
+    result = trace(events, sys.executable, str(PROGRAMS / "hf_generate.py"), "user_compiled",
+                   env={"TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor-cache")})
+    assert result.returncode != 0
+    _run, recorded = read_run(events)
+    skips = [w for w in of(recorded, "warning") if w["code"] == "cudagraph_skipped"]
+    assert skips and SKIP_MESSAGE.match(skips[0]["message"]), of(recorded, "warning")
+    assert inductor_skip_reason(skips[0]["message"]) == "mutated_inputs"
+    assert not [c for c in of(recorded, "capture") if c["status"] == "ok"]
+    assert all(s["mode"] == "eager" for s in of(recorded, "step"))
+    end = recorded[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "failed")
+    assert "overwritten by a subsequent run" in end["error"]
+    from collector.failures import classify
+    assert classify(end["error"]).key == "graph_output_overwritten"
 
 
 def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchronisation(tmp_path):

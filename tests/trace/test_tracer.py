@@ -382,6 +382,29 @@ def test_inductors_mutated_inputs_message_as_torch_formats_it_is_a_mutated_input
     assert [(s["mode"], s["reason"], s["evidence"]) for s in steps] == [("eager", "mutated_inputs", warning["message"])] * 3
 
 
+def test_a_skip_logged_through_a_name_the_hook_never_replaced_is_still_recorded_once(traced, trees):
+    """A module that bound Inductor's function before the hook (or in a way the hook cannot see)
+    calls the original: the message is still heard from Inductor's cudagraphs logger. Through the
+    replaced name it is taken once, not again from the log."""
+    from torch._inductor import cudagraph_utils
+
+    from runner.trace.hooks import install_inductor_skip_hook
+
+    stale = cudagraph_utils.log_cudagraph_skip_and_bump_counter        # bound before the hook
+    assert install_inductor_skip_hook(traced.tracer, cudagraph_utils, traced.patches)
+    assert cudagraph_utils.log_cudagraph_skip_and_bump_counter is not stale
+    heard = []
+    original_skip = traced.tracer.inductor_skip
+    traced.tracer.inductor_skip = lambda message: (heard.append(message), original_skip(message))
+    stale("skipping cudagraphs due to cpu device (arg3_1)")
+    cudagraph_utils.log_cudagraph_skip_and_bump_counter("skipping cudagraphs due to mutated inputs (2 instances)")
+    assert heard == ["skipping cudagraphs due to cpu device (arg3_1)",
+                     "skipping cudagraphs due to mutated inputs (2 instances)"]
+    traced.patches.remove()
+    stale("skipping cudagraphs due to non-tensor inputs")              # off: nothing is heard any more
+    assert len(heard) == 2
+
+
 # -- step timing ---------------------------------------------------------------------------------
 class FakeEvent:
     """torch.cuda.Event's surface; each step takes 2.5 ms on this GPU."""

@@ -4,6 +4,12 @@ small Llama with random weights. It knows nothing of replayscope.
     python hf_generate.py graphs    # generate compiles its decode step itself (CompileConfig); the
                                     # prefill runs eager and creates the static cache, whose tensors
                                     # it marks as static addresses: the decode graph replays
+    python hf_generate.py user_compiled
+                                    # the program compiles model.forward itself (a common recipe):
+                                    # the prefill creates the static cache inside the compiled code;
+                                    # on torch 2.11 / transformers 5.17 Inductor skips CUDA graphs for
+                                    # the decode ("mutated inputs (6 instances)") and generation then
+                                    # fails reading a graph output a later run overwrote
 """
 
 import sys
@@ -22,11 +28,15 @@ def main(variant="graphs", device="cuda"):
     ids = torch.randint(1, config.vocab_size, (2, 8), device=device)
     kwargs = dict(max_new_tokens=NEW_TOKENS, min_new_tokens=NEW_TOKENS, do_sample=False,
                   cache_implementation="static", pad_token_id=0)
-    if variant != "graphs":
-        raise SystemExit(f"unknown variant {variant!r}: graphs")
-    from transformers import CompileConfig
+    if variant == "graphs":
+        from transformers import CompileConfig
 
-    out = model.generate(ids, compile_config=CompileConfig(mode="reduce-overhead"), **kwargs)
+        out = model.generate(ids, compile_config=CompileConfig(mode="reduce-overhead"), **kwargs)
+    elif variant == "user_compiled":
+        model.forward = torch.compile(model.forward, mode="reduce-overhead", fullgraph=True)
+        out = model.generate(ids, **kwargs)
+    else:
+        raise SystemExit(f"unknown variant {variant!r}: graphs, user_compiled")
     print("generated", tuple(out.shape))
 
 

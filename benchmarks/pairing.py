@@ -1,0 +1,72 @@
+"""Two ways of running the same GPU step, compared call by call.
+
+The hosts we are lent change speed within a run (other tenants, frequency): a block of
+baseline calls followed by a block of candidate calls can differ by more than what the
+candidate adds. ``paired`` alternates the two call by call (ABAB…, which goes first
+alternating per pair) and reports the medians of the per-pair ratios and differences, so a
+change of speed moves both sides alike. ``pipelined_ms`` runs many calls back to back with
+one synchronise at the end: the GPU never waits for the host between steps, as in serving.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import torch
+
+
+def timed_once(fn: Callable[[], object]) -> tuple[float, float]:
+    """(step ms, synchronised after the call; host µs of the call alone, the synchronise outside it)."""
+    started = time.perf_counter()
+    fn()
+    launched = time.perf_counter()
+    torch.cuda.synchronize()
+    ended = time.perf_counter()
+    return (ended - started) * 1e3, (launched - started) * 1e6
+
+
+def paired(baseline: Callable[[], object], candidate: Callable[[], object], pairs: int, *,
+           around_candidate: Callable[[], object] | None = None, warmup: int = 10) -> dict[str, float]:
+    """Medians over ``pairs`` alternated calls; ``around_candidate()`` (if given) is entered before
+    each candidate call and its return value called after it, both outside the timed window
+    (e.g. hooks put on and taken off)."""
+    def run_candidate() -> tuple[float, float]:
+        if around_candidate is None:
+            return timed_once(candidate)
+        undo = around_candidate()
+        try:
+            return timed_once(candidate)
+        finally:
+            undo()
+
+    for _ in range(warmup):
+        baseline()
+        run_candidate()
+    torch.cuda.synchronize()
+    base_ms, cand_ms, base_us, cand_us = [], [], [], []
+    for i in range(pairs):
+        if i % 2:
+            b, c = timed_once(baseline), run_candidate()
+        else:
+            c, b = run_candidate(), timed_once(baseline)
+        base_ms.append(b[0])
+        cand_ms.append(c[0])
+        base_us.append(b[1])
+        cand_us.append(c[1])
+    median = statistics.median
+    return {"baseline_ms": median(base_ms), "candidate_ms": median(cand_ms),
+            "ratio": median([c / b for b, c in zip(base_ms, cand_ms)]),
+            "baseline_host_us": median(base_us), "candidate_host_us": median(cand_us),
+            "added_host_us": median([c - b for b, c in zip(base_us, cand_us)])}
+
+
+def pipelined_ms(fn: Callable[[], object], calls: int) -> float:
+    """ms per call over ``calls`` calls with one synchronise at the end."""
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - started) / calls * 1e3
