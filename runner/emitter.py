@@ -61,6 +61,9 @@ class JsonlSink:
 class HttpSink:
     """Posts batches to a collector and never silently loses an event.
 
+    - ``open`` sends nothing (it runs in the program's thread, at its start); the first
+      ``write``, on the emitter's thread, posts the run record and then the events. A run
+      with no events yet appears with the emitter's first heartbeat.
     - An event the wire contract refuses is not sent: a ``warning`` event (same seq, code
       ``rejected_event``) says which and why, so the run records the loss.
     - A batch the collector refuses (4xx) is split until the offending event is isolated
@@ -105,7 +108,9 @@ class HttpSink:
             self.spool_path = f"replayscope-spool-{run['run_id']}.jsonl"
         self._spool = Spool(self.spool_path, run)
         self._spool.clear()        # a spool from an earlier run with this id is not ours
-        self._attempted(self._try_post_run())
+        # Nothing is sent here: open() runs in the caller's thread (the program's start), and a
+        # collector that is down or hung must not hold it up. The first write, on the emitter's
+        # thread, posts the run record before its events.
 
     def write(self, events: list[dict[str, Any]]) -> None:
         events = [self._checked(e) for e in events]

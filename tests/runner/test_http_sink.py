@@ -333,6 +333,33 @@ def test_close_gives_up_after_drain_timeout_and_keeps_exactly_what_was_not_sent(
     assert "20 events kept in" in err and "replayscope import events" in err
 
 
+def test_opening_sends_nothing_so_a_down_or_hung_collector_never_holds_up_the_programs_start(tmp_path):
+    """open() runs in the program's own thread (the runner's start, a traced engine's first
+    event): it makes no connection. The first write, on the emitter's thread, posts the run
+    record and then its events."""
+    import socket
+
+    hung = socket.socket()
+    hung.bind(("127.0.0.1", 0))
+    hung.listen(64)
+    hung.settimeout(0.5)
+    try:
+        url = f"http://127.0.0.1:{hung.getsockname()[1]}"
+        sink = HttpSink(url, spool_path=str(tmp_path / "spool.jsonl"), retries=3, timeout_s=30)
+        sink.open(run_record())
+        with pytest.raises(socket.timeout):
+            hung.accept()                       # nobody connected
+    finally:
+        hung.close()
+    assert not (tmp_path / "spool.jsonl").exists()
+    with FakeCollector() as collector:
+        sink = sink_to(collector.url, tmp_path)
+        assert collector.posts == 0
+        sink.write(steps(0, 3))
+        sink.close()
+    assert sorted(collector.stored) == [0, 1, 2] and sink.sent == 3
+
+
 def test_close_is_bounded_even_when_the_collector_accepts_but_never_answers(tmp_path):
     """A hung collector (accepting connections, never answering) does not hold the runner
     past drain_timeout_s for another retries x timeout_s."""
