@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime, timezone
 from pathlib import Path
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -65,3 +66,20 @@ def rank_phases(run):
 def run_end(run):
     (end,) = kind(run, "run_end")
     return {k: end.get(k) for k in ("status", "error", "rank", "phase", "graph_bs")}
+
+
+def utc(text: str) -> float:
+    """A "YYYY-MM-DD HH:MM:SS" UTC stamp as epoch seconds."""
+    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
+
+
+def vllm(name: str):
+    """The one run of a vLLM fixture."""
+    from collector.importers import parse_vllm_text
+    return the_only_run(parsed(parse_vllm_text, name))
+
+
+def sglang(name: str):
+    """The one run of an SGLang fixture."""
+    from collector.importers import parse_sglang_text
+    return the_only_run(parsed(parse_sglang_text, name))

@@ -4,22 +4,9 @@ is absent, never 0."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from collector.importers import parse_sglang_text, parse_vllm_text
-from tests.importers.conftest import MTIME, gib, kind, parsed, phases, rank_phases, run_end, the_only_run
-
-
-def utc(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-
-
-def vllm(name: str):
-    return the_only_run(parsed(parse_vllm_text, name))
-
-
-def sglang(name: str):
-    return the_only_run(parsed(parse_sglang_text, name))
+from tests.importers.conftest import (MTIME, gib, kind, phases, rank_phases, run_end, sglang, the_only_run, utc,
+                                      vllm)
 
 
 def steps(run, event_kind="step"):

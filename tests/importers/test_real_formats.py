@@ -3,22 +3,8 @@ and that what the excerpt does not say is absent (None), never 0."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
-from collector.importers import parse_sglang_text, parse_vllm_text
-from tests.importers.conftest import gib, kind, parsed, phases, rank_phases, run_end, the_only_run
-
-
-def utc(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
-
-
-def vllm(name: str):
-    return the_only_run(parsed(parse_vllm_text, name))
-
-
-def sglang(name: str):
-    return the_only_run(parsed(parse_sglang_text, name))
+from collector.importers import parse_vllm_text
+from tests.importers.conftest import gib, kind, phases, rank_phases, run_end, sglang, utc, vllm
 
 
 def test_a_vllm_log_holding_only_a_tp_failure_is_a_failed_partial_run():
