@@ -12,8 +12,9 @@ from collections import Counter
 import pytest
 
 from runner.events_file import read_events_file
-from tests.faults.conftest import (Collector, RoundRobinProxy, WebhookReceiver, http_json,
-                                   start_runner, stop_process, stored_seqs, wait_for)
+from tests.faults.conftest import (Collector, RoundRobinProxy, http_json, start_runner, stop_process,
+                                   stored_seqs, wait_for)
+from tests.receiver import Receiver
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +48,7 @@ def expected(events: list[dict]) -> tuple[dict, dict]:
 def test_three_collectors_store_every_event_once_and_run_each_job_once_per_period(pg_url, tmp_path):
     env = {"REPLAYSCOPE_EVALUATE_EVERY_S": str(EVALUATE_S), "REPLAYSCOPE_PRUNE_EVERY_S": str(PRUNE_S)}
     started = time.time()                          # before any collector: every period they could tick in
-    with WebhookReceiver() as hook:
+    with Receiver() as hook:
         env["REPLAYSCOPE_ALERT_WEBHOOK"] = hook.url
         collectors = [Collector(pg_url, env=env, log=tmp_path / f"collector-{i}.log").start() for i in range(3)]
         procs = {}
@@ -65,7 +66,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
                                                  log=tmp_path / f"{run_id}.log")
                 for run_id, proc in procs.items():
                     assert proc.wait(600) == 0, (tmp_path / f"{run_id}.log").read_text()[-3000:]
-                wait_for(lambda: len([b for b in hook.bodies if b["status"] == "firing"]) >= len(targets), 60,
+                wait_for(lambda: len([b for b in hook.received if b["status"] == "firing"]) >= len(targets), 60,
                          "an alert for every run")
                 time.sleep(3 * PRUNE_S)                       # a few more periods of every job
                 elapsed = time.time() - started
@@ -76,7 +77,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
                 stop_process(proc)
             for collector in collectors:
                 collector.stop()
-        bodies = list(hook.bodies)
+        bodies = list(hook.received)
 
     from collector import queries
     from collector.store import Store
