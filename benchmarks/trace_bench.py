@@ -161,20 +161,22 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> lis
             graphs[bs].replay()
             return outputs[bs][:bs]
 
+        def hooked(on):
+            """Puts the hooks for tracer ``on`` in place; returns what takes them off."""
+            def install():
+                install_cuda_graph_hooks(on, torch.cuda.graphs, patches)
+                return patches.remove
+            return install
+
         traced_step = step_wrapper(tracer, step, tensor_batch, "bench")
         all_timed_step = step_wrapper(all_timed, step, tensor_batch, "bench")
         for bs in sizes:
             inputs = {"tokens": torch.randint(1, args.vocab_size, (bs, 1), device="cuda"),
                       "positions": torch.randint(0, seq_len - 1, (bs, 1), device="cuda"),
                       "slots": torch.randperm(max_bs, device="cuda")[:bs]}
+
             def untraced():
                 step(**inputs)
-
-            def hooked(on):
-                def install():
-                    install_cuda_graph_hooks(on, torch.cuda.graphs, patches)
-                    return patches.remove
-                return install
 
             sampled = paired(untraced, lambda: traced_step(**inputs), iters, around_candidate=hooked(tracer))
             every = paired(untraced, lambda: all_timed_step(**inputs), iters // 2, around_candidate=hooked(all_timed))
