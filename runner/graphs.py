@@ -163,8 +163,11 @@ class GraphRunner:
         self._clock = CudaClock(self.device.index, time_every) if self.device.type == "cuda" else HostClock()
         # Per-size views and shapes, made once: the step path only looks them up. The device
         # inputs must be on is known up front, except plain "cuda" (the current device at capture).
-        self._buffer_device = None if self.device.type == "cuda" and self.device.index is None else self.device
-        self._shapes: dict[int, tuple[tuple[int, ...], ...]] = {}
+        # (name, shape, dtype) of each input per batch size, made once. The device inputs must be
+        # on is known up front, except plain "cuda" (the current device at capture).
+        self._expected: dict[int, tuple[tuple[str, torch.Size, torch.dtype], ...]] = {}
+        self._cuda_index = self.device.index if self.device.type == "cuda" else None
+        self._device_known = self.device.type == "cpu" or self._cuda_index is not None
         self._row_views: dict[int, tuple[tuple[str, torch.Tensor], ...]] = {}
         self._pad_views: dict[tuple[int, int], tuple[tuple[torch.Tensor, int | float], ...]] = {}
         self._output_rows: dict[tuple[int, int], Any] = {}
@@ -210,7 +213,9 @@ class GraphRunner:
         for spec in self.inputs:
             self._buffers[spec.name] = torch.full(spec.full_shape(self.max_bs), spec.pad_value,
                                                   dtype=spec.dtype, device=self.device)
-        self._buffer_device = self._buffers[self.inputs[0].name].device
+        first = self._buffers[self.inputs[0].name]
+        self._cuda_index = first.get_device() if first.is_cuda else None
+        self._device_known = first.is_cpu or first.is_cuda
         self._row_views.clear()
         self._pad_views.clear()
         self._output_rows.clear()
@@ -423,21 +428,29 @@ class GraphRunner:
         return self._batch_size(inputs), query_len
 
     def _exact_batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int | None:
-        """The batch size when ``inputs`` match the static inputs exactly, else None."""
-        device = self._buffer_device
-        if device is None or len(inputs) != len(self.inputs):
+        """The batch size when ``inputs`` match the static inputs exactly (names, shapes, dtypes,
+        the buffers' device), else None. On every step: attribute reads and compares only."""
+        if not self._device_known or len(inputs) != len(self.inputs):
             return None
+        first = self.inputs[0]
         try:
-            tensors = [inputs[spec.name] for spec in self.inputs]
-            raw_bs = tensors[0].shape[self.inputs[0].batch_dim]
+            raw_bs = inputs[first.name].shape[first.batch_dim]
         except (KeyError, IndexError):
             return None
-        shapes = self._shapes.get(raw_bs)
-        if shapes is None:
-            shapes = self._shapes[raw_bs] = tuple(spec.full_shape(raw_bs) for spec in self.inputs)
-        for tensor, spec, shape in zip(tensors, self.inputs, shapes):
-            if tensor.shape != shape or tensor.dtype is not spec.dtype or tensor.device != device:
-                return None
+        expected = self._expected.get(raw_bs)
+        if expected is None:
+            expected = self._expected[raw_bs] = tuple(
+                (s.name, torch.Size(s.full_shape(raw_bs)), s.dtype) for s in self.inputs)
+        cuda_index = self._cuda_index
+        try:
+            for name, shape, dtype in expected:
+                tensor = inputs[name]
+                if tensor.shape != shape or tensor.dtype is not dtype or (
+                        not tensor.is_cpu if cuda_index is None
+                        else not tensor.is_cuda or tensor.get_device() != cuda_index):
+                    return None
+        except KeyError:
+            return None
         return raw_bs
 
     def _batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int:

@@ -12,6 +12,7 @@ import torch
 from runner.dispatch import BatchShape, Decision
 from runner.emitter import Emitter
 from runner.engine import DecodeEngine, RunConfig
+from runner.errors import ReplayscopeError
 from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
@@ -119,6 +120,25 @@ def test_padded_replay_returns_the_real_rows_and_spares_other_slots(model):
     assert ((padded[1] - eager[1]).norm() / eager[1].norm()).item() < BF16_TOL
     for layer, before in zip(model.layers, untouched):      # pad rows wrote only the scratch slot
         assert torch.equal(layer.attention.kv_cache.k_cache[10:16], before[:6])
+
+
+@torch.inference_mode()
+def test_inputs_off_the_runners_gpu_are_refused_by_name_and_change_no_buffer(model):
+    runner, _ = decode_runner(model, (1, 2, 4, 8), scratch=16)
+    runner.capture()
+    good = batch(4, seed=3)
+    assert runner._exact_batch_size(good) == 4            # the step's fast contract check takes them
+    buffers = {name: b.clone() for name, b in runner._buffers.items()}
+    on_cpu = {**good, "positions": good["positions"].cpu()}
+    assert runner._exact_batch_size(on_cpu) is None
+    with pytest.raises(ReplayscopeError, match="input 'positions' is on cpu, the runner's static buffers are on cuda"):
+        runner.step(on_cpu)
+    with pytest.raises(ReplayscopeError, match="input 'tokens' has dtype torch.int32, expected torch.int64"):
+        runner.step({**good, "tokens": good["tokens"].int()})
+    for name, before in buffers.items():
+        assert torch.equal(runner._buffers[name], before)
+    runner.step(good)
+    assert torch.equal(runner._buffers["tokens"][:4], good["tokens"])
 
 
 @torch.inference_mode()
