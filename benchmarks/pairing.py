@@ -6,6 +6,9 @@ candidate adds. ``paired`` alternates the two call by call (ABAB…, which goes 
 alternating per pair) and reports the medians of the per-pair ratios and differences, so a
 change of speed moves both sides alike. ``pipelined_ms`` runs many calls back to back with
 one synchronise at the end: the GPU never waits for the host between steps, as in serving.
+``paired_pipelined`` measures the host time of such back-to-back calls: short blocks of
+calls, alternated block by block, each block's launch loop timed on the host before its
+synchronise.
 """
 
 from __future__ import annotations
@@ -70,3 +73,36 @@ def pipelined_ms(fn: Callable[[], object], calls: int) -> float:
         fn()
     torch.cuda.synchronize()
     return (time.perf_counter() - started) / calls * 1e3
+
+
+def paired_pipelined(baseline: Callable[[], object], candidate: Callable[[], object], blocks: int,
+                     per_block: int = 16) -> dict[str, float]:
+    """Host µs per call when calls go back to back (no synchronise between them), as in serving.
+
+    Blocks of ``per_block`` calls of each side alternate (which goes first alternating per
+    pair); a block's figure is its launch loop's host time / ``per_block``, taken before the
+    synchronise that ends it, so no call starts on an idle GPU right after a synchronise.
+    Medians over ``blocks`` pairs of blocks, as ``paired``.
+    """
+    def block_us(fn: Callable[[], object]) -> float:
+        torch.cuda.synchronize()
+        started = time.perf_counter()
+        for _ in range(per_block):
+            fn()
+        launched = time.perf_counter()
+        torch.cuda.synchronize()
+        return (launched - started) / per_block * 1e6
+
+    block_us(baseline)
+    block_us(candidate)
+    base_us, cand_us = [], []
+    for i in range(blocks):
+        if i % 2:
+            b, c = block_us(baseline), block_us(candidate)
+        else:
+            c, b = block_us(candidate), block_us(baseline)
+        base_us.append(b)
+        cand_us.append(c)
+    median = statistics.median
+    return {"baseline_host_us": median(base_us), "candidate_host_us": median(cand_us),
+            "added_host_us": median([c - b for b, c in zip(base_us, cand_us)])}

@@ -12,10 +12,15 @@ figures: the step time, host-timed with a device synchronise after the step, and
 time of the call alone (perf_counter around the call, the synchronise outside it). The
 overhead ratio is the median of the per-pair ratios of step times, the host time *added*
 the median of the per-pair differences. Next to it, the pipelined ratio: many steps back
-to back and one synchronise, as in serving. The runner times 1 step in ``time_every`` (default 8) per (stage, mode, batch size) with CUDA events, so the median is an untimed
-step's cost; next to it, the median with every step timed (``time_every=1``, the same
-steps: what a timed step adds) and the two averaged over a sampling cycle (what the runner
-adds per step on average).
+to back and one synchronise, as in serving. The runner times 1 step in ``time_every``
+(default 8) per (stage, mode, batch size) with CUDA events; the ratio is measured so, and
+the host time added is measured for the two kinds of step apart: untimed (no step timed
+after each key's first) and timed (``time_every=1``), and their mean over a sampling cycle
+(what the runner adds per step on average). Every step above starts on an idle GPU right
+after a synchronise; in serving the next step is launched while the GPU runs the last one,
+so the host time added is also measured with steps back to back (``paired_pipelined``,
+steps timed as in a run: the mean per step). ``--breakdown`` splits the added host time
+(``host_breakdown``).
 
 On any machine (CPU included) the host cost is also measured on the static backend with
 a trivial step, where both loops run the same Python: bare loop vs ``GraphRunner.step``;
@@ -32,7 +37,7 @@ import time
 
 import torch
 
-from benchmarks.pairing import paired, pipelined_ms, timed_once
+from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
 from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
@@ -41,6 +46,9 @@ from runner.progress import Progress
 
 RUN = {"run_id": "bench", "name": "bench", "source": "library", "started_at": 0.0, "backend": "cuda",
        "model": "bench", "device": "bench"}
+
+
+UNTIMED = 10**9     # a CudaClock.every that times no step after each key's first
 
 
 class NullSink:
@@ -148,6 +156,61 @@ def progress_tick_us(calls: int = 200_000) -> float:
     return (time.perf_counter() - started) / calls * 1e6
 
 
+def python_spin(target_us: float = 5.0):
+    """A pure-Python loop calibrated on this host to take about ``target_us``; (spin, its measured µs)."""
+    def spin_of(n):
+        loop = range(n)
+
+        def spin():
+            for _ in loop:
+                pass
+        return spin
+    per_pass = min(mean_us(spin_of(1000), 200, 5)) / 1000
+    spin = spin_of(max(1, round(target_us / per_pass)))
+    return spin, min(mean_us(spin, 2000, 5))
+
+
+def host_breakdown(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor], iters: int) -> dict[str, float]:
+    """Where the instrumented step's added host time goes, each figure paired against the bare loop.
+
+    ``same``: the bare loop against itself (the noise floor); ``spin_before`` / ``spin_after``:
+    the bare loop with a few µs of plain Python before or after the launch (does host work
+    before a launch slow the launch down?); ``check_before``: with the runner's input check
+    before it; ``no_emitter``: ``GraphRunner.step`` with no emitter; ``step``: the whole step.
+    """
+    bare = bare_loop(runner, bs, inputs)
+    spin, spin_us = python_spin()
+
+    def spin_before():
+        spin()
+        bare()
+
+    def spin_after():
+        bare()
+        spin()
+
+    def check_before():
+        runner._checked(inputs, "decode")
+        bare()
+
+    def step():
+        runner.step(inputs)
+
+    emitter = runner.emitter
+
+    def no_emitter():
+        runner.emitter = None
+        return lambda: setattr(runner, "emitter", emitter)
+
+    same = paired(bare, bare, iters)
+    added = {name: paired(bare, fn, iters)["added_host_us"]
+             for name, fn in (("spin_before", spin_before), ("spin_after", spin_after),
+                              ("check_before", check_before), ("step", step))}
+    added["no_emitter"] = paired(bare, step, iters, around_candidate=no_emitter)["added_host_us"]
+    return {"bs": bs, "spin_us": spin_us, "bare_host_us": same["baseline_host_us"],
+            "added_same_us": same["added_host_us"], **{f"added_{name}_us": value for name, value in added.items()}}
+
+
 def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
     """Per call: (step ms, synchronised after the call; host µs of the call alone, no synchronise inside)."""
     for _ in range(warmup):
@@ -161,7 +224,8 @@ def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
     return step_ms, host_us
 
 
-def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> tuple[list[dict], dict]:
+def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
+                 breakdown: bool = False) -> tuple[list[dict], dict]:
     args = ModelArgs.from_preset(preset)
     model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)
     max_bs = max(sizes)
@@ -194,23 +258,32 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> tup
             def instrumented():
                 runner.step(inputs)
 
-            sampled_steps = paired(bare, instrumented, iters)
+            sampled_steps = paired(bare, instrumented, iters)    # as a run steps: 1 in `sampled` timed
+            clock.every = UNTIMED                    # the same steps, none timed (each key's first one was)
+            untimed = paired(bare, instrumented, iters)
+            breakdown_row = host_breakdown(runner, bs, inputs, iters) if breakdown else None
             clock.every = 1                          # the same steps, each one timed with CUDA events
-            every_step = paired(bare, instrumented, iters // 2)
+            timed_steps = paired(bare, instrumented, iters // 2)
             clock.every = sampled
+            back_to_back = paired_pipelined(bare, instrumented, max(iters // 4, 10))
             bare_pipelined = pipelined_ms(bare, iters)
             pipelined_ratio = pipelined_ms(instrumented, iters) / bare_pipelined
             eager_ms, _ = timed(lambda: step(**inputs), max(iters // 4, 10))
             rows.append({"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_ms),
                          "graph_ms": sampled_steps["baseline_ms"], "instrumented_ms": sampled_steps["candidate_ms"],
                          "overhead_ratio": sampled_steps["ratio"], "pipelined_ratio": pipelined_ratio,
-                         "bare_host_us": sampled_steps["baseline_host_us"],
-                         "instrumented_host_us": sampled_steps["candidate_host_us"],
-                         "added_host_us": sampled_steps["added_host_us"],
-                         "added_host_all_timed_us": every_step["added_host_us"],
+                         "bare_host_us": untimed["baseline_host_us"],
+                         "instrumented_host_us": untimed["candidate_host_us"],
+                         "added_host_untimed_us": untimed["added_host_us"],
+                         "added_host_timed_us": timed_steps["added_host_us"],
+                         "added_host_sampled_us": sampled_steps["added_host_us"],
+                         "added_host_back_to_back_us": back_to_back["added_host_us"],
+                         # the mean over a sampling cycle: every - 1 untimed steps and one timed
+                         "added_host_cycle_us": ((sampled - 1) * untimed["added_host_us"]
+                                                 + timed_steps["added_host_us"]) / sampled,
                          "capture_s": report.seconds[bs]})
-            row = rows[-1]                           # over a sampling cycle: every - 1 untimed steps, one timed
-            row["added_host_cycle_us"] = ((sampled - 1) * row["added_host_us"] + row["added_host_all_timed_us"]) / sampled
+            if breakdown_row is not None:
+                rows[-1]["breakdown"] = breakdown_row
         five = batch(5)
         padded_ms, _ = timed(lambda: runner.step(five), iters)
         eager5_ms, _ = timed(lambda: step(**five), max(iters // 4, 10))
@@ -229,6 +302,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1,8,64,256")
     parser.add_argument("--iters", type=int, default=200)
     parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="also split the added host time per step (see host_breakdown)")
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
     sizes = [int(s) for s in options.sizes.split(",")]
@@ -247,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         result["device"] = torch.cuda.get_device_name()
         result["rows"], result["summaries"] = [], []
         for preset in options.presets.split(","):
-            rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len)
+            rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len, options.breakdown)
             torch.cuda.empty_cache()             # the preset's model and graphs are gone now
             result["rows"] += rows
             result["summaries"].append(summary)
@@ -255,23 +330,40 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{result['device']}, torch {torch.__version__}, bf16, KV cache {options.seq_len} positions; "
               f"ms per step: median, host-timed with a synchronise after the step; host us: the call alone; "
               f"steps timed with CUDA events: 1 in {timing['every']} per (stage, mode, batch size)")
-        print(f"instr/bare: median of per-pair ratios, each step synchronised; pipelined: one synchronise per "
-              f"{options.iters} steps; added us: median of per-pair differences; timed: the same with every "
-              f"step timed; per step: averaged over a sampling cycle")
+        print(f"instr/bare: median of per-pair ratios, each step synchronised, steps timed as in a run; "
+              f"pipelined: one synchronise per {options.iters} steps; host us and added us (median of per-pair "
+              f"differences): untimed steps; timed: every step timed; per step: the mean over a sampling cycle "
+              f"({timing['every'] - 1} untimed, 1 timed); b2b: added host us per step with steps back to back "
+              f"(blocks of 16, no synchronise between steps), steps timed as in a run")
         print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'pipelined':>9} "
-              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'timed':>7} {'per step':>8} {'capture s':>9}")
+              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'timed':>7} {'per step':>8} {'b2b':>6} "
+              f"{'capture s':>9}")
         for r in result["rows"]:
             print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
                   f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.4f} {r['pipelined_ratio']:9.4f} "
-                  f"{r['bare_host_us']:9.1f} {r['instrumented_host_us']:10.1f} {r['added_host_us']:8.1f} "
-                  f"{r['added_host_all_timed_us']:7.1f} {r['added_host_cycle_us']:8.1f} {r['capture_s']:9.3f}")
+                  f"{r['bare_host_us']:9.1f} {r['instrumented_host_us']:10.1f} {r['added_host_untimed_us']:8.1f} "
+                  f"{r['added_host_timed_us']:7.1f} {r['added_host_cycle_us']:8.1f} "
+                  f"{r['added_host_back_to_back_us']:6.1f} {r['capture_s']:9.3f}")
         worst = max(result["rows"], key=lambda r: r["overhead_ratio"])
-        costliest = max(result["rows"], key=lambda r: r["added_host_us"])
+        costliest = max(result["rows"], key=lambda r: r["added_host_untimed_us"])
         cycle = max(result["rows"], key=lambda r: r["added_host_cycle_us"])
+        serving = max(result["rows"], key=lambda r: r["added_host_back_to_back_us"])
         print(f"worst instr/bare {worst['overhead_ratio']:.3f} ({worst['preset']} bs {worst['bs']}); "
-              f"most host time added {costliest['added_host_us']:.1f} us median ({costliest['preset']} bs "
-              f"{costliest['bs']}), {cycle['added_host_cycle_us']:.1f} us per step over a sampling cycle "
-              f"({cycle['preset']} bs {cycle['bs']}); targets <= 1.01 and <= 10 us")
+              f"most host time added {costliest['added_host_untimed_us']:.1f} us per untimed step "
+              f"({costliest['preset']} bs {costliest['bs']}), {cycle['added_host_cycle_us']:.1f} us per step over "
+              f"a sampling cycle ({cycle['preset']} bs {cycle['bs']}), {serving['added_host_back_to_back_us']:.1f} us "
+              f"per step back to back ({serving['preset']} bs {serving['bs']}); targets <= 1.01 and <= 10 us")
+        if options.breakdown:
+            print("\nadded host us per step, each paired against the bare loop (median of per-pair differences): "
+                  "same = bare vs bare; spin = the bare loop with a plain-Python loop of the given us before "
+                  "or after the launch; check = with the runner's input check before it")
+            print(f"{'preset':>6} {'bs':>4} {'bare us':>8} {'same':>6} {'spin us':>7} {'before':>7} {'after':>7} "
+                  f"{'check':>7} {'no emit':>7} {'step':>7}")
+            for r in result["rows"]:
+                b = r["breakdown"]
+                print(f"{r['preset']:>6} {r['bs']:>4} {b['bare_host_us']:8.1f} {b['added_same_us']:6.1f} "
+                      f"{b['spin_us']:7.1f} {b['added_spin_before_us']:7.1f} {b['added_spin_after_us']:7.1f} "
+                      f"{b['added_check_before_us']:7.1f} {b['added_no_emitter_us']:7.1f} {b['added_step_us']:7.1f}")
         print(f"\n{'preset':>6} {'params':>8} {'capture':>9} {'pool MiB':>9} {'pad 5->8':>9} {'eager 5':>8} {'speedup':>8}")
         for s in result["summaries"]:
             print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
