@@ -161,10 +161,9 @@ class GraphRunner:
         # Steps on CUDA are timed by events on 1 step in ``time_every`` per (stage, mode, batch
         # size); the others carry no duration (runner.timing says why). CPU steps: every one.
         self._clock = CudaClock(self.device.index, time_every) if self.device.type == "cuda" else HostClock()
-        # Per-size views and shapes, made once: the step path only looks them up. The device
-        # inputs must be on is known up front, except plain "cuda" (the current device at capture).
-        # (name, shape, dtype) of each input per batch size, made once. The device inputs must be
-        # on is known up front, except plain "cuda" (the current device at capture).
+        # Per-size views and (name, shape, dtype) of the inputs, made once: the step path only
+        # looks them up. The device inputs must be on is known up front, except plain "cuda"
+        # (the current device at capture).
         self._expected: dict[int, tuple[tuple[str, torch.Size, torch.dtype], ...]] = {}
         self._cuda_index = self.device.index if self.device.type == "cuda" else None
         self._device_known = self.device.type == "cpu" or self._cuda_index is not None
@@ -435,7 +434,7 @@ class GraphRunner:
         first = self.inputs[0]
         try:
             raw_bs = inputs[first.name].shape[first.batch_dim]
-        except (KeyError, IndexError):
+        except (KeyError, IndexError, AttributeError):   # check_inputs says what is wrong
             return None
         expected = self._expected.get(raw_bs)
         if expected is None:
@@ -449,18 +448,16 @@ class GraphRunner:
                         not tensor.is_cpu if cuda_index is None
                         else not tensor.is_cuda or tensor.get_device() != cuda_index):
                     return None
-        except KeyError:
+        except (KeyError, AttributeError):
             return None
         return raw_bs
 
     def _batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int:
         first = self.inputs[0]
-        try:
-            tensor = inputs[first.name]
-        except KeyError:
+        if first.name not in inputs:
             raise ReplayscopeError(f"missing input {first.name!r}; the step takes "
-                                   f"{', '.join(s.name for s in self.inputs)}") from None
-        return tensor.shape[first.batch_dim]
+                                   f"{', '.join(s.name for s in self.inputs)}")
+        return _input_tensor(inputs, first).shape[first.batch_dim]
 
     def check_inputs(self, inputs: Mapping[str, torch.Tensor], *, allow_query_len_change: bool = False) -> int:
         """Explain, by name, how ``inputs`` break the static-input contract.
@@ -477,9 +474,7 @@ class GraphRunner:
         raw_bs = self._batch_size(inputs)
         rows_match = True
         for spec in self.inputs:
-            if spec.name not in inputs:
-                raise ReplayscopeError(f"missing input {spec.name!r}")
-            tensor = inputs[spec.name]
+            tensor = _input_tensor(inputs, spec)
             if tensor.device != self.device and not (tensor.device.type == self.device.type == "cuda"
                                                      and self.device.index is None):
                 raise ReplayscopeError(f"input {spec.name!r} is on {tensor.device}, the runner's "
@@ -519,6 +514,21 @@ class GraphRunner:
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.emitter is not None:
             self.emitter.emit(kind, **fields)
+
+
+def _input_tensor(inputs: Mapping[str, Any], spec: StaticInput) -> torch.Tensor:
+    """``inputs[spec.name]``, refused by name when missing, not a tensor, or without a batch dimension."""
+    if spec.name not in inputs:
+        raise ReplayscopeError(f"missing input {spec.name!r}")
+    tensor = inputs[spec.name]
+    if not isinstance(tensor, torch.Tensor):
+        raise ReplayscopeError(f"input {spec.name!r} is of type {type(tensor).__name__}, not a tensor")
+    if tensor.dim() <= spec.batch_dim:
+        expected = [str(n) for n in spec.row_shape]
+        expected.insert(spec.batch_dim, "batch")
+        raise ReplayscopeError(f"input {spec.name!r} has shape {tuple(tensor.shape)}, with no batch dimension; "
+                               f"expected ({', '.join(expected)})")
+    return tensor
 
 
 def _describe(error: BaseException) -> str:
