@@ -15,9 +15,24 @@ from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 import torch
+
+T = TypeVar("T")
+
+
+def alternated(baseline: Callable[[], T], candidate: Callable[[], T], pairs: int) -> tuple[list[T], list[T]]:
+    """``pairs`` measurements of each side, taken alternately; which goes first alternates per pair."""
+    base, cand = [], []
+    for i in range(pairs):
+        if i % 2:
+            b, c = baseline(), candidate()
+        else:
+            c, b = candidate(), baseline()
+        base.append(b)
+        cand.append(c)
+    return base, cand
 
 
 def timed_once(fn: Callable[[], object]) -> tuple[float, float]:
@@ -48,16 +63,9 @@ def paired(baseline: Callable[[], object], candidate: Callable[[], object], pair
         baseline()
         run_candidate()
     torch.cuda.synchronize()
-    base_ms, cand_ms, base_us, cand_us = [], [], [], []
-    for i in range(pairs):
-        if i % 2:
-            b, c = timed_once(baseline), run_candidate()
-        else:
-            c, b = run_candidate(), timed_once(baseline)
-        base_ms.append(b[0])
-        cand_ms.append(c[0])
-        base_us.append(b[1])
-        cand_us.append(c[1])
+    base, cand = alternated(lambda: timed_once(baseline), run_candidate, pairs)
+    base_ms, base_us = [b[0] for b in base], [b[1] for b in base]
+    cand_ms, cand_us = [c[0] for c in cand], [c[1] for c in cand]
     median = statistics.median
     return {"baseline_ms": median(base_ms), "candidate_ms": median(cand_ms),
             "ratio": median([c / b for b, c in zip(base_ms, cand_ms)]),
@@ -95,14 +103,7 @@ def paired_pipelined(baseline: Callable[[], object], candidate: Callable[[], obj
 
     block_us(baseline)
     block_us(candidate)
-    base_us, cand_us = [], []
-    for i in range(blocks):
-        if i % 2:
-            b, c = block_us(baseline), block_us(candidate)
-        else:
-            c, b = block_us(candidate), block_us(baseline)
-        base_us.append(b)
-        cand_us.append(c)
+    base_us, cand_us = alternated(lambda: block_us(baseline), lambda: block_us(candidate), blocks)
     median = statistics.median
     return {"baseline_host_us": median(base_us), "candidate_host_us": median(cand_us),
             "added_host_us": median([c - b for b, c in zip(base_us, cand_us)])}

@@ -34,6 +34,7 @@ import argparse
 import json
 import statistics
 import time
+from typing import Callable
 
 import torch
 
@@ -170,15 +171,16 @@ def python_spin(target_us: float = 5.0):
     return spin, min(mean_us(spin, 2000, 5))
 
 
-def host_breakdown(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor], iters: int) -> dict[str, float]:
+def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callable[[], object],
+                   inputs: dict[str, torch.Tensor], iters: int) -> dict[str, float]:
     """Where the instrumented step's added host time goes, each figure paired against the bare loop.
 
     ``same``: the bare loop against itself (the noise floor); ``spin_before`` / ``spin_after``:
     the bare loop with a few µs of plain Python before or after the launch (does host work
     before a launch slow the launch down?); ``check_before``: with the runner's input check
-    before it; ``no_emitter``: ``GraphRunner.step`` with no emitter; ``step``: the whole step.
+    before it; ``no_emitter``: ``step`` (``GraphRunner.step`` on ``inputs``) with no emitter;
+    ``step``: the whole step.
     """
-    bare = bare_loop(runner, bs, inputs)
     spin, spin_us = python_spin()
 
     def spin_before():
@@ -193,9 +195,6 @@ def host_breakdown(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor]
         runner._checked(inputs, "decode")
         bare()
 
-    def step():
-        runner.step(inputs)
-
     emitter = runner.emitter
 
     def no_emitter():
@@ -207,7 +206,7 @@ def host_breakdown(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor]
              for name, fn in (("spin_before", spin_before), ("spin_after", spin_after),
                               ("check_before", check_before), ("step", step))}
     added["no_emitter"] = paired(bare, step, iters, around_candidate=no_emitter)["added_host_us"]
-    return {"bs": bs, "spin_us": spin_us, "bare_host_us": same["baseline_host_us"],
+    return {"spin_us": spin_us, "bare_host_us": same["baseline_host_us"],
             "added_same_us": same["added_host_us"], **{f"added_{name}_us": value for name, value in added.items()}}
 
 
@@ -261,7 +260,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
             sampled_steps = paired(bare, instrumented, iters)    # as a run steps: 1 in `sampled` timed
             clock.every = UNTIMED                    # the same steps, none timed (each key's first one was)
             untimed = paired(bare, instrumented, iters)
-            breakdown_row = host_breakdown(runner, bs, inputs, iters) if breakdown else None
+            breakdown_row = host_breakdown(runner, bare, instrumented, inputs, iters) if breakdown else None
             clock.every = 1                          # the same steps, each one timed with CUDA events
             timed_steps = paired(bare, instrumented, iters // 2)
             clock.every = sampled
