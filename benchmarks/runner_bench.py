@@ -16,7 +16,8 @@ to back and one synchronise, as in serving. The runner times 1 step in ``time_ev
 (default 8) per (stage, mode, batch size) with CUDA events; the ratio is measured so, and
 the host time added is measured for the two kinds of step apart: untimed (no step timed
 after each key's first) and timed (``time_every=1``), and their mean over a sampling cycle
-(what the runner adds per step on average). Every step above starts on an idle GPU right
+(what the runner adds per step on average), next to the bare loop measured against itself
+(the noise floor of these figures). Every step above starts on an idle GPU right
 after a synchronise; in serving the next step is launched while the GPU runs the last one,
 so the host time added is also measured with steps back to back (``paired_pipelined``,
 steps timed as in a run: the mean per step). ``--breakdown`` splits the added host time
@@ -175,11 +176,12 @@ def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callab
                    inputs: dict[str, torch.Tensor], iters: int) -> dict[str, float]:
     """Where the instrumented step's added host time goes, each figure paired against the bare loop.
 
-    ``same``: the bare loop against itself (the noise floor); ``spin_before`` / ``spin_after``:
-    the bare loop with a few µs of plain Python before or after the launch (does host work
-    before a launch slow the launch down?); ``check_before``: with the runner's input check
-    before it; ``no_emitter``: ``step`` (``GraphRunner.step`` on ``inputs``) with no emitter;
-    ``step``: the whole step.
+    ``spin_before`` / ``spin_after``: the bare loop with a few µs of plain Python before or after
+    the launch (does host work before a launch slow the launch down?); ``check_before``: with the
+    runner's input check before it; ``record_after``: with a timing-enabled CUDA event recorded
+    after the launch (what ends a timed step); ``no_emitter``: ``step`` (``GraphRunner.step`` on
+    ``inputs``) with no emitter; ``step``: the whole step. The bare loop against itself (the noise
+    floor) is every row's ``added_host_floor_us``.
     """
     spin, spin_us = python_spin()
 
@@ -195,19 +197,23 @@ def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callab
         runner._checked(inputs, "decode")
         bare()
 
+    event, stream = torch.cuda.Event(enable_timing=True), torch.cuda.current_stream()
+
+    def record_after():
+        bare()
+        event.record(stream)
+
     emitter = runner.emitter
 
     def no_emitter():
         runner.emitter = None
         return lambda: setattr(runner, "emitter", emitter)
 
-    same = paired(bare, bare, iters)
     added = {name: paired(bare, fn, iters)["added_host_us"]
              for name, fn in (("spin_before", spin_before), ("spin_after", spin_after),
-                              ("check_before", check_before), ("step", step))}
+                              ("check_before", check_before), ("record_after", record_after), ("step", step))}
     added["no_emitter"] = paired(bare, step, iters, around_candidate=no_emitter)["added_host_us"]
-    return {"spin_us": spin_us, "bare_host_us": same["baseline_host_us"],
-            "added_same_us": same["added_host_us"], **{f"added_{name}_us": value for name, value in added.items()}}
+    return {"spin_us": spin_us, **{f"added_{name}_us": value for name, value in added.items()}}
 
 
 def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
@@ -260,6 +266,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
             sampled_steps = paired(bare, instrumented, iters)    # as a run steps: 1 in `sampled` timed
             clock.every = UNTIMED                    # the same steps, none timed (each key's first one was)
             untimed = paired(bare, instrumented, iters)
+            floor = paired(bare, bare, iters)        # the bare loop against itself: what noise alone gives
             breakdown_row = host_breakdown(runner, bare, instrumented, inputs, iters) if breakdown else None
             clock.every = 1                          # the same steps, each one timed with CUDA events
             timed_steps = paired(bare, instrumented, iters // 2)
@@ -274,6 +281,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
                          "bare_host_us": untimed["baseline_host_us"],
                          "instrumented_host_us": untimed["candidate_host_us"],
                          "added_host_untimed_us": untimed["added_host_us"],
+                         "added_host_floor_us": floor["added_host_us"],
                          "added_host_timed_us": timed_steps["added_host_us"],
                          "added_host_sampled_us": sampled_steps["added_host_us"],
                          "added_host_back_to_back_us": back_to_back["added_host_us"],
@@ -331,16 +339,18 @@ def main(argv: list[str] | None = None) -> int:
               f"steps timed with CUDA events: 1 in {timing['every']} per (stage, mode, batch size)")
         print(f"instr/bare: median of per-pair ratios, each step synchronised, steps timed as in a run; "
               f"pipelined: one synchronise per {options.iters} steps; host us and added us (median of per-pair "
-              f"differences): untimed steps; timed: every step timed; per step: the mean over a sampling cycle "
+              f"differences): untimed steps; floor: the bare loop against itself (the noise in these figures); "
+              f"timed: every step timed; per step: the mean over a sampling cycle "
               f"({timing['every'] - 1} untimed, 1 timed); b2b: added host us per step with steps back to back "
               f"(blocks of 16, no synchronise between steps), steps timed as in a run")
         print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'pipelined':>9} "
-              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'timed':>7} {'per step':>8} {'b2b':>6} "
+              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'floor':>6} {'timed':>7} {'per step':>8} {'b2b':>6} "
               f"{'capture s':>9}")
         for r in result["rows"]:
             print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
                   f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.4f} {r['pipelined_ratio']:9.4f} "
                   f"{r['bare_host_us']:9.1f} {r['instrumented_host_us']:10.1f} {r['added_host_untimed_us']:8.1f} "
+                  f"{r['added_host_floor_us']:6.1f} "
                   f"{r['added_host_timed_us']:7.1f} {r['added_host_cycle_us']:8.1f} "
                   f"{r['added_host_back_to_back_us']:6.1f} {r['capture_s']:9.3f}")
         worst = max(result["rows"], key=lambda r: r["overhead_ratio"])
@@ -354,15 +364,17 @@ def main(argv: list[str] | None = None) -> int:
               f"per step back to back ({serving['preset']} bs {serving['bs']}); targets <= 1.01 and <= 10 us")
         if options.breakdown:
             print("\nadded host us per step, each paired against the bare loop (median of per-pair differences): "
-                  "same = bare vs bare; spin = the bare loop with a plain-Python loop of the given us before "
-                  "or after the launch; check = with the runner's input check before it")
-            print(f"{'preset':>6} {'bs':>4} {'bare us':>8} {'same':>6} {'spin us':>7} {'before':>7} {'after':>7} "
-                  f"{'check':>7} {'no emit':>7} {'step':>7}")
+                  "floor = bare vs bare; spin = the bare loop with a plain-Python loop of the given us before "
+                  "or after the launch; check = with the runner's input check before it; record = with a "
+                  "timing-enabled CUDA event recorded after the launch")
+            print(f"{'preset':>6} {'bs':>4} {'bare us':>8} {'floor':>6} {'spin us':>7} {'before':>7} {'after':>7} "
+                  f"{'check':>7} {'record':>7} {'no emit':>7} {'step':>7}")
             for r in result["rows"]:
                 b = r["breakdown"]
-                print(f"{r['preset']:>6} {r['bs']:>4} {b['bare_host_us']:8.1f} {b['added_same_us']:6.1f} "
+                print(f"{r['preset']:>6} {r['bs']:>4} {r['bare_host_us']:8.1f} {r['added_host_floor_us']:6.1f} "
                       f"{b['spin_us']:7.1f} {b['added_spin_before_us']:7.1f} {b['added_spin_after_us']:7.1f} "
-                      f"{b['added_check_before_us']:7.1f} {b['added_no_emitter_us']:7.1f} {b['added_step_us']:7.1f}")
+                      f"{b['added_check_before_us']:7.1f} {b['added_record_after_us']:7.1f} "
+                      f"{b['added_no_emitter_us']:7.1f} {b['added_step_us']:7.1f}")
         print(f"\n{'preset':>6} {'params':>8} {'capture':>9} {'pool MiB':>9} {'pad 5->8':>9} {'eager 5':>8} {'speedup':>8}")
         for s in result["summaries"]:
             print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
