@@ -84,6 +84,27 @@ class _Captured:
     graph: Any = None
 
 
+@dataclass(eq=False, slots=True)
+class _Route:
+    """How steps of one stage and batch size run under one decision, worked out on the first
+    such step. After a synchronise the host's caches are cold, and every object a step touches
+    before its launch delays the launch (docs/gpu-results.md): a step reads this one object,
+    its inputs and the static rows before the launch, and does its bookkeeping after it."""
+
+    stage: str
+    raw_bs: int
+    decision: Decision
+    expected: tuple[tuple[str, torch.Size, torch.dtype], ...]   # the inputs that keep the contract
+    graph_bs: int | None                            # the captured size replayed; None when eager
+    count: list[int]                                # steps of (stage, mode, batch size) so far: the clock's counter
+    num_tokens: int                                 # tokens in the batch when the caller gives none
+    padded_tokens: int
+    copies: tuple[tuple[str, torch.Tensor], ...] = ()   # (input, the static rows it is copied into)
+    call: Callable[[], Any] | None = None           # the replay or static stand-in; None when eager
+    outputs: Any = None                             # what a graph's replay returns (its static rows)
+    slice_rows: bool = False                        # a stand-in's fresh outputs are cut to raw_bs rows
+
+
 @dataclass
 class CaptureReport:
     captured: list[int] = field(default_factory=list)
@@ -167,9 +188,8 @@ class GraphRunner:
         self._expected: dict[int, tuple[tuple[str, torch.Size, torch.dtype], ...]] = {}
         self._cuda_index = self.device.index if self.device.type == "cuda" else None
         self._device_known = self.device.type == "cpu" or self._cuda_index is not None
-        self._row_views: dict[int, tuple[tuple[str, torch.Tensor], ...]] = {}
+        self._first_input, self._first_dim = self.inputs[0].name, self.inputs[0].batch_dim
         self._pad_views: dict[tuple[int, int], tuple[tuple[torch.Tensor, int | float], ...]] = {}
-        self._output_rows: dict[tuple[int, int], Any] = {}
         self.report = CaptureReport()
 
     @property
@@ -179,7 +199,12 @@ class GraphRunner:
     @plan.setter
     def plan(self, plan: CapturePlan) -> None:
         self._plan = plan
-        self._decisions: dict[tuple[str, int, int], Decision] = {}   # dispatch is pure: memoised per plan
+        self._forget_routes()
+
+    def _forget_routes(self) -> None:
+        """Routes hold decisions (made under the plan) and views (of the buffers): made again after either changes."""
+        self._routes: dict[tuple[str, int, Decision], _Route] = {}
+        self._plain_routes: dict[tuple[str, int], _Route] = {}   # steps with no reason, adapters or grammar switch
 
     @property
     def step_timing(self) -> dict[str, Any]:
@@ -215,9 +240,8 @@ class GraphRunner:
         first = self._buffers[self.inputs[0].name]
         self._cuda_index = first.get_device() if first.is_cuda else None
         self._device_known = first.is_cpu or first.is_cuda
-        self._row_views.clear()
         self._pad_views.clear()
-        self._output_rows.clear()
+        self._forget_routes()
 
     def _views(self, size: int) -> dict[str, torch.Tensor]:
         return {s.name: self._buffers[s.name].narrow(s.batch_dim, 0, size) for s in self.inputs}
@@ -332,80 +356,120 @@ class GraphRunner:
         ``reason`` forces eager with a reason only the caller can see: one of
         ``runner.wire.REASONS`` or free text, recorded as ``custom:<text>``.
         """
-        if reason is not None and reason not in wire.REASONS:
+        stage = stage or self.stage
+        plain = reason is None and not adapters and not grammar_switched
+        if plain:
+            route = self._plain_route(inputs, stage)
+            if route is not None:
+                return self._run(route, inputs, num_tokens, None)
+        elif reason is not None and reason not in wire.REASONS:
             try:
                 reason = wire.custom_reason(reason)
             except wire.WireError as error:
                 raise ReplayscopeError(f"step(reason=...): {error.message}") from None
-        stage = stage or self.stage
         raw_bs, query_len = self._checked(inputs, stage)
-        if reason is None and not adapters and not grammar_switched:
-            key = (stage, raw_bs, query_len)
-            decision = self._decisions.get(key)
-            if decision is None:
-                decision = self._decisions[key] = self.decide(BatchShape(stage, raw_bs, query_len))
-        else:
-            decision = self.decide(BatchShape(stage, raw_bs, query_len, adapters, grammar_switched, reason))
-        return self._execute(decision, inputs, raw_bs, stage, num_tokens, None)
+        route = self._route(stage, raw_bs, self.decide(
+            BatchShape(stage, raw_bs, query_len, adapters, grammar_switched, reason)))
+        if plain and query_len == self._plan.query_len:
+            self._plain_routes[(stage, raw_bs)] = route   # later steps like this one take _plain_route
+        return self._run(route, inputs, num_tokens, None)
 
     def run(self, decision: Decision, inputs: Mapping[str, torch.Tensor], *, stage: str | None = None,
             num_tokens: int | None = None, eager_fn: Callable[..., Any] | None = None) -> Any:
         """Execute a decision and record the step; ``eager_fn`` replaces the step when eager."""
-        return self._execute(decision, inputs, self._batch_size(inputs), stage or self.stage, num_tokens, eager_fn)
+        return self._run(self._route(stage or self.stage, self._batch_size(inputs), decision),
+                         inputs, num_tokens, eager_fn)
 
-    def _execute(self, decision: Decision, inputs: Mapping[str, torch.Tensor], raw_bs: int, stage: str,
-                 num_tokens: int | None, eager_fn: Callable[..., Any] | None) -> Any:
+    def _plain_route(self, inputs: Mapping[str, torch.Tensor], stage: str) -> _Route | None:
+        """The route of a step seen before whose inputs keep the contract exactly, else None.
+
+        Attribute reads and compares only, on objects the step needs anyway (the check is
+        before the launch: a bad input must change nothing)."""
+        try:
+            route = self._plain_routes.get((stage, inputs[self._first_input].shape[self._first_dim]))
+        except (KeyError, IndexError, AttributeError, TypeError):   # check_inputs says what is wrong
+            return None
+        if route is None or len(inputs) != len(route.expected):
+            return None
+        cuda_index = self._cuda_index
+        try:
+            for name, shape, dtype in route.expected:
+                tensor = inputs[name]
+                if tensor.shape != shape or tensor.dtype is not dtype or (
+                        not tensor.is_cpu if cuda_index is None
+                        else not tensor.is_cuda or tensor.get_device() != cuda_index):
+                    return None
+        except (KeyError, AttributeError):
+            return None
+        return route
+
+    def _route(self, stage: str, raw_bs: int, decision: Decision) -> _Route:
+        """Replays' routes are kept (a few per stage and size); an eager one is made each time,
+        since a caller's reasons are free text (plain eager steps keep theirs in ``_plain_routes``)."""
+        if decision.graph_bs is None:
+            return self._make_route(stage, raw_bs, decision)
+        route = self._routes.get((stage, raw_bs, decision))
+        if route is None:
+            route = self._routes[(stage, raw_bs, decision)] = self._make_route(stage, raw_bs, decision)
+        return route
+
+    def _make_route(self, stage: str, raw_bs: int, decision: Decision) -> _Route:
+        query_len, graph_bs = self._plan.query_len, decision.graph_bs
+        route = _Route(stage, raw_bs, decision, self._expected_inputs(raw_bs), graph_bs,
+                       self._clock.counter((stage, decision.mode, raw_bs)),
+                       raw_bs * query_len, 0 if graph_bs is None else (graph_bs - raw_bs) * query_len)
+        if graph_bs is not None:
+            if not self._buffers:
+                raise ReplayscopeError("call capture() before the first step")
+            captured = self._graphs[graph_bs]
+            route.copies = tuple((s.name, self._buffers[s.name].narrow(s.batch_dim, 0, raw_bs)) for s in self.inputs)
+            route.call = captured.call
+            if captured.graph is None:           # the static stand-in returns fresh outputs
+                route.slice_rows = raw_bs != graph_bs
+            else:                                # a graph fills its static outputs
+                route.outputs = captured.outputs if raw_bs == graph_bs else _slice_rows(captured.outputs, raw_bs)
+        return route
+
+    def _run(self, route: _Route, inputs: Mapping[str, torch.Tensor], num_tokens: int | None,
+             eager_fn: Callable[..., Any] | None) -> Any:
         emitter = self.emitter
-        if emitter is not None:
-            timing = self._clock.start((stage, decision.mode, raw_bs))
-        graph_bs = decision.graph_bs
-        replayed = decision.mode != "eager"
-        if replayed:
-            outputs = self._replay(graph_bs, raw_bs, inputs)
-        else:
+        if emitter is not None:                  # timed: the first step of its key, then 1 in `every`
+            clock = self._clock
+            timing = clock.record_start() if route.count[0] % clock.every == 0 else None
+        raw_bs, graph_bs = route.raw_bs, route.graph_bs
+        if route.call is None:
             outputs = (eager_fn or self.step_fn)(**inputs)
+        else:
+            for name, rows in route.copies:
+                rows.copy_(inputs[name], non_blocking=True)
+            if graph_bs > raw_bs and self._dirty_until > raw_bs:   # rows a larger batch left behind
+                self._fill_pad_rows(raw_bs, min(self._dirty_until, graph_bs))
+            outputs = route.call()
+            # after the launch: rows at and above _dirty_until hold pad values
+            if graph_bs > raw_bs:
+                if self._dirty_until <= graph_bs:
+                    self._dirty_until = raw_bs
+            elif raw_bs > self._dirty_until:
+                self._dirty_until = raw_bs
+            if route.outputs is not None:
+                outputs = route.outputs
+            elif route.slice_rows:
+                outputs = _slice_rows(outputs, raw_bs)
         if emitter is not None:
-            query_len = self._plan.query_len
-            emitter.step(stage, decision.mode, raw_bs, graph_bs,
-                         raw_bs * query_len if num_tokens is None else num_tokens,
-                         0 if graph_bs is None else (graph_bs - raw_bs) * query_len,
+            route.count[0] += 1
+            decision = route.decision
+            emitter.step(route.stage, decision.mode, raw_bs, graph_bs,
+                         route.num_tokens if num_tokens is None else num_tokens, route.padded_tokens,
                          decision.reason, self._clock.stop(timing))
-        if self.parity_every and replayed:
+        if self.parity_every and route.call is not None:
             self._replays += 1
             if self._replays % self.parity_every == 0:
                 self._check_parity(graph_bs, inputs, outputs, eager_fn)
         return outputs
 
-    def _replay(self, graph_bs: int, raw_bs: int, inputs: Mapping[str, torch.Tensor]) -> Any:
-        views = self._row_views.get(raw_bs) or self._make_row_views(raw_bs)
-        for name, view in views:
-            view.copy_(inputs[name], non_blocking=True)
-        if graph_bs > raw_bs:
-            if self._dirty_until > raw_bs:       # rows a larger batch left behind get pad values again
-                end = min(self._dirty_until, graph_bs)
-                for view, value in self._pad_views.get((raw_bs, end)) or self._make_pad_views(raw_bs, end):
-                    view.fill_(value)
-            if self._dirty_until <= graph_bs:
-                self._dirty_until = raw_bs
-        elif raw_bs > self._dirty_until:
-            self._dirty_until = raw_bs
-        captured = self._graphs[graph_bs]
-        result = captured.call()
-        if captured.graph is None:               # the static stand-in returns fresh outputs
-            return result if raw_bs == graph_bs else _slice_rows(result, raw_bs)
-        if raw_bs == graph_bs:                   # a graph fills its static outputs
-            return captured.outputs
-        rows = self._output_rows.get((graph_bs, raw_bs))
-        if rows is None:
-            rows = self._output_rows[(graph_bs, raw_bs)] = _slice_rows(captured.outputs, raw_bs)
-        return rows
-
-    def _make_row_views(self, raw_bs: int) -> tuple[tuple[str, torch.Tensor], ...]:
-        if not self._buffers:
-            raise ReplayscopeError("call capture() before the first step")
-        views = tuple((s.name, self._buffers[s.name].narrow(s.batch_dim, 0, raw_bs)) for s in self.inputs)
-        self._row_views[raw_bs] = views
-        return views
+    def _fill_pad_rows(self, start: int, end: int) -> None:
+        for view, value in self._pad_views.get((start, end)) or self._make_pad_views(start, end):
+            view.fill_(value)
 
     def _make_pad_views(self, start: int, end: int) -> tuple[tuple[torch.Tensor, int | float], ...]:
         views = tuple((self._buffers[s.name].narrow(s.batch_dim, start, end - start), s.pad_value)
@@ -436,10 +500,7 @@ class GraphRunner:
             raw_bs = inputs[first.name].shape[first.batch_dim]
         except (KeyError, IndexError, AttributeError):   # check_inputs says what is wrong
             return None
-        expected = self._expected.get(raw_bs)
-        if expected is None:
-            expected = self._expected[raw_bs] = tuple(
-                (s.name, torch.Size(s.full_shape(raw_bs)), s.dtype) for s in self.inputs)
+        expected = self._expected_inputs(raw_bs)
         cuda_index = self._cuda_index
         try:
             for name, shape, dtype in expected:
@@ -451,6 +512,14 @@ class GraphRunner:
         except (KeyError, AttributeError):
             return None
         return raw_bs
+
+    def _expected_inputs(self, raw_bs: int) -> tuple[tuple[str, torch.Size, torch.dtype], ...]:
+        """(name, shape, dtype) of each input of a batch of ``raw_bs``, made once per size."""
+        expected = self._expected.get(raw_bs)
+        if expected is None:
+            expected = self._expected[raw_bs] = tuple(
+                (s.name, torch.Size(s.full_shape(raw_bs)), s.dtype) for s in self.inputs)
+        return expected
 
     def _batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int:
         first = self.inputs[0]

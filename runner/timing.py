@@ -79,7 +79,11 @@ class HostClock:
     every = 1
 
     @staticmethod
-    def start(key: Hashable = None) -> float:
+    def counter(key: Hashable) -> list[int]:
+        return [0]                   # every step is timed: nothing is kept per key
+
+    @staticmethod
+    def record_start() -> float:
         return time.perf_counter()
 
     @staticmethod
@@ -90,35 +94,40 @@ class HostClock:
 class CudaClock:
     """Pooled CUDA event pairs on a sample of steps (see the module docstring).
 
-    ``start(key)`` returns a timing for a step to be timed, else None; ``stop(timing)`` records
-    the end on the stream the start was recorded on and returns what the emitter takes. The
+    ``due(key)`` counts a step of ``key`` and says whether to time it (or a caller keeps the
+    ``counter(key)`` cell and counts in it); ``record_start()`` records a timed step's start and
+    ``stop(timing)`` its end, on the same stream, returning what the emitter takes. The
     stream is looked up by its raw handle (one C call); the Python Stream object that
     ``Event.record`` takes is made again only when the current stream changed.
     """
 
     name = "cuda_events"
+    __slots__ = ("index", "every", "pool", "_seen", "_raw_stream", "_stream", "_raw_stream_of")
 
     def __init__(self, device_index: int | None = None, every: int = CUDA_TIME_EVERY):
         self.index = device_index
         self.every = every
         self.pool: list[CudaTiming] = []
-        self._seen: dict[Hashable, int] = {}
+        self._seen: dict[Hashable, list[int]] = {}
         self._raw_stream: int | None = None
         self._stream: Any = None
         self._raw_stream_of: Any = None
 
+    def counter(self, key: Hashable) -> list[int]:
+        """``[steps of key counted so far]``: a cell a caller may keep and count in itself (the
+        runner's routes do, so that a step reads no dictionary of the clock before its launch);
+        the step is one to time when the count before it is a multiple of ``every``."""
+        count = self._seen.get(key)
+        if count is None:
+            count = self._seen[key] = [0]
+        return count
+
     def due(self, key: Hashable) -> bool:
         """Counts the step; True when it is one to time."""
-        seen = self._seen.get(key, 0)
-        self._seen[key] = seen + 1
+        count = self.counter(key)
+        seen = count[0]
+        count[0] = seen + 1
         return seen % self.every == 0
-
-    def start(self, key: Hashable) -> CudaTiming | None:
-        seen = self._seen.get(key, 0)
-        self._seen[key] = seen + 1
-        if seen % self.every:
-            return None
-        return self.record_start()
 
     def record_start(self) -> CudaTiming:
         stream = self.current_stream()

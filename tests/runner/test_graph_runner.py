@@ -434,3 +434,23 @@ def test_an_overlong_custom_reason_is_refused_before_the_step_runs():
     with pytest.raises(ReplayscopeError, match="custom reason is 1-120 printable characters"):
         runner.step(batch(4), reason="x" * (wire.CUSTOM_REASON_MAX_CHARS + 1))
     assert runner.emitter.of("step") == [] and step.seen_slots == []
+
+
+def test_a_callers_reason_or_adapters_on_one_step_leave_the_next_plain_step_on_its_graph():
+    runner = make_runner()
+    inputs = batch(4)
+    runner.step(inputs)
+    runner.step(inputs, reason="weight swap")
+    runner.step(inputs, adapters=frozenset({3}))          # no adapter was captured
+    runner.step(inputs)
+    assert [(s["mode"], s["reason"]) for s in runner.emitter.of("step")] == [
+        ("graph", None), ("eager", "custom:weight swap"), ("eager", "lora_not_captured"), ("graph", None)]
+
+
+def test_free_text_reasons_leave_no_state_behind_per_reason():
+    runner = make_runner()
+    runner.step(batch(4))
+    kept = len(runner._routes) + len(runner._plain_routes)
+    for i in range(200):
+        runner.step(batch(4), reason=f"request {i} asked for eager")
+    assert len(runner._routes) + len(runner._plain_routes) == kept

@@ -45,11 +45,11 @@ def cuda_events(monkeypatch):
 
 def test_events_are_recorded_on_the_current_stream_looked_up_only_when_it_changed(cuda_events):
     clock = CudaClock(0, every=1)
-    first = clock.stop(clock.start("k"))
+    first = clock.stop(clock.record_start())
     first.release()
-    again = clock.stop(clock.start("k"))
+    again = clock.stop(clock.record_start())
     cuda_events["raw"] = 7                         # the caller switched streams
-    other = clock.stop(clock.start("k"))
+    other = clock.stop(clock.record_start())
     assert again is first                          # event pairs come back to the pool
     assert first.start.streams == first.end.streams == ["stream 0", "stream 0"]
     assert other.start.streams == other.end.streams == ["stream 7"]
@@ -58,13 +58,15 @@ def test_events_are_recorded_on_the_current_stream_looked_up_only_when_it_change
 
 def test_the_first_step_of_each_key_and_then_every_nth_is_timed(cuda_events):
     clock = CudaClock(0, every=4)
-    timed = [(key, clock.start(key) is not None) for key in ["a"] * 9 + ["b"] * 2]
-    assert [i for i, (_key, is_timed) in enumerate(timed) if is_timed] == [0, 4, 8, 9]
+    timed = [clock.due(key) for key in ["a"] * 9 + ["b"] * 2]
+    assert [i for i, is_timed in enumerate(timed) if is_timed] == [0, 4, 8, 9]
+    assert clock.counter("a") == [9] and clock.counter("b") == [2]   # the cells a runner's routes count in
     assert clock.stop(None) is None                # an untimed step records nothing
 
 
 def test_on_the_cpu_every_step_is_timed_on_the_host():
-    started = HostClock.start(("decode", "graph", 4))
+    assert HostClock.every == 1
+    started = HostClock.record_start()
     assert HostClock.stop(started) >= 0
 
 
