@@ -389,17 +389,7 @@ class GraphRunner:
             route = self._plain_routes.get((stage, inputs[self._first_input].shape[self._first_dim]))
         except (KeyError, IndexError, AttributeError, TypeError):   # check_inputs says what is wrong
             return None
-        if route is None or len(inputs) != len(route.expected):
-            return None
-        cuda_index = self._cuda_index
-        try:
-            for name, shape, dtype in route.expected:
-                tensor = inputs[name]
-                if tensor.shape != shape or tensor.dtype is not dtype or (
-                        not tensor.is_cpu if cuda_index is None
-                        else not tensor.is_cuda or tensor.get_device() != cuda_index):
-                    return None
-        except (KeyError, AttributeError):
+        if route is None or len(inputs) != len(route.expected) or not self._match(inputs, route.expected):
             return None
         return route
 
@@ -500,7 +490,11 @@ class GraphRunner:
             raw_bs = inputs[first.name].shape[first.batch_dim]
         except (KeyError, IndexError, AttributeError):   # check_inputs says what is wrong
             return None
-        expected = self._expected_inputs(raw_bs)
+        return raw_bs if self._match(inputs, self._expected_inputs(raw_bs)) else None
+
+    def _match(self, inputs: Mapping[str, torch.Tensor],
+               expected: tuple[tuple[str, torch.Size, torch.dtype], ...]) -> bool:
+        """Each expected input is there with that shape and dtype, on the buffers' device."""
         cuda_index = self._cuda_index
         try:
             for name, shape, dtype in expected:
@@ -508,10 +502,10 @@ class GraphRunner:
                 if tensor.shape != shape or tensor.dtype is not dtype or (
                         not tensor.is_cpu if cuda_index is None
                         else not tensor.is_cuda or tensor.get_device() != cuda_index):
-                    return None
+                    return False
         except (KeyError, AttributeError):
-            return None
-        return raw_bs
+            return False
+        return True
 
     def _expected_inputs(self, raw_bs: int) -> tuple[tuple[str, torch.Size, torch.dtype], ...]:
         """(name, shape, dtype) of each input of a batch of ``raw_bs``, made once per size."""
