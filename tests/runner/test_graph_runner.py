@@ -454,3 +454,21 @@ def test_free_text_reasons_leave_no_state_behind_per_reason():
     for i in range(200):
         runner.step(batch(4), reason=f"request {i} asked for eager")
     assert len(runner._routes) + len(runner._plain_routes) == kept
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 10), st.sampled_from([None, "weight swap", "grammar_switch"])),
+                min_size=1, max_size=14))
+def test_any_sequence_of_batches_and_caller_reasons_returns_what_the_step_computes(steps):
+    step = CacheStep()
+    runner = make_runner(step, sizes=(2, 5, 8), max_bs=10)
+    for i, (bs, reason) in enumerate(steps):
+        inputs = batch(bs, seed=i, slots=[SCRATCH - 1 - r for r in range(bs)])
+        logits, tens = runner.step(inputs, reason=reason)
+        assert torch.allclose(logits, torch.relu(inputs["x"] @ step.w1) @ step.w2, atol=1e-6)
+        assert torch.equal(tens, inputs["slots"] * 10)
+        event = runner.emitter.of("step")[-1]
+        expected = ("eager" if reason or bs > 8 else "graph" if bs in (2, 5, 8) else "padded")
+        assert (event["raw_bs"], event["mode"]) == (bs, expected)
+        if expected == "padded":
+            assert (step.seen_slots[-1][bs:] == SCRATCH).all(), f"stale pad rows after {steps[:i + 1]}"
