@@ -4,7 +4,8 @@ The hosts we are lent change speed within a run (other tenants, frequency): a bl
 baseline calls followed by a block of candidate calls can differ by more than what the
 candidate adds. ``paired`` alternates the two call by call (ABAB…, which goes first
 alternating per pair) and reports the medians of the per-pair ratios and differences, so a
-change of speed moves both sides alike. ``pipelined_ms`` runs many calls back to back with
+change of speed moves both sides alike, and the interquartile range of the differences (how
+far apart single pairs land: the noise a median of them sits in). ``pipelined_ms`` runs many calls back to back with
 one synchronise at the end: the GPU never waits for the host between steps, as in serving.
 ``paired_pipelined`` measures the host time of such back-to-back calls: short blocks of
 calls, alternated block by block, each block's launch loop timed on the host before its
@@ -66,11 +67,14 @@ def paired(baseline: Callable[[], object], candidate: Callable[[], object], pair
     base, cand = alternated(lambda: timed_once(baseline), run_candidate, pairs)
     base_ms, base_us = [b[0] for b in base], [b[1] for b in base]
     cand_ms, cand_us = [c[0] for c in cand], [c[1] for c in cand]
+    added_us = [c - b for b, c in zip(base_us, cand_us)]
     median = statistics.median
+    quartiles = statistics.quantiles(added_us, n=4)
     return {"baseline_ms": median(base_ms), "candidate_ms": median(cand_ms),
             "ratio": median([c / b for b, c in zip(base_ms, cand_ms)]),
             "baseline_host_us": median(base_us), "candidate_host_us": median(cand_us),
-            "added_host_us": median([c - b for b, c in zip(base_us, cand_us)])}
+            "added_host_us": median(added_us),
+            "added_host_iqr_us": quartiles[2] - quartiles[0]}   # the spread of the per-pair differences
 
 
 def pipelined_ms(fn: Callable[[], object], calls: int) -> float:

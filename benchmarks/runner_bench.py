@@ -16,8 +16,9 @@ to back and one synchronise, as in serving. The runner times 1 step in ``time_ev
 (default 8) per (stage, mode, batch size) with CUDA events; the ratio is measured so, and
 the host time added is measured for the two kinds of step apart: untimed (no step timed
 after each key's first) and timed (``time_every=1``), and their mean over a sampling cycle
-(what the runner adds per step on average), next to the bare loop measured against itself
-(the noise floor of these figures). Every step above starts on an idle GPU right
+(what the runner adds per step on average), with the spread of the untimed step's per-pair
+differences (interquartile range) and the bare loop measured against itself (a bias of the
+pairing would show there). Every step above starts on an idle GPU right
 after a synchronise; in serving the next step is launched while the GPU runs the last one,
 so the host time added is also measured with steps back to back (``paired_pipelined``,
 steps timed as in a run: the mean per step). ``--breakdown`` splits the added host time
@@ -180,8 +181,8 @@ def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callab
     the launch (does host work before a launch slow the launch down?); ``check_before``: with the
     runner's input check before it; ``record_after``: with a timing-enabled CUDA event recorded
     after the launch (what ends a timed step); ``no_emitter``: ``step`` (``GraphRunner.step`` on
-    ``inputs``) with no emitter; ``step``: the whole step. The bare loop against itself (the noise
-    floor) is every row's ``added_host_floor_us``.
+    ``inputs``) with no emitter; ``step``: the whole step. The bare loop against itself is every
+    row's ``added_host_floor_us``.
     """
     spin, spin_us = python_spin()
 
@@ -266,7 +267,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
             sampled_steps = paired(bare, instrumented, iters)    # as a run steps: 1 in `sampled` timed
             clock.every = UNTIMED                    # the same steps, none timed (each key's first one was)
             untimed = paired(bare, instrumented, iters)
-            floor = paired(bare, bare, iters)        # the bare loop against itself: what noise alone gives
+            floor = paired(bare, bare, iters)        # the bare loop against itself: ~0 unless the pairing is biased
             breakdown_row = host_breakdown(runner, bare, instrumented, inputs, iters) if breakdown else None
             clock.every = 1                          # the same steps, each one timed with CUDA events
             timed_steps = paired(bare, instrumented, iters // 2)
@@ -281,6 +282,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
                          "bare_host_us": untimed["baseline_host_us"],
                          "instrumented_host_us": untimed["candidate_host_us"],
                          "added_host_untimed_us": untimed["added_host_us"],
+                         "added_host_untimed_iqr_us": untimed["added_host_iqr_us"],
                          "added_host_floor_us": floor["added_host_us"],
                          "added_host_timed_us": timed_steps["added_host_us"],
                          "added_host_sampled_us": sampled_steps["added_host_us"],
@@ -339,18 +341,19 @@ def main(argv: list[str] | None = None) -> int:
               f"steps timed with CUDA events: 1 in {timing['every']} per (stage, mode, batch size)")
         print(f"instr/bare: median of per-pair ratios, each step synchronised, steps timed as in a run; "
               f"pipelined: one synchronise per {options.iters} steps; host us and added us (median of per-pair "
-              f"differences): untimed steps; floor: the bare loop against itself (the noise in these figures); "
+              f"differences): untimed steps; iqr: the interquartile range of those differences; floor: the "
+              f"bare loop against itself (a bias of the pairing would show there); "
               f"timed: every step timed; per step: the mean over a sampling cycle "
               f"({timing['every'] - 1} untimed, 1 timed); b2b: added host us per step with steps back to back "
               f"(blocks of 16, no synchronise between steps), steps timed as in a run")
         print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'pipelined':>9} "
-              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'floor':>6} {'timed':>7} {'per step':>8} {'b2b':>6} "
+              f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'iqr':>6} {'floor':>6} {'timed':>7} {'per step':>8} {'b2b':>6} "
               f"{'capture s':>9}")
         for r in result["rows"]:
             print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
                   f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.4f} {r['pipelined_ratio']:9.4f} "
                   f"{r['bare_host_us']:9.1f} {r['instrumented_host_us']:10.1f} {r['added_host_untimed_us']:8.1f} "
-                  f"{r['added_host_floor_us']:6.1f} "
+                  f"{r['added_host_untimed_iqr_us']:6.1f} {r['added_host_floor_us']:6.1f} "
                   f"{r['added_host_timed_us']:7.1f} {r['added_host_cycle_us']:8.1f} "
                   f"{r['added_host_back_to_back_us']:6.1f} {r['capture_s']:9.3f}")
         worst = max(result["rows"], key=lambda r: r["overhead_ratio"])
