@@ -483,7 +483,7 @@ class GraphRunner:
     def _exact_batch_size(self, inputs: Mapping[str, torch.Tensor]) -> int | None:
         """The batch size when ``inputs`` match the static inputs exactly (names, shapes, dtypes,
         the buffers' device), else None. On every step: attribute reads and compares only."""
-        if not self._device_known or len(inputs) != len(self.inputs):
+        if len(inputs) != len(self.inputs):
             return None
         first = self.inputs[0]
         try:
@@ -494,7 +494,10 @@ class GraphRunner:
 
     def _match(self, inputs: Mapping[str, torch.Tensor],
                expected: tuple[tuple[str, torch.Size, torch.dtype], ...]) -> bool:
-        """Each expected input is there with that shape and dtype, on the buffers' device."""
+        """Each expected input is there with that shape and dtype, on the buffers' device (False on a
+        device other than the CPU or a known CUDA device: ``check_inputs`` judges those)."""
+        if not self._device_known:
+            return False
         cuda_index = self._cuda_index
         try:
             for name, shape, dtype in expected:

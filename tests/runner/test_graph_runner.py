@@ -472,3 +472,13 @@ def test_any_sequence_of_batches_and_caller_reasons_returns_what_the_step_comput
         assert (event["raw_bs"], event["mode"]) == (bs, expected)
         if expected == "padded":
             assert (step.seen_slots[-1][bs:] == SCRATCH).all(), f"stale pad rows after {steps[:i + 1]}"
+
+
+def test_on_a_device_the_fast_check_cannot_judge_every_step_is_checked_in_full():
+    runner = GraphRunner(lambda x: x * 2, [StaticInput("x", (3,), torch.float32)], CapturePlan((2, 4)),
+                         backend="static", device="meta", emitter=Recorder(), progress=False)
+    runner.capture()
+    runner.step({"x": torch.ones(2, 3, device="meta")})
+    with pytest.raises(ReplayscopeError, match="input 'x' is on cpu, the runner's static buffers are on meta"):
+        runner.step({"x": torch.ones(2, 3)})
+    assert len(runner.emitter.of("step")) == 1
