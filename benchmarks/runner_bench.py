@@ -178,8 +178,8 @@ def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callab
     """Where the instrumented step's added host time goes, each figure paired against the bare loop.
 
     ``spin_before`` / ``spin_after``: the bare loop with a few µs of plain Python before or after
-    the launch (does host work before a launch slow the launch down?); ``check_before``: with the
-    runner's input check before it; ``record_after``: with a timing-enabled CUDA event recorded
+    the launch (does host work before a launch slow the launch down?); ``check_before``: with what
+    a step does before its launch (its route looked up, its inputs compared) before it; ``record_after``: with a timing-enabled CUDA event recorded
     after the launch (what ends a timed step); ``no_emitter``: ``step`` (``GraphRunner.step`` on
     ``inputs``) with no emitter; ``step``: the whole step. The bare loop against itself is every
     row's ``added_host_floor_us``.
@@ -195,7 +195,7 @@ def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callab
         spin()
 
     def check_before():
-        runner._checked(inputs, "decode")
+        runner._plain_route(inputs, "decode")    # what a step reads and compares before its launch
         bare()
 
     event, stream = torch.cuda.Event(enable_timing=True), torch.cuda.current_stream()
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> int:
         if options.breakdown:
             print("\nadded host us per step, each paired against the bare loop (median of per-pair differences): "
                   "floor = bare vs bare; spin = the bare loop with a plain-Python loop of the given us before "
-                  "or after the launch; check = with the runner's input check before it; record = with a "
+                  "or after the launch; check = with the step's route lookup and input check before it; record = with a "
                   "timing-enabled CUDA event recorded after the launch")
             print(f"{'preset':>6} {'bs':>4} {'bare us':>8} {'floor':>6} {'spin us':>7} {'before':>7} {'after':>7} "
                   f"{'check':>7} {'record':>7} {'no emit':>7} {'step':>7}")
