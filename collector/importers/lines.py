@@ -41,7 +41,7 @@ _VLLM_TS = re.compile(
 # SGLang's "[%(asctime)s DP0 TP3]" in every datefmt it has used: "%Y-%m-%d %H:%M:%S",
 # "%m-%d %H:%M:%S" and "%H:%M:%S"; a CI runner's "[2025-12-13T19:54:35Z]"; and a bare
 # "[TP0]" where a logging config drops the time.
-_AXES = r"(?:DP|PP|TP|EP|CP|PCP|DCP)"
+_AXES = "(?:" + "|".join(RANK_AXES) + ")"
 _BRACKET_TS = re.compile(
     r"^\[(?:(?:(?P<date>\d{4}-\d\d-\d\d)|(?P<mo>\d\d)-(?P<d>\d\d))[ T])?(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
     r"(?P<zone>Z|[+-]\d\d:?\d\d)?(?P<ranks>(?:\s+[A-Z]{2,4}\d+)*)\]\s*", re.A)
@@ -53,7 +53,7 @@ _LEVEL_FILE = re.compile(r"^" + _LEVELS + r"\s+\[[\w./-]+:\d+\]\s*", re.A)
 _UVICORN = re.compile(r"^" + _LEVELS + r":\s+", re.A)
 _LEVEL_WORD = re.compile(r"^" + _LEVELS + r"\s+(?=\S)", re.A)
 _REPEATED = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
-_PARTS = re.compile(r"(?<![A-Za-z])(DP|PP|TP|EP|CP|PCP|DCP)_?(\d+)", re.A)
+_PARTS = re.compile(r"(?<![A-Za-z])(" + "|".join(RANK_AXES) + r")_?(\d+)", re.A)
 # Where a log record starts in the middle of a line (after a progress-bar fragment that
 # had no newline of its own).
 _RECORD_START = re.compile(
