@@ -188,7 +188,7 @@ def test_alert_rules_crud_with_validation(client):
     created = client.post("/v1/alert-rules", json={"name": "eager", "threshold": 0.2, "run_pattern": "demo*"})
     assert created.status_code == 201
     rule = created.json()
-    assert (rule["window_s"], rule["min_steps"], rule["stage"], rule["enabled"]) == (300, 100, "decode", True)
+    assert (rule["window_s"], rule["min_steps"], rule["stage"], rule["enabled"]) == (300, 100, "decode+mixed", True)
     assert client.post("/v1/alert-rules", json={"name": "eager", "threshold": 0.3}).status_code == 409
     patched = client.patch(f"/v1/alert-rules/{rule['id']}", json={"threshold": 0.5, "enabled": False}).json()
     assert (patched["threshold"], patched["enabled"], patched["run_pattern"]) == (0.5, False, "demo*")
