@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import plotly.graph_objects as go
 
@@ -64,10 +64,12 @@ def mode_mix_figure(timeline: list[dict[str, Any]]) -> go.Figure:
 
 
 def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[str, float]] = (),
-                       spans: list[dict[str, Any]] = (), now: float | None = None) -> go.Figure:
-    """Eager ratio per bucket with each applicable alert threshold and the alert spans shaded."""
+                       spans: list[dict[str, Any]] = (), now: float | None = None,
+                       scope: str | None = None) -> go.Figure:
+    """Eager ratio per bucket with each applicable alert threshold and the alert spans shaded
+    (``scope``: the stages the timeline is over, in words; None: every step)."""
     if not timeline:
-        return _empty("no steps yet")
+        return _empty(f"no {scope} steps yet" if scope else "no steps yet")
     x = _times(p["t"] for p in timeline)
     shapes, notes = [], []
     for name, threshold in thresholds:
@@ -87,23 +89,41 @@ def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[st
                    yaxis=dict(title=dict(text="eager share of steps"), tickformat=".0%", range=[0, 1.05]))
 
 
-def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = ()) -> go.Figure:
-    """Steps per batch size, coloured by mode, with the captured sizes marked."""
+# Batch sizes spread thinner than one in this many over their range (an engine's token
+# counts: 7, 12, 140, 2048) are drawn on a category axis: on a linear one their bars would be
+# too thin to see.
+SPARSE_SIZES = 4
+
+
+def _size_axis(sizes: Iterable[int]) -> tuple[Callable[[int], Any], dict[str, Any]]:
+    """(x value of a size, x axis) for a chart over batch sizes: linear, or categories in
+    size order when the sizes are sparse over their range."""
+    ordered = sorted(set(sizes))
+    title = dict(title=dict(text="batch size (raw)"))
+    if not ordered or ordered[-1] <= SPARSE_SIZES * len(ordered):
+        return (lambda bs: bs), title
+    return str, dict(title, type="category", categoryorder="array", categoryarray=[str(s) for s in ordered])
+
+
+def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = (),
+                           scope: str = "decode") -> go.Figure:
+    """Steps per batch size, coloured by mode, with the captured sizes marked (``scope``: the
+    stages ``hist`` is over, in words)."""
     if not hist:
-        return _empty("no decode steps yet")
+        return _empty(f"no {scope} steps yet")
+    sizes = sorted(set(captured))
+    x, xaxis = _size_axis([r["raw_bs"] for r in hist] + sizes)
     traces = []
     for mode in MODE_ORDER:
         rows = [r for r in hist if r["mode"] == mode]
         if rows:
-            traces.append(dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows],
+            traces.append(dict(type="bar", x=[x(r["raw_bs"]) for r in rows], y=[r["steps"] for r in rows],
                                name=mode, marker=dict(color=MODE_COLORS[mode])))
-    sizes = sorted(set(captured))
     if sizes:
-        traces.append(dict(type="scatter", x=sizes, y=[0] * len(sizes), mode="markers", name="captured size",
-                           marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
+        traces.append(dict(type="scatter", x=[x(s) for s in sizes], y=[0] * len(sizes), mode="markers",
+                           name="captured size", marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
                            hovertemplate="captured bs %{x}<extra></extra>"))
-    return _figure(traces, barmode="stack", xaxis=dict(title=dict(text="batch size (raw)")),
-                   yaxis=dict(title=dict(text="steps")))
+    return _figure(traces, barmode="stack", xaxis=xaxis, yaxis=dict(title=dict(text="steps")))
 
 
 def padding_by_size(hist: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -117,20 +137,23 @@ def padding_by_size(hist: list[dict[str, Any]]) -> list[dict[str, Any]]:
              "share": pad / (tok + pad) if tok + pad else None} for bs, (tok, pad) in sorted(per_bs.items())]
 
 
-def padding_figure(hist: list[dict[str, Any]]) -> go.Figure:
-    """Padded tokens as a share of the decode tokens computed (padded + real), per batch
-    size: the same share as the run's padding figure, size by size (``hist`` is decode only)."""
+def padding_figure(hist: list[dict[str, Any]], scope: str = "decode") -> go.Figure:
+    """Padded tokens as a share of the tokens computed (padded + real), per batch size: the
+    same share as the run's padding figure, size by size (``hist`` is over the decode stages;
+    ``scope`` names them in words)."""
     rows = [r for r in padding_by_size(hist) if r["share"] is not None]
     if not any(r["padded_tokens"] for r in rows):
         return _empty("no padding")
-    return _figure([dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["share"] for r in rows],
+    x, xaxis = _size_axis(r["raw_bs"] for r in rows)
+    return _figure([dict(type="bar", x=[x(r["raw_bs"]) for r in rows], y=[r["share"] for r in rows],
                          name="padding share", marker=dict(color=MODE_COLORS["padded"]),
                          customdata=[[formats.pct(r["share"]), formats.count(r["padded_tokens"]),
                                       formats.count(r["num_tokens"] + r["padded_tokens"])] for r in rows],
                          hovertemplate="bs %{x}: %{customdata[0]} padding (%{customdata[1]} of "
-                                       "%{customdata[2]} decode tokens)<extra></extra>")],
-                   xaxis=dict(title=dict(text="batch size (raw)")),
-                   yaxis=dict(title=dict(text="padded share of decode tokens"), tickformat=".0%", rangemode="tozero"))
+                                       f"%{{customdata[2]}} {scope} tokens)<extra></extra>")],
+                   xaxis=xaxis,
+                   yaxis=dict(title=dict(text=f"padded share of {scope} tokens"), tickformat=".0%",
+                              rangemode="tozero"))
 
 
 def _timed_of(timed: int, steps: int) -> str:

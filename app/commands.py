@@ -136,8 +136,9 @@ class _Demo:
                 child.wait()
 
 
+# Over the default stage: the decode stages (runner.wire.DECODE_VIEW), as every built-in rule.
 DEMO_RULE = {"name": "demo - decode eager ratio above 0.4", "threshold": 0.4, "window_s": 60,
-             "min_steps": 50, "stage": "decode"}
+             "min_steps": 50}
 
 
 def _ensure_demo_rule(store) -> None:

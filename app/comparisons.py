@@ -73,6 +73,8 @@ def detail_notes(detail: dict[str, Any]) -> list[str]:
         notes.append(f"Step detail sampled at the source: 1 in {detail['graph_sample']} graph steps was sent one "
                      "by one, the rest as exact counts; totals, shares, timelines, batch sizes and step times "
                      "count every step.")
+    if detail.get("log_sample"):
+        notes.append(log_sample_note(detail["log_sample"]))
     if detail.get("raw_expired_before") is not None:
         notes.append(f"Raw step events before {formats.when(detail['raw_expired_before'], seconds=False)} UTC "
                      "have expired (retention); every figure here comes from rollups kept for good.")
@@ -80,6 +82,17 @@ def detail_notes(detail: dict[str, Any]) -> list[str]:
         notes.append(f"1-second detail before {formats.when(detail['seconds_expired_before'], seconds=False)} UTC "
                      "has expired: timelines are in whole minutes.")
     return notes
+
+
+def log_sample_note(sample: dict[str, Any]) -> str:
+    """What a run whose source logs 1 in N steps of a stage (SGLang's decode lines) counts."""
+    every, logged, stage = sample["every"], sample["logged"], sample["stage"]
+    where = (f"decode_log_interval={every} in the log's server_args" if sample["provenance"] == "log"
+             else "SGLang's default decode_log_interval: the log does not print its server_args")
+    return (f"{stage.capitalize()} steps are a sample: SGLang logs 1 {stage} batch in {every} ({where}). "
+            f"{formats.plural(logged, f'{stage} line')} logged, so about {logged * every:,} {stage} batches ran "
+            f"(estimated). Prefill batches are each logged: shares within {stage} steps hold, but a share over "
+            f"all steps counts each prefill batch like {every} {stage} batches.")
 
 
 def detail_short(row: dict[str, Any]) -> str:

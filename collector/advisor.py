@@ -23,6 +23,8 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping
 
+from runner.wire import DECODE_VIEW
+
 DEFAULT_EAGER_WEIGHT = 3.0
 
 
@@ -280,10 +282,9 @@ def run_inputs(store: Any, run_id: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     distribution: dict[int, int] = {}
-    # vLLM V1 batches mix prefill and decode tokens (stage "mixed"): their token counts are
-    # what its graphs are sized by, so they stand in when a run has no decode-only batches.
-    rows = queries.batch_histogram(store, run_id, stage="decode") or queries.batch_histogram(
-        store, run_id, stage="mixed")
+    # The decode stages (runner.wire.DECODE_STAGES): decode steps, and the mixed batches that
+    # vLLM's graphs serve by their token count, as every decode figure counts them.
+    rows = queries.batch_histogram(store, run_id, stage=DECODE_VIEW)
     for row in rows:
         if row.get("raw_bs") is None:
             continue

@@ -3,6 +3,8 @@
 A rule is *active* for a run at a moment ``t`` of the run's own event time when, over
 ``(t - window_s, t]``, at least ``min_steps`` steps of ``stage`` were recorded (steps and
 engines' step counts alike) and the share of them that ran eager is above ``threshold``.
+``stage`` is one stage or ``decode+mixed`` (the default): the decode stages,
+``runner.wire.DECODE_STAGES``, that every source's decode steps are in.
 Like a Prometheus alerting rule it is *pending* while active for less than ``for_s``,
 then *fires*. Once firing it holds while the share stays above ``resolve_threshold``
 (default: the threshold) and resolves only after being clear (too few steps, or at or
@@ -41,10 +43,10 @@ from collector.store import Store
 from collector.tables import (alert_events as ae, alert_notifications as an, alert_rules as ar,
                               alert_state as st, runs, step_rollups as sr)
 from runner.errors import Conflict, Invalid, NotFound, ReplayscopeError
-from runner.wire import STEP_STAGES
+from runner.wire import DECODE_VIEW, RULE_STAGES, stages_of
 
 RULE_DEFAULTS: dict[str, Any] = {
-    "window_s": 300, "min_steps": 100, "run_pattern": None, "stage": "decode",
+    "window_s": 300, "min_steps": 100, "run_pattern": None, "stage": DECODE_VIEW,
     "webhook_url": None, "enabled": True, "for_s": 60, "keep_firing_for_s": 300, "resolve_threshold": None,
     "kind": "eager_ratio", "metric": None,
 }
@@ -120,8 +122,8 @@ def _check_rule_field(name: str, value: Any) -> Any:
             raise InvalidRule(name, f"not a valid glob: {error}") from None
         return value
     if name == "stage":
-        if value not in STEP_STAGES:
-            raise InvalidRule(name, f"{value!r} is not one of {', '.join(STEP_STAGES)}")
+        if value not in RULE_STAGES:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(RULE_STAGES)}")
         return value
     if name == "webhook_url":
         if value is None or value == "":
@@ -311,7 +313,7 @@ class _Window:
 def _window_data(conn, rule: dict, run_pk: int, first: int, last: int) -> dict[int, tuple[int, int, dict]]:
     rows = conn.execute(
         sa.select(sr.c.t, sr.c.mode, sr.c.reason, sa.func.sum(sr.c.steps))
-        .where(sr.c.run_pk == run_pk, sr.c.bucket_s == 1, sr.c.stage == rule["stage"],
+        .where(sr.c.run_pk == run_pk, sr.c.bucket_s == 1, sr.c.stage.in_(stages_of(rule["stage"])),
                sr.c.t >= first, sr.c.t <= last)
         .group_by(sr.c.t, sr.c.mode, sr.c.reason))
     out: dict[int, list] = {}
@@ -391,7 +393,7 @@ def _evaluate_run(conn, rule: dict, run, now: float, delivery: Delivery | None) 
     window_s = rule["window_s"]
     if run.has_state is None:
         first_data = conn.execute(sa.select(sa.func.min(sr.c.t)).where(
-            sr.c.run_pk == run.id, sr.c.bucket_s == 1, sr.c.stage == rule["stage"])).scalar()
+            sr.c.run_pk == run.id, sr.c.bucket_s == 1, sr.c.stage.in_(stages_of(rule["stage"])))).scalar()
         if run.created_at < rule["updated_at"]:   # a run older than the rule: from its present on
             start = last - 1
         else:

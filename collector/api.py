@@ -36,9 +36,10 @@ from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.tables import alert_events, runs
 from runner.errors import Forbidden, NotFound, ReplayscopeError, TooLarge, Unauthorized, UnsupportedMediaType
-from runner.wire import STEP_STAGES
+from runner.wire import RULE_STAGES
 
-StageName = Literal[STEP_STAGES]  # type: ignore[valid-type]
+# A stage, or decode+mixed (the decode stages, as the run page shows them; %2B in a URL).
+StageName = Literal[RULE_STAGES]  # type: ignore[valid-type]
 
 try:  # optional: a faster parser for the hot path, same results for valid JSON
     import orjson as _orjson

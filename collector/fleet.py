@@ -6,7 +6,8 @@ needs no query across runs over raw steps). Part of the query layer: the fleet p
 the API read it; ``collector.regressions`` compares runs with it.
 
 Per run: ``eager_ratio`` (eager / all steps), ``decode_padded_ratio`` (padding over the
-decode tokens computed, as the Runs page), ``step_s`` (mean decode step time per mode, timed steps only), capture time
+tokens computed in the decode stages, ``runner.wire.DECODE_STAGES``, as the Runs page), ``step_s``
+(mean step time per mode in the decode stages, timed steps only), capture time
 (as ``queries.run_summary``), ``startup_s`` (first phase start to last phase end, over
 phases with a known length), ``pool_bytes`` (largest graph pool a capture reported).
 Unknown is None. Runs group by (model, backend, device, version); ``version`` is the run
@@ -27,7 +28,7 @@ from collector import queries
 from collector.rollups import WHOLE_RUN
 from collector.store import Store
 from collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
-from runner.wire import MODES
+from runner.wire import DECODE_STAGES, MODES
 
 # Configuration settings that make two runs comparable (outcomes such as pool sizes or
 # timings, seeds and file names are left out).
@@ -118,7 +119,7 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     """Headline figures of the runs ``pks`` (which ``run_filter``, a WHERE clause on ``runs``,
     selects; None when they are every run), by run key: three grouped queries over
     whole-run rollups, captures and phases."""
-    decode = sr.c.stage == "decode"
+    decode = sr.c.stage.in_(DECODE_STAGES)
     step_cols = [sr.c.run_pk, _sum(sr.c.steps), _cond_sum(sr.c.num_tokens, decode),
                  _cond_sum(sr.c.padded_tokens, decode)]
     for mode in MODES:

@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from runner.wire import reason_label
+from runner.wire import DECODE_STAGES, reason_label
 
 STEPS_TOTAL = "replayscope_steps_total"
 TOKENS_TOTAL = "replayscope_tokens_total"
@@ -30,6 +30,11 @@ ALERTS_FIRING = "replayscope_alerts_firing"
 RUNS = "replayscope_runs"
 ALERT_NOTIFICATIONS_TOTAL = "replayscope_alert_notifications_total"
 ALERT_NOTIFICATIONS_PENDING = "replayscope_alert_notifications_pending"
+
+# The decode stages (runner.wire.DECODE_STAGES) as a PromQL label matcher: the shipped
+# Prometheus rule (deploy/prometheus) and the Grafana board (deploy/grafana) select the
+# decode steps with exactly this, as the built-in alert rule and the run page do.
+DECODE_STAGES_MATCHER = 'stage=~"' + "|".join(DECODE_STAGES) + '"'
 
 # Per-run metrics carry the run's model; a fleet has a few, a typo-prone script could make many.
 MAX_MODEL_LABELS = 50

@@ -32,6 +32,7 @@ import sqlalchemy as sa
 from collector.store import Store
 from collector.tables import alert_events as ae, alert_notifications as an
 from runner.errors import ReplayscopeError
+from runner.wire import stages_of
 
 log = logging.getLogger("replayscope.notifications")
 
@@ -117,7 +118,7 @@ def alert_body(status: str, alert: dict, rule: dict, external: str) -> dict:
     annotations = {
         "summary": f"eager ratio of run {alert['run_name']} over {rule['window_s']}s {verb} above "
                    f"{rule['threshold']:.0%}",
-        "description": f"{rule['stage']} steps ran eager at {alert['value']:.1%} (peak {alert['peak']:.1%} of "
+        "description": f"{' and '.join(stages_of(rule['stage']))} steps ran eager at {alert['value']:.1%} (peak {alert['peak']:.1%} of "
                        f"{alert['steps']} steps, threshold {rule['threshold']:.0%}); dominant reason: "
                        f"{alert.get('reason') or 'none'}",
         "peak": f"{alert['peak']:.4f}", "value": f"{alert['value']:.4f}",

@@ -9,9 +9,11 @@ Definitions: ``eager_ratio`` = eager steps / all steps (every stage);
 ``padded_ratio`` = padded_tokens / (num_tokens + padded_tokens), the share of the
 computed tokens that were padding, every stage (prefill tokens included);
 ``decode_padded_ratio`` = decode_padded_tokens / (decode_num_tokens +
-decode_padded_tokens), the same share over decode steps only (what padding to a captured
-size costs; None when the run has no decode tokens); ``share`` in ``reason_breakdown``
-is the reason's share of the run's eager steps.
+decode_padded_tokens), the same share over the decode stages only (``runner.wire.DECODE_STAGES``:
+decode and mixed steps; what padding to a captured size costs; None when the run has no
+tokens in them); ``share`` in ``reason_breakdown`` is the reason's share of the run's eager
+steps. A ``stage`` argument is a stage or a rule's selection (``runner.wire.RULE_STAGES``:
+``decode+mixed`` is the decode stages).
 """
 
 from __future__ import annotations
@@ -20,13 +22,14 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from collector.importers.stages import log_sample
 from collector.rollups import BUCKETS_S, NO_REASON, WHOLE_RUN
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollups as br,
                               captures as cap, degrades as deg, parity_checks as par,
                               phases as ph, run_marks as rm, run_warnings as rw, runs,
                               step_rollups as sr)
-from runner.wire import MODES
+from runner.wire import DECODE_STAGES, MODES, stages_of
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
              runs.c.device, runs.c.status, runs.c.started_at, runs.c.ended_at)
@@ -99,8 +102,9 @@ def rank_table(store: Store, run_id: str) -> list[dict]:
 
 
 def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
-    """Per run: modes, steps, tokens (all stages and decode), capture time and firing alerts."""
-    out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "num_tokens": 0, "padded_tokens": 0,
+    """Per run: modes, steps (and per stage), tokens (all stages and the decode stages), capture
+    time and firing alerts."""
+    out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "stage_steps": {}, "num_tokens": 0, "padded_tokens": 0,
                 "decode_num_tokens": 0, "decode_padded_tokens": 0,
                 "capture_total_s": None, "alerts_firing": 0} for pk in run_pks}
     if not run_pks:
@@ -114,9 +118,10 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
         o = out[pk]
         o["modes"][mode] += int(n)
         o["steps"] += int(n)
+        o["stage_steps"][stage] = o["stage_steps"].get(stage, 0) + int(n)
         o["num_tokens"] += int(tokens)
         o["padded_tokens"] += int(padded)
-        if stage == "decode":
+        if stage in DECODE_STAGES:
             o["decode_num_tokens"] += int(tokens)
             o["decode_padded_tokens"] += int(padded)
     # Unknown stays None: a run whose source gave no capture time has no capture total.
@@ -177,7 +182,9 @@ def run_summary(store: Store, run_id: str) -> dict | None:
     ``partial`` (the source did not see the start), ``time_provenance``, ``version``, and
     ``detail``: how much step detail is stored (``graph_sample``: 1 in N graph steps sent
     one by one, None when all; ``raw_expired_before`` / ``seconds_expired_before``: raw
-    step events / 1-second rollups before this ts were pruned by retention, else None).
+    step events / 1-second rollups before this ts were pruned by retention, else None;
+    ``log_sample``: the source logs 1 in ``every`` steps of ``stage`` (SGLang's decode
+    lines), with the interval's ``provenance`` and the ``logged`` steps, else None).
     """
     with store.read() as conn:
         row = conn.execute(sa.select(*_RUN_COLS, runs.c.config, runs.c.torch_version,
@@ -197,11 +204,14 @@ def run_summary(store: Store, run_id: str) -> dict | None:
             sa.select(rm.c.ts, rm.c.error, rm.c.rank, rm.c.phase, rm.c.graph_bs)
             .where(rm.c.run_pk == row.id, rm.c.seq == row.end_seq)).first()
     d = _run_dict(row, totals)
+    sample = log_sample(row.source, row.config)
+    if sample is not None:
+        sample["logged"] = totals["stage_steps"].get(sample["stage"], 0)
     d.update(config=row.config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
              last_seen_at=row.last_seen_at, error=row.error, partial=bool(row.partial),
              time_provenance=row.time_provenance, version=row.version,
              detail={"graph_sample": row.graph_sample, "raw_expired_before": row.raw_expired_before,
-                     "seconds_expired_before": row.seconds_expired_before},
+                     "seconds_expired_before": row.seconds_expired_before, "log_sample": sample},
              reasons={reason: int(n) for reason, n in reasons},
              failure=dict(end._mapping) if end is not None and row.status == "failed" else None)
     return d
@@ -238,7 +248,7 @@ def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
         by_mode = [sa.func.sum(sa.case((sr.c.mode == mode, sr.c.steps), else_=0)) for mode in MODES]
         query = (sa.select(tb, *by_mode).where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
         if stage is not None:
-            query = query.where(sr.c.stage == stage)
+            query = query.where(sr.c.stage.in_(stages_of(stage)))
         rows = conn.execute(query.group_by(tb).order_by(tb)).all()
     out: list[dict] = []
     for t, graph, padded, eager in rows:
@@ -275,7 +285,7 @@ def batch_histogram(store: Store, run_id: str, stage: str | None = None) -> list
                            sa.func.sum(br.c.padded_tokens))
                  .where(br.c.run_pk == pk))
         if stage is not None:
-            query = query.where(br.c.stage == stage)
+            query = query.where(br.c.stage.in_(stages_of(stage)))
         rows = conn.execute(query.group_by(br.c.raw_bs, br.c.mode).order_by(br.c.raw_bs, br.c.mode)).all()
     return [{"raw_bs": int(bs), "mode": mode, "steps": int(n), "num_tokens": int(tok),
              "padded_tokens": int(pad)} for bs, mode, n, tok, pad in rows]
@@ -311,7 +321,7 @@ def batch_times(store: Store, run_id: str, stage: str | None = None) -> list[dic
                  .where(br.c.run_pk == pk)
                  .order_by(br.c.stage, br.c.raw_bs, br.c.mode, br.c.reason))
         if stage is not None:
-            query = query.where(br.c.stage == stage)
+            query = query.where(br.c.stage.in_(stages_of(stage)))
         rows = conn.execute(query).all()
     return [{"stage": st, "raw_bs": int(bs), "mode": mode, "reason": reason or None, "steps": int(n),
              "timed_steps": int(timed), "duration_s": float(total)}

@@ -113,14 +113,16 @@ class RunListItem(BaseModel):
     ended_at: Optional[float]
     steps: int
     modes: ModeCounts
+    stage_steps: dict[str, int] = Field(description="steps per stage")
     eager_ratio: float = Field(description="eager steps / all steps")
     padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
     num_tokens: int
     padded_tokens: int
-    decode_num_tokens: int = Field(description="num_tokens of decode steps")
-    decode_padded_tokens: int = Field(description="padded_tokens of decode steps")
+    decode_num_tokens: int = Field(description="num_tokens of the decode stages' steps (decode and mixed)")
+    decode_padded_tokens: int = Field(description="padded_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_ratio: Optional[float] = Field(
-        description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without decode tokens")
+        description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without tokens in "
+                    "the decode stages")
     capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int
 
@@ -249,7 +251,9 @@ class AlertRuleIn(BaseModel):
                                                description="resolves at or below this (<= threshold); "
                                                            "null: the threshold")
     run_pattern: Optional[str] = Field(None, description="glob on run names; null = all runs")
-    stage: Literal[wire.STEP_STAGES] = "decode"  # type: ignore[valid-type]
+    stage: Literal[wire.RULE_STAGES] = Field(  # type: ignore[valid-type]
+        wire.DECODE_VIEW, description="the steps watched: one stage, or decode+mixed (the decode stages, "
+                                      "where every source's decode steps are)")
     webhook_url: Optional[str] = Field(None, description="http(s); default: REPLAYSCOPE_ALERT_WEBHOOK. "
                                                          "Shown as scheme and host to readers without the token")
     enabled: bool = True

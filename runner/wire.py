@@ -17,7 +17,29 @@ from typing import Any
 WIRE_VERSION = 1
 
 MODES = ("graph", "padded", "eager")
-STEP_STAGES = ("decode", "prefill", "verify", "mixed")
+# What a step's stage means, whatever its source (docs/importing.md maps each engine's batches):
+STEP_STAGES = (
+    "decode",    # known to hold only decode tokens: each request's next token
+    "prefill",   # prompt tokens on the engine's prefill (extend) path
+    "verify",    # speculative decoding's verification of draft tokens, on graphs of its own
+    "mixed",     # holds, or may hold, prefill and decode tokens together: the source does not say
+                 # it is decode-only (vLLM V1 runs every such batch on graphs keyed by its tokens)
+)
+# The decode figures are over these stages, for every source: padding, the batch sizes by
+# mode, the advisor's traffic, the default alert rule, the Prometheus rule and the Grafana
+# board. A ``mixed`` batch holds decode tokens too, on a path graphs serve; ``prefill`` is
+# eager by design where it has no graphs, ``verify`` is sized in draft tokens.
+DECODE_STAGES = ("decode", "mixed")
+# How an alert rule's ``stage`` names them: a rule watches one stage, or the decode stages.
+DECODE_VIEW = "+".join(DECODE_STAGES)
+RULE_STAGES = STEP_STAGES + (DECODE_VIEW,)
+
+
+def stages_of(selection: str) -> tuple[str, ...]:
+    """The stages a rule's ``stage`` (one of RULE_STAGES) selects."""
+    return DECODE_STAGES if selection == DECODE_VIEW else (selection,)
+
+
 CAPTURE_STAGES = ("decode", "prefill", "verify")
 CAPTURE_STATUSES = ("ok", "failed")
 RUN_END_STATUSES = ("finished", "failed", "interrupted")
@@ -214,7 +236,8 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "interval_s": _duration(required=False, nullable=True),
         "provenance": _provenance(),
         "evidence": _f("str", required=False, nullable=True, max_chars=500,
-                       doc="what supports the reason (required in spirit when provenance is inferred)"),
+                       doc="what supports the reason (required in spirit when provenance is inferred), "
+                           "or the stage where the source does not state it"),
         # Per-size counts (vLLM's --cudagraph-metrics rows, /metrics histogram buckets): the
         # batch size these steps had and the graph that served them, when the source says.
         "raw_bs": _f("int", required=False, nullable=True, minimum=1,

@@ -101,7 +101,7 @@ def _field(label: str, component: Any) -> html.Div:
 
 
 def layout(**_query: Any) -> html.Div:
-    from runner.wire import STEP_STAGES
+    from runner.wire import DECODE_VIEW, RULE_STAGES
 
     return html.Div([
         c.nav(),
@@ -127,8 +127,8 @@ def layout(**_query: Any) -> html.Div:
             _field("hold (s): clear this long before it resolves",
                    dcc.Input(id="rule-keep", type="number", value=300)),
             _field("resolves at (empty = the threshold)", dcc.Input(id="rule-resolve", type="number")),
-            _field("stage", dcc.Dropdown(id="rule-stage", options=list(STEP_STAGES), value="decode",
-                                         clearable=False)),
+            _field("stage (decode+mixed: the decode stages, where every source's decode steps are)",
+                   dcc.Dropdown(id="rule-stage", options=list(RULE_STAGES), value=DECODE_VIEW, clearable=False)),
             _field("runs (glob on name, empty = all)", dcc.Input(id="rule-pattern", type="text")),
             _field("webhook URL (empty = default)", dcc.Input(id="rule-webhook", type="text")),
             _field("enabled", dcc.Checklist(id="rule-enabled", options=[{"label": "enabled", "value": "on"}],

@@ -1,5 +1,9 @@
 """Run (/run/<run_id>): the mode mix, eager ratio against alerts, batch sizes, padding,
-fallback reasons explained, step times, pool memory and parity; live while running."""
+fallback reasons explained, step times, pool memory and parity; live while running.
+
+The eager ratio over time, batch sizes and padding are over the decode stages
+(``runner.wire.DECODE_STAGES``), as the default alert rule, the advisor and the Prometheus
+rule are: a vLLM run's decode and mixed batches, a runner's or SGLang's decode steps."""
 
 from __future__ import annotations
 
@@ -13,12 +17,11 @@ from dash import Input, Output, State, callback, dcc, html
 from app import charts, comparisons
 from app import components as c
 from collector.explanations import STAND_IN_NOTE, is_stand_in
+from runner.wire import DECODE_STAGES, DECODE_VIEW
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
 
 REFRESH_MS = 2000
-NO_DECODE_TOKENS = "no decode tokens"
-PADDING_NOTE = "of decode tokens: padded ÷ (decode + padded)"
 STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
 
 
@@ -27,6 +30,30 @@ def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, flo
     return [(r["name"], float(r["threshold"])) for r in rules
             if r.get("enabled", True) and r.get("kind", "eager_ratio") == "eager_ratio"
             and (not r.get("run_pattern") or fnmatch.fnmatchcase(run_name, r["run_pattern"]))]
+
+
+def decode_scope(stage_steps: dict[str, int]) -> str:
+    """The words for what the decode figures count in this run: 'decode', 'decode and
+    mixed' or 'mixed' (the decode stages it has steps in; 'decode' before any step)."""
+    present = [s for s in DECODE_STAGES if stage_steps.get(s)]
+    return " and ".join(present) if present else DECODE_STAGES[0]
+
+
+def padding_note(scope: str) -> str:
+    return f"of {scope} tokens: padded ÷ ({scope} + padded)"
+
+
+def stage_note(summary: dict[str, Any]) -> str | None:
+    """How an imported run's steps got their stages, with its steps per stage."""
+    from collector.importers.stages import STAGE_NOTES
+
+    rule = STAGE_NOTES.get(summary["source"])
+    if rule is None:
+        return None
+    counts = " · ".join(f"{summary['stage_steps'][s]:,} {s}" for s in sorted(summary["stage_steps"]))
+    return (f"Steps by stage: {counts or 'none yet'}. {rule} Batch sizes, padding and the eager ratio over "
+            f"time count its {decode_scope(summary['stage_steps'])} steps, as the default alert rule and the "
+            f"advisor do (the decode stages: {' and '.join(DECODE_STAGES)}).")
 
 
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
@@ -38,7 +65,9 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     if summary is None:
         return None
     timeline = queries.mode_timeline(store, run_id)
-    hist = queries.batch_histogram(store, run_id, stage="decode")
+    decode_timeline = queries.mode_timeline(store, run_id, stage=DECODE_VIEW)
+    hist = queries.batch_histogram(store, run_id, stage=DECODE_VIEW)
+    scope = decode_scope(summary["stage_steps"])
     step_times = queries.step_time_by_mode(store, run_id)
     caps = queries.captures(store, run_id)
     spans = queries.alert_events(store, run_id=run_id)
@@ -53,7 +82,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         "stats": {
             "run-steps": c.count(summary["steps"]),
             "run-eager": c.pct(summary["eager_ratio"]),
-            "run-padded": c.pct(summary["decode_padded_ratio"], NO_DECODE_TOKENS),
+            "run-padded": c.pct(summary["decode_padded_ratio"], f"no {scope} tokens"),
             "run-capture": c.seconds(summary["capture_total_s"], unknown),
             "run-status": summary["status"],
             "run-alerts": c.count(summary["alerts_firing"]),
@@ -61,10 +90,10 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         "figures": {
             "run-mode-mix": charts.mode_mix_figure(timeline),
             "run-eager-ratio": charts.eager_ratio_figure(
-                timeline, rules_for(queries.alert_rules(store), summary["name"]), spans,
-                now=min(now, summary.get("last_event_ts") or now) if now else None),
-            "run-batch-hist": charts.batch_histogram_figure(hist, captured),
-            "run-padding": charts.padding_figure(hist),
+                decode_timeline, rules_for(queries.alert_rules(store), summary["name"]), spans,
+                now=min(now, summary.get("last_event_ts") or now) if now else None, scope=scope),
+            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope),
+            "run-padding": charts.padding_figure(hist, scope),
             "run-step-time": charts.step_time_figure(step_times),
             "run-pool": charts.pool_figure(caps),
             "run-parity": charts.parity_figure(queries.parity(store, run_id)),
@@ -72,6 +101,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         "reasons": [(cost, cost_sentence(cost)) for cost in costs],
         "alerts": spans,
         "comparison": regressions.run_regressions(store, run_id),
+        "scope": scope,
     }
 
 
@@ -88,6 +118,9 @@ def header(summary: dict[str, Any]) -> list[Any]:
     ]
     if source_note:
         parts.append(html.P(source_note, className="note imported"))
+    stages = stage_note(summary)
+    if stages:
+        parts.append(html.P(stages, className="note imported", id="run-stages"))
     if is_stand_in(summary):
         parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
@@ -104,23 +137,26 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     summary = queries.run_summary(c.store(), run_id) if run_id else None
     if summary is None:
         return c.not_found("run", run_id or "")
+    scope = decode_scope(summary["stage_steps"])
+    sample = summary["detail"].get("log_sample")
+    steps_note = f"logged: 1 in {sample['every']} {sample['stage']} batches" if sample else None
     return html.Div([
         c.nav(run_id),
         dcc.Store(id="run-id", data=run_id),
         dcc.Interval(id="run-interval", interval=REFRESH_MS, disabled=False),
         html.Div(header(summary), id="run-header"),
-        html.Div([c.stat("steps", "…", "run-steps"), c.stat("eager", "…", "run-eager", "of all steps"),
-                  c.stat("padding", "…", "run-padded", PADDING_NOTE),
+        html.Div([c.stat("steps", "…", "run-steps", steps_note), c.stat("eager", "…", "run-eager", "of all steps"),
+                  c.stat("padding", "…", "run-padded", padding_note(scope)),
                   c.stat("capture time", "…", "run-capture"), c.stat("status", "…", "run-status"),
                   c.stat("alerts firing", "…", "run-alerts")], className="stats"),
         html.Div(id="run-live", className="hint"),
         html.Div([
             c.section("Mode mix over time", c.graph("run-mode-mix")),
-            c.section("Eager ratio, alert thresholds and alert spans", c.graph("run-eager-ratio")),
+            c.section(f"Eager ratio of {scope} steps, alert thresholds and alert spans", c.graph("run-eager-ratio")),
         ], className="grid2"),
         html.Div([
-            c.section("Batch sizes by mode (▲ captured sizes)", c.graph("run-batch-hist")),
-            c.section("Padding per batch size (share of decode tokens)", c.graph("run-padding")),
+            c.section(f"Batch sizes of {scope} steps by mode (▲ captured sizes)", c.graph("run-batch-hist")),
+            c.section(f"Padding per batch size (share of {scope} tokens)", c.graph("run-padding")),
         ], className="grid2"),
         c.section("Compared with earlier runs of this model and configuration", html.Div(id="run-regressions"),
                   id="run-regressions-section"),

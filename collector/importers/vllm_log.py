@@ -19,6 +19,7 @@ from collector.importers.common import (
     rank_order, to_int,
 )
 from collector.importers.lines import LogLine
+from collector.importers.stages import vllm_row_stage
 
 SOURCE = "vllm-log"
 
@@ -394,7 +395,8 @@ class VllmRun(RunBuilder):
         if None in (unpadded, padded, paddings, count) or count < 1 or min(unpadded, paddings) < 0 or unpadded < 1:
             self.warnings.append(f"line {fact.line.lineno}: a CUDAGraph Stats row that does not read: skipped")
             return
-        event = {"kind": "step_counts", "ts": self.table["ts"], "stage": "mixed", "count": count,
+        stage, evidence = vllm_row_stage(self.table_mode or self.meta.get("cudagraph_mode"), mode)
+        event = {"kind": "step_counts", "ts": self.table["ts"], "stage": stage, "count": count,
                  "num_tokens": unpadded * count, "padded_tokens": paddings * count, "duration_s": None,
                  "interval_s": self.table["interval"], "raw_bs": unpadded}
         if mode == "NONE":
@@ -402,7 +404,7 @@ class VllmRun(RunBuilder):
         else:
             graph_bs = padded if padded >= unpadded else unpadded
             event.update(mode="padded" if paddings > 0 and graph_bs > unpadded else "graph", reason=None,
-                         graph_bs=graph_bs)
+                         graph_bs=graph_bs, evidence=evidence)
         self.emit(event)
 
     def graphs_off(self) -> str | None:

@@ -82,3 +82,23 @@ def test_a_mean_step_time_says_how_many_steps_were_timed():
     eager, graph = sorted(fig["data"], key=lambda trace: trace["name"])
     assert [row[1] for row in graph["customdata"]] == ["100 timed steps of 800"]
     assert [row[1] for row in eager["customdata"]] == ["3 steps"]
+
+
+def test_sizes_spread_thin_over_a_wide_range_are_drawn_as_categories_in_size_order():
+    """vLLM's token counts (7, 12, ..., 2048) on a linear 0-2048 axis would be bars too thin to see."""
+    def row(bs, mode, steps, padded=0):
+        return {"raw_bs": bs, "mode": mode, "steps": steps, "num_tokens": bs * steps, "padded_tokens": padded}
+
+    sparse = [row(7, "padded", 100, 100), row(140, "padded", 20, 80), row(2048, "eager", 9)]
+    fig = charts.batch_histogram_figure(sparse, captured=[8, 144, 512], scope="decode and mixed").to_plotly_json()
+    axis = fig["layout"]["xaxis"]
+    assert axis["type"] == "category" and axis["categoryarray"] == ["7", "8", "140", "144", "512", "2048"]
+    assert [list(t["x"]) for t in fig["data"]] == [["7", "140"], ["2048"], ["8", "144", "512"]]
+    padding = charts.padding_figure(sparse, scope="decode and mixed").to_plotly_json()
+    assert padding["layout"]["xaxis"]["categoryarray"] == ["7", "140", "2048"]
+    assert padding["layout"]["yaxis"]["title"]["text"] == "padded share of decode and mixed tokens"
+    dense = [row(bs, "graph", 5) for bs in range(1, 40)]          # a runner's batch sizes: a linear axis
+    assert "type" not in charts.batch_histogram_figure(dense, captured=[1, 2, 4, 8, 16, 32]).to_plotly_json()[
+        "layout"]["xaxis"]
+    assert charts.batch_histogram_figure([], scope="mixed").to_plotly_json()["layout"]["annotations"][0][
+        "text"] == "no mixed steps yet"

@@ -117,7 +117,7 @@ def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
     [run] = queries.list_runs(store)
     assert run["name"] == "demo" and run["source"] == "runner" and run["steps"] > 0
     [rule] = queries.alert_rules(store)              # the demo's eager-ratio rule, made once
-    assert rule["threshold"] == 0.4 and rule["stage"] == "decode"
+    assert rule["threshold"] == 0.4 and rule["stage"] == "decode+mixed"   # the decode stages, as by default
     store.dispose()
 
 

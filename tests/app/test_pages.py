@@ -88,7 +88,8 @@ def test_padding_share_is_over_decode_tokens_on_the_header_the_chart_and_the_run
     assert summary["padded_ratio"] < 0.6 * summary["decode_padded_ratio"]   # prefill tokens are left out
     data = pages["run"].page_data(filled, "syn-1")
     assert data["stats"]["run-padded"] == c.pct(padded / computed)
-    assert "decode" in pages["run"].PADDING_NOTE
+    assert data["scope"] == "decode"                                     # a runner run: decode steps only
+    assert pages["run"].padding_note(data["scope"]) == "of decode tokens: padded ÷ (decode + padded)"
     shown = data["figures"]["run-padding"].to_plotly_json()["data"][0]["y"]
     assert list(shown) == [r["share"] for r in per_size]
     row = next(r for r in pages["runs"].page_data(filled) if r["run_id"] == "syn-1")

@@ -170,6 +170,17 @@ def test_dashboard_queries_are_served(client):
     assert client.get("/v1/runs").json()[0]["steps"] == 30
 
 
+def test_the_decode_stages_are_one_stage_parameter(client):
+    """stage=decode+mixed (URL-encoded) is what the run page's batch sizes and the default alert count."""
+    events = [step(i, 1000.0 + i, stage=("decode", "mixed", "prefill")[i % 3]) for i in range(30)]
+    client.post("/v1/runs/run-1/events", json={"events": events})
+    sizes = client.get("/v1/runs/run-1/batch-sizes?stage=decode%2Bmixed")
+    assert sizes.status_code == 200 and sum(r["steps"] for r in sizes.json()) == 20
+    assert sum(r["steps"] for r in client.get("/v1/runs/run-1/batch-sizes", params={"stage": "mixed"}).json()) == 10
+    assert client.get("/v1/runs/run-1/batch-sizes?stage=decode+mixed").status_code == 422   # '+' is a space
+    assert client.get("/v1/runs/run-1").json()["stage_steps"] == {"decode": 10, "mixed": 10, "prefill": 10}
+
+
 def test_openapi_documents_the_event_schema(client):
     spec = client.get("/openapi.json").json()
     schemas = spec["components"]["schemas"]
@@ -188,7 +199,7 @@ def test_alert_rules_crud_with_validation(client):
     created = client.post("/v1/alert-rules", json={"name": "eager", "threshold": 0.2, "run_pattern": "demo*"})
     assert created.status_code == 201
     rule = created.json()
-    assert (rule["window_s"], rule["min_steps"], rule["stage"], rule["enabled"]) == (300, 100, "decode", True)
+    assert (rule["window_s"], rule["min_steps"], rule["stage"], rule["enabled"]) == (300, 100, "decode+mixed", True)
     assert client.post("/v1/alert-rules", json={"name": "eager", "threshold": 0.3}).status_code == 409
     patched = client.patch(f"/v1/alert-rules/{rule['id']}", json={"threshold": 0.5, "enabled": False}).json()
     assert (patched["threshold"], patched["enabled"], patched["run_pattern"]) == (0.5, False, "demo*")

@@ -47,6 +47,7 @@ def test_the_shipped_rule_is_the_built_in_rule_with_its_defaults():
     import yaml
 
     from collector.alerts import RULE_DEFAULTS
+    from runner.wire import stages_of
 
     [group] = yaml.safe_load((RULES / "replayscope-rules.yml").read_text())["groups"]
     records = {r["record"]: r["expr"] for r in group["rules"] if "record" in r}
@@ -59,6 +60,10 @@ def test_the_shipped_rule_is_the_built_in_rule_with_its_defaults():
     windows = {seconds(w) for expr in records.values() for w in re.findall(r"\[(\d+[smh])\]", expr)}
     assert windows == {RULE_DEFAULTS["window_s"]}
     assert f">= {RULE_DEFAULTS['min_steps']}" in alert["expr"]
-    assert f'stage="{RULE_DEFAULTS["stage"]}"' in records["replayscope:decode_eager_ratio:5m"]
+    stage_filters = {m for expr in records.values() for m in re.findall(r'stage\s*(?:=~|!~|!=|=)\s*"[^"]*"', expr)}
+    assert stage_filters == {metrics.DECODE_STAGES_MATCHER}          # the stages the built-in rule watches
+    assert metrics.DECODE_STAGES_MATCHER == 'stage=~"' + "|".join(stages_of(RULE_DEFAULTS["stage"])) + '"'
+    for expr in records.values():
+        assert expr.count(metrics.DECODE_STAGES_MATCHER) == expr.count(metrics.STEPS_TOTAL)
     assert seconds(alert["for"]) == RULE_DEFAULTS["for_s"]
     assert seconds(alert["keep_firing_for"]) == RULE_DEFAULTS["keep_firing_for_s"]

@@ -8,7 +8,7 @@ from collector.ingest import ingest_events
 from .conftest import step
 
 RUN_KEYS = {"run_id", "name", "source", "backend", "model", "device", "status", "started_at", "ended_at",
-            "steps", "modes", "eager_ratio", "padded_ratio", "num_tokens", "padded_tokens",
+            "steps", "modes", "stage_steps", "eager_ratio", "padded_ratio", "num_tokens", "padded_tokens",
             "decode_num_tokens", "decode_padded_tokens", "decode_padded_ratio", "capture_total_s", "alerts_firing"}
 
 

@@ -97,7 +97,8 @@ def test_the_run_says_which_detail_expired(two_runs):
     old, new = (queries.run_summary(store, r)["detail"] for r in ("old", "new"))
     assert old["raw_expired_before"] == retention.cut_for(NOW, POLICY.raw_s)
     assert old["seconds_expired_before"] == retention.cut_for(NOW, POLICY.second_s)
-    assert new == {"graph_sample": None, "raw_expired_before": None, "seconds_expired_before": None}
+    assert new == {"graph_sample": None, "raw_expired_before": None, "seconds_expired_before": None,
+                   "log_sample": None}
 
 
 def test_a_timeline_of_an_expired_run_is_in_whole_minutes_with_the_same_steps(two_runs):

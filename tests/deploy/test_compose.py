@@ -23,6 +23,7 @@ import pytest
 import yaml
 
 from app.cli import build_parser
+from collector.metrics import DECODE_STAGES_MATCHER
 from collector.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -420,7 +421,25 @@ def test_the_dashboard_shows_the_model_label_and_the_decode_padding_share():
     padding = next(p for p in DASHBOARD["panels"] if p["title"].startswith("Padding"))
     expr = padding["targets"][0]["expr"]
     assert "replayscope_padded_tokens_total" in expr and "replayscope_tokens_total" in expr
-    assert 'stage="decode"' in expr
+    assert DECODE_STAGES_MATCHER in expr
+
+
+_STAGE_FILTER = re.compile(r'\bstage\s*(?:=~|!~|!=|=)\s*"[^"]*"')
+
+
+def test_every_dashboard_stage_filter_is_the_decode_stages_of_the_built_in_rule():
+    """A panel that picks stages picks the decode stages (runner.wire.DECODE_STAGES) with the
+    matcher the shipped Prometheus rule uses, so a vLLM run's decode and mixed batches and an
+    SGLang run's decode steps fill it as a runner run's decode steps do."""
+    from collector.alerts import RULE_DEFAULTS
+    from runner.wire import DECODE_STAGES, stages_of
+
+    filters = [m.group(0) for expr in dashboard_queries() for m in _STAGE_FILTER.finditer(expr)]
+    assert filters and set(filters) == {DECODE_STAGES_MATCHER}
+    assert DECODE_STAGES_MATCHER == 'stage=~"' + "|".join(stages_of(RULE_DEFAULTS["stage"])) + '"'
+    assert set(stages_of(RULE_DEFAULTS["stage"])) == set(DECODE_STAGES) == {"decode", "mixed"}
+    eager = next(p for p in DASHBOARD["panels"] if p["title"].endswith("steps that ran eager"))
+    assert eager["targets"][0]["expr"].count(DECODE_STAGES_MATCHER) == 2      # numerator and denominator
 
 
 def test_promtool_accepts_every_dashboard_query(tmp_path):

@@ -105,9 +105,10 @@ def test_vllm_skipping_capture_wording_of_v1_also_means_graphs_off():
 def test_vllm_full_decode_only_none_rows_are_prefill_or_too_large_from_the_table():
     run = vllm("vllm_full_decode_only_metrics.log")
     assert run.run["backend"] == "full_decode_only"
+    full = "a FULL row under FULL_DECODE_ONLY: vLLM replays FULL graphs only for uniform decode batches in this mode"
     assert steps(run, "step_counts") == [
-        ("mixed", "padded", 3, 4, None, None),
-        ("mixed", "graph", 8, 8, None, None),
+        ("decode", "padded", 3, 4, None, full),
+        ("decode", "graph", 8, 8, None, full),
         ("mixed", "eager", 6, None, "prefill",
          "FULL_DECODE_ONLY captures decode-only batches; a batch with prefill tokens runs eager"),
         ("mixed", "eager", 37, None, "batch_too_large", "37 tokens is above the largest captured size 8"),

@@ -144,11 +144,11 @@ def test_cudagraph_metrics_tables_become_per_size_step_counts():
              e["interval_s"], e["raw_bs"], e["graph_bs"]) for e in kind(run, "step_counts")]
     t1, t2 = utc("2026-11-11 11:01:00"), utc("2026-11-11 11:01:10")   # vLLM 0.13: late 2025 on
     assert rows == [
-        (t1, "mixed", "padded", None, 20, 60, 20, None, 3, 4),
-        (t1, "mixed", "graph", None, 10, 40, 0, None, 4, 4),
+        (t1, "decode", "padded", None, 20, 60, 20, None, 3, 4),       # FULL under FULL_AND_PIECEWISE
+        (t1, "decode", "graph", None, 10, 40, 0, None, 4, 4),
         (t1, "mixed", "eager", "batch_too_large", 2, 200, 0, None, 100, None),   # 100 tokens > largest size 8
-        (t1, "mixed", "padded", None, 5, 30, 10, None, 6, 8),
-        (t2, "mixed", "graph", None, 7, 7, 0, 10.0, 1, 1),
+        (t1, "mixed", "padded", None, 5, 30, 10, None, 6, 8),         # PIECEWISE: decode or mixed, not said
+        (t2, "decode", "graph", None, 7, 7, 0, 10.0, 1, 1),
         (t2, "mixed", "eager", "unknown", 4, 12, 0, 10.0, 3, None),
     ]
     too_large = kind(run, "step_counts")[2]
