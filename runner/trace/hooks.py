@@ -6,9 +6,7 @@
   an error raised inside a capture;
 - Inductor: ``log_cudagraph_skip_and_bump_counter`` (its "skipping cudagraphs due to ..."; also
   heard from Inductor's cudagraphs logger, for a caller that holds the function under a name
-  we did not replace), and
-  the graph-tree manager: its start-up capture (ignored), its recordings, and every call of a
-  compiled function through it (did it replay?);
+  we did not replace); its graph trees are ``runner.trace.graph_trees``;
 - Dynamo: ``convert_frame._compile``, timed as the ``compile`` phase.
 
 Every hook calls the original whatever happens to its own bookkeeping; an entry point that is
@@ -203,49 +201,6 @@ def _watch_skip_log(tracer: Tracer, logger: Any, inside: list[bool], patches: Pa
     patches.on_remove(lambda: logger.removeHandler(handler))
 
 
-def install_inductor_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches) -> bool:
-    manager = getattr(trees_module, "CUDAGraphTreeManager", None)
-    if manager is None or not all(callable(getattr(manager, n, None)) for n in ("__init__", "run")):
-        _missing(tracer, "torch._inductor.cudagraph_trees.CUDAGraphTreeManager (run)",
-                 "steps of torch.compile(mode=\"reduce-overhead\") code read graph or unknown only")
-        return False
-
-    def make_init(original: Callable) -> Callable:
-        def __init__(self, *args, **kwargs):
-            tracer.ignore_captures += 1     # the manager captures an empty graph to hold its pool
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                tracer.ignore_captures -= 1
-        return __init__
-
-    def make_run(original: Callable) -> Callable:
-        def run(self, new_inputs, function_id, *args, **kwargs):
-            replays = tracer.total_replays
-            tracer.inductor_calls.append(function_id)
-            try:
-                return original(self, new_inputs, function_id, *args, **kwargs)
-            finally:
-                _safely(tracer, "Inductor call", tracer.inductor_call_end, function_id, replays)
-        return run
-
-    def make_record(original: Callable) -> Callable:
-        def record_function(self, new_inputs, function_id, *args, **kwargs):
-            previous = tracer.inductor_record_begin(function_id)
-            try:
-                return original(self, new_inputs, function_id, *args, **kwargs)
-            finally:
-                tracer.inductor_record_end(previous)
-        return record_function
-
-    patches.replace(manager, "__init__", make_init)
-    patches.replace(manager, "run", make_run)
-    if callable(getattr(manager, "record_function", None)):
-        patches.replace(manager, "record_function", make_record)
-    tracer.hooks.append("inductor graph trees")
-    return True
-
-
 # -- Dynamo -----------------------------------------------------------------------------------
 def install_compile_hook(tracer: Tracer, convert_frame: Any, patches: Patches) -> bool:
     if not callable(getattr(convert_frame, "_compile", None)):
@@ -274,6 +229,5 @@ def install_compile_hook(tracer: Tracer, convert_frame: Any, patches: Patches) -
 TORCH_HOOKS = {
     "torch.cuda.graphs": install_cuda_graph_hooks,
     "torch._inductor.cudagraph_utils": install_inductor_skip_hook,
-    "torch._inductor.cudagraph_trees": install_inductor_tree_hooks,
     "torch._dynamo.convert_frame": install_compile_hook,
 }

@@ -27,6 +27,7 @@ from runner.trace import device
 from runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason,
                                  replayed)
 from runner.trace.settings import REGISTRY_FILE, TraceSettings, claim_events_path
+from runner.trace.tree_state import AUTO_STEPS, GraphTrees
 
 # Names under which programs keep the batch size they are capturing (SGLang ``bs``, vLLM
 # ``num_tokens``, most hand-written loops ``bs`` or ``batch_size``), looked up in the frames
@@ -186,6 +187,8 @@ class Tracer:
         self.inductor_skipped: dict[Any, Cause] = {}
         self.compile_skip: Cause | None = None
         self.compile_depth = 0
+        self.graph_trees = GraphTrees()
+        self.inductor_recordings = 0            # recordings of compiled functions so far
         # steps
         self.in_step = False
         self.step_stage = "decode"
@@ -238,6 +241,7 @@ class Tracer:
                                     "ppid": os.getppid(), "process": self.label,
                                     "command": list(self.settings.command), "step": self.settings.step,
                                     "recipes": list(self.recipes), "hooks": list(self.hooks),
+                                    "auto_steps": AUTO_STEPS if self.settings.step is None else None,
                                     "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every)}}}
         sink, target = self._sink()
         emitter = Emitter(sink, run)
@@ -450,24 +454,44 @@ class Tracer:
             self.compile_skip = cause
         self.warn("cudagraph_skipped", cause.evidence or message)
 
-    def inductor_record_begin(self, function_id: Any) -> tuple[Any, bool] | None:
+    def inductor_record_begin(self, function_id: Any) -> tuple[Any, bool, int] | None:
         previous = self.inductor_recording
-        self.inductor_recording = (function_id, function_id in self._inductor_recorded)
+        self.inductor_recording = (function_id, function_id in self._inductor_recorded, len(self.step_graphs))
         return previous
 
-    def inductor_record_end(self, previous: tuple[Any, bool] | None) -> None:
+    def inductor_record_end(self, previous: tuple[Any, bool, int] | None) -> None:
+        recording = self.inductor_recording
         self.inductor_recording = previous
+        self.inductor_recordings += 1
+        if recording is not None and self.in_step:
+            # Inductor replays a graph right after recording it: part of the recording, not a replay
+            # of the step's (the step is a recording step, eager graph_warmup).
+            kept = recording[2]
+            self.step_replays_total += len(self.step_graphs) - kept
+            del self.step_graphs[kept:]
 
-    def inductor_call_end(self, function_id: Any, replays_before: int) -> None:
+    def recording(self, function: str, cause: str, evidence: str | None, recordings: int,
+                  rerecords: int | None, limit: int | None) -> None:
+        """Inductor recorded a CUDA graph of a compiled function: one ``recording`` event."""
+        self.emit("recording", function=function, cause=cause, evidence=evidence and evidence[:500],
+                  graph_bs=self.step_bs if self.in_step and self.step_bs else None, recordings=recordings,
+                  rerecords=rerecords, rerecord_limit=limit, rank=self._label())
+
+    def inductor_call_end(self, function_id: Any, replays_before: int, recordings_before: int) -> None:
         """One call of a compiled function through Inductor's graph trees has returned."""
         self.inductor_calls.pop()
-        if self.total_replays != replays_before or not self.in_step:
+        if not self.in_step:
             return
-        cause = self.inductor_skipped.get(function_id)
-        if cause is None:
-            number = getattr(function_id, "id", function_id)
-            cause = Cause("graph_warmup", f"Inductor ran compiled function {number} without a graph "
-                                          f"(warm-up before recording)")
+        number = getattr(function_id, "id", function_id)
+        if self.inductor_recordings != recordings_before:
+            cause = Cause("graph_warmup", f"Inductor recorded the CUDA graph of compiled function {number} "
+                                          f"in this call; the calls after it replay the graph")
+        elif self.total_replays != replays_before:
+            return
+        else:
+            cause = self.inductor_skipped.get(function_id) or Cause(
+                "graph_warmup", f"Inductor ran compiled function {number} without a graph "
+                                f"(warm-up before recording)")
         current = self.step_inductor
         if current is None or (current.reason == "graph_warmup" and cause.reason != "graph_warmup"):
             self.step_inductor = cause

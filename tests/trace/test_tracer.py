@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from runner.trace.causes import Cause
-from runner.trace.hooks import Patches, install_cuda_graph_hooks, install_inductor_tree_hooks
+from runner.trace.graph_trees import install_graph_tree_hooks
+from runner.trace.hooks import Patches, install_cuda_graph_hooks
 from tests.trace.conftest import FakeCUDAGraph, capture, kinds
 
 MUTATED = "skipping cudagraphs due to mutated inputs (6 instances). Found from : \n File \"model.py\", line 3"
@@ -262,10 +263,15 @@ class FakeTreeManager:
         return graph
 
 
+class FakeNode:
+    def check_invariants(self, inputs):
+        return True
+
+
 @pytest.fixture()
 def trees(traced):
-    install_inductor_tree_hooks(traced.tracer, types.SimpleNamespace(CUDAGraphTreeManager=FakeTreeManager),
-                                traced.patches)
+    install_graph_tree_hooks(traced.tracer, types.SimpleNamespace(CUDAGraphTreeManager=FakeTreeManager,
+                                                                  CUDAGraphNode=FakeNode), traced.patches)
     return FakeTreeManager()
 
 
@@ -276,12 +282,14 @@ def inductor_step(traced, trees, bs, function_id=1):
     return result
 
 
-def test_inductor_warm_up_then_record_then_replay_reads_eager_graph_graph(traced, trees):
+def test_inductor_warm_up_then_record_then_replay_reads_eager_eager_graph(traced, trees):
     results = [inductor_step(traced, trees, 4) for _ in range(3)]
     assert results == ["warm", "recorded", "replayed"]
     events = traced.finish()
     steps = kinds(events, "step")
-    assert [(s["mode"], s["reason"]) for s in steps] == [("eager", "graph_warmup"), ("graph", None), ("graph", None)]
+    assert [(s["mode"], s["reason"]) for s in steps] == [("eager", "graph_warmup"), ("eager", "graph_warmup"),
+                                                          ("graph", None)]
+    assert "recorded the CUDA graph" in steps[1]["evidence"] and "replays" not in steps[1]["evidence"]
     [recorded] = kinds(events, "capture")       # the manager's own empty capture is not one
     assert recorded["graph_bs"] == 4 and recorded["variant"].startswith("inductor")
 
