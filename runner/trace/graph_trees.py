@@ -90,6 +90,7 @@ def install_graph_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches
         function.ids.add(function_id)
         function.shapes.add(shapes)
         function.last_cause = cause
+        trees.by_id[function_id] = function
         tracer.recording(function.name, cause, evidence, function.recordings, rerecords(manager, function_id),
                          trees.enforced_limit(manager))
 

@@ -22,6 +22,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from runner.trace.no_graph import asked_for_graphs, skip_count
 from runner.trace.tracer import Tracer
 
 MARK = "__replayscope_original__"
@@ -213,15 +214,45 @@ def install_compile_hook(tracer: Tracer, convert_frame: Any, patches: Patches) -
                 return original(*args, **kwargs)
             tracer.compile_depth += 1
             started_ts, started = time.time(), time.perf_counter()
+            skips, heard = skip_count(), tracer.skip_messages
+            _safely(tracer, "compile", tracer.graph_trees.name_frame, kwargs.get("compile_id"),
+                    args[0] if args else kwargs.get("code"))
             try:
                 return original(*args, **kwargs)
             finally:
                 tracer.compile_depth -= 1
-                _safely(tracer, "compile", tracer.compile_done, started_ts, time.perf_counter() - started)
+                _safely(tracer, "compile", tracer.compile_done, started_ts, time.perf_counter() - started,
+                        skips, heard)
         return _compile
 
     patches.replace(convert_frame, "_compile", make)
     tracer.hooks.append("dynamo compile")
+    return True
+
+
+# -- Inductor's compile config ---------------------------------------------------------------
+def install_compile_fx_hook(tracer: Any, compile_fx_module: Any, patches: Patches) -> bool:
+    if not callable(getattr(compile_fx_module, "compile_fx", None)):
+        _missing(tracer, "torch._inductor.compile_fx.compile_fx",
+                 "a process without CUDA graphs cannot say whether Inductor's config turned them off")
+        return False
+    depth = [0]      # compile_fx calls itself once its config patches are applied: the outermost counts
+
+    def make(original: Callable) -> Callable:
+        def compile_fx(model_, example_inputs_, *args, **kwargs):
+            if depth[0]:
+                return original(model_, example_inputs_, *args, **kwargs)
+            patches_given = kwargs.get("config_patches", args[1] if len(args) > 1 else None)
+            _safely(tracer, "Inductor compile", tracer.inductor_compiled, asked_for_graphs(patches_given))
+            depth[0] += 1
+            try:
+                return original(model_, example_inputs_, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return compile_fx
+
+    patches.replace(compile_fx_module, "compile_fx", make)
+    tracer.hooks.append("inductor compile config")
     return True
 
 
@@ -230,4 +261,5 @@ TORCH_HOOKS = {
     "torch.cuda.graphs": install_cuda_graph_hooks,
     "torch._inductor.cudagraph_utils": install_inductor_skip_hook,
     "torch._dynamo.convert_frame": install_compile_hook,
+    "torch._inductor.compile_fx": install_compile_fx_hook,
 }

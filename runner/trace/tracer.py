@@ -26,8 +26,9 @@ from runner.timing import CudaClock, step_timing
 from runner.trace import device
 from runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason,
                                  replayed)
+from runner.trace.no_graph import GraphIntent, no_graph_cause, skip_count
 from runner.trace.settings import REGISTRY_FILE, TraceSettings, claim_events_path
-from runner.trace.tree_state import AUTO_STEPS, GraphTrees
+from runner.trace.tree_state import AUTO_STEPS, GraphTrees, limit_message
 
 # Names under which programs keep the batch size they are capturing (SGLang ``bs``, vLLM
 # ``num_tokens``, most hand-written loops ``bs`` or ``batch_size``), looked up in the frames
@@ -188,6 +189,8 @@ class Tracer:
         self.compile_skip: Cause | None = None
         self.compile_depth = 0
         self.graph_trees = GraphTrees()
+        self.graph_intent = GraphIntent()       # what the Inductor compiles asked for (no_graph)
+        self.skip_messages = 0                  # Inductor's skip messages heard
         self.inductor_recordings = 0            # recordings of compiled functions so far
         # steps
         self.in_step = False
@@ -448,8 +451,11 @@ class Tracer:
     def inductor_skip(self, message: str) -> None:
         """Inductor decided to run a compiled function without CUDA graphs, and said why."""
         cause = Cause(inductor_skip_reason(message), inductor_skip_evidence(message))
+        self.skip_messages += 1
         if self.inductor_calls:
             self.inductor_skipped[self.inductor_calls[-1]] = cause
+            if cause.reason == "rerecord_limit":
+                self.warn("rerecord_limit", limit_message(self.graph_trees, self.inductor_calls[-1], message))
         else:
             self.compile_skip = cause
         self.warn("cudagraph_skipped", cause.evidence or message)
@@ -496,8 +502,22 @@ class Tracer:
         if current is None or (current.reason == "graph_warmup" and cause.reason != "graph_warmup"):
             self.step_inductor = cause
 
-    def compile_done(self, started_ts: float, duration: float) -> None:
+    def compile_done(self, started_ts: float, duration: float, skips_before: int | None = None,
+                     heard_before: int | None = None) -> None:
+        """A Dynamo compile ended: its phase, and the CUDA-graph skips Inductor counted in it
+        without a message (no_graph)."""
+        skips = skip_count()
+        if skips is not None and skips_before is not None and heard_before is not None:
+            silent = (skips - skips_before) - (self.skip_messages - heard_before)
+            if silent > 0:
+                self.graph_intent.silent_skips += silent
         self.emit("phase", phase="compile", start_ts=started_ts, duration_s=duration, rank=self._label())
+
+    def inductor_compiled(self, with_graphs: bool) -> None:
+        """Inductor compiles a graph, with its CUDA graphs on or off (its config when called)."""
+        self.graph_intent.compiles += 1
+        if with_graphs:
+            self.graph_intent.with_graphs += 1
 
     # -- replays and steps ------------------------------------------------------
     def step_begin(self, stage: str, raw_bs: int | None, num_tokens: int | None = None,
@@ -595,7 +615,7 @@ class Tracer:
             outcome = decide(StepFacts(
                 stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
                 inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
-                cuda=device.cuda_state() if not replays and self.step_inductor is None else "ok",
+                no_graph=self._no_graph() if not replays and self.step_inductor is None else None,
                 captured_sizes=self.captured_sizes))
         mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
         tokens = self.step_tokens
@@ -609,6 +629,13 @@ class Tracer:
             emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, outcome.evidence)
         if not self._capture_phase_sent:
             self._maybe_capture_phase()
+
+    def _no_graph(self) -> Cause | None:
+        """Why no graph could serve a step when none exists in the process (the device, Inductor's
+        config, its silent skips); None when graphs exist or nothing explains it."""
+        if self.captured_sizes or "torch" not in sys.modules:
+            return None
+        return no_graph_cause(self.graph_intent, device.cuda_state())
 
     # -- the end ----------------------------------------------------------------
     def uncaught(self, exc_type: type, exc: BaseException) -> None:
@@ -627,6 +654,11 @@ class Tracer:
         status = status or self.status or "finished"
         error = error or self.error
         self.step_abort()
+        if not self.captures and not self._unsized and (self.steps or self.graph_intent.compiles
+                                                         or self.graph_intent.silent_skips):
+            cause = self._no_graph()
+            if cause is not None:
+                self.warn("no_cuda_graphs", f"no CUDA graph was captured in this process: {cause.evidence}")
         if self.emitter is None:
             worth_a_run = self._pending_warnings and (self.is_root() or device.cuda_in_use())
             if not (worth_a_run or self._unsized):

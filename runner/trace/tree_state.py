@@ -39,6 +39,7 @@ class GraphTrees:
 
     def __init__(self):
         self.functions: dict[Any, _Function] = {}
+        self.by_id: dict[Any, _Function] = {}        # Inductor's function id -> its function, once recorded
         self.frame_names: dict[Any, str] = {}        # Dynamo frame id -> its code's name
         self.batch_index: dict[Any, tuple[int, bool] | None] = {}   # function id -> (input index, is a size)
         self.mismatch: Any = None                    # the last failed check_invariants status in this call
@@ -124,6 +125,19 @@ def _batch_index(manager: Any, function_id: Any, inputs: Any) -> tuple[int, bool
     return None
 
 
+def limit_message(trees: GraphTrees, function_id: Any, message: str) -> str:
+    """The warning when Inductor gives up recording a function: what, how often, why, what now."""
+    function = trees.by_id.get(function_id)
+    name = function.name if function is not None else f"compiled function {getattr(function_id, 'id', function_id)}"
+    head = message.splitlines()[0] if message else ""
+    limit = head.split("(=", 1)[1].split(")", 1)[0] if "(=" in head else "?"
+    seen = (f" after {function.recordings} recordings (the last: {function.last_cause.replace('_', ' ')})"
+            if function is not None else "")
+    return (f"Inductor re-recorded {name} past PyTorch's re-record limit of {limit} "
+            f"(torch._inductor.config.triton.cudagraph_unexpected_rerecord_limit){seen}: it runs without "
+            f"CUDA graphs from now on")
+
+
 def input_shapes(inputs: Any) -> tuple:
     try:
         return tuple(tuple(v.shape) if hasattr(v, "shape") else v for v in inputs
@@ -153,7 +167,7 @@ def cause_of(trees: GraphTrees, function: _Function, function_id: Any, shapes: t
         name = getattr(status, "name", None)
         if name in MISMATCH_CAUSES:
             cause, what = MISMATCH_CAUSES[name]
-            return cause, f"Inductor's check before replay failed: {what} ({status})"
+            return cause, f"Inductor's check before replay failed: {what} (PyTorch: {status})"
         if status is False:
             return "unknown", "Inductor's check before replay failed (this PyTorch does not say which check)"
         return "new_path", ("no graph of this function was recorded after the graph that ran before it "
