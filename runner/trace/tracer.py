@@ -34,6 +34,9 @@ from runner.trace.tree_state import AUTO_STEPS, GraphTrees, limit_message
 # ``num_tokens``, most hand-written loops ``bs`` or ``batch_size``), looked up in the frames
 # that led to a capture when no recipe said which size it was.
 SIZE_NAMES = ("bs", "batch_size", "num_tokens", "graph_bs", "padded_bs", "capture_bs", "num_seqs")
+# ... and the objects vLLM describes a captured size with: its forward context's batch descriptor,
+# the model runner V2's BatchExecutionDescriptor (``desc``) and CudaGraphKey.
+SIZE_HOLDERS = (("batch_descriptor", "num_tokens"), ("desc", "num_tokens"), ("cudagraph_key", "total_num_tokens"))
 _STACK_DEPTH = 40
 
 
@@ -52,9 +55,10 @@ def capture_size_from_stack(frame: Any) -> int | None:
             for name in SIZE_NAMES:
                 if _is_size(names.get(name)):
                     return names[name]
-            descriptor = getattr(names.get("batch_descriptor"), "num_tokens", None)
-            if _is_size(descriptor):
-                return descriptor
+            for holder, attribute in SIZE_HOLDERS:
+                size = getattr(names.get(holder), attribute, None)
+                if _is_size(size):
+                    return size
             if "capture" in frame.f_code.co_name and _is_size(names.get("size")):
                 return names["size"]
         frame = frame.f_back
@@ -176,6 +180,7 @@ class Tracer:
         self._open: dict[int, _Capture] = {}
         self._pools: dict[tuple, int] = {}
         self.captured_sizes: tuple[int, ...] = ()
+        self.captured_by_stage: dict[str, tuple[int, ...]] = {}    # capture stage -> its sizes
         self.captures = 0
         self.failed_captures = 0
         self._capture_first_ts: float | None = None
@@ -411,8 +416,12 @@ class Tracer:
         self.captures += 1
         if error:
             self.failed_captures += 1
-        elif size not in self.captured_sizes:
-            self.captured_sizes = tuple(sorted(self.captured_sizes + (size,)))
+        else:
+            if size not in self.captured_sizes:
+                self.captured_sizes = tuple(sorted(self.captured_sizes + (size,)))
+            sizes = self.captured_by_stage.get(stage, ())
+            if size not in sizes:
+                self.captured_by_stage[stage] = tuple(sorted(sizes + (size,)))
         self.emit("capture", graph_bs=size, stage=stage, duration_s=duration,
                   pool_bytes=device.pool_bytes(pool), pool_delta_bytes=delta, status=status, error=error,
                   variant=variant, rank=self._label())
@@ -616,7 +625,7 @@ class Tracer:
                 stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
                 inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
                 no_graph=self._no_graph() if not replays and self.step_inductor is None else None,
-                captured_sizes=self.captured_sizes))
+                captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes))
         mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
         tokens = self.step_tokens
         padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
