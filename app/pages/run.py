@@ -10,7 +10,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, callback, dcc, html
 
-from app import charts, comparisons
+from app import charts, comparisons, recordings
 from app import components as c
 from collector.explanations import STAND_IN_NOTE, is_stand_in
 
@@ -125,6 +125,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         c.section("Compared with earlier runs of this model and configuration", html.Div(id="run-regressions"),
                   id="run-regressions-section"),
         c.section("Why steps ran eager", html.Div(id="run-reasons"), id="run-reasons-section"),
+        recordings.section(),
         html.Div([
             c.section("Step time by mode", c.graph("run-step-time")),
             c.section("Graph pool memory per capture", c.graph("run-pool")),
