@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from tests.browser import chromium, require_chromium
+from tests.browser import require_chromium
 from tests.live_server import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
@@ -19,7 +19,8 @@ pytestmark = [pytest.mark.browser, pytest.mark.skipif(
 require_chromium()
 
 from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+from tests.app.test_browser import driver, wait  # noqa: E402,F401 (the browser and its wait, shared)
 
 
 def traced_events(monkeypatch, scenario, step=None):
@@ -84,17 +85,6 @@ def env(tmp_path_factory):
     with serving(create_server(store, Settings(run_services=False))) as url:
         yield {"store": store, "url": url}
     store.dispose()
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    d = chromium(tmp_path_factory.mktemp("chromium"), console_log=True)
-    yield d
-    d.quit()
-
-
-def wait(driver, condition, timeout=30):
-    return WebDriverWait(driver, timeout, poll_frequency=0.2).until(lambda d: condition(d))
 
 
 def open_run(driver, url, run_id):
