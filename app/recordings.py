@@ -1,7 +1,8 @@
 """The run page's section on Inductor's CUDA-graph recordings (torch.compile reduce-overhead,
 from ``replayscope trace``): per compiled function, how often it was recorded and why, PyTorch's
 count against its re-record limit, whether it now runs eager for good; and, for a run without
-any CUDA graph, why. Shown only for runs that have something of it; refreshed with the page."""
+any CUDA graph, why. Shown only for runs that have something of it; refreshed with the page
+(``register`` puts its callback on the app, from the run page)."""
 
 from __future__ import annotations
 
@@ -72,8 +73,13 @@ def section() -> html.Section:
                         className="section", id=SECTION_ID, style={"display": "none"})
 
 
-@callback(Output("run-recordings", "children"), Output(SECTION_ID, "style"),
-          Input("run-interval", "n_intervals"), State("run-id", "data"))
+def register() -> None:
+    """Register the section's callback on the app being built: the run page calls it each time it
+    is (re)loaded for a new app (``app.server`` reloads the pages, not this module)."""
+    callback(Output("run-recordings", "children"), Output(SECTION_ID, "style"),
+             Input("run-interval", "n_intervals"), State("run-id", "data"))(refresh)
+
+
 def refresh(_n, run_id):
     from collector import queries
 

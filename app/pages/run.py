@@ -15,6 +15,7 @@ from app import components as c
 from collector.explanations import STAND_IN_NOTE, is_stand_in
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
+recordings.register()
 
 REFRESH_MS = 2000
 NO_DECODE_TOKENS = "no decode tokens"
