@@ -374,6 +374,8 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     _run_read("parity", queries.parity, schemas.ParityRow, "Graph-vs-eager parity checks.")
     _run_read("warnings", queries.warnings, schemas.WarningRow,
               "What the reader should know that is not a step or a phase (rejected events, missing hooks).")
+    _run_read("recordings", queries.recordings, schemas.RecordingRow,
+              "CUDA graphs PyTorch Inductor recorded of compiled functions, with their causes, in order.")
 
     @app.get("/v1/runs/{run_id}/diagnosis", response_model=schemas.Diagnosis, tags=["runs"], responses=errors)
     def get_diagnosis(run_id: str):

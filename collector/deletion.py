@@ -18,7 +18,7 @@ from collector.notifications import Delivery
 from collector.store import Store
 
 RUN_TABLES = (t.steps, t.step_counts, t.phases, t.captures, t.degrades, t.parity_checks, t.run_marks,
-              t.run_warnings, t.step_rollups, t.batch_rollups, t.alert_events)
+              t.run_warnings, t.recordings, t.step_rollups, t.batch_rollups, t.alert_events)
 
 
 def delete_run(store: Store, run_id: str, *, delivery: Delivery | None = None, now: float | None = None) -> bool:

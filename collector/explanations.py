@@ -195,10 +195,11 @@ EXPLANATIONS: dict[str, Explanation] = {
     ),
     "graph_warmup": Explanation(
         reason="graph_warmup",
-        title="Warm-up of a compiled function (no graph recorded yet)",
-        what="A function compiled with torch.compile(mode=\"reduce-overhead\") ran its warm-up call: "
-             "PyTorch Inductor runs the first call for each input shape eagerly and records the "
-             "graph on a later call.",
+        title="Warm-up or recording of a compiled function (no graph replayed yet)",
+        what="A function compiled with torch.compile(mode=\"reduce-overhead\") ran its warm-up or "
+             "recording call: PyTorch Inductor runs the first call for each input shape eagerly and "
+             "records the graph on the next one (a capture, with synchronisations); only the calls "
+             "after that replay it.",
         why="Inductor's CUDA-graph trees record a graph only after a warm-up run has settled the "
             "memory the function allocates; until then there is nothing to replay.",
         change=(

@@ -91,9 +91,11 @@ _OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
     "run_end": (t.run_marks, *_same("seq", "ts", "kind", "status", "error", "rank", "phase", "graph_bs")),
     "heartbeat": (t.run_marks, *_same("seq", "ts", "kind", "status", "error", "rank", "phase", "graph_bs")),
     "warning": (t.run_warnings, *_same("seq", "ts", "code", "message", "rank")),
+    "recording": (t.recordings, *_same("seq", "ts", "function", "cause", "evidence", "graph_bs", "recordings",
+                                       "rerecords", "rerecord_limit", "rank")),
 }
 _SEQ_TABLES = (t.steps, t.phases, t.captures, t.step_counts, t.degrades, t.parity_checks, t.run_marks,
-               t.run_warnings)
+               t.run_warnings, t.recordings)
 
 
 def _json_depth(value: Any, limit: int, depth: int = 0) -> int:

@@ -27,8 +27,8 @@ from collector.rollups import BUCKETS_S, NO_REASON, WHOLE_RUN
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollups as br,
                               captures as cap, degrades as deg, parity_checks as par,
-                              phases as ph, run_marks as rm, run_warnings as rw, runs,
-                              step_rollups as sr)
+                              phases as ph, recordings as rec, run_marks as rm, run_warnings as rw,
+                              runs, step_rollups as sr)
 from runner.wire import DECODE_STAGES, MODES, stages_of
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
@@ -357,6 +357,11 @@ def degrades(store: Store, run_id: str) -> list[dict]:
 def parity(store: Store, run_id: str) -> list[dict]:
     """Parity checks in seq order, as stored."""
     return _event_rows(store, run_id, par)
+
+
+def recordings(store: Store, run_id: str) -> list[dict]:
+    """Inductor's recordings of compiled functions in seq order, as stored."""
+    return _event_rows(store, run_id, rec)
 
 
 def warnings(store: Store, run_id: str) -> list[dict]:

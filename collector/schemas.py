@@ -83,6 +83,7 @@ PhaseRow = _row_model("PhaseRow", "phase")
 DegradeRow = _row_model("DegradeRow", "degrade")
 ParityRow = _row_model("ParityRow", "parity")
 WarningRow = _row_model("WarningRow", "warning")
+RecordingRow = _row_model("RecordingRow", "recording")
 
 
 class IngestResponse(BaseModel):

@@ -174,6 +174,21 @@ run_warnings = sa.Table(
     sa.Column("rank", sa.String(64)),
 )
 
+# recording events: PyTorch Inductor recorded a CUDA graph of a compiled function, and why.
+recordings = sa.Table(
+    "recordings", metadata, _run_fk(),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("ts", sa.Float, nullable=False),
+    sa.Column("function", sa.String(200), nullable=False),
+    sa.Column("cause", sa.String(32), nullable=False),
+    sa.Column("evidence", sa.String(500)),
+    sa.Column("graph_bs", sa.Integer),
+    sa.Column("recordings", sa.BigInteger, nullable=False),
+    sa.Column("rerecords", sa.BigInteger),          # NULL: this PyTorch keeps no count
+    sa.Column("rerecord_limit", sa.BigInteger),     # NULL: this PyTorch applies no limit
+    sa.Column("rank", sa.String(64)),
+)
+
 # Step rollups per run and time bucket. bucket_s is 1 or 60; bucket_s 0 is the whole
 # run (t = 0). Both raw steps and step_counts aggregates land here. Whole-run and minute
 # rows are kept for good; 1-second rows expire (REPLAYSCOPE_SECOND_RETENTION).

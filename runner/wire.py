@@ -74,7 +74,7 @@ REASONS = (
     "graphs_disabled",    # graphs off for the run (backend disabled / enforce-eager)
     # Seen by `replayscope trace` in programs it did not write, from PyTorch Inductor's own
     # cudagraph decisions ("skipping cudagraphs due to ...") and from the device in use:
-    "graph_warmup",       # Inductor's warm-up call of a compiled function: no graph recorded yet
+    "graph_warmup",       # Inductor's warm-up or recording call of a compiled function: no graph replayed yet
     "mutated_inputs",     # Inductor skipped graphs: the compiled code mutates an input it does not own
     "cpu_device",         # the work ran on the CPU (no CUDA in the process, or CPU tensors in the graph)
     "dynamic_shapes",     # Inductor skipped graphs for a graph with dynamic (symbolic) shapes
@@ -89,7 +89,20 @@ CUSTOM_REASON_PREFIX = "custom:"
 CUSTOM_REASON_MAX_CHARS = 120
 
 EVENT_KINDS = ("phase", "capture", "step", "step_counts", "degrade", "parity", "run_end", "heartbeat",
-               "warning")
+               "warning", "recording")
+
+# Why PyTorch Inductor recorded a CUDA graph of a compiled function (``recording`` events,
+# from ``replayscope trace``); Inductor's own checks before a replay name the re-record causes.
+RECORDING_CAUSES = (
+    "first",                # the function's first recording
+    "new_shape",            # a new input shape: dynamic shapes record a graph per size, a recompile per shape
+    "recompiled",           # Dynamo compiled the function again for the same input shapes
+    "static_input_moved",   # a static input (parameter, buffer, marked static) is at another address
+    "managed_input_moved",  # an input from an earlier graph's output pool is at another address
+    "output_alive",         # an earlier graph's output the recording expected dead is still alive
+    "new_path",             # called after another graph than when it was recorded (graph trees record per path)
+    "unknown",              # re-recorded, and this PyTorch does not say why
+)
 
 # Bounds on every number the store sums or the pages show, so no value that passes
 # validation can overflow a column, a rollup or a chart later.
@@ -280,6 +293,24 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
         "message": _f("str", max_chars=4000),
         "code": _f("str", required=False, nullable=True, pattern=_NAME_PATTERN, max_chars=64,
                    doc="a stable short name, e.g. rejected_event, hook_missing"),
+        "rank": _rank(),
+    },
+    # PyTorch Inductor recorded a CUDA graph of a compiled function (reduce-overhead): its first
+    # recording, a new shape, or a re-record, counted against PyTorch's re-record limit.
+    "recording": {
+        "function": _f("str", max_chars=200, doc="the compiled function, e.g. forward (frame 0)"),
+        "cause": _f("str", choices=RECORDING_CAUSES),
+        "evidence": _f("str", required=False, nullable=True, max_chars=500,
+                       doc="what was seen that gave the cause"),
+        "graph_bs": _batch(required=False, nullable=True, doc="the batch of the call it was recorded in"),
+        "recordings": _f("int", minimum=1, maximum=MAX_COUNT,
+                         doc="recordings of this function so far, this one included"),
+        "rerecords": _f("int", required=False, nullable=True, minimum=0, maximum=MAX_COUNT,
+                        doc="PyTorch's own count of this function's re-records against its limit; "
+                            "null when this PyTorch keeps none"),
+        "rerecord_limit": _f("int", required=False, nullable=True, minimum=0, maximum=MAX_COUNT,
+                             doc="the re-record limit in force (cudagraph_unexpected_rerecord_limit); "
+                                 "null when this PyTorch applies none"),
         "rank": _rank(),
     },
 }

@@ -14,12 +14,13 @@ from typing import Any
 import dash
 from dash import Input, Output, State, callback, dcc, html
 
-from app import charts, comparisons
+from app import charts, comparisons, recordings
 from app import components as c
 from collector.explanations import STAND_IN_NOTE, is_stand_in
 from runner.wire import DECODE_STAGES, DECODE_VIEW
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
+recordings.register()
 
 REFRESH_MS = 2000
 STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
@@ -161,6 +162,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         c.section("Compared with earlier runs of this model and configuration", html.Div(id="run-regressions"),
                   id="run-regressions-section"),
         c.section("Why steps ran eager", html.Div(id="run-reasons"), id="run-reasons-section"),
+        recordings.section(),
         html.Div([
             c.section("Step time by mode", c.graph("run-step-time")),
             c.section("Graph pool memory per capture", c.graph("run-pool")),

@@ -15,9 +15,12 @@ import os
 import sys
 from typing import Any
 
+from runner.trace.graph_trees import GRAPH_TREE_HOOKS
 from runner.trace.hooks import TORCH_HOOKS, Patches
 from runner.trace.imports import PostImportHooks
 from runner.trace.recipes import RECIPES, catch_main_step, wrap_step_function
+from runner.trace.sglang_recipes import RECIPES as SGLANG_RECIPES
+from runner.trace.vllm_recipes import RECIPES as VLLM_RECIPES
 from runner.trace.settings import ENV_STEP, TraceSettings
 from runner.trace.tracer import Tracer
 
@@ -45,7 +48,7 @@ def install(settings: TraceSettings, *, make_sink: Any = None) -> tuple[Tracer, 
     tracer = Tracer(settings, make_sink=make_sink)
     patches = Patches()
     hooks = PostImportHooks(on_error=lambda name, error: tracer.hook_error(name, error))
-    for name, installer in {**TORCH_HOOKS, **RECIPES}.items():
+    for name, installer in {**TORCH_HOOKS, **GRAPH_TREE_HOOKS, **RECIPES, **SGLANG_RECIPES, **VLLM_RECIPES}.items():
         hooks.watch(name, lambda module, installer=installer: installer(tracer, module, patches))
     if settings.step:
         module_name, qualname = settings.step.split(":", 1)

@@ -64,7 +64,7 @@ class StepFacts:
     inductor_eager: Cause | None = None    # an Inductor cudagraph call in the step ran without its graph
     recipe_hint: Cause | None = None       # what the engine's own state says (prefill, graphs off)
     compile_skip: Cause | None = None      # the latest skip Inductor decided at compile time
-    cuda: str = "ok"                       # ok | unavailable | uninitialized
+    no_graph: Cause | None = None          # why the process has no graph at all (the device, Inductor's config)
     captured_sizes: tuple[int, ...] = ()   # sizes of the graphs captured in the process so far
 
 
@@ -121,10 +121,7 @@ def decide(facts: StepFacts) -> StepOutcome:
         return StepOutcome("eager", None, "unknown", clip(
             f"no graph replayed in the step; graphs captured in this process for batch sizes "
             f"{_sizes(facts.captured_sizes)}"))
-    if facts.cuda == "unavailable":
-        return StepOutcome("eager", None, "cpu_device", "torch.cuda.is_available() is False in this process")
-    if facts.cuda == "uninitialized":
-        return StepOutcome("eager", None, "cpu_device",
-                           "CUDA was never initialised in this process: the step ran on the CPU")
+    if facts.no_graph is not None:
+        return StepOutcome("eager", None, facts.no_graph.reason, clip(facts.no_graph.evidence or ""))
     return StepOutcome("eager", None, "unknown",
                        "no graph replayed in the step; no CUDA graph captured in this process so far")

@@ -6,9 +6,7 @@
   an error raised inside a capture;
 - Inductor: ``log_cudagraph_skip_and_bump_counter`` (its "skipping cudagraphs due to ..."; also
   heard from Inductor's cudagraphs logger, for a caller that holds the function under a name
-  we did not replace), and
-  the graph-tree manager: its start-up capture (ignored), its recordings, and every call of a
-  compiled function through it (did it replay?);
+  we did not replace); its graph trees are ``runner.trace.graph_trees``;
 - Dynamo: ``convert_frame._compile``, timed as the ``compile`` phase.
 
 Every hook calls the original whatever happens to its own bookkeeping; an entry point that is
@@ -24,6 +22,7 @@ import sys
 import time
 from typing import Any, Callable
 
+from runner.trace.no_graph import asked_for_graphs, skip_count
 from runner.trace.tracer import Tracer
 
 MARK = "__replayscope_original__"
@@ -203,49 +202,6 @@ def _watch_skip_log(tracer: Tracer, logger: Any, inside: list[bool], patches: Pa
     patches.on_remove(lambda: logger.removeHandler(handler))
 
 
-def install_inductor_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches) -> bool:
-    manager = getattr(trees_module, "CUDAGraphTreeManager", None)
-    if manager is None or not all(callable(getattr(manager, n, None)) for n in ("__init__", "run")):
-        _missing(tracer, "torch._inductor.cudagraph_trees.CUDAGraphTreeManager (run)",
-                 "steps of torch.compile(mode=\"reduce-overhead\") code read graph or unknown only")
-        return False
-
-    def make_init(original: Callable) -> Callable:
-        def __init__(self, *args, **kwargs):
-            tracer.ignore_captures += 1     # the manager captures an empty graph to hold its pool
-            try:
-                return original(self, *args, **kwargs)
-            finally:
-                tracer.ignore_captures -= 1
-        return __init__
-
-    def make_run(original: Callable) -> Callable:
-        def run(self, new_inputs, function_id, *args, **kwargs):
-            replays = tracer.total_replays
-            tracer.inductor_calls.append(function_id)
-            try:
-                return original(self, new_inputs, function_id, *args, **kwargs)
-            finally:
-                _safely(tracer, "Inductor call", tracer.inductor_call_end, function_id, replays)
-        return run
-
-    def make_record(original: Callable) -> Callable:
-        def record_function(self, new_inputs, function_id, *args, **kwargs):
-            previous = tracer.inductor_record_begin(function_id)
-            try:
-                return original(self, new_inputs, function_id, *args, **kwargs)
-            finally:
-                tracer.inductor_record_end(previous)
-        return record_function
-
-    patches.replace(manager, "__init__", make_init)
-    patches.replace(manager, "run", make_run)
-    if callable(getattr(manager, "record_function", None)):
-        patches.replace(manager, "record_function", make_record)
-    tracer.hooks.append("inductor graph trees")
-    return True
-
-
 # -- Dynamo -----------------------------------------------------------------------------------
 def install_compile_hook(tracer: Tracer, convert_frame: Any, patches: Patches) -> bool:
     if not callable(getattr(convert_frame, "_compile", None)):
@@ -258,11 +214,15 @@ def install_compile_hook(tracer: Tracer, convert_frame: Any, patches: Patches) -
                 return original(*args, **kwargs)
             tracer.compile_depth += 1
             started_ts, started = time.time(), time.perf_counter()
+            skips, heard = skip_count(), tracer.skip_messages
+            _safely(tracer, "compile", tracer.graph_trees.name_frame, kwargs.get("compile_id"),
+                    args[0] if args else kwargs.get("code"))
             try:
                 return original(*args, **kwargs)
             finally:
                 tracer.compile_depth -= 1
-                _safely(tracer, "compile", tracer.compile_done, started_ts, time.perf_counter() - started)
+                _safely(tracer, "compile", tracer.compile_done, started_ts, time.perf_counter() - started,
+                        skips, heard)
         return _compile
 
     patches.replace(convert_frame, "_compile", make)
@@ -270,10 +230,36 @@ def install_compile_hook(tracer: Tracer, convert_frame: Any, patches: Patches) -
     return True
 
 
+# -- Inductor's compile config ---------------------------------------------------------------
+def install_compile_fx_hook(tracer: Any, compile_fx_module: Any, patches: Patches) -> bool:
+    if not callable(getattr(compile_fx_module, "compile_fx", None)):
+        _missing(tracer, "torch._inductor.compile_fx.compile_fx",
+                 "a process without CUDA graphs cannot say whether Inductor's config turned them off")
+        return False
+    depth = [0]      # compile_fx calls itself once its config patches are applied: the outermost counts
+
+    def make(original: Callable) -> Callable:
+        def compile_fx(model_, example_inputs_, *args, **kwargs):
+            if depth[0]:
+                return original(model_, example_inputs_, *args, **kwargs)
+            patches_given = kwargs.get("config_patches", args[1] if len(args) > 1 else None)
+            _safely(tracer, "Inductor compile", tracer.inductor_compiled, asked_for_graphs(patches_given))
+            depth[0] += 1
+            try:
+                return original(model_, example_inputs_, *args, **kwargs)
+            finally:
+                depth[0] -= 1
+        return compile_fx
+
+    patches.replace(compile_fx_module, "compile_fx", make)
+    tracer.hooks.append("inductor compile config")
+    return True
+
+
 # module imported -> installer; the bootstrap registers these as post-import hooks
 TORCH_HOOKS = {
     "torch.cuda.graphs": install_cuda_graph_hooks,
     "torch._inductor.cudagraph_utils": install_inductor_skip_hook,
-    "torch._inductor.cudagraph_trees": install_inductor_tree_hooks,
     "torch._dynamo.convert_frame": install_compile_hook,
+    "torch._inductor.compile_fx": install_compile_fx_hook,
 }

@@ -2,16 +2,17 @@
 captures are of which size.
 
 A step is one call of the program's step function. ``--step MODULE:QUALNAME`` names it; the
-built-in recipes name it for the engines, and switch on when the program imports them:
-
-| engine | step | batch | capture of one size |
-| --- | --- | --- | --- |
-| vLLM (V1, and the model runner V2) | ``GPUModelRunner.execute_model`` (not its dummy runs) | scheduled tokens (vLLM's graphs are keyed by tokens) | ``GPUModelRunner._dummy_run(num_tokens)``; V2: the capturing frame's ``num_tokens`` |
-| SGLang | ``ModelRunner.forward`` | ``forward_batch.batch_size`` | ``CudaGraphRunner.capture_one_batch_size(bs)`` |
-| transformers | one forward of ``generate``: from ``prepare_inputs_for_generation`` to ``_update_model_kwargs_for_generation`` | the new tokens' rows | (Inductor: the step's shape) |
+built-in recipes name it for the engines, and switch on when the program imports them: here
+transformers ``generate`` (one forward: from ``prepare_inputs_for_generation`` to
+``_update_model_kwargs_for_generation``, its batch the new tokens' rows) and the pieces every
+recipe is made of; vLLM's and SGLang's layouts are ``runner.trace.vllm_recipes`` and
+``runner.trace.sglang_recipes``. Without ``--step``, a call of a torch.compile
+(reduce-overhead) function outside a recipe's step is a step of its own
+(``runner.trace.graph_trees``).
 
 Each recipe reads the engine's objects with ``getattr`` and defaults: a symbol that is
-missing in the installed version is a warning on the run, never an error in the program.
+missing in the installed version is a warning on the run naming it, never an error in the
+program.
 """
 
 from __future__ import annotations
@@ -80,11 +81,11 @@ def capture_wrapper(tracer: Tracer, original: Callable, size_of: SizeOf, recipe:
     return capture
 
 
-def _arg(args: tuple, kwargs: dict, index: int, name: str) -> Any:
+def arg(args: tuple, kwargs: dict, index: int, name: str) -> Any:
     return args[index] if len(args) > index else kwargs.get(name)
 
 
-def _size(value: Any) -> int | None:
+def size_value(value: Any) -> int | None:
     try:
         size = int(value)
     except (TypeError, ValueError):
@@ -92,7 +93,7 @@ def _size(value: Any) -> int | None:
     return size if size >= 1 else None
 
 
-def _incomplete(tracer: Tracer, recipe: str, missing: str) -> None:
+def incomplete(tracer: Tracer, recipe: str, missing: str) -> None:
     tracer.warn("recipe_incomplete", f"the {recipe} recipe found no {missing} in this version: "
                                      f"its steps are not traced (name one with --step)",
                 once=f"recipe_incomplete:{recipe}:{missing}")
@@ -243,7 +244,7 @@ def install_transformers(tracer: Tracer, module: Any, patches: Patches) -> None:
     mixin = getattr(module, "GenerationMixin", None)
     for name in ("generate", _PREPARE, _UPDATE):
         if mixin is None or not callable(getattr(mixin, name, None)):
-            _incomplete(tracer, "transformers", f"GenerationMixin.{name}")
+            incomplete(tracer, "transformers", f"GenerationMixin.{name}")
             return
 
     def make_prepare(original: Callable) -> Callable:
@@ -301,135 +302,5 @@ def install_transformers(tracer: Tracer, module: Any, patches: Patches) -> None:
     tracer.recipes.append("transformers generate")
 
 
-# -- vLLM -------------------------------------------------------------------------------------
-def _vllm_graphs_off(runner: Any) -> bool:
-    if getattr(getattr(runner, "model_config", None), "enforce_eager", False) is True:
-        return True
-    config = getattr(runner, "compilation_config", None) or getattr(
-        getattr(runner, "vllm_config", None), "compilation_config", None)
-    mode = getattr(config, "cudagraph_mode", None)
-    return mode is not None and getattr(mode, "name", str(mode)) == "NONE"
-
-
-def vllm_batch(tracer: Tracer) -> BatchOf:
-    known: dict[str, Any] = {}
-
-    def batch(args: tuple, kwargs: dict) -> StepBatch | None:
-        if kwargs.get("dummy_run") or kwargs.get("is_profile"):
-            return None                       # the V2 runner's warm-up and capture runs
-        runner, scheduled = args[0], _arg(args, kwargs, 1, "scheduler_output")
-        tokens = _size(getattr(scheduled, "total_num_scheduled_tokens", None))
-        if tokens is None:
-            return None                       # nothing scheduled: no forward
-        if "off" not in known:
-            known["off"] = _vllm_graphs_off(runner)
-            tracer.set_model(getattr(getattr(runner, "model_config", None), "model", None))
-        per_request = getattr(scheduled, "num_scheduled_tokens", None)
-        requests = len(per_request) if isinstance(per_request, dict) and per_request else tokens
-        if tokens == requests:
-            hint = Cause("graphs_disabled", "vLLM runs with enforce_eager or cudagraph_mode NONE") \
-                if known["off"] else None
-            return StepBatch("decode", tokens, tokens, hint)
-        if getattr(scheduled, "scheduled_spec_decode_tokens", None):
-            return StepBatch("verify", tokens, tokens)
-        return StepBatch("mixed", tokens, tokens,
-                         Cause("prefill", f"{requests} requests with {tokens} tokens: a batch with prompt tokens"))
-    return batch
-
-
-def vllm_capture_size(tracer: Tracer) -> SizeOf:
-    def size_of(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
-        size = _size(_arg(args, kwargs, 1, "num_tokens"))
-        if size is None:
-            return None
-        tracer.set_model(getattr(getattr(args[0], "model_config", None), "model", None))
-        mode = kwargs.get("cudagraph_runtime_mode")
-        label = f"vllm {getattr(mode, 'name', mode)}" if mode is not None else "vllm"
-        return size, "decode", label
-    return size_of
-
-
-def install_vllm(tracer: Tracer, module: Any, patches: Patches) -> None:
-    runner = getattr(module, "GPUModelRunner", None)
-    if runner is None or not callable(getattr(runner, "execute_model", None)):
-        _incomplete(tracer, "vLLM", "GPUModelRunner.execute_model")
-        return
-    patches.replace(runner, "execute_model",
-                    lambda original: step_wrapper(tracer, original, vllm_batch(tracer), "vLLM"))
-    if callable(getattr(runner, "_dummy_run", None)):
-        patches.replace(runner, "_dummy_run",
-                        lambda original: capture_wrapper(tracer, original, vllm_capture_size(tracer), "vLLM"))
-    tracer.recipes.append("vllm")
-
-
-# -- SGLang -----------------------------------------------------------------------------------
-def _mode_is(mode: Any, name: str) -> bool:
-    check = getattr(mode, name, None)
-    return bool(check()) if callable(check) else False
-
-
-def sglang_batch(tracer: Tracer) -> BatchOf:
-    known: dict[str, Any] = {}
-
-    def batch(args: tuple, kwargs: dict) -> StepBatch | None:
-        runner, forward_batch = args[0], _arg(args, kwargs, 1, "forward_batch")
-        rows = _size(getattr(forward_batch, "batch_size", None))
-        mode = getattr(forward_batch, "forward_mode", None)
-        if rows is None or _mode_is(mode, "is_idle"):
-            return None
-        if "off" not in known:
-            server_args = getattr(runner, "server_args", None)
-            known["off"] = getattr(server_args, "disable_cuda_graph", False) is True
-            tracer.set_model(getattr(server_args, "model_path", None))
-        ids = getattr(forward_batch, "input_ids", None)
-        tokens = _size(ids.shape[0]) if getattr(ids, "shape", None) else None
-        tokens = tokens or rows
-        if _mode_is(mode, "is_decode"):
-            hint = Cause("graphs_disabled", "SGLang runs with --disable-cuda-graph") if known["off"] else None
-            return StepBatch("decode", rows, tokens, hint)
-        if _mode_is(mode, "is_target_verify"):
-            return StepBatch("verify", rows, tokens)
-        stage = "mixed" if _mode_is(mode, "is_mixed") else "prefill"
-        return StepBatch(stage, rows, tokens, Cause("prefill", f"{stage} batch of {rows} requests, {tokens} tokens"))
-    return batch
-
-
-def sglang_capture_size(tracer: Tracer) -> SizeOf:
-    def size_of(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
-        size = _size(_arg(args, kwargs, 1, "bs"))
-        if size is None:
-            return None
-        server_args = getattr(getattr(args[0], "model_runner", None), "server_args", None)
-        tracer.set_model(getattr(server_args, "model_path", None))
-        return size, "decode", "sglang"
-    return size_of
-
-
-def install_sglang_runner(tracer: Tracer, module: Any, patches: Patches) -> None:
-    runner = getattr(module, "ModelRunner", None)
-    if runner is None or not callable(getattr(runner, "forward", None)):
-        _incomplete(tracer, "SGLang", "ModelRunner.forward")
-        return
-    patches.replace(runner, "forward",
-                    lambda original: step_wrapper(tracer, original, sglang_batch(tracer), "SGLang"))
-    tracer.recipes.append("sglang")
-
-
-def install_sglang_capture(tracer: Tracer, module: Any, patches: Patches) -> None:
-    """Every graph runner class of the module with ``capture_one_batch_size(bs, ...)``; without
-    one, the captures' sizes are read from the capturing frames (SGLang names it ``bs``)."""
-    for value in list(vars(module).values()):
-        if isinstance(value, type) and value.__module__ == module.__name__ \
-                and callable(value.__dict__.get("capture_one_batch_size")):
-            patches.replace(value, "capture_one_batch_size",
-                            lambda original: capture_wrapper(tracer, original, sglang_capture_size(tracer), "SGLang"))
-
-
 # module imported -> installer; the bootstrap registers these as post-import hooks
-RECIPES = {
-    "transformers.generation.utils": install_transformers,
-    "vllm.v1.worker.gpu_model_runner": install_vllm,
-    "vllm.v1.worker.gpu.model_runner": install_vllm,      # vLLM's model runner V2
-    "sglang.srt.model_executor.model_runner": install_sglang_runner,
-    "sglang.srt.model_executor.cuda_graph_runner": install_sglang_capture,
-}
+RECIPES = {"transformers.generation.utils": install_transformers}

@@ -26,12 +26,17 @@ from runner.timing import CudaClock, step_timing
 from runner.trace import device
 from runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason,
                                  replayed)
+from runner.trace.no_graph import GraphIntent, no_graph_cause, skip_count
 from runner.trace.settings import REGISTRY_FILE, TraceSettings, claim_events_path
+from runner.trace.tree_state import AUTO_STEPS, GraphTrees, limit_message
 
 # Names under which programs keep the batch size they are capturing (SGLang ``bs``, vLLM
 # ``num_tokens``, most hand-written loops ``bs`` or ``batch_size``), looked up in the frames
 # that led to a capture when no recipe said which size it was.
 SIZE_NAMES = ("bs", "batch_size", "num_tokens", "graph_bs", "padded_bs", "capture_bs", "num_seqs")
+# ... and the objects vLLM describes a captured size with: its forward context's batch descriptor,
+# the model runner V2's BatchExecutionDescriptor (``desc``) and CudaGraphKey.
+SIZE_HOLDERS = (("batch_descriptor", "num_tokens"), ("desc", "num_tokens"), ("cudagraph_key", "total_num_tokens"))
 _STACK_DEPTH = 40
 
 
@@ -50,9 +55,10 @@ def capture_size_from_stack(frame: Any) -> int | None:
             for name in SIZE_NAMES:
                 if _is_size(names.get(name)):
                     return names[name]
-            descriptor = getattr(names.get("batch_descriptor"), "num_tokens", None)
-            if _is_size(descriptor):
-                return descriptor
+            for holder, attribute in SIZE_HOLDERS:
+                size = getattr(names.get(holder), attribute, None)
+                if _is_size(size):
+                    return size
             if "capture" in frame.f_code.co_name and _is_size(names.get("size")):
                 return names["size"]
         frame = frame.f_back
@@ -174,6 +180,7 @@ class Tracer:
         self._open: dict[int, _Capture] = {}
         self._pools: dict[tuple, int] = {}
         self.captured_sizes: tuple[int, ...] = ()
+        self.captured_by_stage: dict[str, tuple[int, ...]] = {}    # capture stage -> its sizes
         self.captures = 0
         self.failed_captures = 0
         self._capture_first_ts: float | None = None
@@ -186,6 +193,10 @@ class Tracer:
         self.inductor_skipped: dict[Any, Cause] = {}
         self.compile_skip: Cause | None = None
         self.compile_depth = 0
+        self.graph_trees = GraphTrees()
+        self.graph_intent = GraphIntent()       # what the Inductor compiles asked for (no_graph)
+        self.skip_messages = 0                  # Inductor's skip messages heard
+        self.inductor_recordings = 0            # recordings of compiled functions so far
         # steps
         self.in_step = False
         self.step_stage = "decode"
@@ -238,6 +249,7 @@ class Tracer:
                                     "ppid": os.getppid(), "process": self.label,
                                     "command": list(self.settings.command), "step": self.settings.step,
                                     "recipes": list(self.recipes), "hooks": list(self.hooks),
+                                    "auto_steps": AUTO_STEPS if self.settings.step is None else None,
                                     "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every)}}}
         sink, target = self._sink()
         emitter = Emitter(sink, run)
@@ -404,8 +416,12 @@ class Tracer:
         self.captures += 1
         if error:
             self.failed_captures += 1
-        elif size not in self.captured_sizes:
-            self.captured_sizes = tuple(sorted(self.captured_sizes + (size,)))
+        else:
+            if size not in self.captured_sizes:
+                self.captured_sizes = tuple(sorted(self.captured_sizes + (size,)))
+            sizes = self.captured_by_stage.get(stage, ())
+            if size not in sizes:
+                self.captured_by_stage[stage] = tuple(sorted(sizes + (size,)))
         self.emit("capture", graph_bs=size, stage=stage, duration_s=duration,
                   pool_bytes=device.pool_bytes(pool), pool_delta_bytes=delta, status=status, error=error,
                   variant=variant, rank=self._label())
@@ -444,36 +460,73 @@ class Tracer:
     def inductor_skip(self, message: str) -> None:
         """Inductor decided to run a compiled function without CUDA graphs, and said why."""
         cause = Cause(inductor_skip_reason(message), inductor_skip_evidence(message))
+        self.skip_messages += 1
         if self.inductor_calls:
             self.inductor_skipped[self.inductor_calls[-1]] = cause
+            if cause.reason == "rerecord_limit":
+                self.warn("rerecord_limit", limit_message(self.graph_trees, self.inductor_calls[-1], message))
         else:
             self.compile_skip = cause
         self.warn("cudagraph_skipped", cause.evidence or message)
 
-    def inductor_record_begin(self, function_id: Any) -> tuple[Any, bool] | None:
+    def inductor_record_begin(self, function_id: Any) -> tuple[Any, bool, int] | None:
         previous = self.inductor_recording
-        self.inductor_recording = (function_id, function_id in self._inductor_recorded)
+        self.inductor_recording = (function_id, function_id in self._inductor_recorded, len(self.step_graphs))
         return previous
 
-    def inductor_record_end(self, previous: tuple[Any, bool] | None) -> None:
+    def inductor_record_end(self, previous: tuple[Any, bool, int] | None) -> None:
+        recording = self.inductor_recording
         self.inductor_recording = previous
+        self.inductor_recordings += 1
+        if recording is not None and self.in_step:
+            # Inductor replays a graph right after recording it: part of the recording, not a replay
+            # of the step's (the step is a recording step, eager graph_warmup).
+            kept = recording[2]
+            self.step_replays_total += len(self.step_graphs) - kept
+            del self.step_graphs[kept:]
 
-    def inductor_call_end(self, function_id: Any, replays_before: int) -> None:
+    def recording(self, function: str, cause: str, evidence: str | None, recordings: int,
+                  rerecords: int | None, limit: int | None) -> None:
+        """Inductor recorded a CUDA graph of a compiled function: one ``recording`` event."""
+        self.emit("recording", function=function, cause=cause, evidence=evidence and evidence[:500],
+                  graph_bs=self.step_bs if self.in_step and self.step_bs else None, recordings=recordings,
+                  rerecords=rerecords, rerecord_limit=limit, rank=self._label())
+
+    def inductor_call_end(self, function_id: Any, replays_before: int, recordings_before: int) -> None:
         """One call of a compiled function through Inductor's graph trees has returned."""
         self.inductor_calls.pop()
-        if self.total_replays != replays_before or not self.in_step:
+        if not self.in_step:
             return
-        cause = self.inductor_skipped.get(function_id)
-        if cause is None:
-            number = getattr(function_id, "id", function_id)
-            cause = Cause("graph_warmup", f"Inductor ran compiled function {number} without a graph "
-                                          f"(warm-up before recording)")
+        number = getattr(function_id, "id", function_id)
+        if self.inductor_recordings != recordings_before:
+            cause = Cause("graph_warmup", f"Inductor recorded the CUDA graph of compiled function {number} "
+                                          f"in this call; the calls after it replay the graph")
+        elif self.total_replays != replays_before:
+            return
+        else:
+            cause = self.inductor_skipped.get(function_id) or Cause(
+                "graph_warmup", f"Inductor ran compiled function {number} without a graph "
+                                f"(warm-up before recording)")
         current = self.step_inductor
         if current is None or (current.reason == "graph_warmup" and cause.reason != "graph_warmup"):
             self.step_inductor = cause
 
-    def compile_done(self, started_ts: float, duration: float) -> None:
+    def compile_done(self, started_ts: float, duration: float, skips_before: int | None = None,
+                     heard_before: int | None = None) -> None:
+        """A Dynamo compile ended: its phase, and the CUDA-graph skips Inductor counted in it
+        without a message (no_graph)."""
+        skips = skip_count()
+        if skips is not None and skips_before is not None and heard_before is not None:
+            silent = (skips - skips_before) - (self.skip_messages - heard_before)
+            if silent > 0:
+                self.graph_intent.silent_skips += silent
         self.emit("phase", phase="compile", start_ts=started_ts, duration_s=duration, rank=self._label())
+
+    def inductor_compiled(self, with_graphs: bool) -> None:
+        """Inductor compiles a graph, with its CUDA graphs on or off (its config when called)."""
+        self.graph_intent.compiles += 1
+        if with_graphs:
+            self.graph_intent.with_graphs += 1
 
     # -- replays and steps ------------------------------------------------------
     def step_begin(self, stage: str, raw_bs: int | None, num_tokens: int | None = None,
@@ -571,8 +624,8 @@ class Tracer:
             outcome = decide(StepFacts(
                 stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
                 inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
-                cuda=device.cuda_state() if not replays and self.step_inductor is None else "ok",
-                captured_sizes=self.captured_sizes))
+                no_graph=self._no_graph() if not replays and self.step_inductor is None else None,
+                captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes))
         mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
         tokens = self.step_tokens
         padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
@@ -585,6 +638,13 @@ class Tracer:
             emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, outcome.evidence)
         if not self._capture_phase_sent:
             self._maybe_capture_phase()
+
+    def _no_graph(self) -> Cause | None:
+        """Why no graph could serve a step when none exists in the process (the device, Inductor's
+        config, its silent skips); None when graphs exist or nothing explains it."""
+        if self.captured_sizes or "torch" not in sys.modules:
+            return None
+        return no_graph_cause(self.graph_intent, device.cuda_state())
 
     # -- the end ----------------------------------------------------------------
     def uncaught(self, exc_type: type, exc: BaseException) -> None:
@@ -603,6 +663,11 @@ class Tracer:
         status = status or self.status or "finished"
         error = error or self.error
         self.step_abort()
+        if not self.captures and not self._unsized and (self.steps or self.graph_intent.compiles
+                                                         or self.graph_intent.silent_skips):
+            cause = self._no_graph()
+            if cause is not None:
+                self.warn("no_cuda_graphs", f"no CUDA graph was captured in this process: {cause.evidence}")
         if self.emitter is None:
             worth_a_run = self._pending_warnings and (self.is_root() or device.cuda_in_use())
             if not (worth_a_run or self._unsized):

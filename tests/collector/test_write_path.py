@@ -271,7 +271,9 @@ def test_deleting_a_run_removes_everything_recorded_for_it_and_nothing_else(serv
     for run_id in ("keep", "drop"):
         client.post("/v1/runs", json=run_record(run_id), headers=AUTH)
         events = [step(i, 1000.0 + i, mode="eager" if i % 2 else "graph") for i in range(50)] + [
-            {"seq": 99, "ts": 1100.0, "kind": "warning", "message": "hi"}]
+            {"seq": 99, "ts": 1100.0, "kind": "warning", "message": "hi"},
+            {"seq": 100, "ts": 1100.0, "kind": "recording", "function": "forward (frame 0)", "cause": "first",
+             "recordings": 1}]
         client.post(f"/v1/runs/{run_id}/events", json={"events": events}, headers=AUTH)
     only_keep = row_counts(store)
     assert client.delete("/v1/runs/drop", headers=AUTH).status_code == 204

@@ -73,19 +73,25 @@ def test_the_engines_hint_outranks_an_inductor_skip_seen_at_compile_time():
     assert (outcome.reason, outcome.evidence) == ("prefill", "prompt")
 
 
-def test_without_graphs_or_cuda_the_step_ran_on_the_cpu():
-    assert decide(facts(cuda="uninitialized")).reason == "cpu_device"
-    assert decide(facts(cuda="unavailable")).reason == "cpu_device"
+def test_without_any_graph_the_processs_no_graph_cause_is_the_steps():
+    outcome = decide(facts(no_graph=Cause("cpu_device", "CUDA is not available in this process")))
+    assert (outcome.reason, outcome.evidence) == ("cpu_device", "CUDA is not available in this process")
+    assert decide(facts(no_graph=Cause("graphs_disabled", "off"))).reason == "graphs_disabled"
+
+
+def test_graphs_in_the_process_outrank_the_no_graph_cause():
+    outcome = decide(facts(raw_bs=3, captured_sizes=(4,), no_graph=Cause("cpu_device", "c")))
+    assert outcome.reason == "unknown"
 
 
 def test_with_cuda_and_no_graph_at_all_the_cause_is_unknown_and_says_so():
-    outcome = decide(facts(cuda="ok"))
+    outcome = decide(facts())
     assert outcome.reason == "unknown" and "no CUDA graph captured" in outcome.evidence
 
 
 def test_every_outcome_is_a_valid_step_event():
     cases = [facts(replays=1, replayed_bs=8), facts(replays=1, replayed_bs=4), facts(captured_sizes=(1, 2)),
-             facts(captured_sizes=(8, 16)), facts(cuda="ok"), facts(inductor_eager=Cause("graph_warmup"))]
+             facts(captured_sizes=(8, 16)), facts(), facts(inductor_eager=Cause("graph_warmup"))]
     for case in cases:
         o = decide(case)
         wire.validate_event({"seq": 0, "ts": 1.0, "kind": "step", "stage": "decode", "mode": o.mode,

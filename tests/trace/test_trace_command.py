@@ -48,7 +48,7 @@ def test_a_cpu_program_and_its_multiprocessing_worker_are_each_a_run_with_eager_
     assert [s["raw_bs"] for s in steps_of(worker_events)] == [1, 4, 6, 7]
     for step in steps_of(main_events) + steps_of(worker_events):
         assert (step["mode"], step["reason"]) == ("eager", "cpu_device")
-        assert step["evidence"] == "torch.cuda.is_available() is False in this process"
+        assert step["evidence"] == "CUDA is not available in this process (torch.cuda.is_available() is False)"
     for run, path in ((main_run, events), (worker_run, worker_file)):
         assert run["source"] == "trace" and run["name"].startswith("cpu decode [pid ")
     assert main_run["config"]["trace"]["trace_id"] == worker_run["config"]["trace"]["trace_id"]

@@ -1,7 +1,9 @@
-"""``replayscope trace`` on a real GPU, around three programs no one wrote a graph hook for:
+"""``replayscope trace`` on a real GPU, around programs no one wrote a graph hook for:
 transformers generation under torch.compile(mode="reduce-overhead") (graphs, and Inductor
-skipping them), a hand-written padded decode loop (under sync debug mode "error": tracing adds
-no device synchronisation), and replayscope's own runner (traced modes equal its telemetry).
+skipping them), a bare program calling a compiled model at 4 batch sizes (no --step: each call
+of the compiled function is a step), a hand-written padded decode loop (under sync debug mode
+"error": tracing adds no device synchronisation), and replayscope's own runner (traced modes
+equal its telemetry). ``test_compiled_programs.py`` runs the first two on the CPU.
 
 Run on the device machine: ``python3 -m pytest -q -m gpu tests/trace`` (skipped without CUDA).
 The trace is started as ``python -m runner.trace`` (what ``replayscope trace`` runs), so the
@@ -62,25 +64,55 @@ def sampled(keys, every=CUDA_TIME_EVERY):
     return timed
 
 
-def test_transformers_static_cache_generation_under_reduce_overhead_captures_and_replays(tmp_path):
-    events = tmp_path / "hf.jsonl"
-    result = trace(events, sys.executable, str(PROGRAMS / "hf_generate.py"), "graphs")
+def test_transformers_static_cache_generation_under_reduce_overhead_traced_with_nothing_to_configure(tmp_path):
+    """The program notes what each forward did itself; traced with no --step, the trace's steps
+    and modes equal its record: prefill eager, the decode's warm-up and recording eager
+    (graph_warmup), then every decode step a graph replay at bs 2."""
+    events, own = tmp_path / "hf.jsonl", tmp_path / "hf-own.json"
+    result = trace(events, sys.executable, str(PROGRAMS / "hf_generate.py"), "graphs", str(own))
     assert result.returncode == 0
     run, recorded = read_run(events)
     assert "transformers generate" in run["config"]["trace"]["recipes"]
+    assert not [w for w in of(recorded, "warning") if w["code"] in ("hook_missing", "hook_failed")]
+    expected = json.loads(own.read_text())
+    steps = of(recorded, "step")
+    assert [(s["stage"], s["raw_bs"], s["mode"], s["reason"]) for s in steps] == \
+        [(e["stage"], e["raw_bs"], e["mode"], e["reason"]) for e in expected]
+    decode = [s for s in steps if s["stage"] == "decode"]
+    assert len(decode) == 11 and [s["mode"] for s in decode].count("graph") >= 8
+    assert all(s["graph_bs"] == 2 for s in decode if s["mode"] == "graph")
     captures = [c for c in of(recorded, "capture") if c["variant"].startswith("inductor")]
     assert captures and all(c["status"] == "ok" and c["graph_bs"] == 2 for c in captures)
-    steps = of(recorded, "step")
-    assert (steps[0]["stage"], steps[0]["mode"], steps[0]["reason"]) == ("prefill", "eager", "prefill")
-    decode = [s for s in steps if s["stage"] == "decode"]
-    assert len(decode) >= 8
-    graphed = [s for s in decode if s["mode"] == "graph"]
-    assert len(graphed) >= len(decode) - 3, [(s["mode"], s["reason"], s.get("evidence")) for s in decode]
-    assert all(s["graph_bs"] == s["raw_bs"] == 2 for s in graphed)
-    assert {s["reason"] for s in decode if s["mode"] == "eager"} <= {"graph_warmup"}
+    recordings = of(recorded, "recording")
+    assert recordings and recordings[0]["cause"] == "first" and recordings[0]["graph_bs"] == 2
+    assert len(recordings) == len(captures)
     assert [p["phase"] for p in of(recorded, "phase")].count("capture") == 1
-    assert "compile" in [p["phase"] for p in of(recorded, "phase")]
     assert recorded[-1]["kind"] == "run_end" and recorded[-1]["status"] == "finished"
+
+
+def test_a_model_compiled_with_reduce_overhead_at_four_batch_sizes_is_traced_step_for_step_with_no_step(tmp_path):
+    """A bare program calling a compiled model 6 times at each of 4 batch sizes, traced with
+    nothing to configure: each call is a step; mode, reason and batch equal the program's own
+    record; one recording per graph Inductor recorded, with its cause."""
+    events, own = tmp_path / "sizes.jsonl", tmp_path / "sizes-own.json"
+    result = trace(events, sys.executable, str(PROGRAMS / "compiled_sizes.py"), str(own))
+    assert result.returncode == 0
+    run, recorded = read_run(events)
+    assert run["config"]["trace"]["auto_steps"]
+    assert not [w for w in of(recorded, "warning") if w["code"] in ("hook_missing", "hook_failed", "no_cuda_graphs")]
+    expected = json.loads(own.read_text())
+    steps = of(recorded, "step")
+    assert [(s["raw_bs"], s["mode"], s["reason"]) for s in steps] == \
+        [(e["raw_bs"], e["mode"], e["reason"]) for e in expected]
+    assert all(s["graph_bs"] == s["raw_bs"] for s in steps if s["mode"] == "graph")
+    assert {s["raw_bs"] for s in steps if s["mode"] == "graph"} == {1, 2, 4, 8}
+    recordings = of(recorded, "recording")
+    assert len(recordings) == sum(e["state"] == "RECORDING" for e in expected)
+    assert recordings[0]["cause"] == "first"
+    assert {r["cause"] for r in recordings[1:]} <= {"new_shape", "recompiled"}
+    assert sorted(r["graph_bs"] for r in recordings) == [1, 2, 4, 8]
+    assert sorted(c["graph_bs"] for c in of(recorded, "capture")) == [1, 2, 4, 8]
+    assert recorded[-1]["status"] == "finished"
 
 
 SKIP_MESSAGE = re.compile(r"Inductor: skipping cudagraphs due to mutated inputs( \(\d+ instances\))?")

@@ -1,0 +1,145 @@
+"""SGLang: its step and its per-size captures, in every layout it has shipped.
+
+Read in sgl-project/sglang's source (the search index's stored versions; commit of the file read):
+
+| layout | step | a capture of one size |
+| --- | --- | --- |
+| until 2025: ``model_executor/cuda_graph_runner.py`` | ``ModelRunner.forward(forward_batch, ...)`` (``model_runner.py``) | ``CudaGraphRunner.capture_one_batch_size(bs, forward)`` (``cuda_graph_runner.py`` @21514ff) |
+| 2026: the ``model_executor/runner/`` package | ``ModelRunner.forward(forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None, ...)``, which replays through ``decode_cuda_graph_runner.execute`` (``model_runner.py`` @0005834) | ``DecodeCudaGraphRunner.capture_one_shape(size, forward, stream_idx=None, variant_label=None)``, called from ``capture`` → ``_capture_one_stream`` (``runner/decode_cuda_graph_runner.py`` @003fca8); ``PrefillCudaGraphRunner.capture_one_shape(size, *, prefix_num_chunks=0)``, ``size`` in tokens (``runner/prefill_cuda_graph_runner.py`` @00021f7) |
+| the ``runner/`` package's first form | as above | ``DecodeRunner.capture_one_shape(size, forward, stream_idx=None, variant_label=None)`` (``runner/decode_runner.py`` @5d6be97); ``PrefillRunner.capture_one_shape(size)``, ``size`` in tokens (``runner/prefill_runner.py`` @0bb09fc) |
+
+In the 2026 layout a capture of one shape goes through the runner's pluggable backend
+(``self.backend.capture_one(shape_key, run_once, ...)``: ``full`` one ``torch.cuda.CUDAGraph``,
+``breakable`` segments, ``tc_piecewise`` the pieces of a compiled graph): the graphs captured
+inside one ``capture_one_shape`` call are one capture event of that size, labelled with the
+backend (``sglang full``, ``sglang breakable, 12 graphs``). Subclasses (speculative draft
+runners) call ``super().capture_one_shape``: the outermost call with graphs inside is the event.
+
+The step is ``ModelRunner.forward``, its batch ``forward_batch.batch_size``; a prefill or mixed
+batch counts its tokens (SGLang keys its prefill graphs by tokens). Idle batches are not steps.
+Graphs off: ``server_args.disable_cuda_graph`` (until 2025), or a decode backend ``disabled``
+in ``server_args.cuda_graph_config`` (2026).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from runner.trace.causes import Cause
+from runner.trace.hooks import Patches
+from runner.trace.recipes import BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete, size_value, \
+    step_wrapper
+from runner.trace.tracer import Tracer
+
+
+def _mode_is(mode: Any, name: str) -> bool:
+    check = getattr(mode, name, None)
+    return bool(check()) if callable(check) else False
+
+
+def graphs_off(server_args: Any) -> str | None:
+    """What says SGLang runs without decode CUDA graphs, or None."""
+    if getattr(server_args, "disable_cuda_graph", False) is True:
+        return "SGLang runs with --disable-cuda-graph"
+    decode = getattr(getattr(server_args, "cuda_graph_config", None), "decode", None)
+    backend = getattr(decode, "backend", None)
+    if backend is not None and "disabled" in str(getattr(backend, "value", backend)).lower():
+        return "SGLang's decode CUDA-graph backend is disabled (cuda_graph_config)"
+    return None
+
+
+def sglang_batch(tracer: Tracer) -> BatchOf:
+    known: dict[str, Any] = {}
+
+    def batch(args: tuple, kwargs: dict) -> StepBatch | None:
+        runner, forward_batch = args[0], arg(args, kwargs, 1, "forward_batch")
+        rows = size_value(getattr(forward_batch, "batch_size", None))
+        mode = getattr(forward_batch, "forward_mode", None)
+        if rows is None or _mode_is(mode, "is_idle"):
+            return None
+        if "off" not in known:
+            server_args = getattr(runner, "server_args", None)
+            known["off"] = graphs_off(server_args)
+            tracer.set_model(getattr(server_args, "model_path", None))
+        ids = getattr(forward_batch, "input_ids", None)
+        tokens = size_value(ids.shape[0]) if getattr(ids, "shape", None) else None
+        tokens = tokens or rows
+        if _mode_is(mode, "is_decode"):
+            hint = Cause("graphs_disabled", known["off"]) if known["off"] else None
+            return StepBatch("decode", rows, tokens, hint)
+        if _mode_is(mode, "is_target_verify"):
+            return StepBatch("verify", rows, tokens)
+        stage = "mixed" if _mode_is(mode, "is_mixed") else "prefill"
+        return StepBatch(stage, tokens, tokens, Cause("prefill", f"{stage} batch of {rows} requests, {tokens} tokens"))
+    return batch
+
+
+def _backend_label(runner: Any) -> str:
+    name = type(getattr(runner, "backend", None)).__name__
+    for part, label in (("Breakable", "breakable"), ("Piecewise", "tc_piecewise"), ("Full", "full")):
+        if part in name:
+            return f"sglang {label}"
+    return "sglang"
+
+
+def capture_size(tracer: Tracer, name: str, stage: str) -> SizeOf:
+    """The size a runner's per-size capture is called with (``bs`` or ``size``, the first argument)."""
+    def size_of(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
+        size = size_value(arg(args, kwargs, 1, name))
+        if size is None:
+            return None
+        runner = args[0]
+        server_args = getattr(getattr(runner, "model_runner", None), "server_args", None)
+        tracer.set_model(getattr(server_args, "model_path", None))
+        return size, stage, _backend_label(runner)
+    return size_of
+
+
+def install_runner(tracer: Tracer, module: Any, patches: Patches) -> None:
+    runner = getattr(module, "ModelRunner", None)
+    if runner is None or not callable(getattr(runner, "forward", None)):
+        incomplete(tracer, "SGLang", "ModelRunner.forward")
+        return
+    patches.replace(runner, "forward",
+                    lambda original: step_wrapper(tracer, original, sglang_batch(tracer), "SGLang"))
+    tracer.recipes.append("sglang")
+
+
+def capture_installer(method: str, argument: str, stage: str, expected: str):
+    """An installer for a module of graph runners: every class defined there with ``method``
+    (``method(self, <argument>, ...)``) captures one size per call. None found: a warning
+    naming what was expected (``expected``), and sizes come from the capturing frames."""
+    def install(tracer: Tracer, module: Any, patches: Patches) -> None:
+        found = False
+        for value in list(vars(module).values()):
+            if isinstance(value, type) and value.__module__ == module.__name__ \
+                    and callable(value.__dict__.get(method)):
+                patches.replace(value, method, lambda original: capture_wrapper(
+                    tracer, original, capture_size(tracer, argument, stage), "SGLang"))
+                found = True
+        if found:
+            label = f"sglang {module.__name__.rsplit('.', 1)[-1]}"
+            if label not in tracer.recipes:
+                tracer.recipes.append(label)
+        else:
+            tracer.warn("recipe_incomplete", f"the SGLang recipe found no {expected} in {module.__name__} "
+                                             f"(a layout it does not know): captures are sized from the "
+                                             f"capturing frames", once=f"recipe_incomplete:{module.__name__}")
+    return install
+
+
+PACKAGE = "sglang.srt.model_executor"
+# module imported -> installer; the bootstrap registers these as post-import hooks
+RECIPES = {
+    f"{PACKAGE}.model_runner": install_runner,
+    f"{PACKAGE}.cuda_graph_runner": capture_installer("capture_one_batch_size", "bs", "decode",
+                                                      "CudaGraphRunner.capture_one_batch_size"),
+    f"{PACKAGE}.runner.decode_cuda_graph_runner": capture_installer(
+        "capture_one_shape", "size", "decode", "DecodeCudaGraphRunner.capture_one_shape"),
+    f"{PACKAGE}.runner.prefill_cuda_graph_runner": capture_installer(
+        "capture_one_shape", "size", "prefill", "PrefillCudaGraphRunner.capture_one_shape"),
+    f"{PACKAGE}.runner.decode_runner": capture_installer("capture_one_shape", "size", "decode",
+                                                         "DecodeRunner.capture_one_shape"),
+    f"{PACKAGE}.runner.prefill_runner": capture_installer("capture_one_shape", "size", "prefill",
+                                                          "PrefillRunner.capture_one_shape"),
+}
