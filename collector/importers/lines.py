@@ -23,8 +23,10 @@ RankKey = tuple  # the rank parts a line names, sorted: (("DP", 0), ("TP", 1)); 
 RANK_AXES = ("DP", "PP", "PCP", "TP", "DCP", "EP", "CP")   # the order a rank label names them in
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
-_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|\s?(?=\S|$)", re.A)
+_LEVELS = r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_LEVEL_ANY = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+# docker compose's "service-1  | " (the line itself may start with spaces: a traceback frame)
+_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)", re.A)
 _ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
         r"(?P<zone>Z|[+-]\d\d:?\d\d)?")
 _ISO_TS = re.compile(r"^" + _ISO + r"(?:\s+-\s+" + _LEVELS + r"\s+-\s+(?:[\w./-]+:\d+\s+-\s+)?|\s+|$)", re.A)
@@ -48,7 +50,7 @@ _BRACKET_TS = re.compile(
 _RANKS_ONLY = re.compile(r"^\[(?P<ranks>" + _AXES + r"\d+(?:\s+" + _AXES + r"\d+)*)\]\s*", re.A)
 # A bare clock in front of a record ("05:21:11 (EngineCore pid=75) INFO ...") and a level with
 # its source but no stamp ("INFO [monitor.py:53] ..."), as some logging configs print them.
-_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + _LEVELS + r"\b)", re.A)
+_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + _LEVEL_ANY + r"\b)", re.A)
 _LEVEL_FILE = re.compile(r"^" + _LEVELS + r"\s+\[[\w./-]+:\d+\]\s*", re.A)
 _UVICORN = re.compile(r"^" + _LEVELS + r":\s+", re.A)
 _LEVEL_WORD = re.compile(r"^" + _LEVELS + r"\s+(?=\S)", re.A)
@@ -57,8 +59,8 @@ _PARTS = re.compile(r"(?<![A-Za-z])(" + "|".join(RANK_AXES) + r")_?(\d+)", re.A)
 # Where a log record starts in the middle of a line (after a progress-bar fragment that
 # had no newline of its own).
 _RECORD_START = re.compile(
-    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVELS +
-    r"|" + _LEVELS + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
+    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVEL_ANY +
+    r"|" + _LEVEL_ANY + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
     r"|\[(?:\d{4}-)?(?:\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{2,4}\d+)*\]", re.A)
 _BAR_HINT = re.compile(r"%\||it/s\]|s/it\]|\?it/s")
 # An unstamped line that continues the record above it (a traceback of a rank's exception).
@@ -91,6 +93,8 @@ class LogLine:
     rank: RankKey | None = None    # None: the line names no rank
     rank_label: str | None = None
     dated: bool = True             # False: the stamp had no year (vLLM) and one was inferred
+    level: str | None = None       # the logging level the line was printed at (ERROR, INFO, ...), if it shows
+    process: str | None = None     # vLLM's process tag: EngineCore_DP0, Worker_TP1, APIServer, ...
 
 
 @dataclass
@@ -134,7 +138,7 @@ _VERSION = re.compile(r"vLLM API server version:?\s*v?(\d+)\.(\d+)|Initializing 
                       r"\(v(\d+)\.(\d+)|vllm(?:==|\s+version\s+)v?(\d+)\.(\d+)", re.I)
 _DATED = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
 # A yearless stamp: vLLM's "INFO 08-19 07:51:03", SGLang's "[08-19 07:51:03 TP0]".
-_YEARLESS_STAMP = re.compile("(?:" + _LEVELS + r"\s+|^\[)(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)", re.M)
+_YEARLESS_STAMP = re.compile("(?:" + _LEVEL_ANY + r"\s+|^\[)(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)", re.M)
 
 
 def _when(year: int, month: str | int, day: str | int) -> float | None:
@@ -302,10 +306,11 @@ class LineReader:
                     ts = self._vllm_ts(m)
                     break
         parts: dict[str, int] = {}
-        label = None
+        label = process = None
         for key in _JSON_PROC_KEYS:
             proc = record.get(key)
             if isinstance(proc, str) and proc:
+                process = proc
                 parts = _proc_parts(proc, None)
                 if parts:
                     label = rank_label(parts)
@@ -318,6 +323,9 @@ class LineReader:
                 self.last_ts = ts
             if parts and line.rank is None:
                 line.rank, line.rank_label = rank_key(parts), label
+            line.process = line.process or process
+            if isinstance(record.get("levelname"), str):
+                line.level = line.level or record["levelname"].upper()
             out.append(line)
         return out
 
@@ -334,6 +342,7 @@ class LineReader:
                 continue
             m = _ISO_TS.match(text) or _LEVEL_ISO.match(text)
             if m:
+                line.level = line.level or m["level"]
                 if line.ts is None:
                     ts = _utc(m["date"], m["t"], m["zone"])
                     line.ts = None if ts is None else ts + _fraction(m["frac"])
@@ -345,6 +354,7 @@ class LineReader:
                 continue
             m = _PROC.match(text)
             if m:
+                line.process = line.process or m["proc"]
                 found = _proc_parts(m["proc"], m["rank"])
                 parts.update(found)
                 if not found:
@@ -358,6 +368,7 @@ class LineReader:
                 continue
             m = _VLLM_TS.match(text)
             if m:
+                line.level = line.level or m["level"]
                 if line.ts is None:
                     line.ts = self._vllm_ts(m)
                     line.dated = False
@@ -384,10 +395,12 @@ class LineReader:
                 continue
             m = _LEVEL_FILE.match(text)
             if m:
+                line.level = line.level or m["level"]
                 text = text[m.end():]
                 continue
             m = _UVICORN.match(text) or (_LEVEL_WORD.match(text) if line.ts is not None else None)
             if m:
+                line.level = line.level or m["level"]
                 text = text[m.end():]
                 continue
             break
