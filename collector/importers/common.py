@@ -169,6 +169,7 @@ class Failure:
     phase_from: str = "stage"    # explicit (the line said) | frames (the traceback's) | stage (what the log did last)
     frames: list[str] = field(default_factory=list)   # "path func" of the rank's traceback frames, in order
     cut: bool = False            # its last traceback stops before the exception line (set at the end)
+    stage: str | None = None     # what the log was doing when the rank failed
 
 
 class RunBuilder:
@@ -344,7 +345,7 @@ class RunBuilder:
         rank = fact.line.rank
         failure = self._failure_of(rank)
         if failure is None:
-            failure = Failure(fact.line.ts, rank, fact.line.rank_label)
+            failure = Failure(fact.line.ts, rank, fact.line.rank_label, stage=self.failing_stage())
             self.failures.append(failure)
         wrapper = bool(error and WRAPPER.search(error)) if wrapper is None else wrapper
         if error and (failure.error is None or (failure.wrapper and not wrapper)):
@@ -408,6 +409,11 @@ class RunBuilder:
         for failure in self.failures:
             trace = self.trace.get(failure.rank)
             failure.cut = trace is not None and not trace["error"]
+            if failure.cut and failure.stage == "capture" and failure.phase_from != "explicit":
+                # the frames the excerpt kept are the outer calls (engine init, KV-cache set-up):
+                # the log shows a capture under way when it went down
+                failure.phase = "capture"
+                failure.graph_bs = failure.graph_bs if failure.graph_bs is not None else self.capturing_bs()
         failure = self.headline_failure()
         specific = next((f.phase for f in self.failures if f.phase not in (None, "startup")), None)
         for other in self.failures:       # a rank that only went down with the others failed where they did

@@ -308,6 +308,13 @@ class LiveImport:
                 sending.sink.close()
 
 
+def _mtime(path: str) -> float | None:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return None
+
+
 def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any], *, state_path: str | None,
            interval: float = 1.0, idle_exit: float | None = None, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = lambda m: None,
@@ -321,7 +328,10 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
     tail = LogTail(path, state, stream)
     first = tail.read()
     head = "\n".join(first)
-    year = infer_year(head, clock())
+    # the file's date, as import reads it (a live log's is about now); a stream's: today
+    modified = _mtime(path) if stream is None else None
+    year = infer_year(head, modified if modified is not None else clock(),
+                      "the file's date" if modified is not None else "today's date")
     live = LiveImport(engine, path if stream is None else "stdin", open_sink, state=state, year=year,
                       clock=clock, log=log)
     live.feed(first)

@@ -148,10 +148,14 @@ def _when(year: int, month: str | int, day: str | int) -> float | None:
         return None
 
 
-def infer_year(text: str, fallback: float) -> YearGuess:
-    """The year of vLLM's yearless stamps in ``text``: from a dated line next to a yearless
-    one (a launcher's or a library's own stamp), else from the earliest year the printed
-    vLLM version allows, else the year of ``fallback`` (a file's modification time)."""
+def infer_year(text: str, fallback: float, reference: str = "the file's date") -> YearGuess:
+    """The year of yearless stamps in ``text`` (vLLM's ``MM-DD``, SGLang's ``[MM-DD ...]``).
+
+    A date the log prints wins (a launcher's or a library's own stamp near a yearless one).
+    Otherwise the year is the one that puts the first stamp closest before ``fallback`` (the
+    file's modification time; ``reference`` says what it is, e.g. "today" for a stream),
+    unless the vLLM version the log prints was not developed yet then: the earliest year it
+    allows, if that is not in the future. Never a year that puts the stamps in the future."""
     head = text[:4_000_000]
     stamp = next((m for m in _YEARLESS_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
     dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
@@ -166,26 +170,29 @@ def infer_year(text: str, fallback: float) -> YearGuess:
                        key=lambda y: abs((_when(y, stamp.group(1), stamp.group(2)) or 0) - there))
         return YearGuess(year, f"the dated line {dated.group(0)!r} in the log",
                          f"{dated.group(1)}-{dated.group(2)}-{dated.group(3)}")
-    m = _VERSION.search(head)
-    if m:
-        groups = [g for g in m.groups() if g is not None]
-        major, minor = int(groups[0]), int(groups[1])
-        floor = _release_floor(major, minor)
-        if floor is not None:
-            year = floor.year
-            if stamp and (int(stamp.group(1)), int(stamp.group(2))) < (floor.month, floor.day):
-                year += 1
-            return YearGuess(year, f"vLLM {major}.{minor}, developed from {floor:%Y-%m} on "
-                                   f"(the earliest year its stamps can have)")
+    now = datetime.now(timezone.utc).timestamp()
     if fallback <= 0:                    # text with no file behind it: now is the best guess
-        fallback = datetime.now(timezone.utc).timestamp()
+        fallback, reference = now, "today's date"
+    fallback = min(fallback, now)
     modified = datetime.fromtimestamp(fallback, timezone.utc)
     year = modified.year
-    if stamp:
-        moment = _when(year, stamp.group(1), stamp.group(2))
-        if moment is not None and moment > fallback + 86400:
-            year -= 1
-    return YearGuess(year, "the file's modification time (no date or version in the log)", f"{modified:%Y-%m-%d}")
+    if stamp is None:
+        return YearGuess(year, f"{reference} {modified:%Y-%m-%d}", f"{modified:%Y-%m-%d}")
+    month, day = stamp.group(1), stamp.group(2)
+    if (_when(year, month, day) or 0) > fallback + 86400:        # a day's grace for time zones
+        year -= 1
+    evidence = f"{reference} {modified:%Y-%m-%d} (the year that puts the stamps closest before it)"
+    m = _VERSION.search(head)
+    floor = _release_floor(*(int(g) for g in [g for g in m.groups() if g is not None][:2])) if m else None
+    if floor is not None and (_when(year, month, day) or 0) < floor.replace(tzinfo=timezone.utc).timestamp():
+        later = next(y for y in range(floor.year, floor.year + 2)
+                     if (_when(y, month, day) or 0) >= floor.replace(tzinfo=timezone.utc).timestamp())
+        if (_when(later, month, day) or 0) <= now + 86400:
+            version = ".".join(g for g in m.groups() if g is not None)
+            evidence = (f"vLLM {version} in the log, developed from {floor:%Y-%m} on: {year} is too early for it, "
+                        f"{reference} {modified:%Y-%m-%d} notwithstanding")
+            year = later
+    return YearGuess(year, evidence, f"{modified:%Y-%m-%d}")
 
 
 def _release_floor(major: int, minor: int) -> datetime | None:

@@ -54,14 +54,27 @@ def db_args(tmp_path, path, **kw) -> argparse.Namespace:
 def test_follow_reads_a_file_another_process_appends_to_and_rotates(tmp_path):
     log = tmp_path / "sglang.log"
     log.write_text("")
+    state = tmp_path / "state.json"
+    # the writer starts once the follower has (it saves its state after the first read) and rotates
+    # once the follower has read the whole file: a busy machine must not make it miss a file that
+    # was rotated away before it looked (a follower cannot read what it never saw)
     writer = textwrap.dedent(f"""
         import os, sys, time, json
-        path = {str(log)!r}
+        path, state = {str(log)!r}, {str(state)!r}
         start, first, second = json.loads(sys.argv[1])
+        def read_up_to(size):
+            for _ in range(3000):
+                try:
+                    if json.load(open(state))["offset"] >= size:
+                        return
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.01)
+        read_up_to(0)
         with open(path, "a") as f:
             for line in start + first:
                 f.write(line + "\\n"); f.flush(); time.sleep(0.02)
-        time.sleep(0.3)
+        read_up_to(os.path.getsize(path))
         os.rename(path, path + ".1")                    # logrotate: move, then a new file
         with open(path, "w") as f:
             for line in second:
@@ -72,7 +85,7 @@ def test_follow_reads_a_file_another_process_appends_to_and_rotates(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", writer, json.dumps([START, first, second])])
     try:
         out = io.StringIO()
-        assert cli.run_follow(db_args(tmp_path, log, state=str(tmp_path / "state.json")), out=out) == 0
+        assert cli.run_follow(db_args(tmp_path, log, state=str(state)), out=out) == 0
     finally:
         proc.wait(10)
     store = Store.open(f"sqlite:///{tmp_path}/follow.db")
@@ -184,7 +197,8 @@ def test_a_restarted_follow_keeps_the_runs_context_and_sends_no_event_twice(tmp_
 def test_a_restart_keeps_the_year_it_inferred_for_stamps_without_one(tmp_path):
     log = tmp_path / "vllm.log"
     state = tmp_path / "state.json"
-    log.write_text(
+    log.write_text(      # the year comes from the dated line, which only the first follow reads
+        "2024-08-19 07:50:11,692 - INFO - autotuner.py:262 - flashinfer.jit: [Autotuner]: Autotuning process starts ...\n"
         "INFO 08-19 07:50:12 api_server.py:339] vLLM API server version 0.5.4\n"
         "INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took 2.3463 GB\n"
         "INFO 08-19 07:51:40 model_runner.py:1225] Graph capturing finished in 17 secs.\n")
@@ -197,7 +211,7 @@ def test_a_restart_keeps_the_year_it_inferred_for_stamps_without_one(tmp_path):
     events = [e for what, e in sent if what == "event"]
     end = events[-1]
     assert end["kind"] == "run_end" and end["status"] == "failed"
-    assert end["ts"] == datetime(2024, 8, 19, 9, 0, tzinfo=timezone.utc).timestamp()   # vLLM 0.5.4: 2024
+    assert end["ts"] == datetime(2024, 8, 19, 9, 0, tzinfo=timezone.utc).timestamp()   # the dated line's year
 
 
 def test_a_state_file_from_another_version_is_used_for_its_offset_only(tmp_path):
