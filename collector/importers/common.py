@@ -783,7 +783,7 @@ def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: st
         out = [imported(run, f"{base} run {i + 1}", base) for i, run in enumerate(runs)]
         for run, builder in zip(out, runs):
             if builder.yearless:
-                run.warnings.append(stamp_warning(parser.reader, year))
+                run.warnings.append(stamp_warning(parser.reader, parser.reader.year))
     except Exception as error:  # never let a log's content crash the command
         return ImportResult(engine.source, path, [], [f"the importer failed on this log "
                                                       f"({type(error).__name__}: {error}); nothing imported"])

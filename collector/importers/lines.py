@@ -99,9 +99,11 @@ class LogLine:
 
 @dataclass
 class YearGuess:
-    year: int
+    year: int | None               # None: no yearless stamp seen yet; the reader decides at the first
     evidence: str                  # what the year was taken from, for the run's warnings
     day: str | None = None         # YYYY-MM-DD for stamps that print only a clock (SGLang's "%H:%M:%S")
+    reference: float = 0.0         # the date the year is taken against (the file's, or today)
+    reference_label: str = "the file's date"
 
 
 def _utc(date: str, clock: str, zone: str | None = None) -> float | None:
@@ -149,50 +151,65 @@ def _when(year: int, month: str | int, day: str | int) -> float | None:
 
 
 def infer_year(text: str, fallback: float, reference: str = "the file's date") -> YearGuess:
-    """The year of yearless stamps in ``text`` (vLLM's ``MM-DD``, SGLang's ``[MM-DD ...]``).
-
-    A date the log prints wins (a launcher's or a library's own stamp near a yearless one).
-    Otherwise the year is the one that puts the first stamp closest before ``fallback`` (the
-    file's modification time; ``reference`` says what it is, e.g. "today" for a stream),
-    unless the vLLM version the log prints was not developed yet then: the earliest year it
-    allows, if that is not in the future. Never a year that puts the stamps in the future."""
+    """The year of yearless stamps in ``text`` (vLLM's ``MM-DD``, SGLang's ``[MM-DD ...]``),
+    from what the text holds: ``decide_year`` on its first dated line, first yearless stamp
+    and the vLLM version it prints. Text with no yearless stamp yet (the start of a followed
+    log) leaves the year to the reader, which decides at the first stamp with what it read."""
     head = text[:4_000_000]
     stamp = next((m for m in _YEARLESS_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
     dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
                  None)
-    if dated:
-        year = int(dated.group(1))
-        if stamp:
-            # the dated line and the first vLLM stamp are close in time: pick the year that
-            # puts them nearest (a log that crosses New Year keeps its order)
-            there = _when(year, dated.group(2), dated.group(3))
-            year = min((y for y in (year - 1, year, year + 1)),
-                       key=lambda y: abs((_when(y, stamp.group(1), stamp.group(2)) or 0) - there))
-        return YearGuess(year, f"the dated line {dated.group(0)!r} in the log",
-                         f"{dated.group(1)}-{dated.group(2)}-{dated.group(3)}")
+    version = _version(head)
     now = datetime.now(timezone.utc).timestamp()
     if fallback <= 0:                    # text with no file behind it: now is the best guess
         fallback, reference = now, "today's date"
-    fallback = min(fallback, now)
-    modified = datetime.fromtimestamp(fallback, timezone.utc)
-    year = modified.year
+    return decide_year((stamp.group(1), stamp.group(2)) if stamp else None,
+                       (dated.group(0), dated.group(1), dated.group(2), dated.group(3)) if dated else None,
+                       version, min(fallback, now), reference)
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    m = _VERSION.search(text)
+    if not m:
+        return None
+    groups = [int(g) for g in m.groups() if g is not None]
+    return groups[0], groups[1]
+
+
+def decide_year(stamp: tuple[str, str] | None, dated: tuple[str, str, str, str] | None,
+                version: tuple[int, int] | None, reference: float, label: str) -> YearGuess:
+    """A date the log prints wins (a launcher's or a library's own stamp near a yearless one).
+    Otherwise the year that puts the first stamp (month, day) closest before ``reference``,
+    unless the vLLM ``version`` the log prints was not developed yet then: the earliest year
+    it allows, if that is not in the future. Never a year that puts the stamps in the future.
+    ``stamp`` None: undecided (year None) unless a date was printed."""
+    if dated:
+        text, y, mo, d = dated
+        year = int(y)
+        if stamp:
+            # the dated line and the first vLLM stamp are close in time: pick the year that
+            # puts them nearest (a log that crosses New Year keeps its order)
+            there = _when(year, mo, d)
+            year = min((c for c in (year - 1, year, year + 1)),
+                       key=lambda c: abs((_when(c, stamp[0], stamp[1]) or 0) - there))
+        return YearGuess(year, f"the dated line {text!r} in the log", f"{y}-{mo}-{d}", reference, label)
+    modified = datetime.fromtimestamp(reference, timezone.utc)
     if stamp is None:
-        return YearGuess(year, f"{reference} {modified:%Y-%m-%d}", f"{modified:%Y-%m-%d}")
-    month, day = stamp.group(1), stamp.group(2)
-    if (_when(year, month, day) or 0) > fallback + 86400:        # a day's grace for time zones
+        return YearGuess(None, f"{label} {modified:%Y-%m-%d}", f"{modified:%Y-%m-%d}", reference, label)
+    month, day = stamp
+    year = modified.year
+    if (_when(year, month, day) or 0) > reference + 86400:        # a day's grace for time zones
         year -= 1
-    evidence = f"{reference} {modified:%Y-%m-%d} (the year that puts the stamps closest before it)"
-    m = _VERSION.search(head)
-    floor = _release_floor(*(int(g) for g in [g for g in m.groups() if g is not None][:2])) if m else None
+    evidence = f"{label} {modified:%Y-%m-%d} (the year that puts the stamps closest before it)"
+    floor = _release_floor(*version) if version else None
     if floor is not None and (_when(year, month, day) or 0) < floor.replace(tzinfo=timezone.utc).timestamp():
-        later = next(y for y in range(floor.year, floor.year + 2)
-                     if (_when(y, month, day) or 0) >= floor.replace(tzinfo=timezone.utc).timestamp())
-        if (_when(later, month, day) or 0) <= now + 86400:
-            version = ".".join(g for g in m.groups() if g is not None)
-            evidence = (f"vLLM {version} in the log, developed from {floor:%Y-%m} on: {year} is too early for it, "
-                        f"{reference} {modified:%Y-%m-%d} notwithstanding")
+        later = next(c for c in range(floor.year, floor.year + 2)
+                     if (_when(c, month, day) or 0) >= floor.replace(tzinfo=timezone.utc).timestamp())
+        if (_when(later, month, day) or 0) <= datetime.now(timezone.utc).timestamp() + 86400:
+            evidence = (f"vLLM {version[0]}.{version[1]} in the log, developed from {floor:%Y-%m} on: {year} is "
+                        f"too early for it, {label} {modified:%Y-%m-%d} notwithstanding")
             year = later
-    return YearGuess(year, evidence, f"{modified:%Y-%m-%d}")
+    return YearGuess(year, evidence, f"{modified:%Y-%m-%d}", reference, label)
 
 
 def _release_floor(major: int, minor: int) -> datetime | None:
@@ -234,6 +251,9 @@ class LineReader:
 
     def __init__(self, year: YearGuess):
         self.year = year
+        # while the year is undecided: the evidence read so far (a dated line, a version)
+        self._dated: tuple[str, str, str, str] | None = None
+        self._version: tuple[int, int] | None = None
         self.last_ts: float | None = None
         self.last_rank: tuple[RankKey | None, str | None] = (None, None)
         self._year_shift = 0
@@ -245,6 +265,11 @@ class LineReader:
         return self._yearless_ts(m["mo"], m["d"], m["t"])
 
     def _yearless_ts(self, month: str, day: str, clock: str) -> float | None:
+        if self.year.year is None:
+            if _when(2000, month, day) is None:
+                return None
+            self.year = decide_year((month, day), self._dated, self._version, self.year.reference,
+                                    self.year.reference_label)
         year = self.year.year + self._year_shift
         ts = _utc(f"{year}-{month}-{day}", clock)
         if ts is not None and self._last_yearless is not None and ts < self._last_yearless - 180 * 86400:
@@ -261,7 +286,7 @@ class LineReader:
         if self.last_ts is not None:
             day = datetime.fromtimestamp(self.last_ts, timezone.utc).strftime("%Y-%m-%d")
         else:
-            day = self.year.day or f"{self.year.year}-01-01"
+            day = self.year.day or f"{self.year.year or 1970}-01-01"
         ts = _utc(day, clock)
         if ts is not None and self.last_ts is not None and ts < self.last_ts - 43200:
             ts += 86400
@@ -279,11 +304,22 @@ class LineReader:
 
     def read(self, lineno: int, raw: str) -> list[LogLine]:
         text = _ANSI.sub("", raw).replace("\x00", "").rstrip()
+        if self.year.year is None and self._dated is None:
+            self._gather_year_evidence(text)
         if text.lstrip().startswith("{"):
             lines = self._json(lineno, text)
             if lines is not None:
                 return lines
         return [self._one(lineno, piece) for piece in split_records(text)]
+
+    def _gather_year_evidence(self, text: str) -> None:
+        """What a year decided later can rest on: the first dated line, the vLLM version."""
+        if self._dated is None:
+            m = next((m for m in _DATED.finditer(text) if _when(int(m.group(1)), m.group(2), m.group(3))), None)
+            if m:
+                self._dated = (m.group(0), m.group(1), m.group(2), m.group(3))
+        if self._version is None:
+            self._version = _version(text)
 
     def _json(self, lineno: int, text: str) -> list[LogLine] | None:
         try:

@@ -157,6 +157,9 @@ class ListSink:
     def write(self, events):
         self.sent.extend(("event", e) for e in events)
 
+    def update_run(self, record):
+        self.sent.append(("update", record))
+
     def close(self):
         pass
 
@@ -245,6 +248,9 @@ def test_standard_input_is_followed_to_its_end():
 
         def write(self, events):
             sent.extend(events)
+
+        def update_run(self, record):
+            pass
 
         def close(self):
             pass
