@@ -472,7 +472,7 @@ class SglangRun(RunBuilder):
                 if bs in seen:
                     self.warnings.append(f"the capture of bs {bs} ({s.label}) was still running where the log ends")
                 continue
-            duration = first_at[n + 1] - first_at[n] if status == "ok" and done(bs) else None
+            duration = first_at[n + 1] - first_at[n] if status == "ok" and done(bs) and n in first_at else None
             later = [seen[b][0] for b in sizes[position[bs] + 1:] if b in seen]
             nxt = later[0] if later else (s.end_avail if bs == sizes[-1] else None)
             delta = avail - nxt if avail is not None and nxt is not None and status == "ok" else None
