@@ -212,7 +212,9 @@ EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Excep
 WRAPPER = re.compile(r"root cause above|check the stack trace above|Engine core initialization failed|"
                      r"EngineDeadError|EngineGenerateError|Worker failed with error|"
                      r"^Exception: Capture .*graph failed|^(?:KeyboardInterrupt|SystemExit)", re.I)
-ENGINE_CODE = re.compile(r"/(?:vllm|sglang)/")     # a frame in the engines' own code
+# A frame in an engine's own source tree (SGLang's frames can pass through vLLM's distributed code,
+# so each engine looks only for its own).
+ENGINE_CODE = {"vllm": re.compile(r"/vllm/"), "sglang": re.compile(r"/sglang/")}
 # The engines' own "going down" lines. A named group ``error`` holds the exception's text
 # where the line carries it; otherwise the line only stands in until an exception says why.
 ENGINE_FATAL = {

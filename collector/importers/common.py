@@ -138,7 +138,7 @@ def common_facts(line: LogLine) -> list[Fact]:
     return []
 
 
-def starts_a_run(fact: Fact) -> bool:
+def starts_a_run(fact: Fact, engine: str) -> bool:
     """Whether a fact seen while no run is open is evidence of one: any engine fact, a
     traceback (or a chain line), a frame in the engine's own code (a traceback whose start
     the excerpt cut off), an exception an engine process logged at ERROR level. A lone
@@ -146,7 +146,7 @@ def starts_a_run(fact: Fact) -> bool:
     if fact.kind == READY:
         return False
     if fact.kind == FRAME:
-        return bool(ENGINE_CODE.search(fact.data["path"]))
+        return bool(ENGINE_CODE[engine].search(fact.data["path"]))
     if fact.kind == EXCEPTION:
         return fact.line.level in ERROR_LEVELS and fact.line.process != "APIServer"
     return True
@@ -309,7 +309,7 @@ class RunBuilder:
         if failure is not None:
             failure.frames.append(frame)
             self._place(failure)
-        if ENGINE_CODE.search(fact.data["path"]):
+        if ENGINE_CODE[self.engine].search(fact.data["path"]):
             self.started = True
 
     def on_fatal(self, fact: Fact) -> None:
@@ -509,11 +509,36 @@ class Engine:
     """What an engine module gives the parser."""
     name: str                                       # vllm | sglang
     source: str                                     # vllm-log | sglang-log
+    label: str                                      # vLLM | SGLang
     classify: Callable[[LogLine], list[Fact]]
     new_run: Callable[..., RunBuilder]
+    # Lines only this engine prints (its process tags, stamps, startup lines, source paths):
+    # how a log that is the other engine's is told apart.
+    markers: re.Pattern
     # Fact kinds that state the server's configuration (printed between one startup banner
     # and the next, e.g. vLLM's API server and its engine core): not progress of a run.
     setup: frozenset[str] = frozenset()
+
+
+def wrong_engine(engine: Engine, others: Iterable[Engine], text: str) -> str | None:
+    """Why ``text`` is not ``engine``'s log, when it is plainly another's: lines only that
+    engine prints and none of ``engine``'s own. None when it may be ``engine``'s (a log with
+    neither, or both, is read)."""
+    head = text[:4_000_000]
+    if engine.markers.search(head):
+        return None
+    for other in others:
+        found: list[str] = []
+        for m in other.markers.finditer(head):
+            if m.group(0) not in found:
+                found.append(m.group(0))
+            if len(found) == 3:
+                break
+        if found:
+            return (f"this looks like a {other.label} log, not {engine.label}: it has {other.label}'s lines "
+                    f"({'; '.join(repr(f[:60]) for f in found)}) and none of {engine.label}'s. "
+                    f"Import it with `replayscope import {other.name} FILE`")
+    return None
 
 
 class LogParser:
@@ -567,7 +592,7 @@ class LogParser:
             run.finish(last=False, ends_mid_line=False, restarted=True)
             run = None
         if run is None:
-            if not self.continued and not starts_a_run(fact):
+            if not self.continued and not starts_a_run(fact, self.engine.name):
                 if fact.kind in (EXCEPTION, FRAME):
                     self.stray.append(fact)       # it may yet turn out to be the root cause of a chain
                     del self.stray[:-STRAY_FACTS]
@@ -596,7 +621,7 @@ class LogParser:
             run.saw_start = True
         elif fact.kind not in TRACE_KINDS + (READY,) and fact.kind not in self.engine.setup:
             run.progress = True
-        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind == EXCEPTION and starts_a_run(fact)):
+        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind == EXCEPTION and starts_a_run(fact, self.engine.name)):
             run.started = True
         run.observe(fact.line)
         try:
@@ -789,8 +814,7 @@ def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: st
                                                       f"({type(error).__name__}: {error}); nothing imported"])
     result = ImportResult(engine.source, path, out, parser.warnings)
     if not out:
-        label = "vLLM" if engine.name == "vllm" else "SGLang"
-        result.warnings.append(f"no {label} server start, startup line or failure found in this log")
+        result.warnings.append(f"no {engine.label} server start, startup line or failure found in this log")
     return result
 
 

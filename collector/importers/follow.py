@@ -338,6 +338,8 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
     tail = LogTail(path, state, stream)
     first = tail.read()
     head = "\n".join(first)
+    from collector.importers import refuse_other_engine
+    refuse_other_engine(engine.name, head, path)          # before anything is sent
     # the file's date, as import reads it (a live log's is about now); a stream's: today
     modified = _mtime(path) if stream is None else None
     year = infer_year(head, modified if modified is not None else clock(),

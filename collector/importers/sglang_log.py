@@ -715,7 +715,14 @@ class SglangRun(RunBuilder):
         return config
 
 
-ENGINE = Engine("sglang", SOURCE, classify, SglangRun)
+# What only SGLang prints: its stamp with ranks, server_args, its startup and batch lines and
+# its source tree.
+MARKERS = re.compile(
+    r"server_args=ServerArgs\(|/sglang/srt/|Capture (?:cuda|CUDA|piecewise CUDA) graph (?:begin|end|bs|failed)|"
+    r"Load weight (?:begin|end)\b|KV Cache is allocated\.|Memory pool end\.|(?:Decode|Prefill) batch[.,] #|"
+    r"The server is fired up and ready to roll|Capturing batches \(|Scheduler hit an exception|"
+    r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?: (?:DP|PP|TP|EP)\d+)+\]", re.M)
+ENGINE = Engine("sglang", SOURCE, "SGLang", classify, SglangRun, MARKERS)
 
 
 def parse_text(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: str | None = None):

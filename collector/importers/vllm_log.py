@@ -534,7 +534,15 @@ def _line_of(failure) -> LogLine:
 
 # The API server prints its arguments and what they switch off before the engine core's own
 # banner: one start, not two.
-ENGINE = Engine("vllm", SOURCE, classify, VllmRun, setup=frozenset({"args", "graphs_off", "capture_cap"}))
+# What only vLLM prints: its process tags, its "LEVEL MM-DD HH:MM:SS [file.py:N]" stamp, its
+# startup lines and its source tree.
+MARKERS = re.compile(
+    r"\((?:APIServer|EngineCore(?:_DP\d+)?|VllmWorker(?:Process)?|Worker(?:_[A-Z]{2,4}\d+)+|RayWorkerWrapper)"
+    r"\b[^)]*pid=\d+\)"
+    r"|\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+\.py:\d+\]"
+    r"|vLLM API server version|Initializing an? (?:V1 )?LLM engine|Graph capturing finished in|"
+    r"Capturing CUDA graphs? ?\(|GPU KV cache size:|/vllm/(?:v1|worker|engine|executor|entrypoints)/")
+ENGINE = Engine("vllm", SOURCE, "vLLM", classify, VllmRun, MARKERS, setup=frozenset({"args", "graphs_off", "capture_cap"}))
 
 
 def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None):

@@ -319,3 +319,15 @@ def test_a_missing_file_is_one_clear_error(tmp_path, bad):
 
     with pytest.raises(ReplayscopeError, match="no such file"):
         cli.run_follow(db_args(tmp_path, tmp_path / bad), out=io.StringIO())
+
+
+def test_following_the_other_engines_log_is_refused_before_anything_is_sent(tmp_path):
+    from runner.errors import ReplayscopeError
+
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(START) + "\n")            # SGLang's lines
+    sent: list = []
+    with pytest.raises(ReplayscopeError, match="looks like a SGLang log"):
+        follow(ENGINE_SPECS["vllm"], str(log), ListSink(sent), state_path=None, interval=0.01, idle_exit=0.1)
+    assert sent == []
+
