@@ -209,7 +209,8 @@ FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
 # An exception line: "RuntimeError: ...", "torch.OutOfMemoryError: ...", "Exception: ...".
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt)(?::\s*(?P<msg>.*))?$")
 # Exceptions that only point at another one ("see root cause above").
-WRAPPER = re.compile(r"root cause above|check the stack trace above|Engine core initialization failed|"
+WRAPPER = re.compile(r"root cause above|check the stack trace above|stack trace for the root cause|"
+                     r"Engine core initialization failed|Engine process failed to start|Executor failed\.?$|"
                      r"EngineDeadError|EngineGenerateError|Worker failed with error|"
                      r"^Exception: Capture .*graph failed|^(?:KeyboardInterrupt|SystemExit)", re.I)
 # A frame in an engine's own source tree (SGLang's frames can pass through vLLM's distributed code,
@@ -224,9 +225,14 @@ ENGINE_FATAL = {
         r"Exception in worker \S+ while processing method \w+(?::\s*(?P<error>.+?)(?:,\s*(?=Traceback \(most)|$)|\.|$)|"
         r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
         r"WorkerProc hit an exception|EngineCore encountered a fatal error|Error executing method|"
-        r"AsyncLLM output_handler failed|Engine loop has died"),
+        r"AsyncLLM output_handler failed|Engine loop has died|"
+        # a process the engine watches went away: "Engine core proc EngineCore_DP0 died unexpectedly,
+        # shutting down client." (core_client.py), "Worker proc VllmWorker-0 died unexpectedly, shutting
+        # down executor." (multiproc_executor.py), V0's "Worker VllmWorkerProcess pid 3 died, exit code: -9"
+        r"\bproc \S+ died unexpectedly|Worker \S+ pid \d+ died, exit code"),
     "sglang": re.compile(
         r"Scheduler hit an exception|Received sigquit from a child|TpModelWorker hit an exception|"
+        r"TokenizerManager hit an exception|"
         r"DataParallelController hit an exception|DetokenizerManager hit an exception|"
         r"Child process unexpectedly failed|scheduler is dead|"
         r"Initialization failed\. (?:warmup|detoken)_init_state|exited with code"),

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.failures import ENGINE_FATAL
+from collector.failures import ENGINE_FATAL, EXCEPTION_LINE
 from collector.importers.common import (
     BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num,
     parse_text as _parse, rank_order, to_int,
@@ -395,14 +395,19 @@ class SglangRun(RunBuilder):
         section = self.open.get(fact.line.rank) or self._bar_section()
         if section is None:
             section = self._open(fact, d["role"], d["stage"], d["dev"])
-        error = clip(d["error"], 4000) or "capture failed"
+        # "Capture cuda graph failed: {e}": e's text, where the line has it; an empty one names no
+        # cause, so the exception the traceback printed (or the scheduler's line) stays the error
+        error = clip(d["error"], 4000) or None
         if not section.failed:
             section.failed = True
             section.error = error
             section.end_ts = fact.line.ts
         self.open.pop(section.rank, None)
-        self.fail(fact, clip("capture failed: " + error, 4000), phase="capture", graph_bs=section.current_bs(),
-                  wrapper=False)
+        trace = self.trace.get(fact.line.rank)
+        if trace is not None and EXCEPTION_LINE.match(fact.line.text):
+            trace["error"] = True                      # the traceback's own exception line: not cut
+        self.fail(fact, clip("capture failed: " + error, 4000) if error else None, phase="capture",
+                  graph_bs=section.current_bs(), wrapper=False if error else None)
         self._emit_captures(section, failing_rank=fact.line.rank_label)
 
     def capturing_bs(self) -> int | None:

@@ -152,3 +152,38 @@ def test_kv_blocks_from_the_lines_vllm_prints_them_in():
         (run,) = parse_vllm_text(text).runs
         assert summary(run)["kv_cache"]["gpu_blocks"] == blocks
         assert summary(run)["kv_cache"]["cpu_blocks"] is None and summary(run)["kv_cache"]["tokens"] is None
+
+
+def test_scheduler_exception_keeps_the_exceptions_text_not_an_empty_capture_failed():
+    # Written from SGLang's cuda_graph_runner.py: raise Exception(f"Capture cuda graph failed: {e}\n"
+    # "Possible solutions:\n" ...) under "Scheduler hit an exception: Traceback"; an exception whose text
+    # is empty leaves "Capture cuda graph failed: " with nothing after it
+    head = ("[2025-03-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=10.00 GB\n"
+            "[2025-03-01 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 239, in __init__\n'
+            "    raise Exception(\n")
+    advice = "Possible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    (run,) = parse_sglang_text(head + "RuntimeError: CUDA error: an illegal memory access was encountered\n\n"
+                               "During handling of the above exception, another exception occurred:\n\n"
+                               + head + "Exception: Capture cuda graph failed: \n" + advice).runs
+    assert run.error == "RuntimeError: CUDA error: an illegal memory access was encountered"
+    (run,) = parse_sglang_text(head + "Exception: Capture cuda graph failed: \n" + advice).runs
+    assert run.status == "failed" and run.error == "Scheduler hit an exception"
+    assert "capture failed: capture failed" not in run.error
+    (run,) = parse_sglang_text(head + "Exception: Capture cuda graph failed: CUDA error: out of memory\n" + advice).runs
+    assert run.error == "capture failed: CUDA error: out of memory"
+    assert run_end(run)["phase"] == "capture"
+
+
+def test_a_process_vllm_watches_dying_is_a_failure_that_yields_to_a_real_exception():
+    # vLLM's own lines (multiproc_executor.py "Worker proc %s died unexpectedly, shutting down executor.",
+    # core_client.py "Engine core proc %s died unexpectedly, shutting down client.") and the wrapper
+    # "RuntimeError: Worker failed with error '', please check the stack trace above for the root cause"
+    died = ("(EngineCore_DP0 pid=137324) ERROR 10-29 08:32:36 [multiproc_executor.py:154] Worker proc VllmWorker-0 "
+            "died unexpectedly, shutting down executor.\n")
+    (run,) = parse_vllm_text(died).runs
+    assert run.status == "failed" and "died unexpectedly" in run.error and run_end(run)["rank"] == "DP0"
+    wrapped = ("(EngineCore_DP0 pid=137324) ERROR 10-29 08:32:36 [core.py:708] RuntimeError: Worker failed with "
+               "error '', please check the stack trace above for the root cause\n" + died)
+    (run,) = parse_vllm_text(wrapped).runs
+    assert run.status == "failed" and run.error.startswith("RuntimeError: Worker failed with error")
