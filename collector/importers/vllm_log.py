@@ -542,7 +542,8 @@ MARKERS = re.compile(
     r"|\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+\.py:\d+\]"
     r"|vLLM API server version|Initializing an? (?:V1 )?LLM engine|Graph capturing finished in|"
     r"Capturing CUDA graphs? ?\(|GPU KV cache size:|/vllm/(?:v1|worker|engine|executor|entrypoints)/")
-ENGINE = Engine("vllm", SOURCE, "vLLM", classify, VllmRun, MARKERS, setup=frozenset({"args", "graphs_off", "capture_cap"}))
+ENGINE = Engine("vllm", SOURCE, "vLLM", classify, VllmRun, MARKERS,
+                setup=frozenset({"args", "graphs_off", "capture_cap"}))
 
 
 def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None):

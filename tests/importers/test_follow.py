@@ -201,7 +201,8 @@ def test_a_restart_keeps_the_year_it_inferred_for_stamps_without_one(tmp_path):
     log = tmp_path / "vllm.log"
     state = tmp_path / "state.json"
     log.write_text(      # the year comes from the dated line, which only the first follow reads
-        "2024-08-19 07:50:11,692 - INFO - autotuner.py:262 - flashinfer.jit: [Autotuner]: Autotuning process starts ...\n"
+        "2024-08-19 07:50:11,692 - INFO - autotuner.py:262 - flashinfer.jit: [Autotuner]: "
+        "Autotuning process starts ...\n"
         "INFO 08-19 07:50:12 api_server.py:339] vLLM API server version 0.5.4\n"
         "INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took 2.3463 GB\n"
         "INFO 08-19 07:51:40 model_runner.py:1225] Graph capturing finished in 17 secs.\n")

@@ -122,7 +122,8 @@ def test_a_fixture_followed_in_any_chunks_with_any_silences_gives_the_runs_impor
 @settings_
 @given(cuts=st.lists(st.floats(0, 1), max_size=6), silences=st.lists(SILENCES, min_size=1, max_size=6))
 def test_the_tp2_log_with_a_long_silence_before_capture_follows_as_it_imports(cuts, silences, tmp_path_factory):
-    assert followed(VLLM, TP2, "tp2.log", cuts, silences, tmp_path_factory.mktemp("f")) == imported(VLLM, TP2, "tp2.log")
+    folder = tmp_path_factory.mktemp("f")
+    assert followed(VLLM, TP2, "tp2.log", cuts, silences, folder) == imported(VLLM, TP2, "tp2.log")
 
 
 def test_the_tp2_log_silent_for_130_s_before_capture_has_its_device_and_rank_0s_capture(tmp_path):

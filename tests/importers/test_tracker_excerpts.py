@@ -158,9 +158,11 @@ def test_scheduler_exception_keeps_the_exceptions_text_not_an_empty_capture_fail
     # Written from SGLang's cuda_graph_runner.py: raise Exception(f"Capture cuda graph failed: {e}\n"
     # "Possible solutions:\n" ...) under "Scheduler hit an exception: Traceback"; an exception whose text
     # is empty leaves "Capture cuda graph failed: " with nothing after it
-    head = ("[2025-03-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. avail mem=10.00 GB\n"
+    head = ("[2025-03-01 10:00:00 TP0] Capture cuda graph begin. This can take up to several minutes. "
+            "avail mem=10.00 GB\n"
             "[2025-03-01 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 239, in __init__\n'
+            '  File "/sgl-workspace/sglang/python/sglang/srt/model_executor/cuda_graph_runner.py", line 239, '
+            'in __init__\n'
             "    raise Exception(\n")
     advice = "Possible solutions:\n1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
     (run,) = parse_sglang_text(head + "RuntimeError: CUDA error: an illegal memory access was encountered\n\n"
