@@ -202,6 +202,7 @@ class RunBuilder:
         self.ranks: dict[str, RankKey] = {}
         self.headline: dict[str, tuple[tuple, str | None]] = {}   # phase -> (rank order, label)
         self.trace: dict[Any, dict[str, Any]] = {}               # rank -> the open traceback
+        self.error_lines: dict[Any, LogLine] = {}                # rank -> its last ERROR-level line
         self.closed = False
         self.status: str | None = None
 
@@ -213,6 +214,8 @@ class RunBuilder:
             self.yearless = self.yearless or not line.dated
         if line.rank_label:
             self.ranks.setdefault(line.rank_label, line.rank)
+        if line.level in ERROR_LEVELS and line.text and not _TRACEBACK.search(line.text):
+            self.error_lines[line.rank] = line
 
     def apply(self, fact: Fact) -> None:
         handler = getattr(self, "on_" + fact.kind, None)
@@ -289,7 +292,13 @@ class RunBuilder:
     def on_traceback(self, fact: Fact) -> None:
         self._open_trace(fact)
         if not self.ready:
-            self.fail(fact, None)
+            # logger.exception(msg): the ERROR line just above its traceback is what the engine
+            # said about it (often the exception's own text); the exception line, if the excerpt
+            # has it, still wins
+            said = self.error_lines.get(fact.line.rank)
+            adjacent = said is not None and said.lineno == fact.line.lineno - 1 and said.ts == fact.line.ts
+            message = said.text if adjacent else None
+            self.fail(fact, clip(message, 4000), wrapper=True if message else None)
 
     def on_chained(self, fact: Fact) -> None:
         """"During handling of the above exception ...": the exception above stays the root

@@ -189,3 +189,14 @@ def test_a_process_vllm_watches_dying_is_a_failure_that_yields_to_a_real_excepti
                "error '', please check the stack trace above for the root cause\n" + died)
     (run,) = parse_vllm_text(wrapped).runs
     assert run.status == "failed" and run.error.startswith("RuntimeError: Worker failed with error")
+
+
+def test_the_error_line_logger_exception_prints_above_its_traceback_is_the_failures_text():
+    # https://github.com/nlzy/vllm-gfx906/issues/22 (description, iEddie-cmd; a fork's tracker, vLLM's own
+    # V0 format: engine.py run_mp_engine's logger.exception(e) prints the exception's text, then the
+    # traceback, here cut): the capture bar at 0/7 when it failed
+    run = vllm("vllm_gfx906fork22_v0_logger_exception_message.log")
+    end = run_end(run)
+    assert run.status == "failed" and end["phase"] == "capture"
+    assert end["error"].startswith("size_k must divisible by BLOCK_SIZE_K: " + CUT_OFF)
+    assert summary(run)["capture_sizes"]["count"] == 7
