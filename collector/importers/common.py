@@ -138,17 +138,23 @@ def common_facts(line: LogLine) -> list[Fact]:
     return []
 
 
+def logged_by_the_engine(line: LogLine) -> bool:
+    """An ERROR-level line of the engine itself (a worker, the engine core, V0's driver), not
+    of the API server in front of it."""
+    return line.level in ERROR_LEVELS and line.process != "APIServer"
+
+
 def starts_a_run(fact: Fact, engine: str) -> bool:
     """Whether a fact seen while no run is open is evidence of one: any engine fact, a
     traceback (or a chain line), a frame in the engine's own code (a traceback whose start
-    the excerpt cut off), an exception an engine process logged at ERROR level. A lone
+    the excerpt cut off), an exception or frame the engine logged at ERROR level. A lone
     exception or frame elsewhere, or a ready line, is not."""
     if fact.kind == READY:
         return False
     if fact.kind == FRAME:
-        return bool(ENGINE_CODE[engine].search(fact.data["path"]))
+        return bool(ENGINE_CODE[engine].search(fact.data["path"])) or logged_by_the_engine(fact.line)
     if fact.kind == EXCEPTION:
-        return fact.line.level in ERROR_LEVELS and fact.line.process != "APIServer"
+        return logged_by_the_engine(fact.line)
     return True
 
 
@@ -630,8 +636,8 @@ class LogParser:
             run.saw_start = True
         elif fact.kind not in TRACE_KINDS + (READY,) and fact.kind not in self.engine.setup:
             run.progress = True
-        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind == EXCEPTION and starts_a_run(fact, self.engine.name)):
-            run.started = True
+        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind in TRACE_KINDS and logged_by_the_engine(fact.line)):
+            run.started = True          # a traceback the engine logged at ERROR level is the engine's
         run.observe(fact.line)
         try:
             run.apply(fact)

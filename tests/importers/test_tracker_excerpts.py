@@ -82,14 +82,6 @@ def test_sglang_bare_chained_traceback_whose_first_exception_is_cut_off():
     assert run.run["partial"] is True
 
 
-def test_the_same_excerpts_are_no_run_of_the_other_engine():
-    """A parser asked for the other engine finds nothing of its own (the CLI refuses the file)."""
-    from tests.importers.conftest import read_fixture
-
-    assert parse_sglang_text(read_fixture("vllm_issue7593_v0_worker_error_block_capture.log")).runs == []
-    assert parse_vllm_text(read_fixture("sglang_issue7227_kv_tokens_and_capture_list.log")).runs == []
-
-
 # -- counts ---------------------------------------------------------------------------------
 
 def test_v1_kv_tokens_and_the_piecewise_bar_count_without_a_size_list():
