@@ -733,8 +733,9 @@ def stated_figures(config: dict[str, Any]) -> dict[str, Any]:
                           "capped_from": cap.get("from") if isinstance(cap, dict) else None},
         "kv_cache": {"tokens": config.get("kv_tokens"), "gpu_blocks": config.get("kv_blocks"),
                      "cpu_blocks": config.get("cpu_blocks"), "tokens_by_rank": by_rank("kv_tokens"),
-                     "gpu_blocks_by_rank": by_rank("kv_blocks")},
+                     "gpu_blocks_by_rank": by_rank("kv_blocks"), "max_concurrency": config.get("max_concurrency")},
         "graph_mem_estimate_bytes": config.get("graph_mem_estimate_bytes"),
+        "compile_cache": {"hits": config.get("compile_cache_hits"), "saves": config.get("compile_cache_saves")},
     }
 
 

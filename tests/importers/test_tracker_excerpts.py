@@ -91,7 +91,9 @@ def test_v1_kv_tokens_and_the_piecewise_bar_count_without_a_size_list():
     run = vllm("vllm_issue32611_v1_kv_tokens_and_bar_count.log")
     s = summary(run)
     assert s["kv_cache"] == {"tokens": 524416, "gpu_blocks": None, "cpu_blocks": None, "tokens_by_rank": None,
-                             "gpu_blocks_by_rank": None}
+                             "gpu_blocks_by_rank": None,
+                             "max_concurrency": {"tokens_per_request": 2048, "requests": 256.06}}
+    assert s["compile_cache"] == {"hits": 1, "saves": 0}
     assert s["capture_sizes"] == {"count": 51, "max": None, "sizes": None, "capped_from": None}
     assert s["captures"] == [] and s["capture_total_s"] is None      # no per-size rows, no total: not printed
     assert phases(run)["compile"] == (3.88, None)
