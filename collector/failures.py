@@ -183,11 +183,15 @@ UNKNOWN = FailureClass(
 )
 
 BY_KEY: dict[str, FailureClass] = {c.key: c for c in CLASSES + (UNKNOWN,)}
+# What an importer says where a log's traceback stops before its exception line.
+CUT_OFF = "the exception text is cut off in the log"
 
 
 def classify(*texts: str | None) -> FailureClass:
-    """The class of the first matching kind over all ``texts`` together (UNKNOWN if none)."""
-    joined = "\n".join(t for t in texts if t)
+    """The class of the first matching kind over all ``texts`` together (UNKNOWN if none).
+    What an importer adds after ``CUT_OFF`` (where a cut traceback stops) is not the error's
+    text and names no cause: a frame called ``all_reduce`` is not an NCCL failure."""
+    joined = "\n".join(t.split(CUT_OFF)[0] for t in texts if t)
     if not joined.strip():
         return UNKNOWN
     for failure_class in CLASSES:
@@ -248,7 +252,6 @@ PHASE_FRAMES = (
                             r"init_memory_pool|determine_num_available_blocks|initialize_cache|kv_cache")),
     ("load_weights", re.compile(r"load_model|load_weights|model_loader|weight_utils|safetensors")),
 )
-CUT_OFF = "the exception text is cut off in the log"
 
 
 def phase_of_frames(frames: list[str]) -> str | None:
