@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from collector.failures import CHAINED as _CHAINED
-from collector.failures import CUT_OFF, ENGINE_CODE, EXCEPTION_LINE, FRAME as _FRAME, TRACEBACK as _TRACEBACK, WRAPPER
-from collector.failures import phase_of_frames
+from collector.failures import CUT_OFF, ENGINE_CODE, EXCEPTION_LINE, WRAPPER, phase_of_frames
+from collector.failures import FRAME as _FRAME
+from collector.failures import TRACEBACK as _TRACEBACK
 from collector.importers.lines import RANK_AXES, LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
@@ -172,7 +173,7 @@ class Failure:
     graph_bs: int | None = None
     fatal: bool = False          # an engine's own "failed to start" line, not only an exception
     wrapper: bool = False        # the error only points at another one
-    phase_from: str = "stage"    # explicit (the line said) | frames (the traceback's) | stage (what the log did last)
+    phase_from: str = "stage"    # explicit (the line said) | frames (the traceback's) | stage (the log's last step)
     frames: list[str] = field(default_factory=list)   # "path func" of the rank's traceback frames, in order
     cut: bool = False            # its last traceback stops before the exception line (set at the end)
     stage: str | None = None     # what the log was doing when the rank failed
@@ -636,7 +637,8 @@ class LogParser:
             run.saw_start = True
         elif fact.kind not in TRACE_KINDS + (READY,) and fact.kind not in self.engine.setup:
             run.progress = True
-        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind in TRACE_KINDS and logged_by_the_engine(fact.line)):
+        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind in TRACE_KINDS
+                                                        and logged_by_the_engine(fact.line)):
             run.started = True          # a traceback the engine logged at ERROR level is the engine's
         run.observe(fact.line)
         try:
