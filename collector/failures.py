@@ -1,6 +1,8 @@
 """What kind of failure an error text describes, and what to do about each kind.
 
-The one place for failure classes and their patterns: the startup diagnosis
+The one place for failure classes and their patterns, and for how a failure shows in a
+log (tracebacks, chained exceptions, the engines' own "going down" lines: what the importers
+read as a failure). The startup diagnosis
 (``collector.diagnosis``) classifies the error of a failed run, of a failed capture and
 of a degradation step with ``classify``. Patterns come from the texts PyTorch, CUDA,
 NCCL, vLLM and SGLang print (tests/collector/test_failures.py holds real examples).
@@ -181,11 +183,15 @@ UNKNOWN = FailureClass(
 )
 
 BY_KEY: dict[str, FailureClass] = {c.key: c for c in CLASSES + (UNKNOWN,)}
+# What an importer says where a log's traceback stops before its exception line.
+CUT_OFF = "the exception text is cut off in the log"
 
 
 def classify(*texts: str | None) -> FailureClass:
-    """The class of the first matching kind over all ``texts`` together (UNKNOWN if none)."""
-    joined = "\n".join(t for t in texts if t)
+    """The class of the first matching kind over all ``texts`` together (UNKNOWN if none).
+    What an importer adds after ``CUT_OFF`` (where a cut traceback stops) is not the error's
+    text and names no cause: a frame called ``all_reduce`` is not an NCCL failure."""
+    joined = "\n".join(t.split(CUT_OFF)[0] for t in texts if t)
     if not joined.strip():
         return UNKNOWN
     for failure_class in CLASSES:
@@ -194,7 +200,67 @@ def classify(*texts: str | None) -> FailureClass:
     return UNKNOWN
 
 
-_EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception)\b")
+# -- how a failure shows in a log -----------------------------------------------------------
+# What the importers (collector.importers) read as a failure; the classes above say what its
+# text means. Patterns come from CPython's traceback format and the lines vLLM and SGLang
+# print when a process goes down (tests/importers holds real examples of each).
+
+TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
+# The line between two tracebacks of one chain: the one above is the root cause.
+CHAINED = re.compile(r"^(?:During handling of the above exception, another exception occurred|"
+                     r"The above exception was the direct cause of the following exception):?$")
+FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
+# An exception line: "RuntimeError: ...", "torch.OutOfMemoryError: ...", "Exception: ...".
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt)(?::\s*(?P<msg>.*))?$")
+# Exceptions that only point at another one ("see root cause above").
+WRAPPER = re.compile(r"root cause above|check the stack trace above|stack trace for the root cause|"
+                     r"Engine core initialization failed|Engine process failed to start|Executor failed\.?$|"
+                     r"EngineDeadError|EngineGenerateError|Worker failed with error|"
+                     r"^Exception: Capture .*graph failed|^(?:KeyboardInterrupt|SystemExit)", re.I)
+# A frame in an engine's own source tree (SGLang's frames can pass through vLLM's distributed code,
+# so each engine looks only for its own).
+ENGINE_CODE = {"vllm": re.compile(r"/vllm/"), "sglang": re.compile(r"/sglang/")}
+# The engines' own "going down" lines. A named group ``error`` holds the exception's text
+# where the line carries it; otherwise the line only stands in until an exception says why.
+ENGINE_FATAL = {
+    "vllm": re.compile(
+        # V0 workers (vllm/executor/multiproc_worker_utils.py): "...: %s, %s" (the exception and
+        # its traceback) in 0.4-0.5, "... method %s." followed by the traceback later
+        r"Exception in worker \S+ while processing method \w+(?::\s*(?P<error>.+?)(?:,\s*(?=Traceback \(most)|$)|\.|$)|"
+        r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
+        r"WorkerProc hit an exception|EngineCore encountered a fatal error|Error executing method|"
+        r"AsyncLLM output_handler failed|Engine loop has died|"
+        # a process the engine watches went away: "Engine core proc EngineCore_DP0 died unexpectedly,
+        # shutting down client." (core_client.py), "Worker proc VllmWorker-0 died unexpectedly, shutting
+        # down executor." (multiproc_executor.py), V0's "Worker VllmWorkerProcess pid 3 died, exit code: -9"
+        r"\bproc \S+ died unexpectedly|Worker \S+ pid \d+ died, exit code"),
+    "sglang": re.compile(
+        r"Scheduler hit an exception|Received sigquit from a child|TpModelWorker hit an exception|"
+        r"TokenizerManager hit an exception|"
+        r"DataParallelController hit an exception|DetokenizerManager hit an exception|"
+        r"Child process unexpectedly failed|scheduler is dead|"
+        r"Initialization failed\. (?:warmup|detoken)_init_state|exited with code"),
+}
+# Where in startup a traceback failed, from its frames (the most specific first).
+PHASE_FRAMES = (
+    ("capture", re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner|"
+                           r"init_cuda_graphs|init_device_graphs|capture_cuda_graphs|capture_decode_graph|"
+                           r"torch/cuda/graphs\.py|CUDAGraphRunner|graph_runner|capture_graph|\bcapture\b")),
+    ("compile", re.compile(r"torch/_dynamo|torch/_inductor|compilation/backends|torch_compile|compiler_interface")),
+    ("warmup", re.compile(r"compile_or_warm_up|_warm_up_model|warm_up_model|_dummy_sampler_run|kernel_warmup")),
+    ("kv_cache", re.compile(r"determine_available_memory|profile_run|profile_cudagraph_memory|initialize_kv_cache|"
+                            r"init_memory_pool|determine_num_available_blocks|initialize_cache|kv_cache")),
+    ("load_weights", re.compile(r"load_model|load_weights|model_loader|weight_utils|safetensors")),
+)
+
+
+def phase_of_frames(frames: list[str]) -> str | None:
+    """The startup phase a traceback's frames ran through, if they name one."""
+    joined = " | ".join(frames)
+    for name, pattern in PHASE_FRAMES:
+        if pattern.search(joined):
+            return name
+    return None
 
 
 def first_line(text: str | None, limit: int = 300) -> str:
@@ -202,11 +268,13 @@ def first_line(text: str | None, limit: int = 300) -> str:
     first line that says something."""
     lines = [line.strip() for line in (text or "").splitlines() if line.strip()]
     if lines and lines[0].startswith("Traceback"):
-        lines = [line for line in lines if _EXCEPTION_LINE.match(line)] or lines[1:]
+        lines = [line for line in lines if EXCEPTION_LINE.match(line)] or lines[1:]
     if not lines:
         return ""
     line = lines[0]
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-__all__ = ["BY_KEY", "CLASSES", "FailureClass", "UNKNOWN", "classify", "first_line"]
+__all__ = ["BY_KEY", "CHAINED", "CLASSES", "CUT_OFF", "ENGINE_CODE", "ENGINE_FATAL", "EXCEPTION_LINE", "FRAME",
+           "FailureClass", "PHASE_FRAMES", "TRACEBACK", "UNKNOWN", "WRAPPER", "classify", "first_line",
+           "phase_of_frames"]

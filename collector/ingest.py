@@ -113,8 +113,17 @@ def _db_unavailable(error: Exception) -> StoreUnavailable:
     return StoreUnavailable(f"the store cannot take writes right now ({text}); nothing was written, retry later")
 
 
+# What a run record describes, as opposed to what the store keeps about the run itself (its
+# status, when it was created and last seen): a later record of the same run replaces these.
+_DESCRIPTION = ("name", "backend", "model", "device", "torch_version", "config", "wire_version",
+                "started_at", "partial", "time_provenance", "version", "graph_sample", "config_key")
+
+
 def ingest_run(store: Store, record: Any, *, now: float | None = None) -> dict:
-    """Register a run; posting the same run again changes nothing. Returns the run row."""
+    """Register a run. Posting the same record again changes nothing; a record of a known
+    run that says more (a followed log learns the device, the capture sizes, which rank's
+    figures are the headline as it goes on) replaces the run's description, never its status
+    or events. Returns the run row."""
     try:
         validate_run(record)
     except WireError as error:
@@ -135,12 +144,16 @@ def ingest_run(store: Store, record: Any, *, now: float | None = None) -> dict:
     }
     try:
         with store.write() as conn:
-            existing = conn.execute(sa.select(t.runs.c.id).where(t.runs.c.run_id == row["run_id"])).first()
+            columns = [t.runs.c.id] + [t.runs.c[name] for name in _DESCRIPTION]
+            existing = conn.execute(sa.select(*columns).where(t.runs.c.run_id == row["run_id"])).first()
             if existing is None:
                 conn.execute(t.runs.insert(), row)
                 created = True
             else:
                 created = False
+                changed = {name: row[name] for name in _DESCRIPTION if getattr(existing, name) != row[name]}
+                if changed:
+                    conn.execute(t.runs.update().where(t.runs.c.id == existing.id).values(**changed))
     except sa_exc.IntegrityError:
         created = False   # a concurrent post of the same run won the race
     except sa_exc.OperationalError as error:

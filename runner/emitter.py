@@ -112,6 +112,15 @@ class HttpSink:
         # collector that is down or hung must not hold it up. The first write, on the emitter's
         # thread, posts the run record before its events.
 
+    def update_run(self, run: dict[str, Any]) -> None:
+        """A newer record of the same run (an importer that learned more): posted again with
+        the next write, and the spool's copy is replaced, so what is left for ``replayscope
+        import events`` is the newer one too."""
+        self.run = run
+        self._run_posted = False
+        if self._spool is not None:
+            self._spool.set_run(run)
+
     def write(self, events: list[dict[str, Any]]) -> None:
         events = [self._checked(e) for e in events]
         if time.monotonic() < self._retry_at:

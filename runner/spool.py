@@ -50,6 +50,14 @@ class Spool:
         self._start = self._front_end = 0
         self.count = len(undelivered) + len(rest)
 
+    def set_run(self, run: dict[str, Any]) -> None:
+        """A newer record of the run: the file's first line becomes it."""
+        self.run = run
+        if os.path.exists(self.path):
+            rest, _ = read_events_from(self.path, self._start)
+            write_events_file(self.path, run, rest)
+            self._start = self._front_end = 0
+
     def compact(self) -> None:
         """Leave only the undelivered events in the file (it is left for the user)."""
         if self._start and os.path.exists(self.path):

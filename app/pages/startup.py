@@ -72,6 +72,40 @@ def _ranks_section(store: Any, run_id: str) -> Any:
                             row_id="rank_label"))
 
 
+# -- what an engine's log states about its capture sizes and KV cache ----------------------
+
+def log_figures(summary: dict[str, Any]) -> list[str] | None:
+    """The capture-size count and largest size, and the KV cache's capacity in tokens and
+    blocks (per rank where ranks differ), as an imported log states them; None for a run
+    that is not from a log. What the log does not state reads "not in the log"."""
+    from collector.importers.common import stated_figures
+
+    if not str(summary.get("source") or "").endswith("-log"):
+        return None
+    figures = stated_figures(summary.get("config") or {})
+    unknown = c.unknown(summary["source"])
+    sizes, kv = figures["capture_sizes"], figures["kv_cache"]
+    capped = f", capped from {c.count(sizes['capped_from'])}" if sizes["capped_from"] else ""
+    lines = [f"capture sizes: {c.count(sizes['count'], unknown)} (largest {c.count(sizes['max'], unknown)}{capped})"]
+    for name, key in (("KV cache tokens", "tokens"), ("KV cache GPU blocks", "gpu_blocks")):
+        ranks = kv[key + "_by_rank"]
+        each = f" ({', '.join(f'{rank} {c.count(v)}' for rank, v in ranks.items())})" if ranks else ""
+        lines.append(f"{name}: {c.count(kv[key], unknown)}{each}")
+    if kv["cpu_blocks"] is not None:
+        lines.append(f"KV cache CPU blocks: {c.count(kv['cpu_blocks'])}")
+    if figures["graph_mem_estimate_bytes"] is not None:
+        lines.append(f"graph memory the engine estimated: {c.size(figures['graph_mem_estimate_bytes'])} (estimated)")
+    return lines
+
+
+def _log_figures_section(summary: dict[str, Any]) -> Any:
+    lines = log_figures(summary)
+    if lines is None:
+        return None
+    return c.section("Sizes and KV cache, as the log states them", c.bullet_list(lines, "startup-log-figures"),
+                     id="startup-log-figures")
+
+
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
     from collector import queries
     from collector.diagnosis import diagnose_run, startup_seconds
@@ -155,6 +189,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
                  className="stats"),
         c.section("Post-mortem: the outcome, then what took longer than expected",
                   html.Div(id="startup-diagnosis")),
+        _log_figures_section(summary),
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
         c.section("Capture time and pool memory per size", c.graph("startup-captures-fig")),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),

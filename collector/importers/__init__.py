@@ -37,12 +37,26 @@ def __getattr__(name: str):
 
 
 def import_log(engine: str, path: str):
-    """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``) -> ``ImportResult``."""
+    """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``) -> ``ImportResult``.
+    ReplayscopeError for a path that is not a text log, and for a log that is plainly the
+    other engine's (it says which)."""
     from collector.importers.common import read_log_file
 
     text, mtime, digest = read_log_file(path)
+    refuse_other_engine(engine, text, path)
     return __getattr__("ENGINES")[engine](text, path=path, mtime=mtime, digest=digest)
 
 
+def refuse_other_engine(engine: str, text: str, path: str) -> None:
+    """ReplayscopeError when ``text`` is plainly another engine's log than ``engine``'s."""
+    from collector.importers.common import wrong_engine
+    from runner.errors import ReplayscopeError
+
+    specs = __getattr__("ENGINE_SPECS")
+    why = wrong_engine(specs[engine], [spec for name, spec in specs.items() if name != engine], text)
+    if why:
+        raise ReplayscopeError(f"{path}: {why}; nothing was written")
+
+
 __all__ = ["ENGINES", "ENGINE_SPECS", "RANK_POLICY", "ImportResult", "ImportedRun", "import_log",
-           "parse_sglang_text", "parse_vllm_text"]
+           "parse_sglang_text", "parse_vllm_text", "refuse_other_engine"]

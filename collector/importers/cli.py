@@ -188,6 +188,10 @@ class _RunWriter:
     def write(self, events: list[dict[str, Any]]) -> None:
         self.target.write_events(self.run_id, events)
 
+    def update_run(self, record: dict[str, Any]) -> None:
+        """The run's record again, with what the log has said since (the store takes the newer one)."""
+        self.target.write_run(record)
+
     def close(self) -> None:
         pass
 
@@ -246,6 +250,21 @@ def metrics_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts)
 
 
+def poll_summary(events: list[dict[str, Any]]) -> str:
+    """What one poll stored, added up per stage and mode (a histogram gives one event per
+    bucket): "mixed/graph +29, mixed/eager +2 (batch_too_large 2)"."""
+    totals: dict[str, int] = {}
+    reasons: dict[str, dict[str, int]] = {}
+    for e in events:
+        key = f"{e['stage']}/{e['mode']}"
+        totals[key] = totals.get(key, 0) + e["count"]
+        if e.get("reason"):
+            reasons.setdefault(key, {})[e["reason"]] = reasons.get(key, {}).get(e["reason"], 0) + e["count"]
+    parts = [f"{key} +{n}" + (f" ({', '.join(f'{r} {c}' for r, c in reasons[key].items())})" if key in reasons else "")
+             for key, n in totals.items()]
+    return ", ".join(parts) or "no new passes"
+
+
 def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None] = time.sleep) -> int:
     out = out or sys.stdout
     from collector.importers.scrape import Scraper
@@ -274,9 +293,8 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
                 continue
             polls += 1
             sink.write_events(scraper.run["run_id"], events)
-            counts = {f"{e['stage']}/{e['mode']}": e["count"] for e in events}
-            print(f"poll {polls}: " + (", ".join(f"{k} +{v}" for k, v in counts.items()) or "no new passes")
-                  + (" (counter reset)" if scraper.resets else ""), file=out, flush=True)
+            print(f"poll {polls}: {poll_summary(events)}" + (" (counter reset)" if scraper.resets else ""),
+                  file=out, flush=True)
     except KeyboardInterrupt:
         status = "interrupted"
     finally:

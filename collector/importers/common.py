@@ -22,6 +22,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
+from collector.failures import CHAINED as _CHAINED
+from collector.failures import CUT_OFF, ENGINE_CODE, EXCEPTION_LINE, WRAPPER, phase_of_frames
+from collector.failures import FRAME as _FRAME
+from collector.failures import TRACEBACK as _TRACEBACK
 from collector.importers.lines import RANK_AXES, LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
@@ -31,6 +35,7 @@ MIB = 2**20
 RANK_POLICY = ("per rank: every rank's facts are kept with their rank; the run's headline for each "
                "phase is rank 0's, or the lowest rank that printed it (config.rank_headline)")
 MAX_FILE_BYTES = 2 * 2**30
+STRAY_FACTS = 200        # exception and frame lines kept while no run is open (a chain's root cause)
 NUM = r"(-?\d+(?:\.\d+)?)"
 
 # -- numbers and memory ------------------------------------------------------------------
@@ -111,42 +116,47 @@ READY = "ready"          # the server answers requests
 FATAL = "fatal"          # the process is going down
 EXCEPTION = "exception"  # an exception line (the root cause is the first of a failure)
 TRACEBACK = "traceback"  # "Traceback (most recent call last):"
+CHAINED = "chained"      # "During handling of the above exception, another exception occurred:"
 FRAME = "frame"          # a traceback frame: File "...", line N, in func
-
-_TRACEBACK = re.compile(r"Traceback \(most recent call last\):")
-_FRAME = re.compile(r'^File "(?P<path>[^"]+)", line \d+, in (?P<func>[\w<>.]+)')
-_EXCEPTION = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?(?:[A-Z]\w*)?(?:Error|Exception|Interrupt)(?::\s*(?P<msg>.*))?$")
-# Exceptions that only point at another one ("see root cause above").
-_WRAPPER = re.compile(r"root cause above|check the stack trace above|Engine core initialization failed|"
-                      r"EngineDeadError|EngineGenerateError|Worker failed with error|"
-                      r"^Exception: Capture .*graph failed|^(?:KeyboardInterrupt|SystemExit)", re.I)
-_ENGINE_PATH = re.compile(r"/(?:vllm|sglang)/")
-
-# Where in startup a traceback failed, from its frames (the most specific first).
-_PHASE_FRAMES = (
-    ("capture", re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner|"
-                           r"init_cuda_graphs|init_device_graphs|torch/cuda/graphs\.py|CUDAGraphRunner|"
-                           r"graph_runner|capture_graph|\bcapture\b")),
-    ("compile", re.compile(r"torch/_dynamo|torch/_inductor|compilation/backends|compile_or_warm_up|"
-                           r"torch_compile|compiler_interface")),
-    ("kv_cache", re.compile(r"determine_available_memory|profile_run|initialize_kv_cache|init_memory_pool|"
-                            r"determine_num_available_blocks|initialize_cache|kv_cache")),
-    ("load_weights", re.compile(r"load_model|load_weights|model_loader|weight_utils|safetensors")),
-)
+# Kinds that belong to a failure's traceback, not to the engine's own account of its start.
+TRACE_KINDS = (EXCEPTION, FRAME, TRACEBACK, CHAINED)
+ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
 
 
 def common_facts(line: LogLine) -> list[Fact]:
-    """Traceback starts, frames and exception lines, the same for every engine."""
+    """Traceback starts, chain lines, frames and exception lines, the same for every engine."""
     text = line.text
     if _TRACEBACK.search(text):
         return [Fact(line, TRACEBACK, {"text": text})]
+    if _CHAINED.match(text):
+        return [Fact(line, CHAINED, {"text": text})]
     m = _FRAME.match(text)
     if m:
         return [Fact(line, FRAME, {"path": m["path"], "func": m["func"]})]
-    m = _EXCEPTION.match(text)
+    m = EXCEPTION_LINE.match(text)
     if m:
         return [Fact(line, EXCEPTION, {"text": text})]
     return []
+
+
+def logged_by_the_engine(line: LogLine) -> bool:
+    """An ERROR-level line of the engine itself (a worker, the engine core, V0's driver), not
+    of the API server in front of it."""
+    return line.level in ERROR_LEVELS and line.process != "APIServer"
+
+
+def starts_a_run(fact: Fact, engine: str) -> bool:
+    """Whether a fact seen while no run is open is evidence of one: any engine fact, a
+    traceback (or a chain line), a frame in the engine's own code (a traceback whose start
+    the excerpt cut off), an exception or frame the engine logged at ERROR level. A lone
+    exception or frame elsewhere, or a ready line, is not."""
+    if fact.kind == READY:
+        return False
+    if fact.kind == FRAME:
+        return bool(ENGINE_CODE[engine].search(fact.data["path"])) or logged_by_the_engine(fact.line)
+    if fact.kind == EXCEPTION:
+        return logged_by_the_engine(fact.line)
+    return True
 
 
 # -- a run -------------------------------------------------------------------------------
@@ -163,6 +173,10 @@ class Failure:
     graph_bs: int | None = None
     fatal: bool = False          # an engine's own "failed to start" line, not only an exception
     wrapper: bool = False        # the error only points at another one
+    phase_from: str = "stage"    # explicit (the line said) | frames (the traceback's) | stage (the log's last step)
+    frames: list[str] = field(default_factory=list)   # "path func" of the rank's traceback frames, in order
+    cut: bool = False            # its last traceback stops before the exception line (set at the end)
+    stage: str | None = None     # what the log was doing when the rank failed
 
 
 class RunBuilder:
@@ -195,6 +209,7 @@ class RunBuilder:
         self.ranks: dict[str, RankKey] = {}
         self.headline: dict[str, tuple[tuple, str | None]] = {}   # phase -> (rank order, label)
         self.trace: dict[Any, dict[str, Any]] = {}               # rank -> the open traceback
+        self.error_lines: dict[Any, LogLine] = {}                # rank -> its last ERROR-level line
         self.closed = False
         self.status: str | None = None
 
@@ -206,6 +221,8 @@ class RunBuilder:
             self.yearless = self.yearless or not line.dated
         if line.rank_label:
             self.ranks.setdefault(line.rank_label, line.rank)
+        if line.level in ERROR_LEVELS and line.text and not _TRACEBACK.search(line.text):
+            self.error_lines[line.rank] = line
 
     def apply(self, fact: Fact) -> None:
         handler = getattr(self, "on_" + fact.kind, None)
@@ -272,64 +289,105 @@ class RunBuilder:
                    "code": code, "rank": fact.line.rank_label if fact else None})
 
     # -- failures ----------------------------------------------------------------------
+    # A traceback before the server is ready is a failure of its start, cut or whole; so is an
+    # engine's "going down" line and an exception line. The root cause is the first exception
+    # of a rank's chain; where the excerpt cuts it off, the failure says so.
+    def _open_trace(self, fact: Fact) -> dict[str, Any]:
+        trace = self.trace[fact.line.rank] = {"frames": [], "fact": fact, "error": False}
+        return trace
+
     def on_traceback(self, fact: Fact) -> None:
-        self.trace[fact.line.rank] = {"frames": [], "fact": fact, "error": None}
+        self._open_trace(fact)
         if not self.ready:
+            # logger.exception(msg): the ERROR line just above its traceback is what the engine
+            # said about it (often the exception's own text); the exception line, if the excerpt
+            # has it, still wins
+            said = self.error_lines.get(fact.line.rank)
+            adjacent = said is not None and said.lineno == fact.line.lineno - 1 and said.ts == fact.line.ts
+            message = said.text if adjacent else None
+            self.fail(fact, clip(message, 4000), wrapper=True if message else None)
+
+    def on_chained(self, fact: Fact) -> None:
+        """"During handling of the above exception ...": the exception above stays the root
+        cause; the next traceback is part of the same failure."""
+        if not self.ready or self.trace.get(fact.line.rank, {}).get("fatal"):
             self.fail(fact, None)
 
     def on_frame(self, fact: Fact) -> None:
+        frame = f"{fact.data['path']} {fact.data['func']}"
         trace = self.trace.get(fact.line.rank)
+        if trace is None and not self.ready:
+            trace = self._open_trace(fact)    # a traceback whose start the excerpt cut off
+            self.fail(fact, None)
         if trace is not None:
-            trace["frames"].append(f"{fact.data['path']} {fact.data['func']}")
-        if _ENGINE_PATH.search(fact.data["path"]):
+            trace["frames"].append(frame)
+        failure = self._failure_of(fact.line.rank)
+        if failure is not None:
+            failure.frames.append(frame)
+            self._place(failure)
+        if ENGINE_CODE[self.engine].search(fact.data["path"]):
             self.started = True
 
     def on_fatal(self, fact: Fact) -> None:
-        """An engine's own "going down" line: its text stands in for the error until a
-        traceback says why."""
-        if _TRACEBACK.search(fact.data["text"]):
-            self.on_traceback(fact)
-        text = _TRACEBACK.sub("", fact.data["text"]).strip().rstrip(":")
-        self.fail(fact, clip(text, 4000), fatal=True, wrapper=True)
+        """An engine's own "going down" line: the exception's text where the line carries it;
+        otherwise the line stands in for the error until a traceback says why."""
+        text = fact.data["text"]
+        traceback = bool(_TRACEBACK.search(text))
+        if traceback:
+            self._open_trace(fact)
+        error = (fact.data.get("error") or "").strip()
+        if error:
+            self.fail(fact, clip(error, 4000), fatal=True, wrapper=False)
+            if traceback:
+                self.trace[fact.line.rank]["error"] = True
+        else:
+            self.fail(fact, clip(_TRACEBACK.sub("", text).strip().rstrip(":"), 4000), fatal=True, wrapper=True)
 
     def on_exception(self, fact: Fact) -> None:
         trace = self.trace.get(fact.line.rank)
         text = clip(fact.data["text"], 4000)
         if self.ready and not (trace and trace.get("fatal")):
             return                            # a request's error while serving: not the run's
+        if trace is not None:
+            trace["error"] = True
         self.fail(fact, text)
+
+    def _failure_of(self, rank: RankKey | None) -> Failure | None:
+        return next((f for f in self.failures if f.rank == rank), None)
 
     def fail(self, fact: Fact, error: str | None, *, fatal: bool = False, phase: str | None = None,
              graph_bs: int | None = None, wrapper: bool | None = None) -> Failure:
         """Record a failure on the fact's rank; the first root cause per rank wins."""
         rank = fact.line.rank
-        failure = next((f for f in self.failures if f.rank == rank), None)
+        failure = self._failure_of(rank)
         if failure is None:
-            failure = Failure(fact.line.ts, rank, fact.line.rank_label)
+            failure = Failure(fact.line.ts, rank, fact.line.rank_label, stage=self.failing_stage())
             self.failures.append(failure)
-        wrapper = bool(error and _WRAPPER.search(error)) if wrapper is None else wrapper
+        wrapper = bool(error and WRAPPER.search(error)) if wrapper is None else wrapper
         if error and (failure.error is None or (failure.wrapper and not wrapper)):
             failure.error, failure.wrapper = error, wrapper
         failure.fatal = failure.fatal or fatal
-        trace = self.trace.get(rank)
-        failure.phase = phase or self._phase_from(trace) or failure.phase or self.failing_stage()
+        if phase:
+            failure.phase, failure.phase_from = phase, "explicit"
+        self._place(failure)
         if graph_bs is not None:
             failure.graph_bs = graph_bs
-        elif failure.phase == "capture" and failure.graph_bs is None:
-            failure.graph_bs = self.capturing_bs()
+        trace = self.trace.get(rank)
         if trace is not None and self.ready and fatal:
             trace["fatal"] = True
         return failure
 
-    @staticmethod
-    def _phase_from(trace: dict[str, Any] | None) -> str | None:
-        if not trace:
-            return None
-        frames = " | ".join(trace["frames"])
-        for name, pattern in _PHASE_FRAMES:
-            if pattern.search(frames):
-                return name
-        return None
+    def _place(self, failure: Failure) -> None:
+        """Where the failure happened: what the line said, else the traceback's frames, else
+        the last startup step the log showed; and the size being captured, if it was."""
+        if failure.phase_from != "explicit":
+            from_frames = phase_of_frames(failure.frames)
+            if from_frames:
+                failure.phase, failure.phase_from = from_frames, "frames"
+            elif failure.phase is None:
+                failure.phase = self.failing_stage()
+        if failure.phase == "capture" and failure.graph_bs is None:
+            failure.graph_bs = self.capturing_bs()
 
     def failing_stage(self) -> str:
         return "serving" if self.ready else self.stage
@@ -339,15 +397,20 @@ class RunBuilder:
         return None
 
     def failed(self) -> bool:
+        """A rank went down (or its traceback says it did, even cut)."""
+        return bool(self.failures)
+
+    def went_down(self) -> bool:
+        """A rank said why or that it is going down (an exception, a fatal line), not only
+        a traceback whose end the excerpt cut off."""
         return any(f.error is not None or f.fatal for f in self.failures)
 
     def headline_failure(self) -> Failure | None:
         """Rank 0's (or the lowest failing rank's) root cause; a rank that only says
-        "see above" yields to one that says why."""
-        real = [f for f in self.failures if f.error is not None or f.fatal]
-        if not real:
+        "see above", or whose exception the excerpt cut off, yields to one that says why."""
+        if not self.failures:
             return None
-        return min(real, key=lambda f: (f.wrapper or f.error is None, rank_order(f.rank)))
+        return min(self.failures, key=lambda f: (f.wrapper or f.error is None, rank_order(f.rank)))
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
@@ -359,6 +422,14 @@ class RunBuilder:
             return
         self.closed = True
         self.close()
+        for failure in self.failures:
+            trace = self.trace.get(failure.rank)
+            failure.cut = trace is not None and not trace["error"]
+            if failure.cut and failure.stage == "capture" and failure.phase_from != "explicit":
+                # the frames the excerpt kept are the outer calls (engine init, KV-cache set-up):
+                # the log shows a capture under way when it went down
+                failure.phase = "capture"
+                failure.graph_bs = failure.graph_bs if failure.graph_bs is not None else self.capturing_bs()
         failure = self.headline_failure()
         specific = next((f.phase for f in self.failures if f.phase not in (None, "startup")), None)
         for other in self.failures:       # a rank that only went down with the others failed where they did
@@ -384,8 +455,19 @@ class RunBuilder:
                    "graph_bs": failure.graph_bs if status == "failed" and failure else None})
 
     def error_text(self, failure: Failure | None) -> str | None:
+        """The failure's text as the log has it; where the excerpt cuts the exception off,
+        what it does show (the engine's line, the last frame) and that the rest is cut."""
         if failure is None:
             return None
+        if failure.error and not failure.wrapper:
+            return clip(failure.error, 4000)
+        if failure.cut or (failure.error is None and failure.frames):
+            where = ""
+            if failure.frames:
+                path, _, func = failure.frames[-1].rpartition(" ")
+                where = f" (the traceback stops in {func}, {os.path.basename(path)})"
+            head = f"{failure.error.rstrip('.:')}: " if failure.error else ""
+            return clip(head + CUT_OFF + where, 4000)
         return clip(failure.error, 4000) or "the engine went down (no exception text in the log)"
 
     # -- the run record ----------------------------------------------------------------
@@ -443,11 +525,36 @@ class Engine:
     """What an engine module gives the parser."""
     name: str                                       # vllm | sglang
     source: str                                     # vllm-log | sglang-log
+    label: str                                      # vLLM | SGLang
     classify: Callable[[LogLine], list[Fact]]
     new_run: Callable[..., RunBuilder]
+    # Lines only this engine prints (its process tags, stamps, startup lines, source paths):
+    # how a log that is the other engine's is told apart.
+    markers: re.Pattern
     # Fact kinds that state the server's configuration (printed between one startup banner
     # and the next, e.g. vLLM's API server and its engine core): not progress of a run.
     setup: frozenset[str] = frozenset()
+
+
+def wrong_engine(engine: Engine, others: Iterable[Engine], text: str) -> str | None:
+    """Why ``text`` is not ``engine``'s log, when it is plainly another's: lines only that
+    engine prints and none of ``engine``'s own. None when it may be ``engine``'s (a log with
+    neither, or both, is read)."""
+    head = text[:4_000_000]
+    if engine.markers.search(head):
+        return None
+    for other in others:
+        found: list[str] = []
+        for m in other.markers.finditer(head):
+            if m.group(0) not in found:
+                found.append(m.group(0))
+            if len(found) == 3:
+                break
+        if found:
+            return (f"this looks like a {other.label} log, not {engine.label}: it has {other.label}'s lines "
+                    f"({'; '.join(repr(f[:60]) for f in found)}) and none of {engine.label}'s. "
+                    f"Import it with `replayscope import {other.name} FILE`")
+    return None
 
 
 class LogParser:
@@ -464,6 +571,7 @@ class LogParser:
         self.runs: list[RunBuilder] = []
         self.current: RunBuilder | None = None
         self.pending_lines: list[LogLine] = []     # lines before the first fact of a run
+        self.stray: list[Fact] = []                # exception and frame facts while no run was open
         self.first_seq = first_seq
         self.continued = continued
         self.continued_ready = continued_ready   # the run went on was already serving
@@ -496,11 +604,14 @@ class LogParser:
     def _route(self, fact: Fact) -> None:
         run = self.current
         if run is not None and ((fact.kind == BANNER and run.progress)
-                                or (fact.kind == LOAD and (run.ready or run.failed()))):
+                                or (fact.kind == LOAD and (run.ready or run.went_down()))):
             run.finish(last=False, ends_mid_line=False, restarted=True)
             run = None
         if run is None:
-            if fact.kind in (EXCEPTION, FRAME, READY) and not self.continued:
+            if not self.continued and not starts_a_run(fact, self.engine.name):
+                if fact.kind in (EXCEPTION, FRAME):
+                    self.stray.append(fact)       # it may yet turn out to be the root cause of a chain
+                    del self.stray[:-STRAY_FACTS]
                 return                         # a stray line is not a run yet
             index = len(self.runs)
             run = self.engine.new_run(self.make_run_id(index, fact.line),
@@ -515,12 +626,20 @@ class LogParser:
             for line in self.pending_lines:
                 run.observe(line)
             self.pending_lines = []
+            # "During handling of the above exception": the exception above is this failure's root
+            replay, self.stray = (self.stray if fact.kind == CHAINED else []), []
+            for earlier in replay:
+                self._apply(run, earlier)
+        self._apply(run, fact)
+
+    def _apply(self, run: RunBuilder, fact: Fact) -> None:
         if fact.kind == BANNER and not run.progress:
             run.saw_start = True
-        elif fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY) and fact.kind not in self.engine.setup:
+        elif fact.kind not in TRACE_KINDS + (READY,) and fact.kind not in self.engine.setup:
             run.progress = True
-        if fact.kind not in (EXCEPTION, FRAME, TRACEBACK, READY):
-            run.started = True
+        if fact.kind not in TRACE_KINDS + (READY,) or (fact.kind in TRACE_KINDS
+                                                        and logged_by_the_engine(fact.line)):
+            run.started = True          # a traceback the engine logged at ERROR level is the engine's
         run.observe(fact.line)
         try:
             run.apply(fact)
@@ -543,7 +662,7 @@ class LogParser:
         for a run. Finished runs are not part of it."""
         current = self.current if self.current is not None and not self.current.closed else None
         return {"reader": self.reader, "current": current, "pending_lines": self.pending_lines,
-                "lineno": self.lineno}
+                "stray": self.stray, "lineno": self.lineno}
 
     def resume(self, state: dict[str, Any]) -> None:
         """Go on from ``resumable()`` of an earlier parser of the same log."""
@@ -552,6 +671,7 @@ class LogParser:
         self.current = state["current"]
         self.runs = [self.current] if self.current is not None else []
         self.pending_lines = list(state["pending_lines"])
+        self.stray = list(state.get("stray") or [])
         self.lineno = int(state["lineno"])
         self.continued = False
 
@@ -601,6 +721,26 @@ def run_id_for(source: str, digest: str, index: int) -> str:
     return f"{source}-{digest[:20]}-{index}"
 
 
+def stated_figures(config: dict[str, Any]) -> dict[str, Any]:
+    """The figures an engine's log states about the capture sizes and the KV cache, from an
+    imported run's config (both engines use the same keys); null where the log does not say.
+    What ``--json`` prints and the Startup page shows."""
+    def by_rank(key: str) -> dict[str, Any] | None:
+        return config.get(key + "_by_rank") or None
+
+    cap = config.get("capture_size_cap")
+    return {
+        "capture_sizes": {"count": config.get("capture_count"), "max": config.get("max_capture_size"),
+                          "sizes": config.get("capture_sizes") or None,
+                          "capped_from": cap.get("from") if isinstance(cap, dict) else None},
+        "kv_cache": {"tokens": config.get("kv_tokens"), "gpu_blocks": config.get("kv_blocks"),
+                     "cpu_blocks": config.get("cpu_blocks"), "tokens_by_rank": by_rank("kv_tokens"),
+                     "gpu_blocks_by_rank": by_rank("kv_blocks"), "max_concurrency": config.get("max_concurrency")},
+        "graph_mem_estimate_bytes": config.get("graph_mem_estimate_bytes"),
+        "compile_cache": {"hits": config.get("compile_cache_hits"), "saves": config.get("compile_cache_saves")},
+    }
+
+
 @dataclass
 class ImportedRun:
     run: dict[str, Any]
@@ -644,6 +784,7 @@ class ImportedRun:
             "capture_total_s": (capture[0]["duration_s"] if capture
                                 else (round(sum(timed), 6) if timed else None)),
             "graph_mem_bytes": config.get("graph_mem_bytes"),
+            **stated_figures(config),
             "steps": steps, "reasons": reasons, "events": len(self.events),
             "warnings": self.warnings,
         }
@@ -685,14 +826,13 @@ def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: st
         out = [imported(run, f"{base} run {i + 1}", base) for i, run in enumerate(runs)]
         for run, builder in zip(out, runs):
             if builder.yearless:
-                run.warnings.append(stamp_warning(parser.reader, year))
+                run.warnings.append(stamp_warning(parser.reader, parser.reader.year))
     except Exception as error:  # never let a log's content crash the command
         return ImportResult(engine.source, path, [], [f"the importer failed on this log "
                                                       f"({type(error).__name__}: {error}); nothing imported"])
     result = ImportResult(engine.source, path, out, parser.warnings)
     if not out:
-        label = "vLLM" if engine.name == "vllm" else "SGLang"
-        result.warnings.append(f"no {label} server start, startup line or failure found in this log")
+        result.warnings.append(f"no {engine.label} server start, startup line or failure found in this log")
     return result
 
 

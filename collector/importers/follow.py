@@ -79,7 +79,7 @@ class TailState:
 
 # -- the parser's state across a restart ---------------------------------------------------
 
-SNAPSHOT_VERSION = 1
+SNAPSHOT_VERSION = 2
 # Everything a parser's resumable state is made of; nothing else may be unpickled.
 _SNAPSHOT_CLASSES = {
     ("collector.importers.lines", "LineReader"), ("collector.importers.lines", "LogLine"),
@@ -200,6 +200,10 @@ class LogTail:
     def pending_bytes(self) -> int:
         return len(self.buffer)
 
+    def pending_line(self) -> list[str]:
+        """The line not yet complete, as text (kept: a restart reads it again)."""
+        return [self.buffer.decode("utf-8", errors="replace")] if self.buffer else []
+
     def close(self) -> None:
         if self.handle is not None:
             self.handle.close()
@@ -210,6 +214,7 @@ class LogTail:
 class _Sending:
     run: RunBuilder
     sink: Any = None
+    record: dict[str, Any] | None = None     # the run record as last sent
     last_sent_at: float = field(default_factory=time.time)
 
 
@@ -265,18 +270,23 @@ class LiveImport:
             if not run.started:
                 continue
             sending = self.sending.setdefault(index, _Sending(run))
+            if sending.sink is False:
+                continue
+            if sending.sink is None and not (run.closed or run.ready or run.failed() or self._has_steps(run)
+                                             or (index == 0 and self.resumed_posted)
+                                             or (run.first_ts is not None and now - run.first_ts > POST_AFTER_S)):
+                continue
+            record = run.record(name=f"{os.path.basename(self.source_name) or 'stdin'} (follow)",
+                                log_file=os.path.basename(self.source_name) or "-")
             if sending.sink is None:
-                if not (run.closed or run.ready or run.failed() or self._has_steps(run)
-                        or (index == 0 and self.resumed_posted)
-                        or (run.first_ts is not None and now - run.first_ts > POST_AFTER_S)):
-                    continue
-                record = run.record(name=f"{os.path.basename(self.source_name) or 'stdin'} (follow)",
-                                    log_file=os.path.basename(self.source_name) or "-")
                 sending.sink = self.open_sink(record)
                 self.runs_sent.append(run.run_id)
                 self.log(f"run {run.run_id}: sending")
-            if sending.sink is False:
-                continue
+            elif record != sending.record:
+                # what the log said since (the device, the capture sizes, whose figures are the
+                # headline): the run's record as import would write it
+                sending.sink.update_run(record)
+            sending.record = record
             if not run.events and not run.closed and now - sending.last_sent_at >= HEARTBEAT_S:
                 run.emit({"kind": "heartbeat", "ts": now})
             if run.events:
@@ -308,6 +318,13 @@ class LiveImport:
                 sending.sink.close()
 
 
+def _mtime(path: str) -> float | None:
+    try:
+        return os.path.getmtime(path)
+    except OSError:
+        return None
+
+
 def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any], *, state_path: str | None,
            interval: float = 1.0, idle_exit: float | None = None, clock: Callable[[], float] = time.time,
            sleep: Callable[[float], None] = time.sleep, log: Callable[[str], None] = lambda m: None,
@@ -321,7 +338,12 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
     tail = LogTail(path, state, stream)
     first = tail.read()
     head = "\n".join(first)
-    year = infer_year(head, clock())
+    from collector.importers import refuse_other_engine
+    refuse_other_engine(engine.name, head, path)          # before anything is sent
+    # the file's date, as import reads it (a live log's is about now); a stream's: today
+    modified = _mtime(path) if stream is None else None
+    year = infer_year(head, modified if modified is not None else clock(),
+                      "the file's date" if modified is not None else "today's date")
     live = LiveImport(engine, path if stream is None else "stdin", open_sink, state=state, year=year,
                       clock=clock, log=log)
     live.feed(first)
@@ -338,6 +360,8 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
                 quiet_since = clock()
                 live.feed(lines)
             elif idle_exit is not None and clock() - quiet_since >= idle_exit:
+                # the end: a last line without its newline is read as import reads it
+                live.feed(tail.pending_line())
                 live.flush(final=True, ends_mid_line=tail.pending_bytes() > 0)
                 break
             live.flush()

@@ -23,8 +23,10 @@ RankKey = tuple  # the rank parts a line names, sorted: (("DP", 0), ("TP", 1)); 
 RANK_AXES = ("DP", "PP", "PCP", "TP", "DCP", "EP", "CP")   # the order a rank label names them in
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
-_LEVELS = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
-_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|\s?(?=\S|$)", re.A)
+_LEVELS = r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+_LEVEL_ANY = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
+# docker compose's "service-1  | " (the line itself may start with spaces: a traceback frame)
+_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)", re.A)
 _ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
         r"(?P<zone>Z|[+-]\d\d:?\d\d)?")
 _ISO_TS = re.compile(r"^" + _ISO + r"(?:\s+-\s+" + _LEVELS + r"\s+-\s+(?:[\w./-]+:\d+\s+-\s+)?|\s+|$)", re.A)
@@ -48,7 +50,7 @@ _BRACKET_TS = re.compile(
 _RANKS_ONLY = re.compile(r"^\[(?P<ranks>" + _AXES + r"\d+(?:\s+" + _AXES + r"\d+)*)\]\s*", re.A)
 # A bare clock in front of a record ("05:21:11 (EngineCore pid=75) INFO ...") and a level with
 # its source but no stamp ("INFO [monitor.py:53] ..."), as some logging configs print them.
-_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + _LEVELS + r"\b)", re.A)
+_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + _LEVEL_ANY + r"\b)", re.A)
 _LEVEL_FILE = re.compile(r"^" + _LEVELS + r"\s+\[[\w./-]+:\d+\]\s*", re.A)
 _UVICORN = re.compile(r"^" + _LEVELS + r":\s+", re.A)
 _LEVEL_WORD = re.compile(r"^" + _LEVELS + r"\s+(?=\S)", re.A)
@@ -57,8 +59,8 @@ _PARTS = re.compile(r"(?<![A-Za-z])(" + "|".join(RANK_AXES) + r")_?(\d+)", re.A)
 # Where a log record starts in the middle of a line (after a progress-bar fragment that
 # had no newline of its own).
 _RECORD_START = re.compile(
-    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVELS +
-    r"|" + _LEVELS + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
+    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVEL_ANY +
+    r"|" + _LEVEL_ANY + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
     r"|\[(?:\d{4}-)?(?:\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{2,4}\d+)*\]", re.A)
 _BAR_HINT = re.compile(r"%\||it/s\]|s/it\]|\?it/s")
 # An unstamped line that continues the record above it (a traceback of a rank's exception).
@@ -91,13 +93,17 @@ class LogLine:
     rank: RankKey | None = None    # None: the line names no rank
     rank_label: str | None = None
     dated: bool = True             # False: the stamp had no year (vLLM) and one was inferred
+    level: str | None = None       # the logging level the line was printed at (ERROR, INFO, ...), if it shows
+    process: str | None = None     # vLLM's process tag: EngineCore_DP0, Worker_TP1, APIServer, ...
 
 
 @dataclass
 class YearGuess:
-    year: int
+    year: int | None               # None: no yearless stamp seen yet; the reader decides at the first
     evidence: str                  # what the year was taken from, for the run's warnings
     day: str | None = None         # YYYY-MM-DD for stamps that print only a clock (SGLang's "%H:%M:%S")
+    reference: float = 0.0         # the date the year is taken against (the file's, or today)
+    reference_label: str = "the file's date"
 
 
 def _utc(date: str, clock: str, zone: str | None = None) -> float | None:
@@ -134,7 +140,7 @@ _VERSION = re.compile(r"vLLM API server version:?\s*v?(\d+)\.(\d+)|Initializing 
                       r"\(v(\d+)\.(\d+)|vllm(?:==|\s+version\s+)v?(\d+)\.(\d+)", re.I)
 _DATED = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
 # A yearless stamp: vLLM's "INFO 08-19 07:51:03", SGLang's "[08-19 07:51:03 TP0]".
-_YEARLESS_STAMP = re.compile("(?:" + _LEVELS + r"\s+|^\[)(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)", re.M)
+_YEARLESS_STAMP = re.compile("(?:" + _LEVEL_ANY + r"\s+|^\[)(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)", re.M)
 
 
 def _when(year: int, month: str | int, day: str | int) -> float | None:
@@ -144,44 +150,66 @@ def _when(year: int, month: str | int, day: str | int) -> float | None:
         return None
 
 
-def infer_year(text: str, fallback: float) -> YearGuess:
-    """The year of vLLM's yearless stamps in ``text``: from a dated line next to a yearless
-    one (a launcher's or a library's own stamp), else from the earliest year the printed
-    vLLM version allows, else the year of ``fallback`` (a file's modification time)."""
+def infer_year(text: str, fallback: float, reference: str = "the file's date") -> YearGuess:
+    """The year of yearless stamps in ``text`` (vLLM's ``MM-DD``, SGLang's ``[MM-DD ...]``),
+    from what the text holds: ``decide_year`` on its first dated line, first yearless stamp
+    and the vLLM version it prints. Text with no yearless stamp yet (the start of a followed
+    log) leaves the year to the reader, which decides at the first stamp with what it read."""
     head = text[:4_000_000]
     stamp = next((m for m in _YEARLESS_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
     dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
                  None)
+    version = _version(head)
+    now = datetime.now(timezone.utc).timestamp()
+    if fallback <= 0:                    # text with no file behind it: now is the best guess
+        fallback, reference = now, "today's date"
+    return decide_year((stamp.group(1), stamp.group(2)) if stamp else None,
+                       (dated.group(0), dated.group(1), dated.group(2), dated.group(3)) if dated else None,
+                       version, min(fallback, now), reference)
+
+
+def _version(text: str) -> tuple[int, int] | None:
+    m = _VERSION.search(text)
+    if not m:
+        return None
+    groups = [int(g) for g in m.groups() if g is not None]
+    return groups[0], groups[1]
+
+
+def decide_year(stamp: tuple[str, str] | None, dated: tuple[str, str, str, str] | None,
+                version: tuple[int, int] | None, reference: float, label: str) -> YearGuess:
+    """A date the log prints wins (a launcher's or a library's own stamp near a yearless one).
+    Otherwise the year that puts the first stamp (month, day) closest before ``reference``,
+    unless the vLLM ``version`` the log prints was not developed yet then: the earliest year
+    it allows, if that is not in the future. Never a year that puts the stamps in the future.
+    ``stamp`` None: undecided (year None) unless a date was printed."""
     if dated:
-        year = int(dated.group(1))
+        text, y, mo, d = dated
+        year = int(y)
         if stamp:
             # the dated line and the first vLLM stamp are close in time: pick the year that
             # puts them nearest (a log that crosses New Year keeps its order)
-            there = _when(year, dated.group(2), dated.group(3))
-            year = min((y for y in (year - 1, year, year + 1)),
-                       key=lambda y: abs((_when(y, stamp.group(1), stamp.group(2)) or 0) - there))
-        return YearGuess(year, f"the dated line {dated.group(0)!r} in the log",
-                         f"{dated.group(1)}-{dated.group(2)}-{dated.group(3)}")
-    m = _VERSION.search(head)
-    if m:
-        groups = [g for g in m.groups() if g is not None]
-        major, minor = int(groups[0]), int(groups[1])
-        floor = _release_floor(major, minor)
-        if floor is not None:
-            year = floor.year
-            if stamp and (int(stamp.group(1)), int(stamp.group(2))) < (floor.month, floor.day):
-                year += 1
-            return YearGuess(year, f"vLLM {major}.{minor}, developed from {floor:%Y-%m} on "
-                                   f"(the earliest year its stamps can have)")
-    if fallback <= 0:                    # text with no file behind it: now is the best guess
-        fallback = datetime.now(timezone.utc).timestamp()
-    modified = datetime.fromtimestamp(fallback, timezone.utc)
+            there = _when(year, mo, d)
+            year = min((c for c in (year - 1, year, year + 1)),
+                       key=lambda c: abs((_when(c, stamp[0], stamp[1]) or 0) - there))
+        return YearGuess(year, f"the dated line {text!r} in the log", f"{y}-{mo}-{d}", reference, label)
+    modified = datetime.fromtimestamp(reference, timezone.utc)
+    if stamp is None:
+        return YearGuess(None, f"{label} {modified:%Y-%m-%d}", f"{modified:%Y-%m-%d}", reference, label)
+    month, day = stamp
     year = modified.year
-    if stamp:
-        moment = _when(year, stamp.group(1), stamp.group(2))
-        if moment is not None and moment > fallback + 86400:
-            year -= 1
-    return YearGuess(year, "the file's modification time (no date or version in the log)", f"{modified:%Y-%m-%d}")
+    if (_when(year, month, day) or 0) > reference + 86400:        # a day's grace for time zones
+        year -= 1
+    evidence = f"{label} {modified:%Y-%m-%d} (the year that puts the stamps closest before it)"
+    floor = _release_floor(*version) if version else None
+    if floor is not None and (_when(year, month, day) or 0) < floor.replace(tzinfo=timezone.utc).timestamp():
+        later = next(c for c in range(floor.year, floor.year + 2)
+                     if (_when(c, month, day) or 0) >= floor.replace(tzinfo=timezone.utc).timestamp())
+        if (_when(later, month, day) or 0) <= datetime.now(timezone.utc).timestamp() + 86400:
+            evidence = (f"vLLM {version[0]}.{version[1]} in the log, developed from {floor:%Y-%m} on: {year} is "
+                        f"too early for it, {label} {modified:%Y-%m-%d} notwithstanding")
+            year = later
+    return YearGuess(year, evidence, f"{modified:%Y-%m-%d}", reference, label)
 
 
 def _release_floor(major: int, minor: int) -> datetime | None:
@@ -223,6 +251,9 @@ class LineReader:
 
     def __init__(self, year: YearGuess):
         self.year = year
+        # while the year is undecided: the evidence read so far (a dated line, a version)
+        self._dated: tuple[str, str, str, str] | None = None
+        self._version: tuple[int, int] | None = None
         self.last_ts: float | None = None
         self.last_rank: tuple[RankKey | None, str | None] = (None, None)
         self._year_shift = 0
@@ -234,6 +265,11 @@ class LineReader:
         return self._yearless_ts(m["mo"], m["d"], m["t"])
 
     def _yearless_ts(self, month: str, day: str, clock: str) -> float | None:
+        if self.year.year is None:
+            if _when(2000, month, day) is None:
+                return None
+            self.year = decide_year((month, day), self._dated, self._version, self.year.reference,
+                                    self.year.reference_label)
         year = self.year.year + self._year_shift
         ts = _utc(f"{year}-{month}-{day}", clock)
         if ts is not None and self._last_yearless is not None and ts < self._last_yearless - 180 * 86400:
@@ -250,7 +286,7 @@ class LineReader:
         if self.last_ts is not None:
             day = datetime.fromtimestamp(self.last_ts, timezone.utc).strftime("%Y-%m-%d")
         else:
-            day = self.year.day or f"{self.year.year}-01-01"
+            day = self.year.day or f"{self.year.year or 1970}-01-01"
         ts = _utc(day, clock)
         if ts is not None and self.last_ts is not None and ts < self.last_ts - 43200:
             ts += 86400
@@ -268,11 +304,22 @@ class LineReader:
 
     def read(self, lineno: int, raw: str) -> list[LogLine]:
         text = _ANSI.sub("", raw).replace("\x00", "").rstrip()
+        if self.year.year is None and self._dated is None:
+            self._gather_year_evidence(text)
         if text.lstrip().startswith("{"):
             lines = self._json(lineno, text)
             if lines is not None:
                 return lines
         return [self._one(lineno, piece) for piece in split_records(text)]
+
+    def _gather_year_evidence(self, text: str) -> None:
+        """What a year decided later can rest on: the first dated line, the vLLM version."""
+        if self._dated is None:
+            m = next((m for m in _DATED.finditer(text) if _when(int(m.group(1)), m.group(2), m.group(3))), None)
+            if m:
+                self._dated = (m.group(0), m.group(1), m.group(2), m.group(3))
+        if self._version is None:
+            self._version = _version(text)
 
     def _json(self, lineno: int, text: str) -> list[LogLine] | None:
         try:
@@ -302,10 +349,11 @@ class LineReader:
                     ts = self._vllm_ts(m)
                     break
         parts: dict[str, int] = {}
-        label = None
+        label = process = None
         for key in _JSON_PROC_KEYS:
             proc = record.get(key)
             if isinstance(proc, str) and proc:
+                process = proc
                 parts = _proc_parts(proc, None)
                 if parts:
                     label = rank_label(parts)
@@ -318,6 +366,9 @@ class LineReader:
                 self.last_ts = ts
             if parts and line.rank is None:
                 line.rank, line.rank_label = rank_key(parts), label
+            line.process = line.process or process
+            if isinstance(record.get("levelname"), str):
+                line.level = line.level or record["levelname"].upper()
             out.append(line)
         return out
 
@@ -334,6 +385,7 @@ class LineReader:
                 continue
             m = _ISO_TS.match(text) or _LEVEL_ISO.match(text)
             if m:
+                line.level = line.level or m["level"]
                 if line.ts is None:
                     ts = _utc(m["date"], m["t"], m["zone"])
                     line.ts = None if ts is None else ts + _fraction(m["frac"])
@@ -345,6 +397,7 @@ class LineReader:
                 continue
             m = _PROC.match(text)
             if m:
+                line.process = line.process or m["proc"]
                 found = _proc_parts(m["proc"], m["rank"])
                 parts.update(found)
                 if not found:
@@ -358,6 +411,7 @@ class LineReader:
                 continue
             m = _VLLM_TS.match(text)
             if m:
+                line.level = line.level or m["level"]
                 if line.ts is None:
                     line.ts = self._vllm_ts(m)
                     line.dated = False
@@ -384,10 +438,12 @@ class LineReader:
                 continue
             m = _LEVEL_FILE.match(text)
             if m:
+                line.level = line.level or m["level"]
                 text = text[m.end():]
                 continue
             m = _UVICORN.match(text) or (_LEVEL_WORD.match(text) if line.ts is not None else None)
             if m:
+                line.level = line.level or m["level"]
                 text = text[m.end():]
                 continue
             break

@@ -15,10 +15,12 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from collector.failures import ENGINE_FATAL, EXCEPTION_LINE
 from collector.importers.common import (
     BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num,
     parse_text as _parse, rank_order, to_int,
 )
+from collector.importers.bars import bars
 from collector.importers.lines import LogLine
 
 SOURCE = "sglang-log"
@@ -38,21 +40,17 @@ _RE = {
     "capture_failed": re.compile(_SECTION + r" graph failed\b:?\s*(?P<error>.*)$", re.I),
     "capture_begin": re.compile(_SECTION + r" graph begin\b(?P<rest>.*)$", re.I),
     "capture_end": re.compile(_SECTION + r" graph end\b(?P<rest>.*)$", re.I),
-    "capture_bs": re.compile(r"Capture " + _GRAPH + r" graph (?:bs|num tokens) \[(?P<bs>[^\]]*)\]", re.I),
+    "capture_bs": re.compile(r"Capture " + _GRAPH + r" graph (?P<what>bs|num tokens) \[(?P<bs>[^\]]*)\]", re.I),
     "batch": re.compile(r"\b(?P<stage>Decode|Prefill) batch\b(?P<mixed>\s*\(mixed #running-req:\s*\d+\))?"
                         r"(?P<rest>.*)$"),
     "ready": re.compile(r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"),
-    "fatal": re.compile(r"Scheduler hit an exception|Received sigquit from a child|TpModelWorker hit an exception|"
-                        r"DataParallelController hit an exception|DetokenizerManager hit an exception|"
-                        r"Child process unexpectedly failed|scheduler is dead|"
-                        r"Initialization failed\. (?:warmup|detoken)_init_state|exited with code"),
+    "fatal": ENGINE_FATAL["sglang"],
 }
-# A capture progress bar: "Capturing batches (bs=8 avail_mem=12.30 GB): 25%|##| 1/4 [00:02<...",
-# "(avail_mem=...)" without the size, "(bs=8, avail_mem=...)", and bars with no description.
-_TQDM = re.compile(
-    r"(?:Capturing [\w ]*?\((?:(?:bs|num_tokens)=(?P<bs>\d+),?\s*)?avail_mem=" + NUM + r"\s*(?P<unit>GB|GiB)\)"
-    r"|(?<![\w)])(?=\s*\d+%\|))"
-    r":?\s*(?:(?P<pct>\d+)%\|[^|]*\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[(?P<elapsed>\d+(?::\d\d){1,2}))?")
+# What a capture bar is of: "Capturing batches (bs=8 avail_mem=12.30 GB)", "(bs=8, avail_mem=...)",
+# "(avail_mem=...)" without the size, the piecewise "Capturing num tokens (num_tokens=N avail_mem=...)";
+# a bar without a description is one too while a capture section is open.
+_BAR_DESC = re.compile(r"Capturing [\w ]*?\((?:(?:bs|num_tokens)=(?P<bs>\d+),?\s*)?avail_mem=" + NUM +
+                       r"\s*(?P<unit>GB|GiB)\)")
 _KV = {
     "elapsed": re.compile(r"(?:Time )?elapsed(?:=|:\s*)" + NUM + r"\s*s\b"),
     "mem_usage": re.compile(r"mem usage=" + _MEM),
@@ -72,15 +70,6 @@ def _mem(pattern: re.Pattern, text: str) -> int | None:
     return mem_bytes(m.group(1), m.group(2)) if m else None
 
 
-def _seconds(clock: str | None) -> float | None:
-    if not clock:
-        return None
-    total = 0
-    for part in clock.split(":"):
-        total = total * 60 + int(part)
-    return float(total)
-
-
 def classify(line: LogLine) -> list[Fact]:
     text = line.text
     if "raph" in text or "RAPH" in text:
@@ -92,17 +81,18 @@ def classify(line: LogLine) -> list[Fact]:
         m = _RE["batch"].search(text)
         if m:
             return [Fact(line, "batch", m.groupdict())]
-    if "%|" in text and ("Capturing" in text or text.lstrip()[:1].isdigit()):
-        bars = []
-        for m in _TQDM.finditer(text):
-            if m.group("n") is None and m.group("unit") is None:
-                continue
-            d = m.groupdict()
-            d["avail"] = mem_bytes(m.group(2), d["unit"]) if d["unit"] else None
-            d["named"] = "Capturing" in m.group(0)
-            bars.append(Fact(line, "tqdm", d))
-        if bars:
-            return bars
+    if "%" in text:
+        found = []
+        for bar in bars(text):
+            m = _BAR_DESC.search(bar.desc) if bar.desc else None
+            if bar.desc is not None and m is None:
+                continue                          # some other bar (a download, a checkpoint, a compile)
+            found.append(Fact(line, "tqdm", {"bs": to_int(m["bs"]) if m and m["bs"] else None, "n": bar.n,
+                                             "total": bar.total, "elapsed_s": bar.elapsed_s,
+                                             "avail": mem_bytes(m.group(2), m["unit"]) if m else None,
+                                             "named": m is not None}))
+        if found:
+            return found
     for kind in ("load_begin", "load_end", "pool_end", "kv", "token_budget", "timings"):
         m = _RE[kind].search(text)
         if m:
@@ -111,8 +101,9 @@ def classify(line: LogLine) -> list[Fact]:
         return [Fact(line, BANNER, {"text": text})]
     if _RE["ready"].search(text):
         return [Fact(line, READY)]
-    if _RE["fatal"].search(text):
-        return [Fact(line, FATAL, {"text": text})]
+    m = _RE["fatal"].search(text)
+    if m:
+        return [Fact(line, FATAL, {"text": text, "error": m.groupdict().get("error")})]
     return []
 
 
@@ -142,6 +133,47 @@ class _Section:
     def label(self) -> str:
         return f"{self.role}.{self.stage}"
 
+    def bar_total(self) -> int | None:
+        """How many sizes the section's bar counts (its N/total), if it drew one."""
+        return max((f.data["total"] for f in self.tqdm), default=None)
+
+    def bar_sizes(self) -> dict[int, int]:
+        """Position -> size, from bar updates that name their size. SGLang sets the size as
+        the description before it captures it and tqdm draws again after the update, so
+        ``bs=X`` first shows at ``k/N`` when X is the (k+1)-th; an excerpt that starts at X's
+        second drawing shows X and the next size at the same ``k``: X was the k-th."""
+        first: dict[int, int] = {}
+        previous = None
+        for f in self.tqdm:
+            bs, n = f.data.get("bs"), f.data["n"]
+            if not bs or bs in first:
+                continue
+            if previous is not None and first[previous] == n:
+                first[previous] = n - 1
+            first[bs], previous = n, bs
+        total = self.bar_total() or 0
+        return {n: bs for bs, n in first.items() if 0 <= n < total}
+
+    def known_sizes(self) -> list[int]:
+        """The sizes of the section as the log states them: the printed list, else a bar
+        seen naming every one of its sizes; [] when neither (a bar cut off in the excerpt
+        shows some sizes, not which sizes there were)."""
+        if self.sizes:
+            return sorted(set(self.sizes))
+        named, total = self.bar_sizes(), self.bar_total()
+        if total and sorted(named) == list(range(total)):
+            return sorted(set(named.values()))
+        return []
+
+    def largest(self) -> int | None:
+        """The largest size: of the list, else the bar's first (SGLang captures largest first)."""
+        known = self.known_sizes()
+        return max(known) if known else self.bar_sizes().get(0)
+
+    def planned(self) -> int | None:
+        """How many sizes the section captures: the list's length, else the bar's total."""
+        return len(self.known_sizes()) or self.bar_total()
+
     def current_bs(self) -> int | None:
         """The size the bar was on last (a bar without sizes: from its count and the list)."""
         if not self.tqdm:
@@ -149,9 +181,9 @@ class _Section:
         d = self.tqdm[-1].data
         if d.get("bs"):
             return int(d["bs"])
-        n = to_int(d.get("n"))
+        n = d["n"]
         order = sorted(set(self.sizes), reverse=True)
-        if n is not None and n < len(order):
+        if n < len(order):
             return order[n]
         return None
 
@@ -212,7 +244,6 @@ class SglangRun(RunBuilder):
         self.open: dict[Any, _Section] = {}                   # rank -> its open section
         self.steps_without_flag = 0
         self.step_ranks: dict[Any, tuple] = {}                # DP group -> the rank whose steps count
-        self.capture_count: int | None = None
 
     def _figure(self, name: str, fact: Fact, value: Any) -> None:
         self.figures.setdefault(name, {})[fact.line.rank_label] = (rank_order(fact.line.rank), value)
@@ -257,8 +288,8 @@ class SglangRun(RunBuilder):
                     found = True
         tokens = re.search(r"#tokens:\s*(\d+)", rest)
         self.kv.setdefault(fact.line.rank, {"fact": fact, "mem": total if found else None})
-        if tokens:
-            self._figure("kv_tokens", fact, to_int(tokens.group(1)))
+        if tokens and fact.line.rank_label not in self.figures.get("kv_tokens", {}):
+            self._figure("kv_tokens", fact, to_int(tokens.group(1)))      # a second pool (SWA) keeps the first
         self.stage = "kv_cache"
 
     def on_token_budget(self, fact: Fact) -> None:
@@ -308,7 +339,12 @@ class SglangRun(RunBuilder):
             section.sizes = int_list(m.group(1))
 
     def on_capture_bs(self, fact: Fact) -> None:
-        self._section_for(fact, fact.data).sizes = int_list(fact.data["bs"])
+        # "num tokens" is the piecewise runner's list (prefill graphs), not the decode sizes
+        piecewise = fact.data["what"].lower() == "num tokens"
+        section = self.open.get(fact.line.rank)
+        if section is None or (piecewise and section.stage != "piecewise"):
+            section = self._open(fact, None, "piecewise" if piecewise else None, fact.data.get("dev") or "cuda")
+        section.sizes = int_list(fact.data["bs"])
 
     def on_tqdm(self, fact: Fact) -> None:
         # SGLang draws the bar on rank 0 only, and without a rank prefix: it belongs to the
@@ -319,9 +355,6 @@ class SglangRun(RunBuilder):
                 return                              # some other bar (a download, a checkpoint)
             section = self._open(fact, None, None, "cuda")
         section.tqdm.append(fact)
-        total = to_int(fact.data.get("total"))
-        if total and section.role == "target" and section.stage == "decode":
-            self.capture_count = total
 
     def _bar_section(self) -> _Section | None:
         open_sections = [s for s in self.open.values() if not s.ended and not s.failed]
@@ -362,14 +395,19 @@ class SglangRun(RunBuilder):
         section = self.open.get(fact.line.rank) or self._bar_section()
         if section is None:
             section = self._open(fact, d["role"], d["stage"], d["dev"])
-        error = clip(d["error"], 4000) or "capture failed"
+        # "Capture cuda graph failed: {e}": e's text, where the line has it; an empty one names no
+        # cause, so the exception the traceback printed (or the scheduler's line) stays the error
+        error = clip(d["error"], 4000) or None
         if not section.failed:
             section.failed = True
             section.error = error
             section.end_ts = fact.line.ts
         self.open.pop(section.rank, None)
-        self.fail(fact, clip("capture failed: " + error, 4000), phase="capture", graph_bs=section.current_bs(),
-                  wrapper=False)
+        trace = self.trace.get(fact.line.rank)
+        if trace is not None and EXCEPTION_LINE.match(fact.line.text):
+            trace["error"] = True                      # the traceback's own exception line: not cut
+        self.fail(fact, clip("capture failed: " + error, 4000) if error else None, phase="capture",
+                  graph_bs=section.current_bs(), wrapper=False if error else None)
         self._emit_captures(section, failing_rank=fact.line.rank_label)
 
     def capturing_bs(self) -> int | None:
@@ -395,22 +433,26 @@ class SglangRun(RunBuilder):
         stage = _STAGES.get(s.stage, "decode")
         compiled = self.args.get("enable_torch_compile") and s.role == "target" and stage == "decode"
         max_compile_bs = self.args.get("torch_compile_max_bs", 32)
-        order = sorted(set(s.sizes), reverse=True)   # SGLang captures the largest first
+        order = sorted(set(s.known_sizes()), reverse=True)   # SGLang captures the largest first
         seen: dict[int, tuple[int | None, int | None]] = {}   # bs -> (avail when it started, count done then)
         first_at: dict[int, float] = {}
         named_bar = any(f.data.get("bs") for f in s.tqdm)
         for fact in s.tqdm:
             d = fact.data
-            n = to_int(d.get("n"))
-            el = _seconds(d.get("elapsed"))
-            if n is not None and el is not None:
+            n, el = d["n"], d["elapsed_s"]
+            if el is not None:
                 first_at[n] = min(first_at.get(n, el), el)
             if d.get("bs"):
                 seen.setdefault(int(d["bs"]), (d.get("avail"), n))
-            elif not named_bar and n is not None and n < len(order):
+            elif not named_bar and n < len(order):
                 seen.setdefault(order[n], (d.get("avail"), n))
-        sizes = order or list(seen)
+        # without the list, the sizes are those the bar named, and only from its first one on:
+        # an excerpt that starts inside the bar shows some sizes, not which sizes there were
+        sizes = order or (list(seen) if 0 in s.bar_sizes() else [])
         if not sizes:
+            if seen:
+                self.warnings.append(f"the {s.label} capture bar starts before this excerpt does: which sizes "
+                                     f"it captured is not in the log, so no per-size captures are recorded")
             return
         position = {bs: i for i, bs in enumerate(sizes)}
         failing = s.failed or (not s.ended and self.failed())
@@ -435,7 +477,7 @@ class SglangRun(RunBuilder):
                 if bs in seen:
                     self.warnings.append(f"the capture of bs {bs} ({s.label}) was still running where the log ends")
                 continue
-            duration = first_at[n + 1] - first_at[n] if status == "ok" and done(bs) else None
+            duration = first_at[n + 1] - first_at[n] if status == "ok" and done(bs) and n in first_at else None
             later = [seen[b][0] for b in sizes[position[bs] + 1:] if b in seen]
             nxt = later[0] if later else (s.end_avail if bs == sizes[-1] else None)
             delta = avail - nxt if avail is not None and nxt is not None and status == "ok" else None
@@ -527,12 +569,33 @@ class SglangRun(RunBuilder):
         return {"reason": "unknown", "provenance": None, "evidence": None}
 
     def decode_sizes(self) -> list[int]:
+        """The decode sizes captured (a failed capture's do not serve steps)."""
         for s in self.sections:
             if s.role == "target" and s.stage in ("decode", "idle") and not s.failed:
-                sizes = s.sizes or [int(f.data["bs"]) for f in s.tqdm if f.data.get("bs")]
+                sizes = s.known_sizes()
                 if sizes:
-                    return sorted(set(sizes))
+                    return sizes
         return list(self.args.get("cuda_graph_bs") or [])
+
+    def _decode_sections(self) -> list[_Section]:
+        """The target decode sections, the lowest rank's first."""
+        return sorted((s for s in self.sections if s.role == "target" and s.stage in ("decode", "idle")),
+                      key=lambda s: rank_order(s.rank))
+
+    def planned_sizes(self) -> tuple[list[int], int | None, int | None]:
+        """(sizes, how many, the largest) of the decode capture as the log states them,
+        captured or not: the list, else a bar's total and its first size; server_args'
+        ``cuda_graph_bs`` where no capture line says."""
+        sections = self._decode_sections()
+        for s in sections:
+            if s.known_sizes():
+                return s.known_sizes(), s.planned(), s.largest()
+        listed = list(self.args.get("cuda_graph_bs") or [])
+        if listed:
+            return listed, len(listed), max(listed)
+        count = next((s.planned() for s in sections if s.planned()), None)
+        largest = next((s.largest() for s in sections if s.largest()), None)
+        return [], count, largest
 
     # -- held phases -------------------------------------------------------------------
     def _release_startup(self) -> None:
@@ -620,10 +683,12 @@ class SglangRun(RunBuilder):
         mine = [s for s in self.sections if s.rank == primary]
         ended = [s for s in mine if s.ended and s.mem_usage is not None]
         untimed = any(s.ended and len(s.sizes) > len({f.data.get("bs") for f in s.tqdm}) for s in mine)
+        planned, count, largest = self.planned_sizes()
         config: dict[str, Any] = {
             "engine": "sglang",
-            "capture_sizes": sizes,
-            "capture_count": len(sizes) if sizes else self.capture_count,
+            "capture_sizes": sizes or planned,
+            "capture_count": count,
+            "max_capture_size": largest,
             "compile": bool(self.args.get("enable_torch_compile", False)),
             "padding": not self.args.get("disable_cuda_graph_padding", False),
             "graph_mem_bytes": sum(s.mem_usage for s in ended) if ended else None,
@@ -633,12 +698,16 @@ class SglangRun(RunBuilder):
                           "status": "failed" if s.failed else ("ok" if s.ended else "incomplete")}
                          for s in self.sections],
         }
+        # the KV cache's capacity in tokens: "KV Cache is allocated. #tokens", else max_total_num_tokens
+        # (the same pool's size, printed when the scheduler starts)
+        figures = dict(self.figures, kv_tokens={**(self.figures.get("max_total_num_tokens") or {}),
+                                                **(self.figures.get("kv_tokens") or {})})
         for key in ("kv_tokens", "max_total_num_tokens", "max_running_requests", "chunked_prefill_size",
                     "max_prefill_tokens", "context_len", "mem_pool_avail_bytes", "available_gpu_mem_bytes"):
-            value = self._headline(key)
+            ranks = figures.get(key) or {}
+            value = min(ranks.values(), key=lambda item: item[0])[1] if ranks else None
             if value is not None:
                 config[key] = value
-            ranks = self.figures.get(key) or {}
             if len([label for label in ranks if label]) > 1:
                 config[key + "_by_rank"] = {label: value for label, (_, value) in ranks.items() if label}
         if self.timings:
@@ -651,7 +720,14 @@ class SglangRun(RunBuilder):
         return config
 
 
-ENGINE = Engine("sglang", SOURCE, classify, SglangRun)
+# What only SGLang prints: its stamp with ranks, server_args, its startup and batch lines and
+# its source tree.
+MARKERS = re.compile(
+    r"server_args=ServerArgs\(|/sglang/srt/|Capture (?:cuda|CUDA|piecewise CUDA) graph (?:begin|end|bs|failed)|"
+    r"Load weight (?:begin|end)\b|KV Cache is allocated\.|Memory pool end\.|(?:Decode|Prefill) batch[.,] #|"
+    r"The server is fired up and ready to roll|Capturing batches \(|Scheduler hit an exception|"
+    r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?: (?:DP|PP|TP|EP)\d+)+\]", re.M)
+ENGINE = Engine("sglang", SOURCE, "SGLang", classify, SglangRun, MARKERS)
 
 
 def parse_text(text: str, *, path: str = "sglang.log", mtime: float = 0.0, digest: str | None = None):

@@ -14,10 +14,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from collector.failures import ENGINE_FATAL
 from collector.importers.common import (
     BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num, parse_text as _parse,
     rank_order, to_int,
 )
+from collector.importers.bars import bars
 from collector.importers.lines import LogLine
 from collector.importers.stages import vllm_row_stage
 
@@ -25,9 +27,9 @@ SOURCE = "vllm-log"
 
 _MEM = NUM + r"\s*(GiB|GB|MiB|MB|TiB)"
 _SECS = NUM + r"\s*(?:seconds|secs|sec|s)\b"
-_BAR = re.compile(
-    r"Capturing (?:CUDA graphs?(?: shapes)?|cudagraphs?)\s*(?:\((?P<desc>[^)]*)\))?:\s*(?P<pct>\d+)%\s*\|[^|]*\|\s*"
-    r"(?P<n>\d+)/(?P<total>\d+)(?:\s*\[(?P<elapsed>\d+(?::\d\d){1,2}))?")
+# What a capture bar is of: "Capturing CUDA graph shapes" (V0, early V1), "Capturing CUDA graphs
+# (decode, FULL)" / "(mixed prefill-decode, PIECEWISE)" (V1); the pass is what the parentheses say.
+_BAR_DESC = re.compile(r"Capturing (?:CUDA graphs?(?: shapes)?|cudagraphs?)\s*(?:\((?P<desc>[^)]*)\))?\s*$")
 _RE: list[tuple[str, re.Pattern]] = [
     ("cg_settings", re.compile(r"\*\*CUDAGraph Config Settings:\*\*")),
     ("cg_stats", re.compile(r"\*\*CUDAGraph Stats:\*\*")),
@@ -52,7 +54,10 @@ _RE: list[tuple[str, re.Pattern]] = [
     ("kv_mem", re.compile(r"Available KV cache memory:\s*" + _MEM)),
     ("kv_v0", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _MEM)),
     ("kv_tokens", re.compile(r"GPU KV cache size:\s*(?P<tokens>[\d,]+) tokens")),
-    ("blocks", re.compile(r"# (?:GPU|cuda|\w+) blocks:\s*(?P<gpu>\d+),\s*# CPU blocks:\s*(?P<cpu>\d+)")),
+    # V0 "# GPU blocks: N, # CPU blocks: M" (later "# cuda blocks" / "# rocm blocks"), early V1 "# GPU blocks: N"
+    ("blocks", re.compile(r"# (?!CPU\b)\w+ blocks:\s*(?P<gpu>\d+)(?:,\s*# CPU blocks:\s*(?P<cpu>\d+))?")),
+    # V1's API server: "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: N"
+    ("blocks", re.compile(r"\bnum_gpu_blocks is:?\s*(?P<gpu>\d+)")),
     ("concurrency", re.compile(r"Maximum concurrency for (?P<tokens>[\d,]+) tokens per request:\s*"
                                r"(?P<x>\d+(?:\.\d+)?)x")),
     ("graph_pool", re.compile(r"CUDA graph pool memory:\s*" + _MEM + r"\s*\(actual\)(?:,\s*" + _MEM +
@@ -67,19 +72,17 @@ _RE: list[tuple[str, re.Pattern]] = [
     (BANNER, re.compile(r"vLLM API server version|Initializing a V1 LLM engine|Initializing an LLM engine")),
     (READY, re.compile(r"Application startup complete|Starting vLLM API server\b.*\bon http|"
                        r"Uvicorn running on")),
-    (FATAL, re.compile(r"EngineCore failed to start|Engine core initialization failed|WorkerProc failed to start|"
-                       r"WorkerProc hit an exception|EngineCore encountered a fatal error|"
-                       r"Error executing method|AsyncLLM output_handler failed|Engine loop has died")),
+    (FATAL, ENGINE_FATAL["vllm"]),
 ]
-_FIRST_WORDS = {"capture_progress"}
 
 
 def classify(line: LogLine) -> list[Fact]:
     text = line.text
     if "Capturing" in text and "%" in text:
-        bars = [Fact(line, "capture_progress", m.groupdict()) for m in _BAR.finditer(text)]
-        if bars:
-            return bars
+        found = [Fact(line, "capture_progress", {"desc": m["desc"], "bar": bar})
+                 for bar in bars(text) if bar.desc and (m := _BAR_DESC.search(bar.desc))]
+        if found:
+            return found
     for kind, pattern in _RE:
         m = pattern.search(text)
         if m:
@@ -139,15 +142,6 @@ def _config_line(text: str) -> dict[str, Any]:
     if m:
         out["tensor_parallel_size"] = int(m.group(1))
     return out
-
-
-def _elapsed(clock: str | None) -> float | None:
-    if not clock:
-        return None
-    total = 0
-    for part in clock.split(":"):
-        total = total * 60 + int(part)
-    return float(total)
 
 
 class VllmRun(RunBuilder):
@@ -280,7 +274,8 @@ class VllmRun(RunBuilder):
 
     def on_blocks(self, fact: Fact) -> None:
         self._figure("kv_blocks", fact, to_int(fact.data["gpu"]))
-        self._figure("cpu_blocks", fact, to_int(fact.data["cpu"]))
+        if fact.data.get("cpu") is not None:
+            self._figure("cpu_blocks", fact, to_int(fact.data["cpu"]))
 
     def on_concurrency(self, fact: Fact) -> None:
         self._figure("max_concurrency", fact, {"tokens_per_request": to_int(fact.data["tokens"]),
@@ -313,17 +308,16 @@ class VllmRun(RunBuilder):
         self.capturing = True
 
     def on_capture_progress(self, fact: Fact) -> None:
-        d = fact.data
-        desc = (d["desc"] or "").strip()
-        n, total = to_int(d["n"]), to_int(d["total"])
+        bar = fact.data["bar"]
+        desc = (fact.data["desc"] or "").strip()
         current = self.passes[-1] if self.passes else None
-        if current is None or current["desc"] != desc or current.get("done") \
-                or (n is not None and current["n"] is not None and n < current["n"]):
-            current = {"desc": desc, "n": n, "total": total, "elapsed": None}
+        # the same bar drawn again (a redraw of 100%) is the same pass; a new one starts lower
+        if current is None or current["desc"] != desc or bar.n < current["n"]:
+            current = {"desc": desc, "n": bar.n, "total": bar.total, "elapsed": None}
             self.passes.append(current)
-        current["n"] = n
-        current["elapsed"] = _elapsed(d.get("elapsed")) if d.get("elapsed") else current["elapsed"]
-        if n is not None and n == total:
+        current["n"] = bar.n
+        current["elapsed"] = bar.elapsed_s if bar.elapsed_s is not None else current["elapsed"]
+        if bar.done:
             current["done"] = True
         self.stage = "capture"
         self.capturing = True
@@ -477,17 +471,35 @@ class VllmRun(RunBuilder):
         return "cuda_graph" if self.passes or "capture" in self.headline else "unknown"
 
     def capture_sizes(self) -> list[int]:
-        return sorted(set(self.meta.get("capture_sizes") or self.table_sizes))
+        """The capture sizes the log lists (banner, metrics table); a capping line drops those
+        above its new maximum, as vLLM does (compilation.py keeps ``s <= blocks``)."""
+        sizes = sorted(set(self.meta.get("capture_sizes") or self.table_sizes))
+        cap = self.meta.get("capture_size_cap")
+        return [s for s in sizes if s <= cap["to"]] if cap else sizes
+
+    def planned_sizes(self) -> tuple[int | None, int | None]:
+        """(how many sizes, the largest) as the log states them: the list; else the capture
+        bars' totals (the pass over every size is the longest) and the graph-memory profile
+        (``PIECEWISE=N (largest=B)``); a capping line's new maximum; the banner's maximum."""
+        sizes = self.capture_sizes()
+        profile = self._headline_figure("graph_profile") or {}
+        cap = self.meta.get("capture_size_cap")
+        count = (len(sizes) or max((p["total"] for p in self.passes), default=None)
+                 or max((v["graphs"] for v in profile.values()), default=None))
+        largest = (max(sizes) if sizes else (cap or {}).get("to")
+                   or max((v["largest"] for v in profile.values() if v["largest"]), default=None)
+                   or self.meta.get("max_capture_size"))
+        return count, largest
 
     def config(self) -> dict[str, Any]:
         sizes = self.capture_sizes()
         took = min(self.capture_took.values(), key=lambda item: item[0])[1] if self.capture_took else None
         actual = self._headline_figure("graph_mem_actual")
+        count, largest = self.planned_sizes()
         config: dict[str, Any] = {
             "engine": "vllm",
             "capture_sizes": sizes,
-            "capture_count": len(sizes) if sizes else (max((p["total"] or 0 for p in self.passes), default=0)
-                                                        or None),
+            "capture_count": count,
             "compile": (self.compile_seen or bool(self.meta.get("compile_level"))
                         or any(k == "compile" or k.startswith("compile.") for k in self.headline)),
             "graph_mem_bytes": actual if actual is not None else took,
@@ -507,10 +519,12 @@ class VllmRun(RunBuilder):
         cache = self._headline_figure("compile_cache")
         if cache is not None:
             config["compile_cache_hits"], config["compile_cache_saves"] = cache
-        for key in ("enforce_eager", "cudagraph_mode", "max_capture_size", "max_num_seqs", "vllm_version",
-                    "tensor_parallel_size", "capture_size_cap"):
+        for key in ("enforce_eager", "cudagraph_mode", "max_num_seqs", "vllm_version", "tensor_parallel_size",
+                    "capture_size_cap"):
             if key in self.meta:
                 config[key] = self.meta[key]
+        if largest is not None:
+            config["max_capture_size"] = largest
         if self.table_mode and "cudagraph_mode" not in config:
             config["cudagraph_mode"] = self.table_mode
         return config
@@ -522,7 +536,16 @@ def _line_of(failure) -> LogLine:
 
 # The API server prints its arguments and what they switch off before the engine core's own
 # banner: one start, not two.
-ENGINE = Engine("vllm", SOURCE, classify, VllmRun, setup=frozenset({"args", "graphs_off", "capture_cap"}))
+# What only vLLM prints: its process tags, its "LEVEL MM-DD HH:MM:SS [file.py:N]" stamp, its
+# startup lines and its source tree.
+MARKERS = re.compile(
+    r"\((?:APIServer|EngineCore(?:_DP\d+)?|VllmWorker(?:Process)?|Worker(?:_[A-Z]{2,4}\d+)+|RayWorkerWrapper)"
+    r"\b[^)]*pid=\d+\)"
+    r"|\b(?:DEBUG|INFO|WARNING|ERROR) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)? \[?[\w./-]+\.py:\d+\]"
+    r"|vLLM API server version|Initializing an? (?:V1 )?LLM engine|Graph capturing finished in|"
+    r"Capturing CUDA graphs? ?\(|GPU KV cache size:|/vllm/(?:v1|worker|engine|executor|entrypoints)/")
+ENGINE = Engine("vllm", SOURCE, "vLLM", classify, VllmRun, MARKERS,
+                setup=frozenset({"args", "graphs_off", "capture_cap"}))
 
 
 def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None):

@@ -53,3 +53,32 @@ def test_a_cpu_stand_in_run_says_its_times_are_cpu_timings(env, driver):
     assert "CPU stand-in (static backend)" in text_of(driver, "startup-diagnosis")
     open_page(driver, env["url"] + f"/run/{env['ids']['cpu-slow-size']}", charts=7)
     assert "CPU stand-in" in driver.find_element(By.ID, "run-stand-in").text
+
+
+def test_the_startup_page_of_an_imported_log_shows_its_sizes_and_kv_cache(env, driver):
+    """The figures the log states (issue 22): a bar's count of sizes, KV tokens; the largest
+    size the excerpt never printed reads "not in the log", and a failure-only excerpt leads
+    with its failure, the exception "cut off in the log"."""
+    from collector.importers import import_log
+    from collector.ingest import ingest_events, ingest_run
+    from tests.importers.conftest import FIXTURES
+
+    ids = {}
+    for engine, name in (("vllm", "vllm_pr21747_v1_bar_then_enginecore_failed.log"),
+                         ("sglang", "sglang_issue7227_kv_tokens_and_capture_list.log")):
+        (run,) = import_log(engine, str(FIXTURES / name)).runs
+        ingest_run(env["store"], run.run)
+        ingest_events(env["store"], run.run["run_id"], run.events)
+        ids[engine] = run.run["run_id"]
+    open_page(driver, env["url"] + f"/startup/{ids['vllm']}", charts=3)
+    figures = driver.find_element(By.ID, "startup-log-figures").text
+    assert "capture sizes: 67 (largest not in the log)" in figures and "KV cache tokens: not in the log" in figures
+    wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".card.finding"))
+    first = driver.find_elements(By.CSS_SELECTOR, ".card.finding")[0]
+    assert first.get_attribute("data-cause") == "failure" and "during capture" in first.text
+    assert "cut off in the log" in first.text and "out of memory" not in first.text.lower()
+    open_page(driver, env["url"] + f"/startup/{ids['sglang']}", charts=3)
+    figures = driver.find_element(By.ID, "startup-log-figures").text
+    assert "capture sizes: 4 (largest 8)" in figures and "KV cache tokens: 132,681" in figures
+    assert severe_errors(driver) == []
+

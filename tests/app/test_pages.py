@@ -150,3 +150,30 @@ def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, page
     assert kv.shown(rows["TP1"]) == "time not in the log · 12.5 GiB"
     assert pages["startup"].RANK_COLUMNS[2].shown(rows["TP0"]) == "not in the log"   # no compile line
     assert queries.run_summary(filled, run.run["run_id"])["capture_total_s"] == 2.58  # headline rank only
+
+
+def test_startup_page_shows_the_sizes_and_kv_cache_an_imported_log_states(filled, pages):
+    """The count of capture sizes from a bar, the largest only where the log prints it, the KV
+    cache in tokens and blocks; what the log does not state reads "not in the log"."""
+    from collector import queries
+    from collector.importers import import_log
+    from collector.ingest import ingest_events, ingest_run
+    from tests.importers.conftest import FIXTURES
+
+    shown = {}
+    for engine, name in (("vllm", "vllm_issue32611_v1_kv_tokens_and_bar_count.log"),
+                         ("sglang", "sglang_pr11275_stops_inside_capture_bar.log"),
+                         ("vllm", "vllm_old.log")):
+        (run,) = import_log(engine, str(FIXTURES / name)).runs
+        ingest_run(filled, run.run)
+        ingest_events(filled, run.run["run_id"], run.events)
+        shown[name] = pages["startup"].log_figures(queries.run_summary(filled, run.run["run_id"]))
+    assert shown["vllm_issue32611_v1_kv_tokens_and_bar_count.log"] == [
+        "capture sizes: 51 (largest not in the log)", "KV cache tokens: 524,416",
+        "KV cache GPU blocks: not in the log"]
+    assert shown["sglang_pr11275_stops_inside_capture_bar.log"] == [
+        "capture sizes: 52 (largest 512)", "KV cache tokens: not in the log", "KV cache GPU blocks: not in the log"]
+    assert shown["vllm_old.log"] == ["capture sizes: 35 (largest not in the log)", "KV cache tokens: not in the log",
+                                     "KV cache GPU blocks: 27,000", "KV cache CPU blocks: 2,048"]
+    assert pages["startup"].log_figures(queries.run_summary(filled, "syn-1")) is None     # not from a log
+

@@ -110,3 +110,14 @@ def test_the_headline_of_a_traceback_is_its_exception_line():
     assert first_line(text) == "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert first_line("AcceleratorError: CUDA error\nSearch for ...") == "AcceleratorError: CUDA error"
     assert first_line("x" * 500, limit=10) == "x" * 9 + "…"
+
+
+def test_where_a_cut_traceback_stops_names_no_cause():
+    """An importer's "cut off" note names the frame a traceback stops in; a frame called
+    all_reduce is where the process stood, not an NCCL failure the log reported."""
+    from collector.failures import CUT_OFF
+
+    cut = f"WorkerProc hit an exception: {CUT_OFF} (the traceback stops in all_reduce, parallel_state.py)"
+    assert classify(cut).key == "unknown"
+    assert classify(f"RuntimeError: NCCL error: unhandled cuda error: {CUT_OFF}").key == "collective"
+

@@ -131,6 +131,20 @@ def test_reposting_a_run_is_harmless(store):
     assert len(queries.list_runs(store)) == 1
 
 
+def test_a_newer_record_of_a_run_replaces_its_description_not_its_status(store, run_in):
+    """What a followed log learns later (the device, the config) reaches the run; its status,
+    events and source stay as they are, and the same record again changes nothing."""
+    run_id = run_in(store)
+    ingest_events(store, run_id, [step(0, 1000.0)])
+    before = queries.run_summary(store, run_id)
+    newer = run_record(run_id=run_id, device="cuda:7", config={"capture_count": 4}, source="trace")
+    assert ingest_run(store, newer)["created"] is False
+    after = queries.run_summary(store, run_id)
+    assert after["device"] == "cuda:7" and after["config"]["capture_count"] == 4
+    assert (after["status"], after["steps"], after["source"]) == (before["status"], before["steps"], before["source"])
+    assert ingest_run(store, newer)["created"] is False and queries.run_summary(store, run_id) == after
+
+
 def test_an_invalid_run_record_names_the_field(store):
     with pytest.raises(InvalidRun) as info:
         ingest_run(store, run_record(source="nowhere"))

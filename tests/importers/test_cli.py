@@ -111,6 +111,29 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, make, message):
     assert not db.exists()
 
 
+@pytest.mark.parametrize("asked, log, looks_like", [
+    ("sglang", "vllm_new.log", "vLLM"), ("vllm", "sglang_new.log", "SGLang"),
+    ("sglang", "vllm_issue7593_v0_worker_error_block_capture.log", "vLLM"),     # a failure-only excerpt too
+    ("vllm", "sglang_pr3613_bare_chained_traceback_cut.log", "SGLang"),
+])
+def test_the_other_engines_log_is_refused_naming_it_and_writes_nothing(logs, tmp_path, capsys, asked, log,
+                                                                        looks_like):
+    from app.cli import main
+
+    db = tmp_path / "never.db"
+    assert main(["import", asked, str(logs / log), "--db", f"sqlite:///{db}"]) != 0
+    err = capsys.readouterr().err
+    assert f"looks like a {looks_like} log" in err and "nothing was written" in err
+    assert not db.exists()
+
+
+def test_a_log_that_names_neither_engine_is_read_not_refused(tmp_path):
+    path = tmp_path / "plain.log"
+    path.write_text("starting up\nall good\n")
+    data = json.loads(run(["import", "sglang", str(path), "--json", "--dry-run"]))
+    assert data["runs"] == [] and any("no SGLang server start" in w for w in data["warnings"])
+
+
 def test_db_and_collector_are_mutually_exclusive():
     with pytest.raises(SystemExit):
         parser().parse_args(["import", "vllm", "x.log", "--db", "sqlite://", "--collector", "http://x"])

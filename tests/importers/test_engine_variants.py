@@ -154,7 +154,8 @@ def test_sglang_03_stamps_with_a_clock_only_take_their_day_from_the_file():
     assert config["mem_pool_avail_bytes"] == gib(8.20)
     assert config["max_total_num_tokens"] == 420000 and config["max_running_requests"] == 4097
     assert config["capture_sizes"] == [] and config["capture_count"] is None
-    assert config["graph_mem_bytes"] is None and "kv_tokens" not in config
+    assert config["graph_mem_bytes"] is None
+    assert config["kv_tokens"] == 420000        # max_total_num_tokens: the KV pool's size in tokens
 
 
 def test_sglang_behind_compose_with_graphs_disabled_stores_every_eager_batch_as_graphs_disabled():

@@ -54,14 +54,27 @@ def db_args(tmp_path, path, **kw) -> argparse.Namespace:
 def test_follow_reads_a_file_another_process_appends_to_and_rotates(tmp_path):
     log = tmp_path / "sglang.log"
     log.write_text("")
+    state = tmp_path / "state.json"
+    # the writer starts once the follower has (it saves its state after the first read) and rotates
+    # once the follower has read the whole file: a busy machine must not make it miss a file that
+    # was rotated away before it looked (a follower cannot read what it never saw)
     writer = textwrap.dedent(f"""
         import os, sys, time, json
-        path = {str(log)!r}
+        path, state = {str(log)!r}, {str(state)!r}
         start, first, second = json.loads(sys.argv[1])
+        def read_up_to(size):
+            for _ in range(3000):
+                try:
+                    if json.load(open(state))["offset"] >= size:
+                        return
+                except (OSError, ValueError, KeyError):
+                    pass
+                time.sleep(0.01)
+        read_up_to(0)
         with open(path, "a") as f:
             for line in start + first:
                 f.write(line + "\\n"); f.flush(); time.sleep(0.02)
-        time.sleep(0.3)
+        read_up_to(os.path.getsize(path))
         os.rename(path, path + ".1")                    # logrotate: move, then a new file
         with open(path, "w") as f:
             for line in second:
@@ -72,7 +85,7 @@ def test_follow_reads_a_file_another_process_appends_to_and_rotates(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", writer, json.dumps([START, first, second])])
     try:
         out = io.StringIO()
-        assert cli.run_follow(db_args(tmp_path, log, state=str(tmp_path / "state.json")), out=out) == 0
+        assert cli.run_follow(db_args(tmp_path, log, state=str(state)), out=out) == 0
     finally:
         proc.wait(10)
     store = Store.open(f"sqlite:///{tmp_path}/follow.db")
@@ -144,6 +157,9 @@ class ListSink:
     def write(self, events):
         self.sent.extend(("event", e) for e in events)
 
+    def update_run(self, record):
+        self.sent.append(("update", record))
+
     def close(self):
         pass
 
@@ -184,7 +200,9 @@ def test_a_restarted_follow_keeps_the_runs_context_and_sends_no_event_twice(tmp_
 def test_a_restart_keeps_the_year_it_inferred_for_stamps_without_one(tmp_path):
     log = tmp_path / "vllm.log"
     state = tmp_path / "state.json"
-    log.write_text(
+    log.write_text(      # the year comes from the dated line, which only the first follow reads
+        "2024-08-19 07:50:11,692 - INFO - autotuner.py:262 - flashinfer.jit: [Autotuner]: "
+        "Autotuning process starts ...\n"
         "INFO 08-19 07:50:12 api_server.py:339] vLLM API server version 0.5.4\n"
         "INFO 08-19 07:51:03 model_runner.py:732] Loading model weights took 2.3463 GB\n"
         "INFO 08-19 07:51:40 model_runner.py:1225] Graph capturing finished in 17 secs.\n")
@@ -197,7 +215,7 @@ def test_a_restart_keeps_the_year_it_inferred_for_stamps_without_one(tmp_path):
     events = [e for what, e in sent if what == "event"]
     end = events[-1]
     assert end["kind"] == "run_end" and end["status"] == "failed"
-    assert end["ts"] == datetime(2024, 8, 19, 9, 0, tzinfo=timezone.utc).timestamp()   # vLLM 0.5.4: 2024
+    assert end["ts"] == datetime(2024, 8, 19, 9, 0, tzinfo=timezone.utc).timestamp()   # the dated line's year
 
 
 def test_a_state_file_from_another_version_is_used_for_its_offset_only(tmp_path):
@@ -231,6 +249,9 @@ def test_standard_input_is_followed_to_its_end():
 
         def write(self, events):
             sent.extend(events)
+
+        def update_run(self, record):
+            pass
 
         def close(self):
             pass
@@ -299,3 +320,15 @@ def test_a_missing_file_is_one_clear_error(tmp_path, bad):
 
     with pytest.raises(ReplayscopeError, match="no such file"):
         cli.run_follow(db_args(tmp_path, tmp_path / bad), out=io.StringIO())
+
+
+def test_following_the_other_engines_log_is_refused_before_anything_is_sent(tmp_path):
+    from runner.errors import ReplayscopeError
+
+    log = tmp_path / "server.log"
+    log.write_text("\n".join(START) + "\n")            # SGLang's lines
+    sent: list = []
+    with pytest.raises(ReplayscopeError, match="looks like a SGLang log"):
+        follow(ENGINE_SPECS["vllm"], str(log), ListSink(sent), state_path=None, interval=0.01, idle_exit=0.1)
+    assert sent == []
+

@@ -38,7 +38,9 @@ def test_v0_behind_a_compose_prefix_with_a_worker_process():
     run = vllm("vllm_v0_compose_tp2.log")
     assert run.status == "finished"
     assert run.run["model"] == "google/gemma-2-9b-it"
-    assert run.run["started_at"] == utc("2024-08-19 07:50:12")   # vLLM 0.5.4: 2024
+    # no date in the log: the year that puts the stamps closest before the file's date (2026-01-01);
+    # vLLM 0.5.4 (mid-2024) does not rule 2025 out
+    assert run.run["started_at"] == utc("2025-08-19 07:50:12")
     # "Loading model weights took 2.3463 GB" gives memory, not a duration: that stays unknown
     assert phases(run) == {"load_weights": (None, gib(2.3463)), "capture": (17.0, None)}
     assert rank_phases(run)[("pid 131", "capture")] == (18.0, None)   # the worker's own capture

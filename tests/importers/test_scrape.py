@@ -245,3 +245,32 @@ def test_vllm_runtime_mode_counter_gives_the_modes_when_present():
             ("graph", None, 2), ("eager", "batch_too_large", 1), ("eager", "unknown", 1)]
     finally:
         server.close()
+
+
+def test_scrape_prints_what_it_stores_for_a_vllm_histogram(tmp_path):
+    """29 graph iterations per poll spread over the histogram's buckets are one line "+29",
+    not the count of the last bucket (issue 22), and the store holds the same 29."""
+    import io
+
+    from collector import queries
+    from collector.store import Store
+
+    server = FakeVLLM()
+    try:
+        def more():
+            for tokens in [1] * 9 + [3] * 10 + [7] * 10:
+                server.step(tokens)
+        server.step(2)                               # what ran before the first poll: the baseline
+        url = f"sqlite:///{tmp_path / 'scrape.db'}"
+        args = argparse.Namespace(url=server.url, interval=0.01, count=3, db=url, collector=None, token=None)
+        out = io.StringIO()
+        assert cli.run_scrape(args, out=out, sleep=lambda s: more()) == 0
+        polls = [line for line in out.getvalue().splitlines() if line.startswith("poll ")]
+        assert polls == ["poll 2: mixed/graph +29", "poll 3: mixed/graph +29"]
+        store = Store.open(url)
+        (run,) = queries.list_runs(store)
+        assert run["modes"] == {"graph": 58, "padded": 0, "eager": 0}
+        store.dispose()
+    finally:
+        server.close()
+

@@ -46,6 +46,7 @@ class FakeCollector:
     def __init__(self, answer=None):
         self.answer = answer or (lambda events: (200, None))
         self.stored: dict[int, dict] = {}
+        self.records: list[dict] = []   # the run records posted, in order
         self.arrivals: list[int] = []   # seqs in the order they were first stored
         self.posts = 0
         self.post_times: list[float] = []   # runner.emitter's clock at each events post
@@ -63,6 +64,7 @@ class FakeCollector:
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 if self.path == "/v1/runs":
+                    fake.records.append(body)
                     return self._reply(201, {"run_id": body["run_id"], "created": True})
                 fake.posts += 1
                 if fake.clock is not None:
@@ -416,6 +418,30 @@ def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_p
     store.dispose()
     assert summary["steps"] == 50 and summary["status"] == "finished"
     assert not (tmp_path / "spool.jsonl").exists()
+
+
+def test_a_newer_record_of_the_run_is_posted_with_the_next_write_and_replaces_the_spools(tmp_path, fake_time):
+    """``replayscope follow`` learns a run's device and headline ranks as the log goes on:
+    the sink posts the newer record before its next events, and a spool left behind holds
+    the newer one (what ``import events`` would post)."""
+    down = {"now": False}
+    with FakeCollector(lambda events: (503, {"detail": "down"}) if down["now"] else (200, None)) as collector:
+        sink = sink_to(collector.url, tmp_path)
+        sink.write(steps(0, 2))
+        newer = dict(run_record(), device="cuda", config={"capture_count": 4})
+        down["now"] = True
+        sink.update_run(newer)
+        sink.write(steps(2, 2))                      # the collector fails the events: spooled
+        assert spool_lines(sink)[0]["device"] == "cuda"
+        newest = dict(newer, backend="full")
+        sink.update_run(newest)
+        head, *spooled = spool_lines(sink)
+        assert {k: v for k, v in head.items() if k != "kind"} == newest and [e["seq"] for e in spooled] == [2, 3]
+        down["now"] = False
+        fake_time.advance(60)
+        sink.write(steps(4, 1))
+    assert [r.get("device") for r in collector.records] == ["cpu", "cuda", "cuda"]
+    assert collector.records[-1] == newest and sorted(collector.stored) == [0, 1, 2, 3, 4]
 
 
 def test_a_spool_left_behind_imports_with_replayscope_import_events(tmp_path, capsys):
