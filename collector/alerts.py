@@ -30,16 +30,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from collector import notifications
+from collector import notifications, webhook_urls
 from collector.notifications import Delivery
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_notifications as an, alert_rules as ar,
                               alert_state as st, runs, step_rollups as sr)
+from collector.webhook_urls import TargetPolicy
 from runner.errors import Conflict, Invalid, NotFound, ReplayscopeError
 from runner.wire import STEP_STAGES
 
@@ -92,7 +92,7 @@ def _ratio(name: str, value: Any) -> float:
     return float(value)
 
 
-def _check_rule_field(name: str, value: Any) -> Any:
+def _check_rule_field(name: str, value: Any, policy: TargetPolicy) -> Any:
     if name == "name":
         if not isinstance(value, str) or not _NAME.match(value):
             raise InvalidRule(name, "1-100 characters: letters, digits, space, _ . : -, starting with a letter or digit")
@@ -126,7 +126,7 @@ def _check_rule_field(name: str, value: Any) -> Any:
     if name == "webhook_url":
         if value is None or value == "":
             return None
-        check_webhook_url(value, name)
+        check_webhook_url(value, policy, name)
         return value
     if name == "enabled":
         if not isinstance(value, bool):
@@ -144,21 +144,27 @@ def _check_rule_field(name: str, value: Any) -> Any:
     raise InvalidRule(name, f"unknown field (known: {', '.join(RULE_FIELDS)})")
 
 
-def check_webhook_url(value: Any, field: str = "webhook_url") -> None:
-    """Webhooks are http(s) URLs with a host; nothing else is ever posted to."""
-    parts = urlsplit(value) if isinstance(value, str) else None
-    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or len(value) > 2000
-            or any(ch.isspace() for ch in value)):
-        raise InvalidRule(field, "must be an http(s) URL or null (then REPLAYSCOPE_ALERT_WEBHOOK is used)")
+def check_webhook_url(value: Any, policy: TargetPolicy | None = None, field: str = "webhook_url") -> None:
+    """Webhooks are http(s) URLs with a host and a valid port, to an address the operator
+    allows (``collector.webhook_urls``); nothing else is ever posted to."""
+    try:
+        webhook_urls.checked(value, policy or TargetPolicy())
+    except webhook_urls.RefusedTarget as error:
+        raise InvalidRule(field, str(error)) from None
+    except webhook_urls.BadURL as error:
+        raise InvalidRule(field, f"{error}: must be an http(s) URL or null (then REPLAYSCOPE_ALERT_WEBHOOK "
+                                 f"is used)") from None
 
 
-def validate_rule(data: Any, *, partial: bool = False) -> dict[str, Any]:
-    """The rule's fields, checked and normalised; defaults filled unless ``partial``."""
+def validate_rule(data: Any, *, partial: bool = False, policy: TargetPolicy | None = None) -> dict[str, Any]:
+    """The rule's fields, checked and normalised; defaults filled unless ``partial``.
+    ``policy``: the non-public webhook addresses the operator allows (none by default)."""
     if not isinstance(data, dict):
         raise InvalidRule("(rule)", "must be a JSON object")
+    policy = policy or TargetPolicy()
     out: dict[str, Any] = {}
     for name, value in data.items():
-        out[name] = _check_rule_field(name, value)
+        out[name] = _check_rule_field(name, value, policy)
     if not partial:
         for required in ("name", "threshold"):
             if required not in out:
@@ -190,8 +196,9 @@ def get_rule(store: Store, rule_id: int) -> dict:
         return _rule_dict(conn, rule_id)
 
 
-def create_rule(store: Store, data: Any, *, now: float | None = None) -> dict:
-    fields = validate_rule(data)
+def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> dict:
+    """Create a rule (``policy``: the non-public webhook addresses allowed, see ``validate_rule``)."""
+    fields = validate_rule(data, policy=policy)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
@@ -205,7 +212,7 @@ def update_rule(store: Store, rule_id: int, data: Any, *, partial: bool = True, 
                 delivery: Delivery | None = None) -> dict:
     """Change a rule (``partial``: only the given fields; else a full replacement).
     Disabling it resolves its firing alerts (and notifies their receivers)."""
-    fields = validate_rule(data, partial=partial)
+    fields = validate_rule(data, partial=partial, policy=delivery.policy if delivery is not None else None)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
@@ -357,8 +364,8 @@ def _candidates(conn, rule: dict) -> list:
         .where(runs.c.last_event_ts.is_not(None), sa.or_(
             sa.and_(st.c.run_pk.is_(None), runs.c.last_seen_at >= rule["created_at"]),
             runs.c.last_event_ts > st.c.evaluated_to,
-            sa.and_(runs.c.status != "running",
-                    sa.or_(st.c.alert_id.is_not(None), st.c.pending_since.is_not(None)))))
+            sa.and_(runs.c.status != "running", sa.or_(
+                st.c.alert_id.is_not(None), st.c.pending_since.is_not(None), runs.c.ended_at > st.c.evaluated_to))))
         .order_by(runs.c.id)).all()
 
 
@@ -387,7 +394,13 @@ def _evaluate_run(conn, rule: dict, run, now: float, delivery: Delivery | None) 
     ended = run.status != "running"
     # A running run's latest second may still be arriving, unless nothing came for a second.
     settled = ended or now - run.last_seen_at >= SETTLE_S
-    last = math.floor(run.last_event_ts) - (0 if settled else 1)
+    # Its clock (last_event_ts) counts each event at most at its arrival (collector.ingest): a
+    # future-stamped event cannot push evaluation past data still to come. Everything of an
+    # ended run has arrived: it is evaluated to its end, however it was stamped.
+    frontier = run.last_event_ts
+    if ended and run.ended_at is not None:
+        frontier = max(frontier, run.ended_at)
+    last = math.floor(frontier) - (0 if settled else 1)
     window_s = rule["window_s"]
     if run.has_state is None:
         first_data = conn.execute(sa.select(sa.func.min(sr.c.t)).where(
@@ -468,10 +481,10 @@ def _evaluate_run(conn, rule: dict, run, now: float, delivery: Delivery | None) 
         state["evaluated_to"] = float(stop)
 
     if ended and state["evaluated_to"] >= last:
-        state.update(pending_since=None, evaluated_to=max(state["evaluated_to"], run.last_event_ts))
+        state.update(pending_since=None, evaluated_to=max(state["evaluated_to"], frontier))
         if alert is not None:         # the run ended: so did its alert
             end = run.ended_at if run.ended_at is not None else float(last)
-            _resolve(conn, alert, rule, min(end, run.last_event_ts), delivery, now)
+            _resolve(conn, alert, rule, min(end, frontier), delivery, now)
             transitions.append(Transition("resolved", dict(alert), rule))
             state.update(alert_id=None, clear_since=None)
     conn.execute(st.update().where(st.c.rule_id == rule["id"], st.c.run_pk == run.id).values(**state))
@@ -500,9 +513,7 @@ def public_rule(rule: dict, writer: bool) -> dict:
     """A rule as a reader sees it: the webhook URL (itself often a secret) only for writers."""
     if writer or not rule.get("webhook_url"):
         return rule
-    from collector.auth import redact_url
-
-    return {**rule, "webhook_url": redact_url(rule["webhook_url"])}
+    return {**rule, "webhook_url": webhook_urls.redact(rule["webhook_url"])}
 
 
 def resolve_run_alerts(conn, run_pk: int, delivery: Delivery | None, now: float) -> None:

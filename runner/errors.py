@@ -46,6 +46,16 @@ class UnsupportedMediaType(ReplayscopeError):
     status = 415
 
 
+class TooManyRequests(ReplayscopeError):
+    """Too many wrong attempts from one client; ``retry_after_s`` says when to try again (429)."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.headers = {"Retry-After": str(max(1, round(retry_after_s)))}
+
+
 class Invalid(ReplayscopeError):
     """A well-formed request whose content is wrong; ``field`` names what (422)."""
 

@@ -15,6 +15,7 @@ from collector.notifications import Delivery
 from collector.services import Evaluator, mark_interrupted_runs
 from collector.settings import Settings
 from collector.tables import alert_notifications
+from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
 
@@ -327,7 +328,7 @@ def test_the_app_lifespan_runs_the_evaluator_and_notifier_services(tmp_path):
 
     store = Store.open(f"sqlite:///{tmp_path}/svc.db", upgrade=True)
     app = create_api(store, Settings(evaluate_every_s=0.05, notify_every_s=0.05))
-    with TestClient(app):
+    with TestClient(app, base_url=LOOPBACK_BASE):
         deadline = time.monotonic() + 5
         while min(app.state.evaluator.ticks, app.state.notifier.ticks) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)
