@@ -8,11 +8,15 @@ then *fires*. Once firing it holds while the share stays above ``resolve_thresho
 (default: the threshold) and resolves only after being clear (too few steps, or at or
 below ``resolve_threshold``) for ``keep_firing_for_s`` without a break. With the defaults
 (``for_s`` 60, ``keep_firing_for_s`` 300) a share that oscillates around the threshold
-every few seconds never completes a pending period, and a firing alert never resolves
-in less than five minutes: at most one notification per five minutes.
+every few seconds never completes a pending period, a firing alert never resolves in less
+than five minutes, and the next firing needs a minute of being active after a resolve:
+per rule and run, transitions at least 60 s apart and at most two in any six minutes
+(while the run goes on; its end, or the rule's disabling, resolves at once).
 
 Time is the run's event time, evaluated second by second from where the last evaluation
-stopped (``alert_state``), so a runner whose clock is skewed alerts like any other, and
+stopped (``alert_state``), never past the collector's clock: ingest counts an event
+stamped ahead of it only as of its arrival (``runs.last_event_ts``). So a runner whose
+clock is behind alerts like any other, one stamped ahead alerts late instead of never, and
 an imported or scraped run is evaluated over its whole history once it arrives. A run
 that ended (``run_end``, or the heartbeat timeout) resolves its alert when it ended.
 Each firing is one ``alert_events`` row: start and end (event time), peak ratio (of

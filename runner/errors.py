@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
+# What a command's exit code says (docs/commands.md): it did its job; it ran but did not do
+# all of it (events not delivered, a runner that failed); nothing was done (bad input, a
+# ReplayscopeError); Ctrl-C; the reader of its output went away (``| head``), as SIGPIPE.
+EXIT_DONE, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 0, 1, 2, 130, 141
+
 
 class ReplayscopeError(Exception):
     """Bad input or an unusable environment, explained in one line for the user."""
