@@ -7,6 +7,7 @@ never delivered, ``Name or service not known``, until it expired)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 
 from tests.receiver import LOOPBACK_ALLOW, Receiver
@@ -37,16 +38,22 @@ def outbox(url: str) -> list[dict]:
     return http_json("GET", url + "/v1/alert-notifications", headers=WRITER)[1]
 
 
-def test_a_failing_receiver_with_secrets_in_its_url_and_answer_leaks_nothing_to_readers_or_the_log(tmp_path):
-    log = tmp_path / "collector.log"
-    with Receiver(status=500, answer=RECEIVER_BODY) as receiver, Collector(
-            migrated_sqlite(tmp_path / "s.db"), log=log,
-            env={"REPLAYSCOPE_TOKEN": TOKEN, "REPLAYSCOPE_WEBHOOK_ALLOW": LOOPBACK_ALLOW,
-                 "REPLAYSCOPE_EVALUATE_EVERY_S": "0.5", "REPLAYSCOPE_NOTIFY_EVERY_S": "0.2"}) as collector:
+@contextlib.contextmanager
+def firing_into(receiver: Receiver, tmp_path, run_id: str):
+    """A collector with a token whose rule posts to ``receiver`` through its secret URL, and
+    a run that fires it."""
+    with Collector(migrated_sqlite(tmp_path / "s.db"), log=tmp_path / "collector.log",
+                   env={"REPLAYSCOPE_TOKEN": TOKEN, "REPLAYSCOPE_WEBHOOK_ALLOW": LOOPBACK_ALLOW,
+                        "REPLAYSCOPE_EVALUATE_EVERY_S": "0.5", "REPLAYSCOPE_NOTIFY_EVERY_S": "0.2"}) as collector:
         status, rule, _ = http_json("POST", collector.url + "/v1/alert-rules",
-                                    {**RULE, "name": "leaky", "webhook_url": secret_url(receiver)}, headers=WRITER)
+                                    {**RULE, "name": run_id, "webhook_url": secret_url(receiver)}, headers=WRITER)
         assert status == 201, rule
-        firing_run(collector.url, "secret-run", headers=WRITER)
+        firing_run(collector.url, run_id, headers=WRITER)
+        yield collector
+
+
+def test_a_failing_receiver_with_secrets_in_its_url_and_answer_leaks_nothing_to_readers_or_the_log(tmp_path):
+    with Receiver(status=500, answer=RECEIVER_BODY) as receiver, firing_into(receiver, tmp_path, "leaky") as collector:
         wait_for(lambda: receiver.requests >= 2, 30, "two attempts at the receiver")
         row = wait_for(lambda: next((r for r in outbox(collector.url) if r["last_error"]), None), 10,
                        "the failed attempt recorded")
@@ -56,21 +63,14 @@ def test_a_failing_receiver_with_secrets_in_its_url_and_answer_leaks_nothing_to_
     for secret in SECRETS:
         assert secret not in seen, f"a reader sees {secret!r}: {seen}"
     assert f"http://127.0.0.1:{receiver.port}/…" in seen, "the reader sees scheme, host and port"
-    logged = log.read_text()
+    logged = (tmp_path / "collector.log").read_text()
     assert "alert notification" in logged, "the failure is logged"
     for secret in SECRETS:
         assert secret not in logged, f"the log shows {secret!r}"
 
 
 def test_a_basic_auth_webhook_is_delivered_with_an_authorization_header(tmp_path):
-    with Receiver(basic_auth="alice:SECRETPW") as receiver, Collector(
-            migrated_sqlite(tmp_path / "b.db"),
-            env={"REPLAYSCOPE_TOKEN": TOKEN, "REPLAYSCOPE_WEBHOOK_ALLOW": LOOPBACK_ALLOW,
-                 "REPLAYSCOPE_EVALUATE_EVERY_S": "0.5", "REPLAYSCOPE_NOTIFY_EVERY_S": "0.2"}) as collector:
-        status, rule, _ = http_json("POST", collector.url + "/v1/alert-rules",
-                                    {**RULE, "name": "basic", "webhook_url": secret_url(receiver)}, headers=WRITER)
-        assert status == 201, rule
-        firing_run(collector.url, "basic-run", headers=WRITER)
+    with Receiver(basic_auth="alice:SECRETPW") as receiver, firing_into(receiver, tmp_path, "basic-run") as collector:
         wait_for(lambda: receiver.received, 30, "the notification delivered")
         [row] = wait_for(lambda: [r for r in outbox(collector.url) if r["state"] == "sent"], 10, "marked sent")
         seen = reader_sees(collector.url)
