@@ -422,7 +422,7 @@ def _check_shape(name: str, spec: Any, value: Any) -> None:
                 _check_value(f"{name}.{key}", field_spec, value[key])
     elif value is not None:
         container = list if isinstance(spec, ListOf) else dict
-        if not isinstance(value, container):
+        if not isinstance(value, (list, tuple) if container is list else dict):   # a tuple is a JSON array too
             raise WireError(name, "must be an array" if container is list else "must be an object")
         if len(value) > spec.max_items:
             raise WireError(name, f"more than {spec.max_items} items")
@@ -449,7 +449,7 @@ def _check_finite(name: str, value: Any) -> None:
     if isinstance(value, dict):
         for key, item in value.items():
             _check_finite(f"{name}.{key}", item)
-    elif isinstance(value, list):
+    elif isinstance(value, (list, tuple)):
         for i, item in enumerate(value):
             _check_finite(f"{name}[{i}]", item)
 
