@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from app import __version__
-from runner.errors import ReplayscopeError
+from runner.errors import EXIT_DONE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, ReplayscopeError
 
 COMMAND_MODULES = (
     "app.commands",               # serve, demo, advise
@@ -46,15 +47,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+    """Run one command; its exit code says whether it did its job (``runner.errors.EXIT_*``,
+    docs/commands.md). Every command ends here, so a closed output pipe (``advise ... | head``)
+    ends every one of them quietly."""
+    args = None
     try:
-        return int(args.handler(args) or 0)
+        args = build_parser().parse_args(argv)
+        code = int(args.handler(args) or EXIT_DONE)
+        sys.stdout.flush()                 # a closed pipe shows here, not at the interpreter's exit
+        return code
     except ReplayscopeError as error:
-        print(f"replayscope {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        print(f"replayscope {getattr(args, 'command', '')}: error: {error}", file=sys.stderr)
+        return EXIT_ERROR
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return _output_closed()
+
+
+def _output_closed() -> int:
+    """The reader of our output went away: nothing more to say to it, no traceback. What is
+    still buffered goes to /dev/null, so the interpreter's final flush cannot fail again."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    return EXIT_PIPE_CLOSED
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 
-from runner.errors import ReplayscopeError
+from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, ReplayscopeError
 
 RUNNER_SEGMENT_S = 600.0     # the demo restarts the runner after this long (a fresh run)
 
@@ -65,8 +65,10 @@ class _Demo:
         self.server = None
 
     def runner_command(self, url: str, seconds: float) -> list[str]:
-        return [sys.executable, "-m", "app.cli", "run", "--backend", "auto", "--workload", "mixed",
-                "--collector", url, "--name", "demo", "--duration", f"{seconds:g}", "--quiet"]
+        from app.processes import replayscope_command
+
+        return replayscope_command("run", "--backend", "auto", "--workload", "mixed", "--collector", url,
+                                   "--name", "demo", "--duration", f"{seconds:g}", "--quiet")
 
     def _on_signal(self, signum, _frame):
         self.stop.set()
@@ -89,6 +91,7 @@ class _Demo:
         thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         url = f"http://{host}:{port}"
+        code = EXIT_DONE
         try:
             thread.start()
             deadline = time.monotonic() + 30
@@ -106,10 +109,18 @@ class _Demo:
                 self.child = subprocess.Popen(self.runner_command(url, left), stdin=subprocess.DEVNULL)
                 while self.child.poll() is None and not self.stop.wait(0.2):
                     pass
+                failed = self.child.poll()
                 self._stop_child()
+                if failed in (EXIT_INTERRUPTED, -signal.SIGINT):   # Ctrl-C reached it too
+                    break
+                if failed and not self.stop.is_set():      # it ended on its own, and not well
+                    print(f"replayscope demo: the runner exited with code {failed} (see above); stopping",
+                          file=sys.stderr, flush=True)
+                    code = EXIT_INCOMPLETE
+                    break
                 if end is not None and time.monotonic() >= end:
                     break
-                self.stop.wait(1.0)          # a runner that fails at once must not spin
+                self.stop.wait(1.0)
         finally:
             self._stop_child()
             self.server.should_exit = True
@@ -118,7 +129,7 @@ class _Demo:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         print("replayscope demo: stopped", flush=True)
-        return 0
+        return code
 
     def _stop_child(self) -> None:
         child, self.child = self.child, None

@@ -95,6 +95,13 @@ def log_sample_note(sample: dict[str, Any]) -> str:
             f"all steps counts each prefill batch like {every} {stage} batches.")
 
 
+def clock_note(ahead_s: float) -> str:
+    """A run whose events were stamped ahead of the collector's clock: what its figures mean."""
+    return (f"Some events of this run were stamped up to {formats.seconds(ahead_s)} ahead of the collector's "
+            "clock when they arrived. Its last event time, and the clock its alerts are evaluated on, count "
+            "each of them as stamped when it arrived, so one wrong stamp cannot silence its alerts.")
+
+
 def detail_short(row: dict[str, Any]) -> str:
     """One cell: 'sampled 1/8; raw expired'."""
     parts = []

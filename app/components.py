@@ -21,9 +21,15 @@ from app.formats import (count, number, pct, plural, seconds, signed_seconds, si
 _CONTEXT: dict[str, Any] = {"store": None, "settings": None}
 
 
-def bind(store: Any, settings: Any) -> None:
+def bind(store: Any, settings: Any, wrong_tokens: Any = None) -> None:
     _CONTEXT["store"] = store
     _CONTEXT["settings"] = settings
+    _CONTEXT["wrong_tokens"] = wrong_tokens
+
+
+def wrong_tokens() -> Any:
+    """The app's limit on wrong tokens per client (``collector.throttle``), shared with the API."""
+    return _CONTEXT.get("wrong_tokens")
 
 
 def settings() -> Any:

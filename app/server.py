@@ -52,7 +52,7 @@ def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
 
     from app import components
 
-    components.bind(store, settings)
+    components.bind(store, settings, getattr(api.state, "wrong_tokens", None))
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
         title="replayscope", suppress_callback_exceptions=True, update_title=None,

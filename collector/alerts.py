@@ -10,11 +10,15 @@ then *fires*. Once firing it holds while the share stays above ``resolve_thresho
 (default: the threshold) and resolves only after being clear (too few steps, or at or
 below ``resolve_threshold``) for ``keep_firing_for_s`` without a break. With the defaults
 (``for_s`` 60, ``keep_firing_for_s`` 300) a share that oscillates around the threshold
-every few seconds never completes a pending period, and a firing alert never resolves
-in less than five minutes: at most one notification per five minutes.
+every few seconds never completes a pending period, a firing alert never resolves in less
+than five minutes, and the next firing needs a minute of being active after a resolve:
+per rule and run, transitions at least 60 s apart and at most two in any six minutes
+(while the run goes on; its end, or the rule's disabling, resolves at once).
 
 Time is the run's event time, evaluated second by second from where the last evaluation
-stopped (``alert_state``), so a runner whose clock is skewed alerts like any other, and
+stopped (``alert_state``), never past the collector's clock: ingest counts an event
+stamped ahead of it only as of its arrival (``runs.last_event_ts``). So a runner whose
+clock is behind alerts like any other, one stamped ahead alerts late instead of never, and
 an imported or scraped run is evaluated over its whole history once it arrives. A run
 that ended (``run_end``, or the heartbeat timeout) resolves its alert when it ended.
 Each firing is one ``alert_events`` row: start and end (event time), peak ratio (of
@@ -32,16 +36,16 @@ import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from collector import notifications
+from collector import notifications, webhook_urls
 from collector.notifications import Delivery
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_notifications as an, alert_rules as ar,
                               alert_state as st, runs, step_rollups as sr)
+from collector.webhook_urls import TargetPolicy
 from runner.errors import Conflict, Invalid, NotFound, ReplayscopeError
 from runner.wire import DECODE_VIEW, RULE_STAGES, stages_of
 
@@ -94,7 +98,7 @@ def _ratio(name: str, value: Any) -> float:
     return float(value)
 
 
-def _check_rule_field(name: str, value: Any) -> Any:
+def _check_rule_field(name: str, value: Any, policy: TargetPolicy) -> Any:
     if name == "name":
         if not isinstance(value, str) or not _NAME.match(value):
             raise InvalidRule(name, "1-100 characters: letters, digits, space, _ . : -, starting with a letter or digit")
@@ -128,7 +132,7 @@ def _check_rule_field(name: str, value: Any) -> Any:
     if name == "webhook_url":
         if value is None or value == "":
             return None
-        check_webhook_url(value, name)
+        check_webhook_url(value, policy, name)
         return value
     if name == "enabled":
         if not isinstance(value, bool):
@@ -146,21 +150,27 @@ def _check_rule_field(name: str, value: Any) -> Any:
     raise InvalidRule(name, f"unknown field (known: {', '.join(RULE_FIELDS)})")
 
 
-def check_webhook_url(value: Any, field: str = "webhook_url") -> None:
-    """Webhooks are http(s) URLs with a host; nothing else is ever posted to."""
-    parts = urlsplit(value) if isinstance(value, str) else None
-    if (parts is None or parts.scheme not in ("http", "https") or not parts.hostname or len(value) > 2000
-            or any(ch.isspace() for ch in value)):
-        raise InvalidRule(field, "must be an http(s) URL or null (then REPLAYSCOPE_ALERT_WEBHOOK is used)")
+def check_webhook_url(value: Any, policy: TargetPolicy | None = None, field: str = "webhook_url") -> None:
+    """Webhooks are http(s) URLs with a host and a valid port, to an address the operator
+    allows (``collector.webhook_urls``); nothing else is ever posted to."""
+    try:
+        webhook_urls.checked(value, policy or TargetPolicy())
+    except webhook_urls.RefusedTarget as error:
+        raise InvalidRule(field, str(error)) from None
+    except webhook_urls.BadURL as error:
+        raise InvalidRule(field, f"{error}: must be an http(s) URL or null (then REPLAYSCOPE_ALERT_WEBHOOK "
+                                 f"is used)") from None
 
 
-def validate_rule(data: Any, *, partial: bool = False) -> dict[str, Any]:
-    """The rule's fields, checked and normalised; defaults filled unless ``partial``."""
+def validate_rule(data: Any, *, partial: bool = False, policy: TargetPolicy | None = None) -> dict[str, Any]:
+    """The rule's fields, checked and normalised; defaults filled unless ``partial``.
+    ``policy``: the non-public webhook addresses the operator allows (none by default)."""
     if not isinstance(data, dict):
         raise InvalidRule("(rule)", "must be a JSON object")
+    policy = policy or TargetPolicy()
     out: dict[str, Any] = {}
     for name, value in data.items():
-        out[name] = _check_rule_field(name, value)
+        out[name] = _check_rule_field(name, value, policy)
     if not partial:
         for required in ("name", "threshold"):
             if required not in out:
@@ -192,8 +202,9 @@ def get_rule(store: Store, rule_id: int) -> dict:
         return _rule_dict(conn, rule_id)
 
 
-def create_rule(store: Store, data: Any, *, now: float | None = None) -> dict:
-    fields = validate_rule(data)
+def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> dict:
+    """Create a rule (``policy``: the non-public webhook addresses allowed, see ``validate_rule``)."""
+    fields = validate_rule(data, policy=policy)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
@@ -207,7 +218,7 @@ def update_rule(store: Store, rule_id: int, data: Any, *, partial: bool = True, 
                 delivery: Delivery | None = None) -> dict:
     """Change a rule (``partial``: only the given fields; else a full replacement).
     Disabling it resolves its firing alerts (and notifies their receivers)."""
-    fields = validate_rule(data, partial=partial)
+    fields = validate_rule(data, partial=partial, policy=delivery.policy if delivery is not None else None)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
@@ -359,8 +370,8 @@ def _candidates(conn, rule: dict) -> list:
         .where(runs.c.last_event_ts.is_not(None), sa.or_(
             sa.and_(st.c.run_pk.is_(None), runs.c.last_seen_at >= rule["created_at"]),
             runs.c.last_event_ts > st.c.evaluated_to,
-            sa.and_(runs.c.status != "running",
-                    sa.or_(st.c.alert_id.is_not(None), st.c.pending_since.is_not(None)))))
+            sa.and_(runs.c.status != "running", sa.or_(
+                st.c.alert_id.is_not(None), st.c.pending_since.is_not(None), runs.c.ended_at > st.c.evaluated_to))))
         .order_by(runs.c.id)).all()
 
 
@@ -389,7 +400,13 @@ def _evaluate_run(conn, rule: dict, run, now: float, delivery: Delivery | None) 
     ended = run.status != "running"
     # A running run's latest second may still be arriving, unless nothing came for a second.
     settled = ended or now - run.last_seen_at >= SETTLE_S
-    last = math.floor(run.last_event_ts) - (0 if settled else 1)
+    # Its clock (last_event_ts) counts each event at most at its arrival (collector.ingest): a
+    # future-stamped event cannot push evaluation past data still to come. Everything of an
+    # ended run has arrived: it is evaluated to its end, however it was stamped.
+    frontier = run.last_event_ts
+    if ended and run.ended_at is not None:
+        frontier = max(frontier, run.ended_at)
+    last = math.floor(frontier) - (0 if settled else 1)
     window_s = rule["window_s"]
     if run.has_state is None:
         first_data = conn.execute(sa.select(sa.func.min(sr.c.t)).where(
@@ -470,10 +487,10 @@ def _evaluate_run(conn, rule: dict, run, now: float, delivery: Delivery | None) 
         state["evaluated_to"] = float(stop)
 
     if ended and state["evaluated_to"] >= last:
-        state.update(pending_since=None, evaluated_to=max(state["evaluated_to"], run.last_event_ts))
+        state.update(pending_since=None, evaluated_to=max(state["evaluated_to"], frontier))
         if alert is not None:         # the run ended: so did its alert
             end = run.ended_at if run.ended_at is not None else float(last)
-            _resolve(conn, alert, rule, min(end, run.last_event_ts), delivery, now)
+            _resolve(conn, alert, rule, min(end, frontier), delivery, now)
             transitions.append(Transition("resolved", dict(alert), rule))
             state.update(alert_id=None, clear_since=None)
     conn.execute(st.update().where(st.c.rule_id == rule["id"], st.c.run_pk == run.id).values(**state))
@@ -502,9 +519,7 @@ def public_rule(rule: dict, writer: bool) -> dict:
     """A rule as a reader sees it: the webhook URL (itself often a secret) only for writers."""
     if writer or not rule.get("webhook_url"):
         return rule
-    from collector.auth import redact_url
-
-    return {**rule, "webhook_url": redact_url(rule["webhook_url"])}
+    return {**rule, "webhook_url": webhook_urls.redact(rule["webhook_url"])}
 
 
 def resolve_run_alerts(conn, run_pk: int, delivery: Delivery | None, now: float) -> None:

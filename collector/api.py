@@ -7,7 +7,8 @@ reads through ``collector.queries``. The event route parses its body itself
 ``settings.max_body_bytes`` are refused with 413 before parsing, from Content-Length and
 while reading, and checked for depth and size of structure before any parser runs. With a
 token set, every write needs it (``collector.auth``); every write is JSON from this server's
-own pages or a non-browser client (``WriteGuard``). Errors are
+own pages or a non-browser client (``WriteGuard``), and every request names a host this
+collector serves (``collector.hosts``: no DNS rebinding). Errors are
 ``runner.errors.ReplayscopeError`` subclasses carrying their HTTP status; one handler turns
 any of them (and a database that stopped answering) into ``{"detail": ..., <body fields>}``.
 """
@@ -27,13 +28,16 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import advisor, alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas
+from collector import (advisor, alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas,
+                       webhook_urls)
 from collector.deletion import delete_run
+from collector.hosts import is_served, served_hosts
 from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
 from collector.services import Evaluator, Notifier, Retention
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
+from collector.throttle import WrongTokens
 from collector.tables import alert_events, runs
 from runner.errors import Forbidden, NotFound, ReplayscopeError, TooLarge, Unauthorized, UnsupportedMediaType
 from runner.wire import RULE_STAGES
@@ -52,8 +56,11 @@ try:  # optional: a faster parser for the hot path, same results for valid JSON
                 raise RecursionError from None
             raise ValueError(str(error)) from None
 except ImportError:  # pragma: no cover
+    def _not_json(constant: str) -> Any:
+        raise ValueError(f"{constant} is not JSON")
+
     def _loads(body: bytes) -> Any:
-        return json.loads(body)
+        return json.loads(body, parse_constant=_not_json)     # as orjson: no NaN, no Infinity
 
 
 MAX_JSON_DEPTH = 32
@@ -232,6 +239,25 @@ class WriteGuard:
         return await self.app(scope, receive, send)
 
 
+class HostGuard:
+    """ASGI middleware for every request, API and dashboard alike: the ``Host`` it names is one
+    this collector serves (``collector.hosts``), so a rebound DNS name reaches nothing."""
+
+    def __init__(self, app, hosts: frozenset[str] | None):
+        self.app = app
+        self.hosts = hosts
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http" or self.hosts is None:
+            return await self.app(scope, receive, send)
+        host = next((v.decode("latin-1") for k, v in scope.get("headers", ()) if k == b"host"), None)
+        if not is_served(host, self.hosts):
+            return await _send_error(send, ReplayscopeError(
+                f"Host {host!r} is not a name this collector serves; if it is, add it to "
+                f"REPLAYSCOPE_ALLOWED_HOSTS"))
+        return await self.app(scope, receive, send)
+
+
 # Rule ids are database integers: anything outside SQLite's and PostgreSQL's BIGINT is a 422.
 RuleId = Annotated[int, Path(ge=1, le=2**63 - 1, description="the rule's id")]
 
@@ -267,9 +293,14 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.add_middleware(WriteGuard)
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(HostGuard, hosts=served_hosts(settings))      # outermost: checked first
+
+    wrong_tokens = WrongTokens()
+    app.state.wrong_tokens = wrong_tokens
 
     def is_writer(request: Request) -> bool:
-        return auth.is_writer(request.headers, request.cookies, settings.token)
+        client = request.client.host if request.client else None
+        return auth.is_writer(request.headers, request.cookies, settings.token, client=client, limiter=wrong_tokens)
 
     def require_writer(request: Request) -> None:
         if not is_writer(request):
@@ -435,7 +466,8 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     async def post_rule(request: Request):
         """Create a rule; 422 says which field is wrong, 409 if the name is taken."""
         data = await _json_body(request)
-        return JSONResponse(await run_in_threadpool(alerts.create_rule, store, data), status_code=201)
+        return JSONResponse(await run_in_threadpool(lambda: alerts.create_rule(store, data, policy=delivery.policy)),
+                            status_code=201)
 
     @app.get("/v1/alert-rules/{rule_id}", response_model=schemas.AlertRule, tags=["alerts"], responses=errors)
     def get_rule(rule_id: RuleId, request: Request):
@@ -468,13 +500,14 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
     @app.get("/v1/alert-notifications", tags=["alerts"])
     def get_notifications(request: Request):
         """The notification outbox, newest first: each transition per receiver, its state
-        (pending, sent, expired), attempts and last error. URLs redacted unless a writer asks."""
+        (pending, unanswered, sent, unconfirmed, expired), attempts and last error (never the
+        URL nor what the receiver answered). URLs redacted unless a writer asks."""
         writer = is_writer(request)
         rows = []
         for row in notifications.outbox(store):
             rows.append({k: row[k] for k in ("id", "fingerprint", "status", "receiver", "state", "created_at",
                                              "expires_at", "next_attempt_at", "attempts", "sent_at", "last_error")}
-                        | {"url": row["url"] if writer else auth.redact_url(row["url"]),
+                        | {"url": row["url"] if writer else webhook_urls.redact(row["url"]),
                            "labels": row["alert"]["labels"]})
         return JSONResponse(rows)
 

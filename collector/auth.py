@@ -1,10 +1,10 @@
-"""Who may write: the bearer token, the dashboard's session cookie, the Origin check, and
-what a reader without the token may see of a webhook URL.
+"""Who may write: the bearer token, the dashboard's session cookie and the Origin check.
 
 With ``REPLAYSCOPE_TOKEN`` set, every write needs it: API clients send
 ``Authorization: Bearer <token>``; the dashboard asks for the token once and keeps a
 signed, HttpOnly, SameSite=Strict session cookie (``SESSION_COOKIE``) whose signature is
-keyed by the token, so changing the token ends every session. Without a token every
+keyed by the token, so changing the token ends every session. Wrong tokens are limited
+per client address (``collector.throttle``). Without a token every
 caller is a writer (``replayscope serve`` refuses to listen beyond loopback then, unless
 ``--insecure``). Either way a browser's cross-origin write is refused (``origin_allowed``).
 """
@@ -15,12 +15,16 @@ import hashlib
 import hmac
 import ipaddress
 import time
-from typing import Mapping
-from urllib.parse import urlsplit, urlunsplit
+from typing import TYPE_CHECKING, Mapping
+from urllib.parse import urlsplit
+
+from runner.errors import TooManyRequests
+
+if TYPE_CHECKING:
+    from collector.throttle import WrongTokens
 
 SESSION_COOKIE = "replayscope_session"
 SESSION_TTL_S = 12 * 3600
-REDACTED = "…"
 
 
 def token_matches(supplied: str | None, token: str | None) -> bool:
@@ -59,14 +63,32 @@ def session_valid(value: str | None, token: str | None, now: float | None = None
         int(expires) > (time.time() if now is None else now)
 
 
-def is_writer(headers: Mapping[str, str], cookies: Mapping[str, str], token: str | None) -> bool:
-    """A request carries the right to write: no token configured, the bearer token, or a valid session."""
+def is_writer(headers: Mapping[str, str], cookies: Mapping[str, str], token: str | None, *,
+              client: str | None = None, limiter: "WrongTokens | None" = None) -> bool:
+    """A request carries the right to write: no token configured, the bearer token, or a
+    valid session. With a ``limiter``, a bearer token from a ``client`` that gave too many
+    wrong ones is not even checked (``TooManyRequests``), and a wrong one counts."""
     if not token:
         return True
     supplied = bearer(headers.get("authorization"))
-    if supplied is not None and token_matches(supplied, token):
-        return True
+    if supplied is not None:
+        if check_token(supplied, token, client=client, limiter=limiter):
+            return True
     return session_valid(cookies.get(SESSION_COOKIE), token)
+
+
+def check_token(supplied: str, token: str, *, client: str | None = None, limiter: "WrongTokens | None" = None) -> bool:
+    """Whether ``supplied`` is the token, counting a wrong one against ``client`` (see
+    ``collector.throttle``); ``TooManyRequests`` while the client may not try."""
+    if limiter is not None:
+        wait = limiter.wait_s(client)
+        if wait > 0:
+            raise TooManyRequests(limiter.message(wait), wait)
+    if token_matches(supplied, token):
+        return True
+    if limiter is not None:
+        limiter.wrong(client)
+    return False
 
 
 def origin_allowed(headers: Mapping[str, str]) -> bool:
@@ -79,19 +101,6 @@ def origin_allowed(headers: Mapping[str, str]) -> bool:
         return False
     host = headers.get("x-forwarded-host") or headers.get("host") or ""
     return urlsplit(origin).netloc.lower() == host.split(",")[0].strip().lower()
-
-
-def redact_url(url: str | None) -> str | None:
-    """A URL without what makes it a secret (path, query, credentials): scheme and host only."""
-    if not url:
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if ":" in host:
-        host = f"[{host}]"
-    netloc = host + (f":{parts.port}" if parts.port else "")
-    return urlunsplit((parts.scheme, netloc, "/" + REDACTED if (parts.path not in ("", "/") or parts.query)
-                       else parts.path, "", ""))
 
 
 def is_loopback(host: str) -> bool:

@@ -29,6 +29,10 @@ from runner.errors import Invalid, NotFound
 from runner.wire import WireError, validate_event, validate_run
 
 MAX_CONFIG_DEPTH = 16
+# An event stamped ahead of the collector's clock moves its run's clock (last_event_ts, which
+# alert evaluation follows) only to its arrival: one future-stamped event cannot push the
+# evaluation of a run past data still to come. Ahead by more than this, the run says so.
+CLOCK_AHEAD_NOTED_S = 60.0
 
 
 class InvalidRun(Invalid):
@@ -253,7 +257,8 @@ def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
 def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> IngestResult:
     run = conn.execute(
         sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.model, t.runs.c.status, t.runs.c.end_seq,
-                  t.runs.c.last_event_ts, t.runs.c.raw_expired_before).where(t.runs.c.run_id == run_id)
+                  t.runs.c.last_event_ts, t.runs.c.raw_expired_before, t.runs.c.clock_ahead_s)
+        .where(t.runs.c.run_id == run_id)
     ).first()
     if run is None:
         raise UnknownRun(run_id)
@@ -270,6 +275,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     acc = Accumulator()
     seconds, batches = acc.seconds, acc.batches
     max_ts = run.last_event_ts or 0.0
+    latest_ts = -math.inf       # the latest stamp in the batch (its events arrive now)
     run_end = None
     duplicates = 0
     floor = math.floor
@@ -286,8 +292,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         if ts < expired_before and kind in ("step", "step_counts"):
             duplicates += 1
             continue
-        if ts > max_ts:
-            max_ts = ts
+        if ts > latest_ts:
+            latest_ts = ts
         if kind == "step":
             # Inlined Accumulator.add_step: this loop is the ingest hot path.
             stage, mode, reason, raw_bs = e["stage"], e["mode"], e["reason"], e["raw_bs"]
@@ -353,6 +359,10 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             raise _TotalsOverflow
 
     values: dict[str, Any] = {"last_seen_at": now}
+    max_ts = max(max_ts, min(latest_ts, now))            # each event at most at its arrival
+    ahead = latest_ts - now
+    if ahead > CLOCK_AHEAD_NOTED_S and ahead > (run.clock_ahead_s or 0.0):
+        values["clock_ahead_s"] = ahead
     if max_ts and max_ts != run.last_event_ts:
         values["last_event_ts"] = max_ts
     if run_end is not None and (run.end_seq is None or run_end["seq"] > run.end_seq):

@@ -30,6 +30,7 @@ ALERTS_FIRING = "replayscope_alerts_firing"
 RUNS = "replayscope_runs"
 ALERT_NOTIFICATIONS_TOTAL = "replayscope_alert_notifications_total"
 ALERT_NOTIFICATIONS_PENDING = "replayscope_alert_notifications_pending"
+NOTIFICATION_RESULTS = ("sent", "failed", "unconfirmed", "expired")
 
 # The decode stages (runner.wire.DECODE_STAGES) as a PromQL label matcher: the shipped
 # Prometheus rule (deploy/prometheus) and the Grafana board (deploy/grafana) select the
@@ -131,8 +132,9 @@ class Metrics:
             self.ingest_batches.labels(result)
         self.notifications = Counter(ALERT_NOTIFICATIONS_TOTAL,
                                      "Alert notification attempts by outcome: sent (2xx), failed (will be "
-                                     "retried), expired (given up).", ["result"], registry=r)
-        for result in ("sent", "failed", "expired"):
+                                     "retried), unconfirmed (no answer twice: not sent again), expired "
+                                     "(given up).", ["result"], registry=r)
+        for result in NOTIFICATION_RESULTS:
             self.notifications.labels(result)
         if store_gauges is not None:
             r.register(_StoreGauges(store_gauges))
@@ -167,7 +169,7 @@ class Metrics:
 
     def observe_notifications(self, result) -> None:
         """Count one notifier round (a ``collector.notifications.SendResult``)."""
-        for outcome in ("sent", "failed", "expired"):
+        for outcome in NOTIFICATION_RESULTS:
             n = getattr(result, outcome)
             if n:
                 self.notifications.labels(outcome).inc(n)

@@ -29,7 +29,7 @@ from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollu
                               captures as cap, degrades as deg, parity_checks as par,
                               phases as ph, recordings as rec, run_marks as rm, run_warnings as rw,
                               runs, step_rollups as sr)
-from runner.wire import DECODE_STAGES, MODES, stages_of
+from runner.wire import DECODE_STAGES, MODES, readable_config, stages_of
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
              runs.c.device, runs.c.status, runs.c.started_at, runs.c.ended_at)
@@ -184,14 +184,17 @@ def run_summary(store: Store, run_id: str) -> dict | None:
     one by one, None when all; ``raw_expired_before`` / ``seconds_expired_before``: raw
     step events / 1-second rollups before this ts were pruned by retention, else None;
     ``log_sample``: the source logs 1 in ``every`` steps of ``stage`` (SGLang's decode
-    lines), with the interval's ``provenance`` and the ``logged`` steps, else None).
+    lines), with the interval's ``provenance`` and the ``logged`` steps, else None),
+    ``clock_ahead_s``: the furthest an event was stamped ahead of the collector's clock when
+    it arrived, when more than a minute (such events count as stamped at their arrival in
+    ``last_event_ts``, the clock alerts follow), else None.
     """
     with store.read() as conn:
         row = conn.execute(sa.select(*_RUN_COLS, runs.c.config, runs.c.torch_version,
                                      runs.c.last_event_ts, runs.c.last_seen_at, runs.c.error,
                                      runs.c.end_seq, runs.c.partial, runs.c.time_provenance,
                                      runs.c.version, runs.c.graph_sample, runs.c.raw_expired_before,
-                                     runs.c.seconds_expired_before)
+                                     runs.c.seconds_expired_before, runs.c.clock_ahead_s)
                            .where(runs.c.run_id == run_id)).first()
         if row is None:
             return None
@@ -204,12 +207,13 @@ def run_summary(store: Store, run_id: str) -> dict | None:
             sa.select(rm.c.ts, rm.c.error, rm.c.rank, rm.c.phase, rm.c.graph_bs)
             .where(rm.c.run_pk == row.id, rm.c.seq == row.end_seq)).first()
     d = _run_dict(row, totals)
-    sample = log_sample(row.source, row.config)
+    config = None if row.config is None else readable_config(row.config)   # as checked at ingest
+    sample = log_sample(row.source, config)
     if sample is not None:
         sample["logged"] = totals["stage_steps"].get(sample["stage"], 0)
-    d.update(config=row.config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
+    d.update(config=config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
              last_seen_at=row.last_seen_at, error=row.error, partial=bool(row.partial),
-             time_provenance=row.time_provenance, version=row.version,
+             time_provenance=row.time_provenance, version=row.version, clock_ahead_s=row.clock_ahead_s,
              detail={"graph_sample": row.graph_sample, "raw_expired_before": row.raw_expired_before,
                      "seconds_expired_before": row.seconds_expired_before, "log_sample": sample},
              reasons={reason: int(n) for reason, n in reasons},
@@ -232,7 +236,7 @@ def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
     pruned a run's 1-second rollups the buckets are whole minutes (at least 60 s)."""
     with store.read() as conn:
         run = conn.execute(sa.select(runs.c.id, runs.c.started_at, runs.c.last_event_ts,
-                                     runs.c.seconds_expired_before)
+                                     runs.c.seconds_expired_before, runs.c.clock_ahead_s)
                            .where(runs.c.run_id == run_id)).first()
         if run is None:
             return []

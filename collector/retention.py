@@ -5,10 +5,12 @@ Raw step events (``steps``, ``step_counts``) are kept ``REPLAYSCOPE_RAW_RETENTIO
 days, the longest alert window); whole-run and minute rollups, batch sizes, reasons,
 phases, captures and everything else are kept for good, so every page and alert still
 works on an old run. Expiry goes by event time, a whole UTC day at a time: a day goes
-once all of it is older than the retention. A run whose detail went records the cut
-(``runs.raw_expired_before``, ``runs.seconds_expired_before``); pages say so, and ingest
-treats a step event older than its run's cut as a retry (it cannot be told from one), so
-a late resend never counts twice.
+once all of it is older than the retention, whenever its run started (a run's step events
+may be older than its start, e.g. a log imported with its own record). A run with step
+events before the cut records it (``runs.raw_expired_before``,
+``runs.seconds_expired_before``), before anything is deleted and once more after; pages say
+so, and ingest treats a step event older than its run's cut as a retry (it cannot be told
+from one), so a late resend never counts twice, on SQLite and PostgreSQL alike.
 
 On PostgreSQL the raw tables and the 1-second rollups are partitioned by day (migration
 0006): expiry detaches and drops whole partitions (``DETACH ... CONCURRENTLY``, so
@@ -208,14 +210,27 @@ def _drop_partitions(store: Store, cuts: dict[str, float | None]) -> list[str]:
 
 # -- pruning -------------------------------------------------------------------------------
 
+def _runs_with_detail_before(conn, cut: float, unmarked: sa.Column | None = None) -> list[int]:
+    """Runs with step events before ``cut``, by event time: their minute rollups (kept for
+    good, one row per minute any step fell in) start before it. With ``unmarked``: only
+    those whose recorded cut is still earlier."""
+    first_minute = (sa.select(sa.func.min(step_rollups.c.t))
+                    .where(step_rollups.c.run_pk == runs.c.id, step_rollups.c.bucket_s == 60)
+                    .scalar_subquery())
+    query = sa.select(runs.c.id).where(first_minute < cut)
+    if unmarked is not None:
+        query = query.where(sa.or_(unmarked.is_(None), unmarked < cut))
+    return list(conn.execute(query.order_by(runs.c.id)).scalars())
+
+
 def _mark_runs(store: Store, column: sa.Column, cut: float | None) -> list[int]:
-    """Record the cut on every run that may hold detail before it; returns their keys.
-    Done before anything is deleted, so ingest already treats resends as retries."""
+    """Record the cut on every run with step events before it (by event time, whenever the
+    run started); returns their keys. Done before anything is deleted, and again after, so
+    ingest treats a resend of anything that went as a retry."""
     if cut is None:
         return []
     with store.write() as conn:
-        pks = list(conn.execute(sa.select(runs.c.id).where(
-            runs.c.started_at < cut, sa.or_(column.is_(None), column < cut))).scalars())
+        pks = _runs_with_detail_before(conn, cut, unmarked=column)
         if pks:
             conn.execute(runs.update().where(runs.c.id.in_(pks)).values({column.name: cut}))
     return pks
@@ -223,33 +238,40 @@ def _mark_runs(store: Store, column: sa.Column, cut: float | None) -> list[int]:
 
 def prune(store: Store, policy: Policy, now: float | None = None, *,
           batch_rows: int = DELETE_BATCH_ROWS) -> PruneReport:
-    """Expire raw step events and 1-second rollups older than the policy keeps them."""
+    """Expire raw step events and 1-second rollups older than the policy keeps them, by
+    event time."""
     now = time.time() if now is None else now
     report = PruneReport(cut_for(now, policy.raw_s), cut_for(now, policy.second_s))
-    raw_runs = _mark_runs(store, runs.c.raw_expired_before, report.raw_cut)
-    second_runs = _mark_runs(store, runs.c.seconds_expired_before, report.second_cut)
-    report.runs_marked = len(set(raw_runs) | set(second_runs))
+    marked = _mark_both(store, report)
     if is_partitioned(store):
         cuts = {t: report.raw_cut for t in RAW_TABLES}
         cuts[SECOND_TABLE] = report.second_cut
         report.partitions_dropped = _drop_partitions(store, cuts)
-        return report
-    # SQLite: every run that may hold expired detail, in small transactions.
-    deleted = {"steps": 0, "step_counts": 0, "step_rollups": 0}
-    for run_pk in _runs_before(store, runs.c.started_at, report.raw_cut):
-        deleted["steps"] += _delete_by_seq(store, steps, run_pk, report.raw_cut, batch_rows)
-        deleted["step_counts"] += _delete_by_seq(store, step_counts, run_pk, report.raw_cut, batch_rows)
-    for run_pk in _runs_before(store, runs.c.started_at, report.second_cut):
-        deleted["step_rollups"] += _delete_seconds(store, run_pk, report.second_cut, batch_rows)
-    report.rows_deleted = deleted
+    else:
+        # SQLite: every run with detail before a cut (marked now or by an earlier prune), in
+        # small transactions.
+        deleted = {"steps": 0, "step_counts": 0, "step_rollups": 0}
+        for run_pk in _runs_before(store, report.raw_cut):
+            deleted["steps"] += _delete_by_seq(store, steps, run_pk, report.raw_cut, batch_rows)
+            deleted["step_counts"] += _delete_by_seq(store, step_counts, run_pk, report.raw_cut, batch_rows)
+        for run_pk in _runs_before(store, report.second_cut):
+            deleted["step_rollups"] += _delete_seconds(store, run_pk, report.second_cut, batch_rows)
+        report.rows_deleted = deleted
+    # A step of a run with nothing before the cut a moment ago may have arrived meanwhile.
+    report.runs_marked = len(marked | _mark_both(store, report))
     return report
 
 
-def _runs_before(store: Store, column: sa.Column, cut: float | None) -> list[int]:
+def _mark_both(store: Store, report: PruneReport) -> set[int]:
+    return (set(_mark_runs(store, runs.c.raw_expired_before, report.raw_cut))
+            | set(_mark_runs(store, runs.c.seconds_expired_before, report.second_cut)))
+
+
+def _runs_before(store: Store, cut: float | None) -> list[int]:
     if cut is None:
         return []
     with store.read() as conn:
-        return list(conn.execute(sa.select(runs.c.id).where(column < cut).order_by(runs.c.id)).scalars())
+        return _runs_with_detail_before(conn, cut)
 
 
 def _delete_by_seq(store: Store, table: sa.Table, run_pk: int, cut: float, batch_rows: int) -> int:

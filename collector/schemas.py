@@ -138,6 +138,9 @@ class RunSummary(RunListItem):
     partial: bool = Field(description="the source did not see the run's start")
     time_provenance: Optional[str]
     failure: Optional[dict[str, Any]] = Field(description="where a failed run failed: ts, error, rank, phase, graph_bs")
+    clock_ahead_s: Optional[float] = Field(
+        None, description="the furthest an event was stamped ahead of the collector's clock when it arrived "
+                          "(more than 60 s; such events count at their arrival in last_event_ts), else null")
 
 
 class TimelinePoint(BaseModel):

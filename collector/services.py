@@ -19,6 +19,7 @@ import time
 import sqlalchemy as sa
 
 from collector import alerts, leader, notifications, retention
+from collector.receiver_lanes import ReceiverLanes
 from collector.settings import Settings
 from collector.store import Store
 from collector.tables import runs
@@ -109,7 +110,8 @@ class Evaluator(Service):
 
 
 class Notifier(Service):
-    """Sends what the outbox owes: retried with backoff until delivered or expired."""
+    """Sends what the outbox owes, each receiver in its lane (``collector.receiver_lanes``):
+    retried with backoff until delivered or expired; the tick never waits for a receiver."""
 
     name = "notifier"
 
@@ -117,9 +119,10 @@ class Notifier(Service):
         super().__init__(settings.notify_every_s, store)
         self.delivery = notifications.Delivery.from_settings(settings)
         self.metrics = metrics
+        self.lanes = ReceiverLanes(store, self.delivery, metrics)
 
     def tick(self, now: float) -> None:
-        notifications.send_due(self.store, self.delivery, now, metrics=self.metrics)
+        self.lanes.dispatch(now)
 
 
 class Retention(Service):

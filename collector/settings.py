@@ -37,6 +37,8 @@ class Settings:
     notify_expire_s: float = 12 * 3600.0       # REPLAYSCOPE_NOTIFY_EXPIRE_S: retried until this old, then dropped
     notify_repeat_s: float = 4 * 3600.0        # REPLAYSCOPE_NOTIFY_REPEAT_S: a firing alert is re-sent this often
     webhook_timeout_s: float = 30.0            # REPLAYSCOPE_WEBHOOK_TIMEOUT_S: a slower answer is a failed attempt
+    webhook_allow: str | None = None           # REPLAYSCOPE_WEBHOOK_ALLOW: non-public receivers allowed (names, addresses, networks)
+    allowed_hosts: str | None = None           # REPLAYSCOPE_ALLOWED_HOSTS: Host names this collector answers to
     run_services: bool = True                  # start the background services with the app
     raw_retention: str = "14d"                 # REPLAYSCOPE_RAW_RETENTION: raw step events ("forever": keep)
     second_retention: str = "7d"               # REPLAYSCOPE_SECOND_RETENTION: 1-second rollups

@@ -20,6 +20,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
+from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
@@ -230,18 +231,37 @@ def _unusable(url: str, error: Exception) -> ReplayscopeError:
     shown = safe_url(url)
     kind: type[ReplayscopeError] = ReplayscopeError
     if isinstance(error, ModuleNotFoundError):
-        extra = "pip install 'replayscope[postgres]'" if shown.startswith("postgres") else f"pip install {error.name}"
-        text = f"{shown}: its database driver ({error.name}) is not installed: {extra}"
+        text = f"{shown}: its database driver ({error.name}) is not installed: {_driver_hint(shown, error.name)}"
     elif isinstance(error, (exc.ArgumentError, exc.NoSuchModuleError)):
         text = f"{shown!r} is not a usable database URL ({error})"
     else:
         reason = getattr(error, "orig", None) or error
         text = f"cannot open {shown}: {' '.join(str(reason).split()) or type(reason).__name__}"
         kind = StoreUnavailable
+    return kind(_masked(text, url, shown))
+
+
+# The pip package that provides a SQLAlchemy driver module, where it is not the module's name.
+_DRIVER_PACKAGES = {"psycopg": "'replayscope[postgres]'", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient",
+                    "pymysql": "PyMySQL", "cx_Oracle": "cx-Oracle"}
+
+
+def _driver_hint(shown: str, module: str | None) -> str:
+    package = _DRIVER_PACKAGES.get(module or "", module)
+    if shown.startswith("postgres"):
+        return f"pip install {_DRIVER_PACKAGES['psycopg'] if module == 'psycopg' else package}"
+    return f"pip install {package} (replayscope is tested on SQLite and PostgreSQL only)"
+
+
+def _masked(text: str, url: str, shown: str) -> str:
+    """``text`` without the password of ``url``, wherever the URL (or its user:password@) appears
+    in it; nothing else of the text is touched."""
+    text = text.replace(url, shown)
     password = _password(url)
     if password:
-        text = text.replace(password, "***")
-    return kind(text)
+        for written in {password, quote(password, safe="")}:
+            text = text.replace(f":{written}@", ":***@")
+    return text
 
 
 def _password(url: str) -> str | None:

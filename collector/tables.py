@@ -54,7 +54,8 @@ runs = sa.Table(
     sa.Column("end_seq", sa.BigInteger),          # seq of the run_end event that set status
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("last_seen_at", sa.Float, nullable=False),   # collector clock
-    sa.Column("last_event_ts", sa.Float),                  # largest event ts (runner clock)
+    sa.Column("last_event_ts", sa.Float),                  # largest event ts (runner clock), each at most its arrival
+    sa.Column("clock_ahead_s", sa.Float),                  # furthest an event was stamped ahead of its arrival (> 60 s)
     sa.Column("partial", sa.Boolean),                      # the source did not see the start
     sa.Column("time_provenance", sa.String(16)),           # e.g. inferred: the log gave no year
     sa.Column("version", sa.String(64)),                   # what was deployed (release tag, engine version)

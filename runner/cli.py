@@ -8,7 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from runner.errors import ReplayscopeError
+from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 if TYPE_CHECKING:
     from runner.engine import RunConfig
@@ -262,7 +262,22 @@ def run_command(args) -> int:
         engine.setup()                       # the emitter ends the run however it ends (SIGTERM: interrupted)
         stats = engine.run()
     print(summary_line(record, engine, stats), file=sys.stderr)
-    return 0
+    shortfall = telemetry_shortfall(emitter, sink)
+    if shortfall:                            # the run ran, but its record is not all where it was sent
+        print(f"replayscope run: {shortfall}", file=sys.stderr)
+        return EXIT_INCOMPLETE
+    return EXIT_DONE
+
+
+def telemetry_shortfall(emitter, sink) -> str | None:
+    """What of the run's events did not get where they were sent (None: all did)."""
+    parts = []
+    if emitter is not None and emitter.lost:
+        parts.append(f"{emitter.lost} events could not be written (the sink failed, see above)")
+    left = sum(getattr(s, "spooled", 0) for s in getattr(sink, "sinks", [sink]))
+    if left:
+        parts.append(f"{left} events were not delivered to the collector (kept in the spool, see above)")
+    return "; ".join(parts) or None
 
 
 def summary_line(record, engine, stats) -> str:

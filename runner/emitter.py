@@ -47,7 +47,10 @@ class JsonlSink:
         self._writer: EventsFileWriter | None = None
 
     def open(self, run: dict[str, Any]) -> None:
-        self._writer = EventsFileWriter(self.path, run)
+        try:
+            self._writer = EventsFileWriter(self.path, run)
+        except OSError as error:         # before the run starts: nothing is lost yet
+            raise ReplayscopeError(f"cannot write the events file {self.path}: {error.strerror or error}") from None
 
     def write(self, events: list[dict[str, Any]]) -> None:
         self._writer.write(events)
@@ -421,7 +424,8 @@ class Emitter:
         self._flush_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._last_write = time.monotonic()
-        self.written = 0
+        self.written = 0           # events the sink took
+        self.lost = 0              # events the sink raised on: not written anywhere
         self.closed = False
 
     def __enter__(self) -> "Emitter":
@@ -512,6 +516,8 @@ class Emitter:
         return ready
 
     def _flush(self, wait_for_gpu: bool = False, final: bool = False) -> int:
+        """Hand what is ready to the sink; returns how many events it took. A batch the sink
+        raised on is lost (counted in ``lost``, said on stderr), never counted as written."""
         written = 0
         with self._flush_lock:
             while True:
@@ -521,9 +527,12 @@ class Emitter:
                 try:
                     self.sink.write(events)
                 except Exception as error:  # the emitter must never take the run down
-                    _warn(f"telemetry sink failed: {error!r}")
-                written += len(events)
-                self.written += len(events)
+                    self.lost += len(events)
+                    _warn(f"telemetry sink failed, {len(events)} event{'s' * (len(events) != 1)} not written "
+                          f"({self.lost} in all): {error!r}")
+                else:
+                    written += len(events)
+                    self.written += len(events)
                 self._last_write = time.monotonic()
 
     def _loop(self) -> None:
@@ -544,7 +553,11 @@ class Emitter:
         if self._thread is not None:
             self._thread.join()
         self._flush(wait_for_gpu=True, final=True)
-        self.sink.close()
+        try:
+            self.sink.close()
+        except Exception as error:      # e.g. the last lines of a file on a full disk
+            self.lost += 1
+            _warn(f"telemetry sink failed when closing: {error!r}")
         self.closed = True
 
 

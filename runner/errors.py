@@ -9,6 +9,11 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Mapping
 
+# What a command's exit code says (docs/commands.md): it did its job; it ran but did not do
+# all of it (events not delivered, a runner that failed); nothing was done (bad input, a
+# ReplayscopeError); Ctrl-C; the reader of its output went away (``| head``), as SIGPIPE.
+EXIT_DONE, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED = 0, 1, 2, 130, 141
+
 
 class ReplayscopeError(Exception):
     """Bad input or an unusable environment, explained in one line for the user."""
@@ -44,6 +49,16 @@ class TooLarge(ReplayscopeError):
 
 class UnsupportedMediaType(ReplayscopeError):
     status = 415
+
+
+class TooManyRequests(ReplayscopeError):
+    """Too many wrong attempts from one client; ``retry_after_s`` says when to try again (429)."""
+
+    status = 429
+
+    def __init__(self, message: str, retry_after_s: float):
+        super().__init__(message)
+        self.headers = {"Retry-After": str(max(1, round(retry_after_s)))}
 
 
 class Invalid(ReplayscopeError):

@@ -113,6 +113,7 @@ MAX_STEP_TOKENS = 2**24              # tokens in one step
 MAX_COUNT = 2**40                    # step_counts aggregates: sums of 2^23 of them still fit a BIGINT
 MAX_BYTES = 2**53                    # memory sizes (exact in a JSON number / JavaScript)
 MAX_SEQ = 2**62
+MAX_BATCH_SIZES = 4096               # batch sizes in one list or step_counts event
 _FLOAT_MAX = sys.float_info.max      # an integer beyond it cannot be stored as a float
 
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
@@ -253,10 +254,10 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
                            "or the stage where the source does not state it"),
         # Per-size counts (vLLM's --cudagraph-metrics rows, /metrics histogram buckets): the
         # batch size these steps had and the graph that served them, when the source says.
-        "raw_bs": _f("int", required=False, nullable=True, minimum=1,
-                     doc="the batch size (tokens) of these steps; null when the source gives none"),
-        "graph_bs": _f("int", required=False, nullable=True, minimum=1,
-                       doc="the captured size that served them; null when eager or not said"),
+        "raw_bs": _batch(required=False, nullable=True,
+                         doc="the batch size (tokens) of these steps; null when the source gives none"),
+        "graph_bs": _batch(required=False, nullable=True,
+                           doc="the captured size that served them; null when eager or not said"),
         # Counts of several sizes at once (the runner's sampled graph steps: one event a second).
         "batch_sizes": _f("object", required=False, nullable=True,
                           doc="the counted steps by raw batch size: {\"<raw_bs>\": {\"count\", "
@@ -350,6 +351,8 @@ def _check_value(name: str, spec: FieldSpec, value: Any) -> None:
             raise WireError(name, "must be a string")
         if len(value) > spec.max_chars:
             raise WireError(name, f"longer than {spec.max_chars} characters")
+        if "\x00" in value:
+            raise WireError(name, "must not contain a NUL character (U+0000)")
         if spec.type == "reason" and not is_valid_reason(value):
             raise WireError(name, f"{value!r} is not a known reason ({', '.join(REASONS)}) "
                                   f"nor '{CUSTOM_REASON_PREFIX}<text>'")
@@ -407,8 +410,117 @@ def _check_fields(record: Any, specs: dict[str, FieldSpec]) -> None:
 
 
 def validate_run(record: Any) -> None:
-    """Raise WireError unless ``record`` is a valid run record."""
+    """Raise WireError unless ``record`` is a valid run record (its ``config`` included)."""
     _check_fields(record, RUN_FIELDS)
+    if record.get("config") is not None:
+        check_config(record["config"])
+
+
+# -- the run's config -------------------------------------------------------------------------
+# ``config`` is free-form: a source records what it knows. The keys replayscope itself reads
+# (the advisor, the startup post-mortem, the pages and rank tables) have one shape each,
+# checked at ingest with the bounds above, the same on every store; other keys are only
+# stored and shown.
+
+@dataclass(frozen=True)
+class ListOf:
+    """A JSON array of items of one shape (a FieldSpec, or an object with known fields)."""
+
+    item: Any
+    max_items: int = MAX_BATCH_SIZES
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """A JSON object whose keys are free and whose values have one shape."""
+
+    value: FieldSpec
+    max_items: int = MAX_BATCH_SIZES
+    doc: str = ""
+
+
+def _optional(type_: str, **kw: Any) -> FieldSpec:
+    return _f(type_, required=False, nullable=True, **kw)
+
+
+_GRAPHS = _optional("int", minimum=0, maximum=MAX_BATCH)
+CONFIG_FIELDS: dict[str, Any] = {
+    "capture_sizes": ListOf(_batch(), doc="the batch sizes with a captured graph"),
+    "capture_count": _optional("int", minimum=0, maximum=MAX_BATCH, doc="how many graphs were captured"),
+    "capture_passes": ListOf({"pass": _optional("str", max_chars=200), "graphs": _GRAPHS, "graphs_done": _GRAPHS},
+                             max_items=1024, doc="an engine's capture progress bars: graphs done of graphs"),
+    "ranks": ListOf(_optional("str", max_chars=64), doc="the ranks that logged, in order"),
+    "rank_headline": MapOf(_optional("str", max_chars=64), doc="per fact, the rank whose figure is the run's"),
+    "weights": _optional("str", max_chars=64, doc="checkpoint or random"),
+    "capture_timing": _optional("str", max_chars=64),
+    "compile": _optional("bool"),
+    "padding": _optional("bool"),
+    "weights_mem": _optional("int", minimum=0, maximum=MAX_BYTES),
+    "weight_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
+    "graph_mem_bytes": _optional("int", minimum=-MAX_BYTES, maximum=MAX_BYTES),
+    "graph_mem_estimate_bytes": _optional("int", minimum=-MAX_BYTES, maximum=MAX_BYTES),
+    "available_gpu_mem_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
+    "memory_cap_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
+}
+
+
+def _check_shape(name: str, spec: Any, value: Any) -> None:
+    if isinstance(spec, FieldSpec):
+        _check_value(name, spec, value)
+    elif isinstance(spec, dict):
+        if not isinstance(value, dict):
+            raise WireError(name, "must be an object")
+        for key, field_spec in spec.items():
+            if key in value:
+                _check_value(f"{name}.{key}", field_spec, value[key])
+    elif value is not None:
+        container = list if isinstance(spec, ListOf) else dict
+        if not isinstance(value, (list, tuple) if container is list else dict):   # a tuple is a JSON array too
+            raise WireError(name, "must be an array" if container is list else "must be an object")
+        if len(value) > spec.max_items:
+            raise WireError(name, f"more than {spec.max_items} items")
+        items = enumerate(value) if container is list else value.items()
+        inner = spec.item if container is list else spec.value
+        for key, item in items:
+            _check_shape(f"{name}[{key}]" if container is list else f"{name}.{key}", inner, item)
+
+
+def check_config(config: Any) -> None:
+    """Raise WireError unless every key of a run's config that replayscope reads has its shape."""
+    if not isinstance(config, dict):
+        raise WireError("config", "must be an object")
+    for key, spec in CONFIG_FIELDS.items():
+        if key in config:
+            _check_shape(f"config.{key}", spec, config[key])
+    _check_finite("config", config)
+
+
+def _check_finite(name: str, value: Any) -> None:
+    """JSON has no NaN or Infinity (a lenient parser may still produce them): none may be stored."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise WireError(name, "must be a finite number (JSON has no NaN or Infinity)")
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_finite(f"{name}.{key}", item)
+    elif isinstance(value, (list, tuple)):
+        for i, item in enumerate(value):
+            _check_finite(f"{name}[{i}]", item)
+
+
+def readable_config(config: Any) -> dict[str, Any]:
+    """A stored config as readers may use it: a key that breaks its shape (stored before it
+    was checked at ingest) reads as absent."""
+    if not isinstance(config, dict):
+        return {}
+    out = dict(config)
+    for key, spec in CONFIG_FIELDS.items():
+        if key in out:
+            try:
+                _check_shape(f"config.{key}", spec, out[key])
+            except WireError:
+                del out[key]
+    return out
 
 
 def validate_event(event: Any) -> None:
@@ -435,7 +547,7 @@ def validate_event(event: Any) -> None:
             _check_batch_sizes(event)
 
 
-MAX_BATCH_SIZES = 4096
+_BATCH_SIZE_KEY = re.compile(r"^[1-9][0-9]{0,6}\Z")      # ASCII digits: "²".isdigit() is true too
 _BATCH_PART_FIELDS: dict[str, FieldSpec] = {
     "count": _f("int", minimum=1, maximum=MAX_COUNT),
     "num_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
@@ -452,7 +564,7 @@ def _check_batch_sizes(event: dict[str, Any]) -> None:
     sums = {"count": 0, "num_tokens": 0, "padded_tokens": 0}
     timed = event.get("duration_s") is not None
     for key, part in parts.items():
-        if not (key.isdigit() and key[0] != "0" and len(key) <= 9 and int(key) <= MAX_BATCH):
+        if not (_BATCH_SIZE_KEY.match(key) and int(key) <= MAX_BATCH):
             raise WireError("batch_sizes", f"{key!r} is not a batch size (a positive integer as a string)")
         try:
             _check_fields(part, _BATCH_PART_FIELDS)
@@ -503,7 +615,7 @@ def _fast_expression(name: str, spec: FieldSpec, env: dict[str, Any]) -> str:
             env["REASONS"], env["is_valid_reason"] = REASONS, is_valid_reason
             base = "(v in REASONS or (type(v) is str and is_valid_reason(v)))"
         else:
-            base = f"(type(v) is str and len(v) <= {spec.max_chars})"
+            base = f"(type(v) is str and len(v) <= {spec.max_chars} and '\\x00' not in v)"
             if spec.pattern is not None:
                 env[f"pattern_{name}"] = spec.pattern
                 base = f"({base} and pattern_{name}.match(v) is not None)"

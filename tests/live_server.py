@@ -6,6 +6,11 @@ import threading
 import time
 
 
+# The base URL for Starlette's TestClient: its default Host, "testserver", is not a name a
+# collector serves (collector.hosts refuses it, as any name a rebound DNS could send).
+LOOPBACK_BASE = "http://127.0.0.1"
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -4,6 +4,7 @@ and brought back on the same port."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -11,13 +12,21 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from tests.live_server import free_port
 
+# What a collector needs in REPLAYSCOPE_WEBHOOK_ALLOW to post to a receiver on loopback.
+LOOPBACK_ALLOW = "127.0.0.1"
+
 
 class Receiver:
-    def __init__(self, port: int | None = None, *, delay_s: float = 0.0, status: int = 200):
+    def __init__(self, port: int | None = None, *, delay_s: float = 0.0, status: int = 200,
+                 answer: bytes = b"ok", basic_auth: str | None = None):
         self.port = port or free_port()
         self.delay_s = delay_s
         self.status = status
-        self.received: list[dict] = []
+        self.answer = answer                   # the body it answers with (a receiver's own secrets)
+        self.basic_auth = basic_auth           # "user:password": anything else is answered 401
+        self.received: list[dict] = []         # bodies it answered 2xx to
+        self.bodies: list[dict] = []           # every body that arrived, answered or not yet
+        self.authorizations: list[str | None] = []
         self.requests = 0                      # POSTs that arrived (answered or not yet)
         self.arrived = threading.Event()
         self.lock = threading.Lock()
@@ -33,17 +42,28 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                authorization = self.headers.get("Authorization")
                 with receiver.lock:
                     receiver.requests += 1
+                    receiver.bodies.append(body)
+                    receiver.authorizations.append(authorization)
                 receiver.arrived.set()
                 if receiver.delay_s:
                     time.sleep(receiver.delay_s)
+                if receiver.basic_auth is not None and authorization != "Basic " + base64.b64encode(
+                        receiver.basic_auth.encode()).decode():
+                    self.send_response(401)
+                    self.end_headers()
+                    return
                 with receiver.lock:
                     receiver.received.append(body)
-                self.send_response(receiver.status)
-                self.send_header("Content-Type", "text/plain")
-                self.end_headers()
-                self.wfile.write(b"ok")
+                try:
+                    self.send_response(receiver.status)
+                    self.send_header("Content-Type", "text/plain")
+                    self.end_headers()
+                    self.wfile.write(receiver.answer)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass                       # the sender stopped waiting (its timeout)
 
             def log_message(self, *args):
                 pass

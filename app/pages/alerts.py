@@ -2,7 +2,8 @@
 collector.alerts), and the firing / resolved history with each alert's dominant reason.
 
 With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
-once: the sign-in callback sets a signed, HttpOnly session cookie (collector.auth), and
+once (wrong tokens are limited per address, collector.throttle): the sign-in callback
+sets a signed, HttpOnly session cookie (collector.auth), and
 every callback that changes the store checks it, so a callback posted without it changes
 nothing. Readers without it see webhook URLs as scheme and host only."""
 
@@ -84,8 +85,13 @@ def _token() -> str | None:
 def request_is_writer() -> bool:
     """Whether the callback's request may change the store (the session cookie or the bearer token)."""
     from collector.auth import is_writer
+    from runner.errors import TooManyRequests
 
-    return is_writer(ctx.headers or {}, ctx.cookies or {}, _token())
+    try:
+        return is_writer(ctx.headers or {}, ctx.cookies or {}, _token(), client=ctx.remote or None,
+                         limiter=c.wrong_tokens())
+    except TooManyRequests:
+        return False
 
 
 def _auth_text(writer: bool) -> str:
@@ -158,12 +164,17 @@ def form_data(name, threshold, window, min_steps, for_s, keep, resolve, stage, p
           State("auth-changed", "data"))
 def sign_in(_in, _out, token, changed):
     """Sign in (the token once, then a session cookie) or out; say which the page is."""
-    from collector.auth import SESSION_COOKIE, SESSION_TTL_S, new_session, token_matches
+    from collector.auth import SESSION_COOKIE, SESSION_TTL_S, check_token, new_session
+    from runner.errors import TooManyRequests
 
     configured = _token()
     trigger = ctx.triggered_id
     if configured and trigger == "auth-sign-in":
-        if not token_matches(token or "", configured):
+        try:
+            right = check_token(token or "", configured, client=ctx.remote or None, limiter=c.wrong_tokens())
+        except TooManyRequests as error:
+            return f"Not checked: {error}.", "", changed
+        if not right:
             return "That is not the collector's token.", "", changed
         secure = (ctx.headers or {}).get("x-forwarded-proto", "") == "https" or \
             str((ctx.headers or {}).get("origin", "")).startswith("https:")
@@ -198,7 +209,7 @@ def act(_n, _create, _update, _delete, _auth, selected, *form):
         if trigger in ("rule-create", "rule-update", "rule-delete") and not writer:
             message, kind = "Not saved: changing rules needs the collector's token; sign in above.", "message error"
         elif trigger == "rule-create":
-            rule = alerts.create_rule(store, form_data(*form))
+            rule = alerts.create_rule(store, form_data(*form), policy=Delivery.from_settings(c.settings()).policy)
             message, kind, keep = f"Created rule {rule['name']!s}.", "message ok", []
         elif trigger in ("rule-update", "rule-delete"):
             delivery = Delivery.from_settings(c.settings())

@@ -126,6 +126,9 @@ def header(summary: dict[str, Any]) -> list[Any]:
         parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
         parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
+    if summary.get("clock_ahead_s"):
+        parts.append(html.P(comparisons.clock_note(summary["clock_ahead_s"]), className="note imported",
+                            id="run-clock"))
     notes = comparisons.detail_notes(summary["detail"])
     if notes:
         parts.append(html.Div([html.P(n) for n in notes], className="note imported", id="run-detail"))

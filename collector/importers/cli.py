@@ -197,21 +197,24 @@ class _RunWriter:
 
 
 def follow_sinks(args: argparse.Namespace):
-    """(open_sink(record) -> sink, close_all): HttpSink (retries, spool) for --collector,
-    the store for --db."""
+    """(open_sink(record) -> sink, close_all() -> events left undelivered): HttpSink
+    (retries, spool) for --collector, the store for --db."""
     from collector.settings import resolve
 
     settings = resolve(args)
     if getattr(args, "collector", None):
         from runner.emitter import HttpSink
 
+        opened: list[HttpSink] = []
+
         def open_http(record: dict[str, Any]):
             sink = HttpSink(args.collector, token=settings.token)
             sink.open(record)
+            opened.append(sink)
             return sink
-        return open_http, lambda: None, f"collector {args.collector}"
+        return open_http, lambda: sum(sink.spooled for sink in opened), f"collector {args.collector}"
     db = DbSink(settings.db, migrate=getattr(args, "migrate", False))
-    return (lambda record: _RunWriter(db, record)), db.close, db.describe()
+    return (lambda record: _RunWriter(db, record)), lambda: db.close() or 0, db.describe()
 
 
 def run_follow(args: argparse.Namespace, out=None) -> int:
@@ -229,13 +232,14 @@ def run_follow(args: argparse.Namespace, out=None) -> int:
     open_sink, close, target = follow_sinks(args)
     print(f"following {args.path} ({args.engine}) into {target}"
           + (f", state in {state}" if state else ""), file=out, flush=True)
+    undelivered = 0
     try:
         live = follow(ENGINE_SPECS[args.engine], args.path, open_sink, state_path=state, interval=args.interval,
                       idle_exit=args.idle_exit, log=lambda message: print(message, file=out, flush=True))
     finally:
-        close()
+        undelivered = close()
     print(f"{len(live.runs_sent)} run(s) sent", file=out, flush=True)
-    return 0
+    return 1 if undelivered else 0          # events kept in a spool: the job is not done
 
 
 # -- scrape ------------------------------------------------------------------------------

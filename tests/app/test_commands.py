@@ -5,7 +5,7 @@ import sys
 from pathlib import Path
 
 from app.cli import main
-from tests.live_server import free_port
+from tests.live_server import LOOPBACK_BASE, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -76,7 +76,7 @@ def test_server_keeps_the_api_next_to_the_dashboard(filled):
     from app.server import create_server
     from collector.settings import Settings
 
-    with TestClient(create_server(filled, Settings(run_services=False))) as client:
+    with TestClient(create_server(filled, Settings(run_services=False)), base_url=LOOPBACK_BASE) as client:
         assert client.get("/healthz").status_code == 200
         assert {r["run_id"] for r in client.get("/v1/runs").json()} == {"syn-1", "syn-base"}
         assert client.get("/metrics").status_code == 200
@@ -91,7 +91,7 @@ def test_server_without_dashboard_serves_only_the_api(filled):
     from app.server import create_server
     from collector.settings import Settings
 
-    with TestClient(create_server(filled, Settings(run_services=False), dashboard=False)) as client:
+    with TestClient(create_server(filled, Settings(run_services=False), dashboard=False), base_url=LOOPBACK_BASE) as client:
         assert client.get("/v1/runs").status_code == 200
         assert client.get("/run/syn-1").status_code == 404
 

@@ -12,6 +12,7 @@ from collector import alerts, queries
 from collector.auth import SESSION_COOKIE
 from collector.settings import Settings
 from collector.store import Store
+from tests.live_server import LOOPBACK_BASE
 
 TOKEN = "dash-token"
 SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
@@ -23,7 +24,7 @@ def dashboard(tmp_path):
 
     store = Store.open(f"sqlite:///{tmp_path}/d.db", upgrade=True)
     app = create_server(store, Settings(run_services=False, token=TOKEN))
-    with TestClient(app) as client:
+    with TestClient(app, base_url=LOOPBACK_BASE) as client:
         client.get("/alerts")
         yield client, store, app.state.dash
     store.dispose()
@@ -46,7 +47,7 @@ def callback_request(dash_app, output_part: str, trigger: str, values: dict) -> 
 
 RULE_FORM = {"rule-name.value": "forged", "rule-threshold.value": 0.2, "rule-window.value": 300,
              "rule-min-steps.value": 100, "rule-for.value": 60, "rule-keep.value": 300, "rule-resolve.value": None,
-             "rule-stage.value": "decode", "rule-pattern.value": "", "rule-webhook.value": "http://10.0.0.5:6379/",
+             "rule-stage.value": "decode", "rule-pattern.value": "", "rule-webhook.value": "https://hooks.example/forged",
              "rule-enabled.value": ["on"], "rule-create.n_clicks": 1}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from tests.app import synthetic
+from tests.live_server import LOOPBACK_BASE
 
 # A vLLM V1 start that logs its capture total but no per-size rows (vLLM logs none).
 VLLM_LOG = """\
@@ -86,7 +87,7 @@ def test_the_startup_page_shows_what_the_api_returns(store, pages):
 
     synthetic.fill(store, "syn-base", steps=200, slow_size=16, failed_size=32)
     data = pages["startup"].page_data(store, "syn-base")
-    api = TestClient(create_api(store, Settings(run_services=False)))
+    api = TestClient(create_api(store, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     assert api.get("/v1/runs/syn-base/diagnosis").json() == data["diagnosis"]
 
 
@@ -108,6 +109,6 @@ def test_the_advisor_page_shows_what_the_api_returns(store, pages):
 
     synthetic.fill(store, "syn-1", steps=300)
     data = advisor.page_data(store, "syn-1", budget=3)
-    api = TestClient(create_api(store, Settings(run_services=False)))
+    api = TestClient(create_api(store, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     body = api.get("/v1/runs/syn-1/advice", params={"budget": 3}).json()
     assert body["sizes"] == data["advice"].sizes and body["flags"] == data["advice"].flags

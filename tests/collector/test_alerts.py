@@ -15,6 +15,7 @@ from collector.notifications import Delivery
 from collector.services import Evaluator, mark_interrupted_runs
 from collector.settings import Settings
 from collector.tables import alert_notifications
+from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
 
@@ -139,6 +140,37 @@ def test_a_ratio_flapping_around_the_threshold_notifies_at_most_once_per_five_mi
     with store.read() as conn:
         owed = conn.execute(sa.select(sa.func.count()).select_from(alert_notifications)).scalar()
     assert owed == len(notifications_at)
+
+
+def test_with_the_defaults_two_notifications_are_a_minute_apart_at_least_and_at_most_two_in_six_minutes(store):
+    """The audit: the docs promised "at most one notification per five minutes" with the
+    defaults, yet a resolve and the next firing came 91 s apart. What holds (and the docs now
+    say): a firing resolves no sooner than keep_firing_for_s (300 s) after it fired, the next
+    firing comes no sooner than for_s (60 s) after a resolve."""
+    from pathlib import Path
+
+    alerts.create_rule(store, {"name": "defaults", "threshold": 0.5}, now=time.time() - 1)
+    ingest_run(store, run_record("bursty", started_at=T0))
+    transitions = []
+    seq, second = 0, 0
+    for share, seconds in ((0.9, 120), (0.45, 600), (0.9, 120), (0.45, 600)):   # bursts, clear just below
+        for _ in range(seconds):
+            events = steps_at(seq, T0 + second, 1, 20, share)
+            ingest_events(store, "bursty", events)
+            seq, second = seq + len(events), second + 1
+            if second % 10 == 0:
+                transitions += [(t.status, t.alert["ended_at"] if t.status == "resolved" else t.alert["started_at"])
+                                for t in alerts.evaluate_alerts(store, delivery=HOOK)]
+    assert [status for status, _ in transitions] == ["firing", "resolved", "firing", "resolved"], transitions
+    times = [at for _, at in transitions]
+    gaps = [b - a for a, b in zip(times, times[1:])]
+    assert gaps[0] >= 300 and gaps[2] >= 300, "firing to resolved: at least keep_firing_for_s"
+    assert 60 <= gaps[1] < 300, f"resolved to the next firing: at least for_s, and less than 5 min: {gaps}"
+    assert all(c - a >= 360 for a, c in zip(times, times[2:])), "at most two in any six minutes"
+    docs = " ".join((Path(__file__).resolve().parents[2] / "docs" / "collector.md").read_text().split())
+    print(f"firing -> resolved -> firing -> resolved, gaps {gaps} s")
+    assert "at most one notification per five minutes" not in docs
+    assert "at most two notifications in any six minutes" in docs
 
 
 def test_min_steps_counts_everything_recorded_including_step_counts(store, live_run):
@@ -327,7 +359,7 @@ def test_the_app_lifespan_runs_the_evaluator_and_notifier_services(tmp_path):
 
     store = Store.open(f"sqlite:///{tmp_path}/svc.db", upgrade=True)
     app = create_api(store, Settings(evaluate_every_s=0.05, notify_every_s=0.05))
-    with TestClient(app):
+    with TestClient(app, base_url=LOOPBACK_BASE):
         deadline = time.monotonic() + 5
         while min(app.state.evaluator.ticks, app.state.notifier.ticks) < 2 and time.monotonic() < deadline:
             time.sleep(0.02)

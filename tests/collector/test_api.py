@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
+from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
 
@@ -26,7 +27,7 @@ def make_client(tmp_path):
         store = Store.open(f"sqlite:///{tmp_path}/api-{len(stores)}.db", upgrade=True,
                            busy_timeout_ms=settings.pop("busy_timeout_ms", 5000))
         stores.append(store)
-        client = TestClient(create_api(store, Settings(run_services=False, **settings)))
+        client = TestClient(create_api(store, Settings(run_services=False, **settings)), base_url=LOOPBACK_BASE)
         return client
     yield make
     for s in stores:

@@ -9,6 +9,7 @@ from collector import schemas
 from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
+from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
 
@@ -16,7 +17,7 @@ from .conftest import run_record, step
 @pytest.fixture
 def client(tmp_path):
     store = Store.open(f"sqlite:///{tmp_path}/api.db", upgrade=True)
-    yield TestClient(create_api(store, Settings(run_services=False)))
+    yield TestClient(create_api(store, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     store.dispose()
 
 

@@ -10,6 +10,7 @@ from collector import alerts, api, ingest, store as store_module
 from collector.settings import Settings
 from collector.store import Store
 from runner import errors
+from tests.live_server import LOOPBACK_BASE
 
 
 def every_error_class() -> set[type]:
@@ -34,6 +35,7 @@ EXAMPLES = [
     (ingest.InvalidBatch(3, "kind", "unknown"), 422, {"detail": "event 3: kind: unknown", "index": 3, "field": "kind"}, {}),
     (alerts.InvalidRule("threshold", "must be in 0..1"), 422,
      {"detail": "threshold: must be in 0..1", "field": "threshold"}, {}),
+    (errors.TooManyRequests("slow down", 11.6), 429, {"detail": "slow down"}, {"retry-after": "12"}),
     (store_module.StoreUnavailable("locked"), 503, {"detail": "locked"}, {"retry-after": "1"}),
 ]
 
@@ -52,7 +54,7 @@ def client():
     def _gone():
         raise sa.exc.OperationalError("SELECT 1", {}, Exception("could not connect to server"))
 
-    with TestClient(app, raise_server_exceptions=False) as c:
+    with TestClient(app, raise_server_exceptions=False, base_url=LOOPBACK_BASE) as c:
         c.raised = raised
         yield c
     s.dispose()
@@ -75,7 +77,7 @@ def test_a_database_that_stops_answering_is_a_503_to_retry(client):
 
 def test_every_error_class_carries_an_http_status_the_api_documents():
     for cls in every_error_class():
-        assert cls.status in (400, 401, 403, 404, 409, 413, 415, 422, 503), cls
+        assert cls.status in (400, 401, 403, 404, 409, 413, 415, 422, 429, 503), cls
         assert all(isinstance(name, str) for name in cls.body_fields), cls
 
 

@@ -8,6 +8,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
+from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
 
@@ -18,7 +19,7 @@ def _families(client):
 
 def _client(tmp_path, name):
     store = Store.open(f"sqlite:///{tmp_path}/{name}.db", upgrade=True)
-    client = TestClient(create_api(store, Settings(run_services=False)))
+    client = TestClient(create_api(store, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     client.post("/v1/runs", json=run_record())
     return client
 

@@ -18,13 +18,15 @@ from collector import alerts, notifications
 from collector.ingest import ingest_events, ingest_run
 from collector.notifications import Delivery, send_due
 from collector.tables import alert_notifications as an
-from tests.live_server import free_port
-from tests.receiver import Receiver
+from collector.webhook_urls import TargetPolicy
+from tests.live_server import LOOPBACK_BASE, free_port
+from tests.receiver import LOOPBACK_ALLOW, Receiver
 
 from .conftest import run_record
 from .test_alerts import RULE, T0, steps_at
 
 EXTERNAL = "http://dash.example:8300"
+LOOPBACK = TargetPolicy.from_setting(LOOPBACK_ALLOW)      # the receivers here listen on 127.0.0.1
 
 
 def outbox_rows(store) -> list[dict]:
@@ -65,7 +67,7 @@ def run_notifier(store, delivery: Delivery, clock: Clock, until: float, step_s: 
 
 def test_a_webhook_gets_alertmanager_v4_json_linking_to_the_run_page(sqlite_store):
     with Receiver() as receiver:
-        delivery = Delivery(default_webhook=receiver.url, external_url=EXTERNAL)
+        delivery = Delivery(default_webhook=receiver.url, external_url=EXTERNAL, policy=LOOPBACK)
         [fp] = fire_and_resolve(sqlite_store, delivery, resolve=False)
         result = send_due(sqlite_store, delivery)
     assert (result.sent, result.failed) == (1, 0)
@@ -80,7 +82,7 @@ def test_a_webhook_gets_alertmanager_v4_json_linking_to_the_run_page(sqlite_stor
 
 def test_a_receiver_down_for_40_s_gets_every_transition_once_when_it_is_back(sqlite_store):
     receiver = Receiver()                          # its port is chosen; nothing listens yet
-    delivery = Delivery(default_webhook=receiver.url, external_url=EXTERNAL)
+    delivery = Delivery(default_webhook=receiver.url, external_url=EXTERNAL, policy=LOOPBACK)
     fingerprints = fire_and_resolve(sqlite_store, delivery, runs=3)
     clock = Clock(time.time())
     start = clock.t
@@ -106,9 +108,9 @@ def test_a_slow_receiver_gets_each_notification_once_and_evaluation_goes_on(tmp_
     store = Store.open(f"sqlite:///{tmp_path}/slow.db", upgrade=True)
     with Receiver(delay_s=3.0) as receiver:
         settings = Settings(alert_webhook=receiver.url, evaluate_every_s=0.1, notify_every_s=0.1,
-                            webhook_timeout_s=10.0, external_url=EXTERNAL)
+                            webhook_timeout_s=10.0, external_url=EXTERNAL, webhook_allow=LOOPBACK_ALLOW)
         app = create_api(store, settings)
-        with TestClient(app) as client:
+        with TestClient(app, base_url=LOOPBACK_BASE) as client:
             assert client.post("/v1/alert-rules", json=RULE).status_code == 201
             assert client.post("/v1/runs", json=run_record("slow", started_at=T0)).status_code == 201
             events = steps_at(0, T0, 60, 4, 1.0)
@@ -131,13 +133,13 @@ def test_a_slow_receiver_gets_each_notification_once_and_evaluation_goes_on(tmp_
 
 def test_an_undeliverable_notification_is_retried_with_backoff_then_expires(sqlite_store):
     dead = f"http://127.0.0.1:{free_port()}/hook"
-    delivery = Delivery(default_webhook=dead, external_url=EXTERNAL, expire_s=3600)
+    delivery = Delivery(default_webhook=dead, external_url=EXTERNAL, expire_s=3600, policy=LOOPBACK)
     fire_and_resolve(sqlite_store, delivery, resolve=False)
     clock = Clock(time.time())
     start = clock.t
     run_notifier(sqlite_store, delivery, clock, until=start + 3700, step_s=5.0)
     [row] = outbox_rows(sqlite_store)
-    assert row["state"] == "expired" and "cannot reach" in row["last_error"]
+    assert row["state"] == "expired" and "cannot connect to the receiver (connection refused)" in row["last_error"]
     assert 8 <= row["attempts"] <= 30, "backoff, not one attempt per round"
     attempts = row["attempts"]
     run_notifier(sqlite_store, delivery, clock, until=clock.t + 600, step_s=5.0)
@@ -146,7 +148,7 @@ def test_an_undeliverable_notification_is_retried_with_backoff_then_expires(sqli
 
 def test_a_firing_alert_is_re_sent_at_the_repeat_interval_until_it_resolves(sqlite_store):
     with Receiver() as receiver:
-        delivery = Delivery(default_webhook=receiver.url, external_url=EXTERNAL, repeat_s=600)
+        delivery = Delivery(default_webhook=receiver.url, external_url=EXTERNAL, repeat_s=600, policy=LOOPBACK)
         [fp] = fire_and_resolve(sqlite_store, delivery, resolve=False)
         clock = Clock(time.time())
         start = clock.t
@@ -167,14 +169,16 @@ def test_notification_counters_and_the_pending_gauge_are_on_metrics(tmp_path):
 
     store = Store.open(f"sqlite:///{tmp_path}/m.db", upgrade=True)
     with Receiver() as receiver:
-        settings = Settings(run_services=False, alert_webhook=receiver.url, notify_expire_s=3600)
+        settings = Settings(run_services=False, alert_webhook=receiver.url, notify_expire_s=3600,
+                            webhook_allow=LOOPBACK_ALLOW)
         app = create_api(store, settings)
         delivery = Delivery.from_settings(settings)
         fire_and_resolve(store, delivery, runs=2, resolve=False)
         with store.write() as conn:                  # one of them to a receiver that is not there
             conn.execute(an.update().where(an.c.id == 1).values(url=f"http://127.0.0.1:{free_port()}/x"))
         app.state.notifier.tick(time.time())
-        text = TestClient(app).get("/metrics").text
+        assert app.state.notifier.lanes.wait(10)
+        text = TestClient(app, base_url=LOOPBACK_BASE).get("/metrics").text
     store.dispose()
     assert 'replayscope_alert_notifications_total{result="sent"} 1.0' in text
     assert 'replayscope_alert_notifications_total{result="failed"} 1.0' in text
@@ -219,7 +223,7 @@ def alertmanager_alerts(url: str) -> list[dict]:
 
 
 def test_a_real_alertmanager_gets_the_alert_firing_then_resolved(sqlite_store, alertmanager):
-    delivery = Delivery(alertmanager_url=alertmanager, external_url=EXTERNAL)
+    delivery = Delivery(alertmanager_url=alertmanager, external_url=EXTERNAL, policy=LOOPBACK)
     fire_and_resolve(sqlite_store, delivery, resolve=False)
     assert send_due(sqlite_store, delivery).sent == 1
     [alert] = alertmanager_alerts(alertmanager)
@@ -270,8 +274,8 @@ def test_a_receiver_setting_that_is_not_http_is_refused_at_start(variable, value
 def test_nothing_but_http_is_ever_posted_whatever_the_outbox_holds(sqlite_store, tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("do not read")
-    delivery = Delivery(default_webhook=f"file://{secret}", external_url=EXTERNAL)
+    delivery = Delivery(default_webhook=f"file://{secret}", external_url=EXTERNAL, policy=LOOPBACK)
     fire_and_resolve(sqlite_store, delivery, resolve=False)
     result = send_due(sqlite_store, delivery)
     [row] = outbox_rows(sqlite_store)
-    assert result.failed == 1 and "not an http(s) URL" in row["last_error"]
+    assert result.failed == 1 and "not a receiver URL: must be an http(s) URL" in row["last_error"]

@@ -9,6 +9,7 @@ import pytest
 
 from collector import alerts, fleet, notifications, queries, regressions
 from collector.ingest import ingest_events, ingest_run
+from tests.live_server import LOOPBACK_BASE
 
 DAY = 86400.0
 T0 = 1_790_000_000.0
@@ -178,7 +179,7 @@ def test_the_api_serves_a_runs_comparison_and_the_fleet(series):
     from collector.api import create_api
     from collector.settings import Settings
 
-    client = TestClient(create_api(series, Settings(run_services=False)))
+    client = TestClient(create_api(series, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     body = client.get("/v1/runs/run-8/regressions").json()
     assert metric_names(body["regressions"]) == ["graph_step_s"] and body["baseline"]["n"] == 8
     assert client.get("/v1/runs/ghost/regressions").status_code == 404

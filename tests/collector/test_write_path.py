@@ -17,6 +17,7 @@ from collector import api as collector_api
 from collector.settings import Settings
 from collector.store import Store
 from collector.tables import step_rollups
+from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
 
@@ -34,7 +35,7 @@ def server(tmp_path):
         from app.server import create_server
 
         store = Store.open(f"sqlite:///{tmp_path}/w{len(made)}.db", upgrade=True)
-        client = TestClient(create_server(store, Settings(run_services=False, **settings)))
+        client = TestClient(create_server(store, Settings(run_services=False, **settings)), base_url=LOOPBACK_BASE)
         client.__enter__()              # the lifespan: the dashboard's page routes are added at startup
         made.append((client, store))
         return client, store
@@ -114,7 +115,7 @@ def test_a_cross_origin_write_is_refused_and_a_same_origin_one_is_not(server):
     assert evil.status_code == 403 and row_counts(store) == before
     dash_forged = client.post("/_dash-update-component", json={}, headers={"Origin": "https://evil.example"})
     assert dash_forged.status_code == 403
-    same = client.post("/v1/runs", json=run_record(), headers={"Origin": "http://testserver"})
+    same = client.post("/v1/runs", json=run_record(), headers={"Origin": LOOPBACK_BASE})
     assert same.status_code == 201
 
 

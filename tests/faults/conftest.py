@@ -39,11 +39,11 @@ def _lower(headers) -> dict[str, str]:
     return {k.lower(): v for k, v in headers.items()}
 
 
-def http_json(method: str, url: str, payload=None, timeout: float = 10.0):
+def http_json(method: str, url: str, payload=None, timeout: float = 10.0, headers: dict | None = None):
     """(status, decoded body, lower-cased headers) without raising on HTTP errors."""
     data = None if payload is None else json.dumps(payload).encode()
     request = urllib.request.Request(url, data=data, method=method,
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json", **(headers or {})})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             raw = response.read()
@@ -56,11 +56,13 @@ def http_json(method: str, url: str, payload=None, timeout: float = 10.0):
 class Collector:
     """``replayscope serve --no-dashboard`` as a subprocess on a fixed port."""
 
-    def __init__(self, db_url: str, port: int | None = None, env: dict | None = None, log: Path | None = None):
+    def __init__(self, db_url: str, port: int | None = None, env: dict | None = None, log: Path | None = None,
+                 dashboard: bool = False):
         self.db_url = db_url
         self.port = port or free_port()
         self.env = {**os.environ, **(env or {})}
         self.log = log
+        self.dashboard = dashboard
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -70,8 +72,8 @@ class Collector:
     def start(self, timeout_s: float = 30.0) -> "Collector":
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", "--no-dashboard", "--host", "127.0.0.1",
-             "--port", str(self.port), "--db", self.db_url],
+            [sys.executable, "-m", "app.cli", "serve", *([] if self.dashboard else ["--no-dashboard"]),
+             "--host", "127.0.0.1", "--port", str(self.port), "--db", self.db_url],
             cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self._healthy, timeout_s, f"the collector on {self.url}")
         return self
@@ -90,6 +92,12 @@ class Collector:
         """SIGKILL: no shutdown handler, no flush, an in-flight transaction simply dies."""
         self.proc.send_signal(signal.SIGKILL)
         self.proc.wait(10)
+
+    def __enter__(self) -> "Collector":
+        return self.start()
+
+    def __exit__(self, *_exc) -> None:
+        self.stop()
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

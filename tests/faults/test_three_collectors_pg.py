@@ -15,7 +15,7 @@ import pytest
 from runner.events_file import read_events_file
 from tests.faults.conftest import (Collector, RoundRobinProxy, http_json, start_runner, stop_process,
                                    stored_seqs, wait_for)
-from tests.receiver import Receiver
+from tests.receiver import LOOPBACK_ALLOW, Receiver
 
 pytestmark = pytest.mark.postgres
 
@@ -47,7 +47,8 @@ def expected(events: list[dict]) -> tuple[dict, dict]:
 
 
 def test_three_collectors_store_every_event_once_and_run_each_job_once_per_period(pg_url, tmp_path):
-    env = {"REPLAYSCOPE_EVALUATE_EVERY_S": str(EVALUATE_S), "REPLAYSCOPE_PRUNE_EVERY_S": str(PRUNE_S)}
+    env = {"REPLAYSCOPE_EVALUATE_EVERY_S": str(EVALUATE_S), "REPLAYSCOPE_PRUNE_EVERY_S": str(PRUNE_S),
+           "REPLAYSCOPE_WEBHOOK_ALLOW": LOOPBACK_ALLOW}
     started = time.time()                          # before any collector: every period they could tick in
     with Receiver() as hook:
         env["REPLAYSCOPE_ALERT_WEBHOOK"] = hook.url

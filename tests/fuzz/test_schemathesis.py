@@ -29,7 +29,8 @@ ingest_events(STORE, RUN_ID, [{"seq": 0, "ts": 1000.0, "kind": "step", "stage": 
                                "raw_bs": 4, "graph_bs": 4, "num_tokens": 4, "padded_tokens": 0,
                                "reason": None, "duration_s": 0.01}])
 RULE_ID = create_rule(STORE, {"name": "fuzz-rule", "threshold": 0.5})["id"]
-APP = create_api(STORE, Settings(run_services=False, max_body_bytes=256 * 1024))
+# schemathesis calls the app as Host "testserver": a name this collector must be told it serves.
+APP = create_api(STORE, Settings(run_services=False, max_body_bytes=256 * 1024, allowed_hosts="testserver"))
 
 schema = schemathesis.openapi.from_asgi("/openapi.json", APP).include(
     path_regex=r"^/v1/(runs(/\{run_id\}/(events|diagnosis|advice))?|alert-rules(/\{rule_id\})?)$")

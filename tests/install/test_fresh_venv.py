@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from tests.live_server import free_port
-from tests.receiver import Receiver
+from tests.receiver import LOOPBACK_ALLOW, Receiver
 
 pytestmark = pytest.mark.venv
 
@@ -94,6 +94,7 @@ def served(venv):
     receiver = Receiver().start()
     port = free_port()
     env = {**venv["env"], "REPLAYSCOPE_TOKEN": TOKEN, "REPLAYSCOPE_ALERT_WEBHOOK": receiver.url,
+           "REPLAYSCOPE_WEBHOOK_ALLOW": LOOPBACK_ALLOW,
            "REPLAYSCOPE_EVALUATE_EVERY_S": "0.5", "REPLAYSCOPE_NOTIFY_EVERY_S": "0.2",
            "REPLAYSCOPE_EXTERNAL_URL": f"http://127.0.0.1:{port}"}
     log = open(tmp / "serve.log", "wb")

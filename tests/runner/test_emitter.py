@@ -99,6 +99,21 @@ def test_the_events_file_holds_the_run_record_then_valid_events_in_sequence(tmp_
     assert emitter.written == 104
 
 
+def test_a_batch_the_disk_refused_is_counted_lost_not_written(tmp_path, capsys):
+    """The audit: a JSON-lines file on a full disk lost a batch with one line on stderr and the
+    emitter still counted it as written. Here the file is /dev/full after the run record."""
+    sink = JsonlSink(str(tmp_path / "run.jsonl"))
+    emitter = Emitter(sink, run_record(), flush_interval_s=60).start()
+    sink._writer._file = open("/dev/full", "w")         # the disk is full from now on (ENOSPC)
+    for i in range(10):
+        emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+    emitter.flush()
+    assert (emitter.written, emitter.lost) == (0, 10)
+    assert "telemetry sink failed, 10 events not written (10 in all)" in capsys.readouterr().err
+    emitter.close()
+    assert emitter.written == 0 and emitter.lost >= 11        # the run_end too
+
+
 def test_an_invalid_run_record_is_refused_before_anything_is_written(tmp_path):
     path = tmp_path / "run.jsonl"
     with pytest.raises(wire.WireError, match="source"):
@@ -192,7 +207,8 @@ def test_a_failing_sink_does_not_stop_the_emitter(capsys):
     emitter.step("decode", "graph", 2, 2, 2, 0, None, 0.001)
     emitter.close()
     assert [(e["kind"], e.get("raw_bs")) for e in sink.events] == [("step", 2), ("run_end", None)]
-    assert "telemetry sink failed: OSError('disk full')" in capsys.readouterr().err
+    assert "telemetry sink failed, 1 event not written (1 in all): OSError('disk full')" in capsys.readouterr().err
+    assert (emitter.written, emitter.lost) == (2, 1)
 
 
 def test_step_returns_at_once_even_when_the_sink_is_slow():

@@ -1,0 +1,69 @@
+"""Guessing the token is slow: the audit's dashboard sign-in took 450 guesses a second, no
+limit. Now wrong tokens from one address are limited (5 at once, then one every 12 s) on the
+dashboard's sign-in and the API's bearer token alike, and a limited address is refused even
+the right token, so a refusal tells a guesser nothing. Against a real ``replayscope serve``."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.app.test_dashboard_auth import callback_request
+
+from .conftest import Collector, http_json, migrated_sqlite
+
+TOKEN = "the-right-token"
+
+
+@pytest.fixture
+def collector(tmp_path):
+    with Collector(migrated_sqlite(tmp_path / "t.db"), dashboard=True, env={"REPLAYSCOPE_TOKEN": TOKEN}) as c:
+        yield c
+
+
+def sign_in_body(collector, token: str) -> dict:
+    """The body Dash's renderer posts for the sign-in callback (read from the live layout)."""
+    from types import SimpleNamespace
+
+    status, dependencies, _ = http_json("GET", collector.url + "/_dash-dependencies")
+    assert status == 200
+    callback_map = {d["output"]: {"inputs": d["inputs"], "state": d["state"]} for d in dependencies}
+    return callback_request(SimpleNamespace(callback_map=callback_map), "auth-status.children",
+                            "auth-sign-in.n_clicks", {"auth-token.value": token, "auth-sign-in.n_clicks": 1})
+
+
+def sign_in(collector, token: str) -> str:
+    status, body, _ = http_json("POST", collector.url + "/_dash-update-component", sign_in_body(collector, token))
+    assert status == 200, body
+    return body["response"]["auth-status"]["children"]
+
+
+def test_guessing_the_token_at_the_sign_in_is_limited_and_even_the_right_one_waits(collector):
+    started = time.monotonic()
+    answers = [sign_in(collector, f"guess-{i}") for i in range(40)]
+    elapsed = time.monotonic() - started
+    checked = [a for a in answers if a == "That is not the collector's token."]
+    refused = [a for a in answers if a.startswith("Not checked: too many wrong tokens from this address")]
+    assert len(checked) == 5 and len(refused) == 35, answers[:7]
+    print(f"40 sign-in guesses in {elapsed:.2f}s: {len(checked)} checked, {len(refused)} refused unchecked")
+    assert sign_in(collector, TOKEN).startswith("Not checked: too many wrong tokens"), "the right one waits too"
+
+
+def test_guessing_the_bearer_token_is_limited_with_a_429_and_retry_after(collector):
+    statuses = []
+    for i in range(12):
+        status, body, headers = http_json("POST", collector.url + "/v1/alert-rules", {"name": "g", "threshold": 0.5},
+                                          headers={"Authorization": f"Bearer guess-{i}"})
+        statuses.append(status)
+    assert statuses == [401] * 5 + [429] * 7, statuses
+    assert "too many wrong tokens" in body["detail"] and 1 <= int(headers["retry-after"]) <= 12
+    status, body, _ = http_json("GET", collector.url + "/v1/alert-rules", headers={"Authorization": f"Bearer {TOKEN}"})
+    assert status == 429, "reads with a bearer token are limited too (they show writers' URLs)"
+    assert sign_in(collector, TOKEN).startswith("Not checked"), "one limit for the API and the dashboard"
+
+
+def test_a_wrong_token_now_and_then_never_locks_anyone_out(collector):
+    for i in range(3):
+        assert sign_in(collector, f"typo-{i}") == "That is not the collector's token."
+    assert sign_in(collector, TOKEN) == "Signed in: you can change rules."
