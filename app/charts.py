@@ -128,7 +128,7 @@ def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int]
             traces.append(dict(type="scatter", x=sizes, y=[y] * len(sizes), yaxis="y2", mode="markers", name=name,
                                marker=dict(symbol=symbol, size=11, color=color),
                                hovertemplate=f"{name} %{{x}}<extra></extra>"))
-    return _figure(traces, barmode="stack", xaxis=dict(title=dict(text=x_title)),
+    return _figure(traces, barmode="stack", xaxis=dict(title=dict(text=x_title), rangemode="nonnegative"),
                    yaxis=dict(title=dict(text="steps")),
                    yaxis2=dict(overlaying="y", range=[-0.05, 1.05], visible=False, fixedrange=True))
 

@@ -165,8 +165,8 @@ def validity(advice: dict[str, Any]) -> html.Div:
 
 def flags(advice: dict[str, Any]) -> html.Div:
     rows = []
-    for i, f in enumerate(sorted(advice["flags"], key=lambda f: (FLAG_ORDER.index(f["engine"]),
-                                                                 not f["for_this_run"]))):
+    order = [advice["engine"]] + [e for e in FLAG_ORDER if e != advice["engine"]]     # the run's engine first
+    for i, f in enumerate(sorted(advice["flags"], key=lambda f: (order.index(f["engine"]), not f["for_this_run"]))):
         label = f["label"] + (" (Python)" if f["kind"] == "Python" and "Python" not in f["label"] else "") + (
             " — this run" if f["for_this_run"] else "")
         rows.append(html.Div([html.Div(label, className="flag-engine"),

@@ -43,9 +43,11 @@ SGLang (sizes are requests in a decode batch):
   attention, sorted and de-duplicated; ``--disable-cuda-graph-padding`` serves only
   exact sizes; ``--disable-cuda-graph``: no graphs.
 - The flags: ``--cuda-graph-bs`` (``nargs="+"``, ints) before the per-phase CUDA-graph
-  flags of PR #23906 (June 2026); from then ``--cuda-graph-bs-decode``, with
-  ``--cuda-graph-bs`` kept as a deprecated alias of it (``DeprecatedAliasStoreAction``
-  in ``server_args.py``), so ``--cuda-graph-bs`` is accepted by both.
+  flags of PR #23906 (June 2026); from then ``--cuda-graph-bs-decode``. Later main
+  registers ``--cuda-graph-bs`` as a deprecated alias of it (``DeprecatedAliasStoreAction``
+  in ``server_args.py``); whether every release in between does was not checked, so each
+  spelling is labelled with the versions it was read for. SGLang's log does not print its
+  version: neither line is marked as the run's.
 - These are the decode graphs. Prefill graphs are sized in tokens by their own flags
   (``--piecewise-cuda-graph-tokens``, ``--cuda-graph-bs-prefill`` after PR #23906) and are
   not chosen here.
@@ -73,8 +75,8 @@ VLLM_LIST_FLAGS = (0, 11, 1)                 # --cudagraph-capture-sizes from th
 VLLM_OLDEST_READ = (0, 10)                   # the oldest vLLM whose capture-size rules were read
 VLLM_OLD = "vLLM 0.10.x to 0.11.0"
 VLLM_NEW = "vLLM 0.11.1 and later"
-SGLANG_OLD = "SGLang, every version (a deprecated alias since PR #23906)"
-SGLANG_NEW = "SGLang with the per-phase CUDA-graph flags (PR #23906, June 2026)"
+SGLANG_OLD = "SGLang before PR #23906 (later main: a deprecated alias)"
+SGLANG_NEW = "SGLang from PR #23906 (June 2026)"
 
 
 @dataclass(frozen=True)
@@ -301,6 +303,8 @@ def _sglang_rules(config: dict, backend: str, source: str = "", version: Any = N
         else:
             unknown.append("the attention TP size (DP attention keeps only its multiples)")
     unknown.append("two-batch overlap, if on (it keeps only even sizes)")
+    unknown.append("the SGLang version (its log does not print it): both spellings are given, each with "
+                   "the versions it was read for")
     facts.append("padding on: a batch pads up to the next captured size" if padding
                  else "--disable-cuda-graph-padding: only a batch of exactly a captured size runs on a graph")
     off = "the run had --disable-cuda-graph: drop it to capture graphs" if (
@@ -333,17 +337,17 @@ def flag_lines(rules: Rules, sizes: Sequence[int], own: bool = True) -> list[Fla
         new = rules.version is not None and rules.version >= VLLM_LIST_FLAGS
         old = rules.version is not None and VLLM_OLDEST_READ <= rules.version < VLLM_LIST_FLAGS
         if not sizes:
-            return [FlagLine("vllm", "vLLM, every version", "--enforce-eager", own)]
+            return [FlagLine("vllm", "vLLM 0.10.x and later", "--enforce-eager", own)]
         config = json.dumps({"cudagraph_capture_sizes": sizes})
         return [FlagLine("vllm", VLLM_NEW, f"--cudagraph-capture-sizes {spaced} --max-cudagraph-capture-size {sizes[-1]}",
                          own and new),
                 FlagLine("vllm", VLLM_OLD, f"--compilation-config '{config}'", own and old),
                 FlagLine("vllm", "vLLM 0.10.x and later, Python", f"compilation_config={config}", False, "Python")]
     if not sizes:
-        return [FlagLine("sglang", SGLANG_NEW, "--cuda-graph-backend-decode disabled", False),
-                FlagLine("sglang", SGLANG_OLD, "--disable-cuda-graph", own)]
-    return [FlagLine("sglang", SGLANG_NEW, f"--cuda-graph-bs-decode {spaced}", False),
-            FlagLine("sglang", SGLANG_OLD, f"--cuda-graph-bs {spaced}", own)]
+        return [FlagLine("sglang", SGLANG_NEW, "--cuda-graph-backend-decode disabled"),
+                FlagLine("sglang", SGLANG_OLD, "--disable-cuda-graph")]
+    return [FlagLine("sglang", SGLANG_NEW, f"--cuda-graph-bs-decode {spaced}"),
+            FlagLine("sglang", SGLANG_OLD, f"--cuda-graph-bs {spaced}")]
 
 
 def default_graph_count(rules: Rules, config: dict[str, Any]) -> int | None:

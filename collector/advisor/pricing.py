@@ -160,9 +160,10 @@ def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence
     unknown = [s for s in rest if s not in own_growth and s not in other_growth]
     total = footprint + sum(own_growth[s] for s in known) + sum(other_growth[s] for s in borrowed)
     if known:
-        notes.append(f"{_sizes(known)} add their measured growth")
+        notes.append(f"{_sizes(known)} {_add(known)} {'its' if len(known) == 1 else 'their'} measured growth")
     if borrowed:
-        notes.append(f"{_sizes(borrowed)} add their growth in an earlier run")
+        notes.append(f"{_sizes(borrowed)} {_add(borrowed)} {'its' if len(borrowed) == 1 else 'their'} growth in "
+                     f"an earlier run")
         estimated = True
     error = None
     if unknown:
@@ -172,7 +173,8 @@ def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence
             total += mean * len(unknown)
             spread = math.sqrt(sum((v - mean) ** 2 for v in growth.values()) / len(growth))
             error = spread * math.sqrt(len(unknown)) if not estimated else None
-            notes.append(f"{_sizes(unknown)} add the mean growth of the smaller captures ({_mib(mean)} each)")
+            notes.append(f"{_sizes(unknown)} {_add(unknown)} the mean growth of the smaller captures "
+                         f"({_mib(mean)} each)")
         else:
             notes.append("the smaller sizes add nothing: the run gave only the pool's total, taken as its "
                          "largest graph's")
@@ -189,6 +191,10 @@ def _growth_of(sets: Sequence[CaptureSet]) -> dict[int, int]:
             if size != s.first:
                 out.setdefault(size, grew)
     return out
+
+
+def _add(sizes: Sequence[int]) -> str:
+    return "adds" if len(sizes) == 1 else "add"
 
 
 def _sizes(sizes: Sequence[int]) -> str:

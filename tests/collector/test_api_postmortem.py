@@ -64,7 +64,7 @@ def test_advice_follows_the_budget_and_gives_each_engines_flags(client):
     spaced = " ".join(map(str, body.sizes))
     texts = {f["label"]: f["text"] for f in body.flags}
     assert texts["vLLM 0.11.1 and later"] == f"--cudagraph-capture-sizes {spaced} --max-cudagraph-capture-size {body.sizes[-1]}"
-    assert texts["SGLang, every version (a deprecated alias since PR #23906)"] == f"--cuda-graph-bs {spaced}"
+    assert texts["SGLang before PR #23906 (later main: a deprecated alias)"] == f"--cuda-graph-bs {spaced}"
     assert body.decode_steps == len(sizes) and body.note is None
     assert [p.name for p in body.plans] == ["current", "proposed"]
 
