@@ -233,18 +233,22 @@ def _vllm_rules(config: dict, backend: str, source: str = "", version: Any = Non
         unknown.append("the vLLM version: both spellings are given, each with the versions that accept it")
     elif parsed < VLLM_OLDEST_READ:
         unknown.append(f"the rules of vLLM {'.'.join(map(str, parsed))}: they were read for 0.10 and later")
-    limit = limit_why = None
-    if max_tokens:
+    limit = limit_why = useful = useful_why = None
+    old = parsed is not None and parsed < VLLM_LIST_FLAGS
+    if max_tokens and old:
+        useful, useful_why = max_tokens, f"no batch holds more than max_num_batched_tokens {max_tokens} tokens"
+        facts.append(f"0.10.x to 0.11.0 capture a given list as it is; no batch holds more than "
+                     f"max_num_batched_tokens ({max_tokens}) tokens")
+    elif max_tokens:
         limit, limit_why = max_tokens, f"max_num_batched_tokens {max_tokens}, vLLM drops larger sizes"
-        facts.append(f"sizes above max_num_batched_tokens ({max_tokens}) are dropped")
+        facts.append(f"0.11.1 and later drop sizes above max_num_batched_tokens ({max_tokens})")
     else:
-        unknown.append("max_num_batched_tokens (vLLM drops sizes above it)")
+        unknown.append("max_num_batched_tokens (0.11.1 and later drop sizes above it)")
     decode_tokens = max_seqs * (1 + spec) if max_seqs else None
     tokens = f"max_num_seqs {max_seqs}" + (f" x {1 + spec} tokens" if spec else "")
-    useful = useful_why = None
     if mode == "FULL_DECODE_ONLY":
         if decode_tokens:
-            useful = decode_tokens
+            useful = decode_tokens if useful is None else min(useful, decode_tokens)
             useful_why = (f"under cudagraph_mode FULL_DECODE_ONLY mixed batches run without graphs, and a "
                           f"decode batch holds at most {decode_tokens} tokens ({tokens})")
             facts.append(useful_why)
@@ -258,7 +262,9 @@ def _vllm_rules(config: dict, backend: str, source: str = "", version: Any = Non
         unknown.append("max_num_seqs (the largest decode batch; larger sizes serve only mixed batches)")
     multiple, why = 1, None
     if spec and (mode is None or "FULL" in mode):
-        multiple, why = 1 + spec, f"full decode graphs with {spec} speculative tokens round sizes up to multiples of {1 + spec}"
+        multiple, why = 1 + spec, (f"full decode graphs with {spec} speculative tokens round sizes up to multiples "
+                                   f"of {1 + spec} (compilation.py adjust_cudagraph_sizes_for_spec_decode, read in "
+                                   f"the 0.11 line and later)")
         facts.append(why)
     elif not spec:
         unknown.append("speculative tokens, if any (full decode graphs round sizes up to multiples of 1 + k)")

@@ -160,7 +160,10 @@ def test_vllm_rules_follow_what_the_run_logged():
                                        "mixed batches run without graphs, and a decode batch holds at most 64 tokens "
                                        "(max_num_seqs 16 x 4 tokens)"]
     assert [f.for_this_run for f in engines.flag_lines(rules, [4, 8])] == [False, True, False]
-    assert rules.captured([4, 8, 4096]) == [4, 8]
+    assert rules.captured([4, 8, 4096]) == [4, 8, 4096]       # 0.10.x captures a given list as it is
+    newer = engines.rules_for({"source": "vllm-log", "config": {"engine": "vllm", "vllm_version": "0.13.0",
+                                                               "max_num_batched_tokens": 2048}})
+    assert newer.captured([4, 8, 4096]) == [4, 8]             # 0.11.1 and later drop what is above the tokens
     unknown = engines.rules_for({"source": "vllm-log", "config": {"engine": "vllm"}})
     assert unknown.label == "vLLM (version not in the log)" and unknown.cap is None
     assert not any(f.for_this_run for f in engines.flag_lines(unknown, [1, 2]))
