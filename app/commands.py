@@ -256,7 +256,7 @@ def add_parsers(sub) -> None:
     advise.add_argument("run_id", metavar="RUN_ID")
     advise.add_argument("--budget", type=int, metavar="K",
                         help="graphs to capture at most (default: the run's current count; for a run with graphs "
-                             "off, the number its engine captures by default)")
+                             "off, the number its engine would capture for it)")
     advise.add_argument("--eager-weight", type=float, metavar="W",
                         help="score rows computed, an eager row counted 1 + W times (default: the run's measured "
                              "step times on a GPU, else W = 3)")
