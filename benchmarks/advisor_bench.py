@@ -39,11 +39,10 @@ from typing import Any
 import torch
 
 from benchmarks.pairing import rotated, timed_once
-from collector.advisor import choice, steps as stepping
+from collector.advisor import choice, engines, steps as stepping
 from collector.advisor.events import facts_from_events
 from collector.advisor.objective import Objective
 from collector.advisor.report import advise, current_sizes
-from collector.advisor import engines
 from runner.dispatch import BatchShape
 from runner.emitter import Emitter
 from runner.engine import DecodeEngine, RunConfig

@@ -64,7 +64,7 @@ from __future__ import annotations
 
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
 from runner.plan import default_capture_sizes, sglang_default_sizes, vllm_default_sizes

@@ -11,7 +11,6 @@ import ast
 import json
 import shlex
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from collector.advisor import engines

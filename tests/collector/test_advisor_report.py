@@ -1,7 +1,6 @@
 """The advice for a run: chosen on the first part, scored on the held-back rest, graphs-off runs
 priced, the budget the current count, and the same figures from a store on both dialects."""
 
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from collector.advisor import choice
