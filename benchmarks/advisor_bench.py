@@ -131,11 +131,6 @@ def served(runner: GraphRunner, sequence: list[int]) -> dict[str, float]:
             "eager_share": eager / len(sequence) if sequence else 0.0}
 
 
-def objective_of(advice: dict[str, Any]) -> Objective:
-    o = advice["objective"]
-    return Objective(o["kind"], o["graph_a"], o["graph_b"], o["eager_a"], o["eager_b"], o["provenance"], o["basis"])
-
-
 def bench(preset: str, steps: int, budgets: list[int], seed: int = 0) -> dict[str, Any]:
     started = time.perf_counter()
     engine, run, events = record(preset, steps, seed)
@@ -151,7 +146,7 @@ def bench(preset: str, steps: int, budgets: list[int], seed: int = 0) -> dict[st
     held = {}
     for bs in sequence:
         held[bs] = held.get(bs, 0) + 1
-    objective = objective_of(first)
+    objective = Objective.from_dict(first["objective"])
     inputs = batches(engine, set(sequence))
     runners: dict[tuple[int, ...], GraphRunner] = {}
     result: dict[str, Any] = {

@@ -2,7 +2,11 @@
 
 A step of batch size ``s`` served by the graph of size ``g >= s`` costs
 ``graph_a + graph_b * g``; a step no graph serves runs eager and costs
-``eager_a + eager_b * s``. Two ways to set the four numbers:
+``eager_a + eager_b * s``, with ``s`` held within the batch sizes the eager line was fitted
+on (``eager_lo``..``eager_hi``): a line fitted on eager steps of bs 33-45 (the batches too
+large for a run's graphs) says nothing of an eager bs 1, so it is not extended past them
+(extended, the H200 1b run's line would make an eager bs-1 step cost -17 ms). Two ways to
+set the numbers:
 
 - ``time`` (seconds per step): fitted on the run's own timed decode steps, graph steps
   against their graph size and eager steps against their batch size (weighted least
@@ -20,7 +24,7 @@ choice over the observed sizes exact (``choice``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Iterable, NamedTuple, Sequence
 
 from collector.advisor.steps import served
@@ -54,6 +58,8 @@ class Objective:
     eager_b: float
     provenance: str         # measured | estimated | given | default
     basis: str              # where the numbers come from, in words
+    eager_lo: int | None = None     # the eager line holds for these batch sizes, flat beyond them
+    eager_hi: int | None = None
 
     @property
     def unit(self) -> str:
@@ -63,10 +69,16 @@ class Objective:
         return self.graph_a + self.graph_b * graph_bs
 
     def eager_cost(self, raw_bs: int) -> float:
+        if self.eager_lo is not None:
+            raw_bs = min(max(raw_bs, self.eager_lo), self.eager_hi)
         return self.eager_a + self.eager_b * raw_bs
 
     def as_dict(self) -> dict:
         return {**asdict(self), "unit": self.unit}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Objective":
+        return cls(**{f.name: d[f.name] for f in fields(cls)})
 
 
 def rows_objective(eager_weight: float, provenance: str, basis: str) -> Objective:
@@ -134,13 +146,17 @@ def choose_objective(*, backend: str, device: str, graph: Sequence[Point], eager
         if graph_side and eager_side:
             ga, gb = fit_line(graph_side)
             ea, eb = fit_line(eager_side)
+            lo, hi = min(p.x for p in eager_side), max(p.x for p in eager_side)
             own = bool(graph) and bool(eager)
             where = "this run's timed decode steps" if own else (
                 "this run's timed decode steps and earlier runs of its model and device (for the "
                 + ("graph" if not graph else "eager") + " steps)")
+            eager_text = (f"{(ea + eb * lo) * 1e3:.2f} ms" if lo == hi else
+                          f"{(ea + eb * lo) * 1e3:.2f} ms at bs {lo} to {(ea + eb * hi) * 1e3:.2f} ms at bs {hi} "
+                          f"(a line between, flat beyond)")
             return Objective("time", ga, gb, ea, eb, "measured" if own else "estimated",
-                             f"decode step time fitted on {where}: graph {_line(ga, gb, 'g')}, "
-                             f"eager {_line(ea, eb, 's')}")
+                             f"decode step time fitted on {where}: a graph step {_line(ga, gb, 'g')}, an eager "
+                             f"step {eager_text}", lo, hi)
     if not gpu:
         why = "a CPU run: its step times are not a GPU's"
     elif not (graph or earlier_graph or eager or earlier_eager):

@@ -11,8 +11,9 @@ from collector.advisor.objective import Objective, rows_objective
 distributions = st.dictionaries(st.integers(1, 40), st.integers(1, 50), min_size=1, max_size=8)
 objectives = st.one_of(
     st.sampled_from([0.0, 0.5, 1.0, 3.0, 10.0]).map(lambda w: rows_objective(w, "given", "test")),
-    st.tuples(st.floats(0.0, 0.01), st.floats(0.0, 1e-4), st.floats(0.0, 0.05), st.floats(0.0, 1e-3)).map(
-        lambda t: Objective("time", t[0], t[1], t[2], t[3], "measured", "test")))
+    st.tuples(st.floats(0.0, 0.01), st.floats(0.0, 1e-4), st.floats(-0.05, 0.05), st.floats(0.0, 1e-3),
+              st.integers(1, 40), st.integers(0, 20)).map(      # an eager line held flat beyond its sizes
+        lambda t: Objective("time", t[0], t[1], t[2], t[3], "measured", "test", t[4], t[4] + t[5])))
 
 
 def brute_force(dist, budget, objective, cap=None, multiple_of=1, padding=True):
@@ -70,6 +71,14 @@ def test_the_score_counts_graph_padded_and_eager_steps_and_rows():
     assert s.eager_share == pytest.approx(0.5)
     off = score({5: 2, 8: 1, 20: 3}, [8], rows, padding=False)
     assert (off.graph_steps, off.padded_steps, off.eager_steps) == (1, 0, 5)
+
+
+def test_an_eager_line_is_held_flat_beyond_the_sizes_it_was_fitted_on():
+    # the H200 1b mixed run's fit: eager steps timed at bs 33-45 only
+    line = Objective("time", 0.003011, 15.69e-6, -0.017604, 936.16e-6, "measured", "test", 33, 45)
+    assert line.eager_cost(1) == line.eager_cost(33) == pytest.approx(0.0133, abs=1e-4)
+    assert line.eager_cost(100) == line.eager_cost(45)
+    assert choose_sizes({1: 50, 2: 50, 40: 10}, 1, line) == [40]     # not "eager bs 1 is free"
 
 
 def test_a_time_objective_pads_rather_than_run_eager_when_padding_is_nearly_free():
