@@ -126,6 +126,33 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
     return _figure(traces, barmode="stack", xaxis=xaxis, yaxis=dict(title=dict(text="steps")))
 
 
+def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int], current: Iterable[int],
+                             x_title: str = "batch size (raw)") -> go.Figure:
+    """The steps the advisor chose from, per batch size, coloured by how they really ran,
+    with the proposed sizes (▲ under the axis) and the run's current sizes (▼ above it)."""
+    if not hist:
+        return _empty("no decode steps a list of capture sizes decides")
+    traces = []
+    sizes_seen = [r["raw_bs"] for r in hist]
+    width = max(0.8, (max(sizes_seen) - min(sizes_seen)) / 150)     # sparse token counts: bars stay bars
+    for mode in MODE_ORDER:
+        rows = [r for r in hist if r["mode"] == mode]
+        if rows:
+            traces.append(dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows],
+                               width=width, name=f"ran {mode}", marker=dict(color=MODE_COLORS[mode]),
+                               hovertemplate=f"bs %{{x}}: %{{y:,}} steps ran {mode}<extra></extra>"))
+    for name, sizes, symbol, y, color in (("proposed size", proposed, "triangle-up", 0, "#1f4e9c"),
+                                          ("current size", current, "triangle-down", 1, "#7a7a7a")):
+        sizes = sorted(set(sizes))
+        if sizes:
+            traces.append(dict(type="scatter", x=sizes, y=[y] * len(sizes), yaxis="y2", mode="markers", name=name,
+                               marker=dict(symbol=symbol, size=11, color=color),
+                               hovertemplate=f"{name} %{{x}}<extra></extra>"))
+    return _figure(traces, barmode="stack", xaxis=dict(title=dict(text=x_title), rangemode="nonnegative"),
+                   yaxis=dict(title=dict(text="steps")),
+                   yaxis2=dict(overlaying="y", range=[-0.05, 1.05], visible=False, fixedrange=True))
+
+
 def padding_by_size(hist: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per batch size: raw_bs, num_tokens, padded_tokens and share = padded / (num + padded)."""
     per_bs: dict[int, list[int]] = {}

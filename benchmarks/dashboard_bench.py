@@ -48,7 +48,7 @@ def page_cases(store, run_id: str, baseline: str):
     def advisor_page():
         advisor.layout(run_id=run_id)
         data = advisor.page_data(store, run_id, 8)
-        return _encode([data["rows"], data["figure"], data["advice"].flags])
+        return _encode([data["rows"], data["figure"], advisor.body(data)])
 
     def alerts_page():
         return _encode(alerts.page_data(store))

@@ -9,18 +9,20 @@ far apart single pairs land: the noise a median of them sits in). ``pipelined_ms
 one synchronise at the end: the GPU never waits for the host between steps, as in serving.
 ``paired_pipelined`` measures the host time of such back-to-back calls: short blocks of
 calls, alternated block by block, each block's launch loop timed on the host before its
-synchronise.
+synchronise. ``rotated`` runs a sequence of items through several sides, the order of the
+sides rotating item by item.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
 T = TypeVar("T")
+X = TypeVar("X")
 
 
 def alternated(baseline: Callable[[], T], candidate: Callable[[], T], pairs: int) -> tuple[list[T], list[T]]:
@@ -34,6 +36,18 @@ def alternated(baseline: Callable[[], T], candidate: Callable[[], T], pairs: int
         base.append(b)
         cand.append(c)
     return base, cand
+
+
+def rotated(sides: Sequence[Callable[[X], T]], items: Sequence[X]) -> list[list[T]]:
+    """Each item through every side, which side goes first rotating item by item (side ``j``
+    first on items ``j``, ``j + n``, ...), as ``alternated`` does for two: results[side][item]."""
+    n = len(sides)
+    results: list[list[T]] = [[] for _ in sides]
+    for i, item in enumerate(items):
+        for k in range(n):
+            side = (i + k) % n
+            results[side].append(sides[side](item))
+    return results
 
 
 def timed_once(fn: Callable[[], object]) -> tuple[float, float]:

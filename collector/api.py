@@ -28,8 +28,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import (advisor, alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas,
+from collector import (alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas,
                        webhook_urls)
+from collector.advisor.stored import advice_for_run
 from collector.deletion import delete_run
 from collector.hosts import is_served, served_hosts
 from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
@@ -419,12 +420,16 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
 
     @app.get("/v1/runs/{run_id}/advice", response_model=schemas.Advice, tags=["runs"], responses=errors)
     def get_advice(run_id: str,
-                   budget: Optional[int] = Query(None, ge=1, le=4096, description="graphs to capture "
-                                                 "(default: the current plan's count, at most the distinct sizes)"),
-                   eager_weight: Optional[float] = Query(None, ge=0, le=1000, description="eager/graph step "
-                                                         "time minus one (default: measured, else 3)")):
-        """Capture sizes for a budget of K graphs, chosen exactly from the run's decode batch sizes."""
-        found = advisor.advice_dict(store, run_id, budget, eager_weight)
+                   budget: Optional[int] = Query(None, ge=1, le=4096, description="graphs to capture at most "
+                                                 "(default: the run's current count; with graphs off, the "
+                                                 "engine's default count)"),
+                   eager_weight: Optional[float] = Query(None, ge=0, le=1000, description="score rows computed, "
+                                                         "an eager row counted 1 + W times (default: the run's "
+                                                         "measured step times on a GPU, else W = 3)")):
+        """Capture sizes for a budget of K graphs, chosen exactly on the first 70% of the run's
+        decode steps and scored on the rest, priced in capture time and pool memory, checked
+        against each engine's rules, with the flags to copy."""
+        found = advice_for_run(store, run_id, budget, eager_weight)
         if found is None:
             raise NotFound(f"unknown run {run_id!r}")
         return JSONResponse(found)

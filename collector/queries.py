@@ -18,6 +18,7 @@ steps. A ``stage`` argument is a stage or a rule's selection (``runner.wire.RULE
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import sqlalchemy as sa
@@ -28,7 +29,7 @@ from collector.store import Store
 from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollups as br,
                               captures as cap, degrades as deg, parity_checks as par,
                               phases as ph, recordings as rec, run_marks as rm, run_warnings as rw,
-                              runs, step_rollups as sr)
+                              runs, step_counts as sc, step_rollups as sr, steps as st)
 from runner.wire import DECODE_STAGES, MODES, readable_config, stages_of
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
@@ -330,6 +331,97 @@ def batch_times(store: Store, run_id: str, stage: str | None = None) -> list[dic
     return [{"stage": st, "raw_bs": int(bs), "mode": mode, "reason": reason or None, "steps": int(n),
              "timed_steps": int(timed), "duration_s": float(total)}
             for st, bs, mode, reason, n, timed, total in rows]
+
+
+def earlier_runs(store: Store, run_id: str, limit: int = 5) -> list[str]:
+    """The newest ``limit`` runs of the same model, device and backend started before this one."""
+    with store.read() as conn:
+        row = conn.execute(sa.select(runs.c.model, runs.c.device, runs.c.backend, runs.c.started_at)
+                           .where(runs.c.run_id == run_id)).first()
+        if row is None:
+            return []
+        return list(conn.execute(
+            sa.select(runs.c.run_id).where(runs.c.model == row.model, runs.c.device == row.device,
+                                           runs.c.backend == row.backend, runs.c.started_at < row.started_at,
+                                           runs.c.run_id != run_id)
+            .order_by(runs.c.started_at.desc()).limit(limit)).scalars())
+
+
+SEQUENCE_READ = 10_000       # event seq numbers read at most for a run's batch-size sequence
+SEQUENCE_WINDOWS = 50        # evenly spaced windows of a longer run
+SEQUENCE_BUCKETS = 200       # time buckets of a run read whole
+
+
+def batch_sequence(store: Store, run_id: str, read: int = SEQUENCE_READ,
+                   windows: int = SEQUENCE_WINDOWS) -> dict[str, Any]:
+    """The run's steps with a batch size in time order: ``rows`` of ``t`` (a bucket's start,
+    unix s), ``stage``, ``raw_bs``, ``mode``, ``reason`` (None unless eager), ``steps``; what
+    the advisor splits into the steps it chooses sizes from and the steps it holds back.
+
+    Unlike the counts above it reads stored step detail (raw steps, and ``step_counts``
+    aggregates with their batch sizes), by event ``seq`` (the order they happened in) on
+    the primary key: a run of at most ``read`` seq numbers whole, in ``SEQUENCE_BUCKETS``
+    time buckets; a longer one in ``windows`` evenly spaced windows of consecutive seq
+    numbers, a bucket each (``sampled``: True, ``steps_read`` of ``steps_total``), so a
+    page stays fast on a run of millions of steps. Detail that retention expired is gone
+    (``run_summary``'s ``detail`` says from when)."""
+    empty = {"rows": [], "sampled": False, "steps_read": 0}
+    with store.read() as conn:
+        pk = _run_pk(conn, run_id)
+        if pk is None:
+            return empty
+        # min and max apart: SQLite reads one end of the primary key for each, not every row for both
+        bounds = [(conn.execute(sa.select(sa.func.min(t.c.seq)).where(t.c.run_pk == pk)).scalar(),
+                   conn.execute(sa.select(sa.func.max(t.c.seq)).where(t.c.run_pk == pk)).scalar()) for t in (st, sc)]
+        lows = [lo for lo, _ in bounds if lo is not None]
+        if not lows:
+            return empty
+        lo, hi = min(lows), max(h for _, h in bounds if h is not None)
+        whole = hi - lo + 1 <= read
+        if whole:
+            ranges = [(lo, hi + 1)]
+        else:
+            width = max(1, read // windows)
+            ranges = [(lo + (hi + 1 - width - lo) * i // (windows - 1), 0) for i in range(windows)]
+            ranges = [(a, a + width) for a, _ in ranges]
+        lo_b, hi_b = sa.bindparam("lo"), sa.bindparam("hi")
+        raw = (sa.select(st.c.ts, st.c.stage, st.c.raw_bs, st.c.mode, st.c.reason)
+               .where(st.c.run_pk == pk, st.c.seq >= lo_b, st.c.seq < hi_b))
+        counted = (sa.select(sc.c.ts, sc.c.stage, sc.c.raw_bs, sc.c.mode, sc.c.reason, sc.c.count, sc.c.batch_sizes)
+                   .where(sc.c.run_pk == pk, sc.c.seq >= lo_b, sc.c.seq < hi_b))
+        has_counts = bounds[1][0] is not None
+        picked: list[tuple[float, str, int, str, Any, int]] = []     # ts, stage, bs, mode, reason, steps
+        for a, b in ranges:
+            window = [(ts, stage, bs, mode, reason or None, 1)
+                      for ts, stage, bs, mode, reason in conn.execute(raw, {"lo": a, "hi": b}).all()]
+            for ts, stage, bs, mode, reason, n, parts in (
+                    conn.execute(counted, {"lo": a, "hi": b}).all() if has_counts else ()):
+                if bs is not None:
+                    window.append((ts, stage, bs, mode, reason or None, int(n)))
+                    continue
+                if isinstance(parts, str):
+                    parts = json.loads(parts)
+                for size, part in (parts or {}).items():
+                    window.append((ts, stage, int(size), mode, reason or None, int(part["count"])))
+            if window and not whole:
+                first = min(w[0] for w in window)
+                window = [(first, *w[1:]) for w in window]            # a window is one bucket
+            picked += window
+        total = None if whole else int(conn.execute(
+            sa.select(sa.func.coalesce(sa.func.sum(br.c.steps), 0)).where(br.c.run_pk == pk)).scalar())
+    if whole and picked:
+        t0, t1 = min(p[0] for p in picked), max(p[0] for p in picked)
+        width_s = (t1 - t0) / SEQUENCE_BUCKETS or 1.0
+        picked = [(t0 + min(SEQUENCE_BUCKETS - 1, int((p[0] - t0) / width_s)) * width_s, *p[1:]) for p in picked]
+    out: dict[tuple, int] = {}
+    for t, stage, bs, mode, reason, n in picked:
+        key = (t, stage, bs, mode, reason)
+        out[key] = out.get(key, 0) + n
+    rows = [{"t": t, "stage": stage, "raw_bs": bs, "mode": mode, "reason": reason, "steps": n}
+            for (t, stage, bs, mode, reason), n in sorted(out.items(), key=lambda kv: kv[0][:3])]
+    read_steps = sum(r["steps"] for r in rows)
+    return {"rows": rows, "sampled": not whole, "steps_read": read_steps,
+            "steps_total": read_steps if whole else total}
 
 
 def _event_rows(store: Store, run_id: str, table: sa.Table, rename: dict[str, str] | None = None) -> list[dict]:

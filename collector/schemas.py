@@ -208,34 +208,61 @@ class Diagnosis(BaseModel):
     findings: list[Finding] = Field(description="the outcome first, then by seconds over the expectation")
 
 
-class PlanCostOut(BaseModel):
+class PlanScoreOut(BaseModel):
     sizes: list[int]
     steps: int
-    graph_steps: int
-    eager_steps: int
+    graph_steps: int = Field(description="served by a graph of their own size")
+    padded_steps: int = Field(description="served by a larger graph")
+    eager_steps: int = Field(description="served by no graph")
     padded_rows: int
-    computed_rows: int
-    cost: float
-    coverage: float
-    waste_share: float
+    computed_rows: int = Field(description="rows the graphs computed, padding included, plus the eager rows")
+    cost: float = Field(description="the objective's total (objective.unit)")
+    eager_share: Optional[float]
+    waste_share: Optional[float] = Field(description="padding waste: padded rows / rows computed")
+    cost_per_step: Optional[float]
+
+
+class PriceOut(BaseModel):
+    value: Optional[float] = Field(description="null: nothing to price it from")
+    error: Optional[float] = Field(description="± this, when a fit gives one")
+    provenance: Optional[str] = Field(description="none | measured | log | fit | estimated")
+    basis: str = Field(description="where the figure comes from")
+
+
+class PlanOut(BaseModel):
+    name: str = Field(description="current (the run's own list; empty with graphs off) | proposed")
+    sizes: list[int]
+    fit: PlanScoreOut = Field(description="on the steps the sizes were chosen from")
+    held_back: Optional[PlanScoreOut] = Field(description="on the steps held back (null: none held back)")
+    all: PlanScoreOut
+    capture_s: PriceOut
+    pool_bytes: PriceOut
 
 
 class Advice(BaseModel):
     run_id: str
+    name: Optional[str]
+    source: Optional[str]
+    engine: str = Field(description="runner | vllm | sglang: whose rules the proposal keeps")
+    engine_label: str
+    stage: Optional[str] = Field(description="the decode-like stage the sizes serve")
     budget: int
-    eager_weight: float
+    budget_basis: str
     sizes: list[int] = Field(description="the proposed capture sizes")
-    predicted: PlanCostOut
-    current: Optional[PlanCostOut]
-    capture_s_current: Optional[float]
-    capture_s_predicted: Optional[float]
-    capture_s_saved: Optional[float]
-    pool_bytes_current: Optional[int]
-    pool_bytes_predicted: Optional[int]
-    pool_bytes_saved: Optional[int]
-    flags: dict[str, str] = Field(description="ready-to-copy flags: replayscope, vllm, vllm_config, sglang")
-    decode_steps: int = Field(description="decode steps with a batch size the sizes were chosen from")
+    graphs_used: int
+    graphs_off: Optional[str] = Field(description="why the run had no graphs and what turns them on")
+    padding: bool
+    objective: dict[str, Any] = Field(description="kind (time | rows), unit, the cost line's numbers, provenance, basis")
+    split: dict[str, Any] = Field(description="fit_share, fit_steps, held_back_steps, held_back_from_ts")
+    plans: list[PlanOut]
+    verdict: dict[str, Any] = Field(description="the proposal against the current list on the held-back steps")
+    validity: list[dict[str, Any]] = Field(description="per engine: label, own, problems, facts, unknown")
+    flags: list[dict[str, Any]] = Field(description="engine, label (the versions that accept it), text, for_this_run, kind")
+    decode_steps: int = Field(description="decode steps with a batch size the list decides")
     distinct_batch_sizes: int
+    left_out: dict[str, int] = Field(description="decode steps eager for a reason no list decides, by reason")
+    histogram: list[dict[str, Any]] = Field(description="steps per (raw_bs, mode) as the run ran them")
+    notes: list[str]
     note: Optional[str]
 
 

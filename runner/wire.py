@@ -83,6 +83,10 @@ REASONS = (
     "rerecord_limit",     # Inductor re-recorded the graph too often and runs the function eager for good
     "unknown",            # the source did not say why (imported data; or trace saw no cause)
 )
+# The reasons a choice of capture sizes decides: another list would have served (or not
+# served) these steps. Every other reason sends a step eager whatever the list holds (an
+# adapter, a grammar switch, a prefill...); "unknown" is judged step by step (the advisor).
+SIZE_DECIDED_REASONS = ("batch_too_large", "not_captured", "capture_failed", "graphs_disabled")
 # A caller of the runner library may name a reason of its own; it is recorded as is,
 # behind this prefix, and shown as the caller's own words.
 CUSTOM_REASON_PREFIX = "custom:"

@@ -1,5 +1,6 @@
-"""Advisor (/advisor/<run_id>): capture sizes for a budget of K graphs, from the run's
-observed batch sizes, with the flags to copy into replayscope, vLLM and SGLang."""
+"""Advisor (/advisor/<run_id>): capture sizes for a budget of K graphs, chosen on the first
+part of the run and scored on the held-back rest, priced, checked against each engine's
+rules, with the flags to copy. Every figure is the API's (``GET /v1/runs/{id}/advice``)."""
 
 from __future__ import annotations
 
@@ -10,105 +11,223 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import charts
 from app import components as c
+from runner.wire import DECODE_VIEW
 
 dash.register_page(__name__, path_template="/advisor/<run_id>", title="replayscope · advisor",
                    name="Advisor")
 
-PLAN_COLUMNS = (
-    c.Column("plan", "plan", min_width=90),
-    c.Column("graphs", "graphs", numeric=True, min_width=80),
-    c.Column("sizes", "sizes", min_width=160, flex=3),
-    c.Column("coverage", "coverage", numeric=True, shown=lambda r: c.pct(r["coverage"]), min_width=95),
-    c.Column("padding", "padding share", numeric=True, shown=lambda r: c.pct(r["padding"]), min_width=110),
-    c.Column("eager_steps", "eager steps", numeric=True, shown=lambda r: c.count(r["eager_steps"]), min_width=100),
-    c.Column("padded_rows", "padded rows", numeric=True, shown=lambda r: c.count(r["padded_rows"]), min_width=105),
-    c.Column("capture", "capture time", numeric=True, shown=lambda r: c.seconds(r["capture"], r["unknown"]),
-             min_width=105),
-    c.Column("pool", "pool memory", numeric=True, shown=lambda r: c.size(r["pool"], r["unknown"]), min_width=105),
-)
-FLAG_LABELS = (("replayscope", "replayscope run"), ("vllm", "vLLM (command line)"),
-               ("vllm_config", "vLLM (Python / config)"), ("sglang", "SGLang"))
+FLAG_ORDER = ("runner", "vllm", "sglang")
+PROVENANCE = {"fit": "fit", "estimated": "estimated", "measured": None, "log": None, "none": None}
 
 
-def page_data(store: Any, run_id: str, budget: int | None = None,
-              inputs: dict[str, Any] | None = None) -> dict[str, Any] | None:
-    from collector.advisor import advise_run, default_budget, run_inputs
+def _price(figure: dict[str, Any], unknown: str, unit: str) -> str:
+    if figure["value"] is None:
+        return unknown
+    if figure["provenance"] == "none":
+        return "none"
+    text = c.seconds(figure["value"]) if unit == "s" else c.size(figure["value"])
+    if figure["error"]:
+        text += " ± " + (c.seconds(figure["error"]) if unit == "s" else c.size(figure["error"]))
+    tag = PROVENANCE.get(figure["provenance"], figure["provenance"])
+    return f"{text} ({tag})" if tag else text
 
-    inputs = inputs or run_inputs(store, run_id)
-    if inputs is None:
+
+def _per_step(value: float | None, unit: str) -> str:
+    if value is None:
+        return "no steps"
+    return c.seconds(value) if unit == "s" else f"{value:,.2f} rows"
+
+
+def plan_columns(scored: str, unit: str) -> tuple[c.Column, ...]:
+    on = "held back" if scored == "held_back" else "all steps"
+    return (
+        c.Column("plan", "plan", min_width=90),
+        c.Column("graphs", "graphs", numeric=True, min_width=75),
+        c.Column("sizes", "sizes", min_width=140, flex=3),
+        c.Column("eager", f"eager share ({on})", numeric=True, shown=lambda r: c.pct(r["eager"]), min_width=115),
+        c.Column("padding", f"padding waste ({on})", numeric=True, shown=lambda r: c.pct(r["padding"]),
+                 min_width=120),
+        c.Column("cost", f"{'step time' if unit == 's' else 'rows per step'} ({on})", numeric=True,
+                 shown=lambda r: _per_step(r["cost"], r["unit"]), min_width=120),
+        c.Column("capture", "capture time", numeric=True, shown=lambda r: r["capture_text"], min_width=180),
+        c.Column("pool", "pool memory", numeric=True, shown=lambda r: r["pool_text"], min_width=180),
+    )
+
+
+# (store, run, its last event and ingest, steps) -> the run's facts: moving the budget reads no steps again
+_FACTS: dict[tuple, Any] = {}
+_FACTS_KEPT = 8
+
+
+def _facts(store: Any, run_id: str):
+    from collector import queries
+    from collector.advisor.stored import run_facts
+
+    summary = queries.run_summary(store, run_id)
+    if summary is None:
         return None
-    distinct = len(inputs["distribution"])
-    budget = max(1, budget or default_budget(inputs))
-    # the same function as GET /v1/runs/{id}/advice?budget=K
-    advice = advise_run(store, run_id, budget, inputs=inputs)
-    unknown = c.unknown(inputs["summary"]["source"])
+    key = (store.safe_url, run_id, summary["last_event_ts"], summary["last_seen_at"], summary["steps"])
+    if key not in _FACTS:
+        while len(_FACTS) >= _FACTS_KEPT:
+            _FACTS.pop(next(iter(_FACTS)))
+        _FACTS[key] = run_facts(store, run_id, summary)
+    return _FACTS[key]
+
+
+def page_data(store: Any, run_id: str, budget: int | None = None) -> dict[str, Any] | None:
+    """The API's advice for the run (``GET /v1/runs/{id}/advice?budget=K``) and the page's rows."""
+    from collector.advisor.report import advise
+
+    facts = _facts(store, run_id)
+    if facts is None:
+        return None
+    advice = advise(facts, budget)
+    unknown = c.unknown(advice["source"])
+    scored = "held_back" if advice["split"]["held_back_steps"] else "fit"
+    unit = advice["objective"]["unit"]
     records = []
-    for name, plan in (("current", advice.current), ("proposed", advice.predicted)):
-        if plan is None:
-            continue
-        current = name == "current"
-        records.append({"plan": name, "graphs": len(plan.sizes), "sizes": ", ".join(map(str, plan.sizes)),
-                        "coverage": plan.coverage, "padding": plan.waste_share,
-                        "eager_steps": plan.eager_steps, "padded_rows": plan.padded_rows,
-                        "capture": advice.capture_s_current if current else advice.capture_s_predicted,
-                        "pool": advice.pool_bytes_current if current else advice.pool_bytes_predicted,
-                        "unknown": unknown})
-    rows = c.grid_rows(PLAN_COLUMNS, records)
-    hist = [{"raw_bs": bs, "mode": "graph", "steps": n, "num_tokens": 0, "padded_tokens": 0}
-            for bs, n in sorted(inputs["distribution"].items())]
-    return {"summary": inputs["summary"], "advice": advice, "rows": rows, "distinct": distinct,
-            "budget": budget, "figure": charts.batch_histogram_figure(hist, advice.sizes)}
+    for p in advice["plans"]:
+        s = p[scored]
+        records.append({"plan": p["name"], "graphs": len(p["sizes"]),
+                        "sizes": ", ".join(map(str, p["sizes"])) or "graphs off",
+                        "eager": s["eager_share"], "padding": s["waste_share"], "cost": s["cost_per_step"],
+                        "unit": unit, "capture": p["capture_s"]["value"], "pool": p["pool_bytes"]["value"],
+                        "capture_text": _price(p["capture_s"], unknown, "s"),
+                        "pool_text": _price(p["pool_bytes"], unknown, "bytes")})
+    current = next((p["sizes"] for p in advice["plans"] if p["name"] == "current"), [])
+    x_title = "batch size (tokens)" if advice["engine"] == "vllm" else "batch size (requests)"
+    return {"advice": advice, "scored": scored, "unit": unit, "records": records,
+            "rows": c.grid_rows(plan_columns(scored, unit), records),
+            "figure": charts.advisor_histogram_figure(advice["histogram"], advice["sizes"], current, x_title)}
+
+
+def intro(advice: dict[str, Any]) -> list[Any]:
+    obj, split = advice["objective"], advice["split"]
+    stage = {"decode": "decode steps", "mixed": "batches (vLLM mixes prefill and decode tokens in one batch)",
+             DECODE_VIEW: "decode and mixed batches (vLLM sizes both by their token count)"}.get(advice["stage"], "steps")
+    parts = [html.P(f"{advice['engine_label']}: sizes chosen exactly (dynamic programming) to minimise the cost of "
+                    f"the run's {stage}. Cost: {obj['basis']}.", className="hint", id="advisor-objective")]
+    if split["held_back_steps"]:
+        parts.append(html.P(f"Chosen from the first {c.plural(split['fit_steps'], 'step')} (in time order), scored "
+                            f"on the {c.plural(split['held_back_steps'], 'step')} after "
+                            f"{c.when(split['held_back_from_ts'])}, which they were not chosen from.",
+                            className="hint", id="advisor-split"))
+    else:
+        parts.append(html.P(f"All {c.plural(split['fit_steps'], 'step')}: too few to hold any back, so the sizes are "
+                            f"scored on the steps they were chosen from.", className="hint", id="advisor-split"))
+    if advice["left_out"]:
+        left = ", ".join(f"{reason} {n:,}" for reason, n in sorted(advice["left_out"].items(), key=lambda kv: -kv[1]))
+        parts.append(html.P(f"Left out: decode steps that ran eager for a reason no list of sizes decides ({left}).",
+                            className="hint"))
+    for note in advice["notes"]:
+        parts.append(html.P(note, className="hint"))
+    return parts
+
+
+def graphs_off_banner(advice: dict[str, Any]) -> Any:
+    if not advice["graphs_off"]:
+        return None
+    steps = advice["decode_steps"]
+    return html.Div([html.B("Graphs were off for this run. "),
+                     f"Every one of its {c.plural(steps, 'decode step')} ran eager ({advice['graphs_off']}). "
+                     f"The proposal shows what graphs would have served and at what price."],
+                    className="banner banner-warn", id="advisor-graphs-off")
+
+
+def verdict(advice: dict[str, Any]) -> html.Div:
+    v = advice["verdict"]
+    return html.Div(v["text"], id="advisor-verdict",
+                    className="verdict" + (" verdict-worse" if v.get("worse") else ""))
+
+
+def price_notes(advice: dict[str, Any]) -> html.Ul:
+    items = []
+    for p in advice["plans"]:
+        for key, what in (("capture_s", "capture time"), ("pool_bytes", "pool memory")):
+            items.append(html.Li([html.B(f"{p['name']}, {what}: "), p[key]["basis"]]))
+    return html.Ul(items, className="hint", id="advisor-price")
+
+
+def validity(advice: dict[str, Any]) -> html.Div:
+    rows = []
+    for v in advice["validity"]:
+        ok = not v["problems"]
+        details = [html.Li(f) for f in v["facts"]] + [html.Li(f"not known: {u}") for u in v["unknown"]]
+        rows.append(html.Div([
+            html.Div([html.Span(v["label"], className="flag-engine"),
+                      html.Span("valid" if ok else "not as given", className="badge " + ("badge-ok" if ok else
+                                                                                         "badge-high")),
+                      html.Span("; ".join(v["problems"]), className="validity-problems")],
+                     className="validity-head"),
+            html.Details([html.Summary("the rules applied"), html.Ul(details)], className="validity-rules"),
+        ], className="validity-row", **{"data-engine": v["engine"], "data-valid": "yes" if ok else "no"}))
+    return html.Div(rows, id="advisor-validity")
+
+
+def flags(advice: dict[str, Any]) -> html.Div:
+    rows = []
+    order = [advice["engine"]] + [e for e in FLAG_ORDER if e != advice["engine"]]     # the run's engine first
+    for i, f in enumerate(sorted(advice["flags"], key=lambda f: (order.index(f["engine"]), not f["for_this_run"]))):
+        label = f["label"] + (" (Python)" if f["kind"] == "Python" and "Python" not in f["label"] else "") + (
+            " — this run" if f["for_this_run"] else "")
+        rows.append(html.Div([html.Div(label, className="flag-engine"),
+                              html.Pre(f["text"], id=f"advisor-flag-{i}", className="flag-text",
+                                       **{"data-engine": f["engine"], "data-this-run": "yes" if f["for_this_run"]
+                                          else "no"}),
+                              dcc.Clipboard(target_id=f"advisor-flag-{i}", title="copy", className="copy")],
+                             className="flag-copy"))
+    return html.Div(rows, id="advisor-flags-list")
+
+
+def budget_text(advice: dict[str, Any]) -> str:
+    used = advice["graphs_used"]
+    text = f"at most {c.plural(advice['budget'], 'graph')} ({advice['budget_basis']})"
+    if used < advice["budget"]:
+        text += (f"; {used} used: more would not lower the cost" if used < advice["distinct_batch_sizes"]
+                 else f"; {used} used, one per batch size the run had")
+    return text
+
+
+def body(data: dict[str, Any]) -> list[Any]:
+    advice = data["advice"]
+    return [verdict(advice),
+            c.section("Price of each list", price_notes(advice)),
+            c.section("Validity per engine", validity(advice)),
+            c.section("Flags to copy", flags(advice)),
+            c.section("Batch sizes the sizes were chosen from, by how they ran", c.graph("advisor-hist",
+                                                                                         data["figure"]))]
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
-    from collector.advisor import run_inputs
-
-    inputs = run_inputs(c.store(), run_id) if run_id else None
-    if inputs is None:
+    data = page_data(c.store(), run_id) if run_id else None
+    if data is None:
         return c.not_found("run", run_id or "")
-    distinct = max(1, len(inputs["distribution"]))
-    initial = page_data(c.store(), run_id, inputs=inputs)["budget"]
-    top = max(distinct, initial)
-    marks = {k: str(k) for k in sorted({1, top, *range(4, top + 1, 4)}) if k <= top}
+    advice = data["advice"]
+    initial = advice["budget"]
+    top = max(advice["distinct_batch_sizes"], initial, 1)
+    marks = {k: str(k) for k in sorted({1, top, initial, *range(8, top + 1, 8)}) if k <= top}
     return html.Div([
         c.nav(run_id),
         dcc.Store(id="advisor-run-id", data=run_id),
-        html.H2(["Capture sizes for ", html.Span(inputs["summary"]["name"], id="advisor-name")]),
-        html.P(f"From {c.plural(sum(inputs['distribution'].values()), 'decode step')} over "
-               f"{c.plural(len(inputs['distribution']), 'distinct batch size')}. Sizes are chosen exactly (dynamic programming) to minimise padded rows "
-               f"plus eager fallbacks weighted {inputs['eager_weight']:.2f}× per row; the largest observed size "
-               f"is always covered.", className="hint"),
-        html.Div([html.Label("Budget: graphs to capture", htmlFor="advisor-budget"),
+        html.H2(["Capture sizes for ", html.Span(advice["name"], id="advisor-name")]),
+        *intro(advice),
+        graphs_off_banner(advice),
+        html.Div([html.Label(["Budget: ", html.Span(budget_text(advice), id="advisor-budget-value")],
+                             htmlFor="advisor-budget"),
                   dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks,
-                             tooltip={"placement": "bottom", "always_visible": True})],
+                             tooltip={"placement": "top", "always_visible": False})],
                  className="slider"),
-        c.grid("advisor-table", PLAN_COLUMNS, filters=False, row_id="plan"),
-        html.Div(id="advisor-saved", className="hint"),
-        c.section("Flags to copy", html.Div(id="advisor-flags")),
-        c.section("Observed batch sizes (▲ proposed sizes)", c.graph("advisor-hist")),
+        c.grid("advisor-table", plan_columns(data["scored"], data["unit"]), data["rows"], filters=False,
+               row_id="plan"),
+        html.Div(body(data), id="advisor-body"),
     ], className="page")
 
 
-@callback(Output("advisor-table", "rowData"), Output("advisor-flags", "children"),
-          Output("advisor-saved", "children"), Output("advisor-hist", "figure"),
-          Input("advisor-budget", "value"), State("advisor-run-id", "data"))
+@callback(Output("advisor-table", "rowData"), Output("advisor-body", "children"),
+          Output("advisor-budget-value", "children"),
+          Input("advisor-budget", "value"), State("advisor-run-id", "data"), prevent_initial_call=True)
 def refresh(budget, run_id):
     data = page_data(c.store(), run_id, budget)
     if data is None:
         raise dash.exceptions.PreventUpdate
-    advice = data["advice"]
-    flags = []
-    for key, label in FLAG_LABELS:
-        flags.append(html.Div([html.Div(label, className="flag-engine"),
-                               html.Pre(advice.flags[key], id=f"advisor-flag-{key}", className="flag-text"),
-                               dcc.Clipboard(target_id=f"advisor-flag-{key}", title="copy",
-                                             className="copy")], className="flag-copy"))
-    saved = []
-    if advice.capture_s_saved is not None:
-        saved.append(f"capture time saved {c.seconds(advice.capture_s_saved)}" if advice.capture_s_saved >= 0
-                     else f"capture time added {c.seconds(-advice.capture_s_saved)}")
-    if advice.pool_bytes_saved is not None:
-        saved.append(f"pool memory saved {c.size(advice.pool_bytes_saved)}" if advice.pool_bytes_saved >= 0
-                     else f"pool memory added {c.size(-advice.pool_bytes_saved)}")
-    note = ("; ".join(saved) + " against the current plan (scaled from this run's captures)") if saved else ""
-    return data["rows"], flags, note, data["figure"]
+    return data["rows"], body(data), budget_text(data["advice"])

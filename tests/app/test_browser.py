@@ -94,15 +94,16 @@ def severe_errors(driver):
     return [entry for entry in driver.get_log("browser") if entry["level"] == "SEVERE"]
 
 
-def screenshot(driver, name):
-    """The whole page at 1280 px wide into docs/screenshots/ when REPLAYSCOPE_SCREENSHOTS=1."""
+def screenshot(driver, name, room: int = 40):
+    """The whole page at 1280 px wide into docs/screenshots/ when REPLAYSCOPE_SCREENSHOTS=1
+    (``room``: pixels under the page's height, for a last chart's axis)."""
     if os.environ.get("REPLAYSCOPE_SCREENSHOTS") != "1":
         return
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
     size = driver.get_window_size()
     driver.execute_script("window.scrollTo(0, 0)")
     height = driver.execute_script("return document.body.scrollHeight")
-    driver.set_window_size(NARROW[0], min(max(NARROW[1], height + 40), 6000))
+    driver.set_window_size(NARROW[0], min(max(NARROW[1], height + room), 6000))
     time.sleep(0.8)                          # let plotly re-lay out at the new size
     driver.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
     driver.set_window_size(size["width"], size["height"])
@@ -248,19 +249,6 @@ def test_startup_page_ranks_failures_first(env, driver):
     assert causes[0] == "failure" and cards[0].get_attribute("data-failure-class") == "oom"
     assert "slow_size" in causes
     assert "CUDA out of memory" in driver.find_element(By.ID, "startup-failures").text
-
-
-def test_advisor_page_gives_the_advisors_sizes_and_flags(env, driver):
-    from app.pages.advisor import page_data
-
-    open_page(driver, env["url"] + "/advisor/real-run", charts=1)
-    expected = page_data(env["store"], "real-run")["advice"]
-    assert text_of(driver, "advisor-flag-vllm") == expected.flags["vllm"]
-    assert text_of(driver, "advisor-flag-sglang") == expected.flags["sglang"]
-    assert text_of(driver, "advisor-flag-replayscope") == expected.flags["replayscope"]
-    table = driver.find_element(By.ID, "advisor-table").text
-    assert "proposed" in table and "current" in table
-    assert severe_errors(driver) == []
 
 
 def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):

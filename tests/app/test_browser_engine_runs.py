@@ -87,19 +87,19 @@ def test_an_imported_sglang_runs_page_says_its_decode_steps_are_a_sample(engine_
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_startup_and_advisor_pages_of_imported_runs(engine_env, driver, engine):
-    from app.pages.advisor import page_data
-    from collector.advisor import run_inputs
+    from collector.advisor.stored import advice_for_run
 
     run_id = engine_env[engine]
     # the advisor's traffic: the run's steps in the decode stages (a vLLM run's decode and mixed rows)
-    traffic = sum(run_inputs(engine_env["store"], run_id)["distribution"].values())
+    advice = advice_for_run(engine_env["store"], run_id)
+    traffic = advice["split"]["fit_steps"] + advice["split"]["held_back_steps"] + sum(advice["left_out"].values())
     assert traffic == {"vllm": 6840 + 3451, "sglang": 160}[engine]
+    assert advice["stage"] == {"vllm": "decode+mixed", "sglang": "decode"}[engine]
     open_page(driver, engine_env["url"] + f"/startup/{run_id}", charts=3)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".stat"))
     screenshot(driver, f"startup-{engine}")
     assert severe_errors(driver) == []
     open_page(driver, engine_env["url"] + f"/advisor/{run_id}", charts=1)
-    expected = page_data(engine_env["store"], run_id)["advice"]
-    assert text_of(driver, "advisor-flag-vllm") == expected.flags["vllm"]
-    screenshot(driver, f"advisor-{engine}")
-    assert severe_errors(driver) == []
+    flags = [e.text for e in driver.find_elements(By.CSS_SELECTOR, ".flag-text")]
+    assert sorted(flags) == sorted(f["text"] for f in advice["flags"])
+    assert severe_errors(driver) == []   # its screenshot: tests/app/test_browser_advisor.py

@@ -13,9 +13,44 @@ REPO = Path(__file__).resolve().parents[2]
 def test_advise_prints_sizes_and_flags_for_a_stored_run(filled, capsys):
     assert main(["advise", "syn-1", "--budget", "3", "--db", filled.url]) == 0
     out = capsys.readouterr().out
-    assert "budget 3 graphs" in out
-    assert "--cudagraph-capture-sizes" in out and "--cuda-graph-bs" in out
+    assert "budget 3 graphs" in out and "held back" in out
+    assert "--cudagraph-capture-sizes" in out and "--cuda-graph-bs" in out and "--compilation-config" in out
     assert "compilation_config=" in out and "--capture-sizes" in out
+    assert "Validity:" in out and "replayscope run: valid" in out
+
+
+def test_advise_json_is_what_the_api_answers_and_the_budget_defaults_to_the_runs_count(filled, capsys):
+    import json
+
+    from collector.advisor.stored import advice_for_run
+
+    assert main(["advise", "syn-1", "--json", "--db", filled.url]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed == advice_for_run(filled, "syn-1")
+    assert printed["budget"] == 6 and printed["budget_basis"] == "the run's 6 graphs"
+    assert printed["split"]["held_back_steps"] > 0 and printed["verdict"]["compared"]
+
+
+def test_advise_through_a_collector_with_its_token_prints_what_the_store_gives(filled, capsys):
+    from collector.api import create_api
+    from collector.settings import Settings
+    from tests.live_server import serving
+
+    assert main(["advise", "syn-1", "--budget", "3", "--db", filled.url]) == 0
+    direct = capsys.readouterr().out
+    with serving(create_api(filled, Settings(run_services=False, token="s3cret"))) as url:
+        assert main(["advise", "syn-1", "--budget", "3", "--collector", url, "--token", "s3cret"]) == 0
+        assert capsys.readouterr().out == direct
+        result = subprocess.run([sys.executable, "-m", "app.cli", "advise", "syn-1", "--collector", url, "--json"],
+                                cwd=REPO, capture_output=True, text=True, timeout=120,
+                                env={**__import__("os").environ, "REPLAYSCOPE_TOKEN": "s3cret"})
+        assert result.returncode == 0 and '"sizes"' in result.stdout
+        assert main(["advise", "nope", "--collector", url]) == 2
+        assert "no run 'nope' in the collector at" in capsys.readouterr().err
+        assert main(["advise", "syn-1", "--collector", url, "--eager-weight", "-1"]) == 2
+        assert "--eager-weight" in capsys.readouterr().err
+    assert main(["advise", "syn-1", "--collector", "http://127.0.0.1:9"]) == 2
+    assert "collector http://127.0.0.1:9" in capsys.readouterr().err
 
 
 def test_advise_names_an_unknown_run(filled, capsys):

@@ -62,8 +62,10 @@ def test_startup_page_diagnoses_and_compares_with_a_baseline(filled, pages):
 
 def test_advisor_page_follows_the_budget(filled, pages):
     data = pages["advisor"].page_data(filled, "syn-1", budget=3)
-    assert len(data["advice"].sizes) == 3
+    assert data["advice"]["budget"] == 3 and len(data["advice"]["sizes"]) <= 3
     assert [r["plan"] for r in data["rows"]] == ["current", "proposed"]
+    held = data["advice"]["plans"][1]["held_back"]
+    assert data["rows"][1]["eager"] == held["eager_share"] and data["rows"][1]["cost"] == held["cost_per_step"]
 
 
 def test_alerts_page_lists_rules_and_history(filled, pages):

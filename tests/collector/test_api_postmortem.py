@@ -61,16 +61,20 @@ def test_advice_follows_the_budget_and_gives_each_engines_flags(client):
     response = client.get("/v1/runs/run-1/advice", params={"budget": 3})
     assert response.status_code == 200
     body = schemas.Advice.model_validate(response.json())
-    assert len(body.sizes) <= 3 and body.sizes[-1] == 32
-    assert body.flags["vllm"] == "--cudagraph-capture-sizes " + " ".join(map(str, body.sizes))
-    assert body.flags["sglang"] == "--cuda-graph-bs " + " ".join(map(str, body.sizes))
+    assert len(body.sizes) <= 3 and body.budget == 3 and body.budget_basis == "given"
+    spaced = " ".join(map(str, body.sizes))
+    texts = {f["label"]: f["text"] for f in body.flags}
+    assert texts["vLLM 0.11.1 and later"] == f"--cudagraph-capture-sizes {spaced} --max-cudagraph-capture-size {body.sizes[-1]}"
+    assert texts["SGLang before PR #23906 (later main: a deprecated alias)"] == f"--cuda-graph-bs {spaced}"
     assert body.decode_steps == len(sizes) and body.note is None
+    assert [p.name for p in body.plans] == ["current", "proposed"]
 
 
 def test_advice_without_decode_steps_says_there_is_nothing_to_choose_from(client):
     post_run(client)
     body = client.get("/v1/runs/run-1/advice").json()
     assert body["decode_steps"] == 0 and body["sizes"] == [] and "no decode steps" in body["note"]
+    assert schemas.Advice.model_validate(body)
 
 
 @pytest.mark.parametrize("params", [{"budget": 0}, {"budget": "many"}, {"budget": 10**6},

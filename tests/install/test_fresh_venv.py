@@ -200,10 +200,14 @@ def test_scrape_an_sglang_metrics_endpoint_into_the_collector(served):
     assert any(r["source"] == "sglang-metrics" and r["steps"] > 0 for r in runs)
 
 
-def test_advise_on_a_stored_run(served):
-    out = run([str(served["bin"] / "replayscope"), "advise", "venv-run", "--db", served["db"], "--budget", "2"],
+def test_advise_on_a_stored_run_and_through_the_collector(served):
+    replayscope = str(served["bin"] / "replayscope")
+    out = run([replayscope, "advise", "venv-run", "--db", served["db"], "--budget", "2"],
               served["env"], served["tmp"]).stdout
-    assert out.startswith("Capture sizes for venv-run: budget 2 graphs")
+    assert out.startswith("Capture sizes for venv-run (") and "budget 2 graphs (given), 1 used" in out
     proposed = next(line for line in out.splitlines() if line.strip().startswith("proposed"))
     assert proposed.split()[1] == "8", "every step had batch size 8: one graph of 8 covers them"
-    assert "Flags:" in out
+    assert "Validity:" in out and "Flags:" in out
+    through = run([replayscope, "advise", "venv-run", "--collector", served["url"], "--token", TOKEN, "--budget", "2"],
+                  served["env"], served["tmp"]).stdout
+    assert through == out
