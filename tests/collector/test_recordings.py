@@ -38,13 +38,14 @@ def test_a_recording_that_breaks_the_contract_is_rejected_and_nothing_is_written
 
 def test_the_api_serves_a_runs_recordings(sqlite_store):
     from fastapi.testclient import TestClient
+    from tests.live_server import LOOPBACK_BASE
 
     from collector.api import create_api
     from collector.settings import Settings
 
     ingest_run(sqlite_store, run_record(source="trace"))
     ingest_events(sqlite_store, "run-1", [FIRST])
-    client = TestClient(create_api(sqlite_store, Settings()))
+    client = TestClient(create_api(sqlite_store, Settings()), base_url=LOOPBACK_BASE)
     response = client.get("/v1/runs/run-1/recordings")
     assert response.status_code == 200
     assert response.json()[0]["cause"] == "first"
