@@ -19,6 +19,12 @@ The segment cost satisfies the quadrangle inequality (``graph_cost`` and ``N`` b
 non-decreasing), so the best ``p`` does not decrease with ``j`` and each layer is computed
 by divide and conquer: O(K · C log C) for C candidates. Ties go to fewer sizes. With padding
 off every size serves only itself: the K sizes that save the most.
+
+With padding on, the candidates are first rounded up to the family the engines' own lists are
+made of (``aligned``: 1, 2, 4, then multiples of ``ALIGN``), and the choice is exact within it.
+A graph at a size between two multiples of 8 pads fewer rows, but on an H200 it ran no faster
+than the multiple of 8 above it (docs/gpu-results.md, the advisor benchmark): a linear cost in
+the graph's size would favour such sizes for a saving that is not there.
 """
 
 from __future__ import annotations
@@ -97,21 +103,47 @@ def round_up(size: int, multiple_of: int) -> int:
     return -(-size // multiple_of) * multiple_of
 
 
-def candidates(distribution: Mapping[int, int], cap: int | None = None, multiple_of: int = 1) -> list[int]:
-    """The sizes an optimal list is made of: observed sizes rounded up, within the cap."""
+ALIGN = 8          # above it, proposed sizes are multiples of it (below: 1, 2, 4, as the engines' lists)
+
+
+def aligned(size: int, align: int = ALIGN) -> int:
+    """The smallest size of the family ``1, 2, 4, …, align, 2·align, 3·align, …`` at or above ``size``
+    (``align`` a power of two; 1 keeps every size)."""
+    if align <= 1:
+        return size
+    if size >= align:
+        return round_up(size, align)
+    power = 1
+    while power < size:
+        power *= 2
+    return power
+
+
+def candidates(distribution: Mapping[int, int], cap: int | None = None, multiple_of: int = 1,
+               align: int = 1) -> list[int]:
+    """The sizes an optimal list is made of: observed sizes rounded up (to ``aligned`` sizes,
+    then to ``multiple_of``), within the cap; a size whose aligned one is above the cap gets the
+    largest size the cap allows instead."""
     if multiple_of < 1:
         raise ValueError("multiple_of must be >= 1")
-    out = {round_up(s, multiple_of) for s, _ in _clean(distribution)}
+    out = set()
+    for s, _ in _clean(distribution):
+        c = round_up(aligned(s, align), multiple_of)
+        if cap is not None and c > cap:
+            c = max(round_up(s, multiple_of), cap // multiple_of * multiple_of)
+        out.add(c)
     return sorted(c for c in out if cap is None or c <= cap)
 
 
 def choose_sizes(distribution: Mapping[int, int], budget: int, objective: Objective, *,
-                 cap: int | None = None, multiple_of: int = 1, padding: bool = True) -> list[int]:
-    """The capture sizes (at most ``budget``) of least cost under ``objective``, found exactly."""
+                 cap: int | None = None, multiple_of: int = 1, padding: bool = True, align: int = 1) -> list[int]:
+    """The capture sizes (at most ``budget``) of least cost under ``objective``, found exactly
+    among the ``candidates`` (``align`` applies with padding on only: without it a batch runs
+    on a graph of its own size or not at all)."""
     if budget < 0:
         raise ValueError("budget must be >= 0")
     items = _clean(distribution)
-    cands = candidates(distribution, cap, multiple_of)
+    cands = candidates(distribution, cap, multiple_of, align if padding else 1)
     if budget == 0 or not cands:
         return []
     if not padding:

@@ -132,7 +132,7 @@ def advise(facts: RunFacts, budget: int | None = None, eager_weight: float | Non
     else:
         budget_basis = "given"
     proposed = choice.choose_sizes(fit, budget, obj, cap=rules.cap, multiple_of=rules.multiple_of,
-                                   padding=rules.padding)
+                                   padding=rules.padding, align=choice.ALIGN)
     plans = []
     if current or rules.graphs_off:
         plans.append(_plan("current", current, fit, held, everything, obj, rules, facts))

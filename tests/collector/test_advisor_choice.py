@@ -5,7 +5,7 @@ from itertools import combinations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from collector.advisor.choice import candidates, choose_sizes, score
+from collector.advisor.choice import aligned, candidates, choose_sizes, score
 from collector.advisor.objective import Objective, rows_objective
 
 distributions = st.dictionaries(st.integers(1, 40), st.integers(1, 50), min_size=1, max_size=8)
@@ -16,8 +16,8 @@ objectives = st.one_of(
         lambda t: Objective("time", t[0], t[1], t[2], t[3], "measured", "test", t[4], t[4] + t[5])))
 
 
-def brute_force(dist, budget, objective, cap=None, multiple_of=1, padding=True):
-    cands = candidates(dist, cap, multiple_of)
+def brute_force(dist, budget, objective, cap=None, multiple_of=1, padding=True, align=1):
+    cands = candidates(dist, cap, multiple_of, align if padding else 1)
     best = score(dist, [], objective, padding).cost
     for k in range(1, min(budget, len(cands)) + 1):
         for subset in combinations(cands, k):
@@ -90,3 +90,27 @@ def test_a_vllm_sized_distribution_of_thousands_of_token_counts_gets_its_sizes()
     dist = {s: (s * 7919) % 97 + 1 for s in range(1, 4097)}
     sizes = choose_sizes(dist, 11, rows_objective(3.0, "given", "test"))
     assert len(sizes) == 11 and sizes[-1] == 4096
+
+
+def test_aligned_sizes_are_one_two_four_then_multiples_of_eight():
+    assert [aligned(s) for s in (1, 2, 3, 4, 5, 8, 9, 14, 16, 17, 44, 2049)] == [
+        1, 2, 4, 4, 8, 8, 16, 16, 16, 24, 48, 2056]
+    assert aligned(14, 1) == 14
+
+
+def test_a_size_whose_aligned_one_is_above_the_cap_gets_the_cap():
+    assert candidates({57: 3, 20: 1}, cap=60, align=8) == [24, 60]       # max_num_seqs 60: 64 would be dropped
+    assert candidates({57: 3}, cap=60, multiple_of=4, align=8) == [60]
+    assert candidates({61: 3}, cap=60, align=8) == []                    # above the cap: nothing serves it
+
+
+@settings(max_examples=200, deadline=None)
+@given(distributions, st.integers(1, 4), objectives, st.one_of(st.none(), st.integers(1, 48)), st.booleans())
+def test_an_aligned_choice_stays_in_the_family_and_is_exact_within_it(dist, budget, objective, cap, padding):
+    sizes = choose_sizes(dist, budget, objective, cap=cap, padding=padding, align=8)
+    if padding:
+        assert all(s == aligned(s) or s == cap for s in sizes)
+    else:
+        assert set(sizes) <= set(dist)                                   # no padding: only a batch's own size
+    assert score(dist, sizes, objective, padding).cost == pytest.approx(
+        brute_force(dist, budget, objective, cap, 1, padding, align=8), rel=1e-9, abs=1e-12)

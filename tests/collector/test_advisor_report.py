@@ -30,7 +30,7 @@ def test_the_sizes_are_chosen_on_the_first_part_and_scored_on_the_rest():
     assert advice["split"] == {"fit_share": 0.7, "fit_steps": 105, "held_back_steps": 45,
                                "held_back_from_ts": 1105.0}
     proposed = plan(advice, "proposed")
-    assert advice["sizes"][-1] == 3 and proposed["held_back"]["eager_steps"] == 45
+    assert advice["sizes"][-1] == 4 and proposed["held_back"]["eager_steps"] == 45   # 3 proposed as 4 (aligned)
     assert proposed["fit"]["eager_steps"] == 0
     assert advice["verdict"]["worse"] is True and "Worse than the current list" in advice["verdict"]["text"]
     assert "Keep the current list" in format_text(advice)
@@ -39,7 +39,7 @@ def test_the_sizes_are_chosen_on_the_first_part_and_scored_on_the_rest():
 def test_the_default_budget_is_the_runs_count_even_when_fewer_sizes_suffice():
     advice = advise(runner_facts(rows_of([1, 2, 3] * 40)))
     assert advice["budget"] == 4 and advice["budget_basis"] == "the run's 4 graphs"
-    assert advice["sizes"] == [1, 2, 3] and advice["graphs_used"] == 3
+    assert advice["sizes"] == [1, 2, 4] and advice["graphs_used"] == 3      # bs 3 padded onto 4 (aligned)
 
 
 def test_steps_eager_for_reasons_the_list_does_not_decide_are_left_out_and_counted():
