@@ -152,7 +152,7 @@ def test_the_advisor_page_of_such_a_run_shows_its_advice(server, stored_before, 
         for run_id in (stored_before[1], stored_before[4]):        # "1,2,4" and [1e308]
             driver.get(f"{server['url']}/advisor/{run_id}")
             flag = WebDriverWait(driver, 30, poll_frequency=0.2).until(
-                lambda d: (d.find_elements(By.ID, "advisor-flag-vllm") or [None])[0])
+                lambda d: (d.find_elements(By.CSS_SELECTOR, ".flag-text[data-engine=vllm]") or [None])[0])
             WebDriverWait(driver, 30, poll_frequency=0.2).until(lambda d: flag.text not in ("", "…"))
             assert "cudagraph" in flag.text, flag.text
             assert "proposed" in driver.find_element(By.ID, "advisor-table").text
