@@ -137,10 +137,10 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch) -> FakeTime:
-    import runner.emitter
+    import runner.sinks
 
     clock = FakeTime()
-    monkeypatch.setattr(runner.emitter, "time", clock)
+    monkeypatch.setattr(runner.sinks, "time", clock)
     return clock
 
 
