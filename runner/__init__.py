@@ -25,8 +25,8 @@ _EXPORTS = {
     "dispatch": "runner.dispatch",
     "Emitter": "runner.emitter",
     "open_emitter": "runner.emitter",
-    "JsonlSink": "runner.emitter",
-    "HttpSink": "runner.emitter",
+    "JsonlSink": "runner.sinks",
+    "HttpSink": "runner.sinks",
     "REASONS": "runner.wire",
     "ReplayscopeError": "runner.errors",
 }
