@@ -16,8 +16,8 @@ import importlib
 
 _EXPORTS = {
     "GraphRunner": "runner.graphs",
-    "StaticInput": "runner.graphs",
-    "CaptureReport": "runner.graphs",
+    "StaticInput": "runner.inputs",
+    "CaptureReport": "runner.capture",
     "CapturePlan": "runner.plan",
     "default_capture_sizes": "runner.plan",
     "BatchShape": "runner.dispatch",

@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from runner.capture import capturing_size
 from runner.dispatch import BatchShape
 from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput, capturing_size, resolve_backend
+from runner.graphs import GraphRunner, StaticInput, resolve_backend
 from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
 from runner.plan import CapturePlan, default_capture_sizes
 from runner.progress import Progress

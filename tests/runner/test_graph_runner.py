@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner import wire
+from runner.capture import capturing_size
 from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput, capturing_size
+from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
 
@@ -450,10 +451,10 @@ def test_a_callers_reason_or_adapters_on_one_step_leave_the_next_plain_step_on_i
 def test_free_text_reasons_leave_no_state_behind_per_reason():
     runner = make_runner()
     runner.step(batch(4))
-    kept = len(runner._routes) + len(runner._plain_routes)
+    kept = len(runner._routes.kept) + len(runner._routes.plain)
     for i in range(200):
         runner.step(batch(4), reason=f"request {i} asked for eager")
-    assert len(runner._routes) + len(runner._plain_routes) == kept
+    assert len(runner._routes.kept) + len(runner._routes.plain) == kept
 
 
 @settings(max_examples=60, deadline=None)
