@@ -10,6 +10,7 @@ Every rung is an event (``capture``, ``degrade``, ``phase``); the process never 
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 import time
 from dataclasses import dataclass, field
@@ -21,6 +22,8 @@ from runner.buffers import StaticBuffers
 from runner.errors import ReplayscopeError
 from runner.plan import CapturePlan
 from runner.progress import Progress
+
+log = logging.getLogger(__name__)
 
 _capture_state = threading.local()
 
@@ -70,7 +73,8 @@ class Capturer:
     """
 
     def __init__(self, step_fn: Callable[..., Any], *, device: torch.device, backend: str, stage: str,
-                 warmup_iters: int, pool: Any, progress: bool, emit: Callable[..., None]):
+                 warmup_iters: int, pool: Any, progress: bool, emit: Callable[..., None],
+                 raise_recompile_limit: bool = False):
         self.step_fn = step_fn
         self.device = device
         self.backend = backend
@@ -78,6 +82,7 @@ class Capturer:
         self.warmup_iters = warmup_iters
         self.progress = progress
         self.emit = emit
+        self.raise_recompile_limit = raise_recompile_limit
         self.on_cuda = device.type == "cuda" and backend in ("cuda", "compile")
         self.pool = pool if pool is not None else (torch.cuda.graph_pool_handle() if self.on_cuda else None)
         self._capture_stream = torch.cuda.Stream(device) if self.on_cuda else None
@@ -87,7 +92,7 @@ class Capturer:
     def capture(self, plan: CapturePlan, buffers: StaticBuffers) -> CapturePlan:
         """Capture every size of ``plan``, largest first; returns the plan with the sizes that failed."""
         if self.backend == "compile":
-            _raise_recompile_limit(len(plan.sizes))
+            self._check_recompile_limit(len(plan.sizes))
         report = self.report
         started = time.perf_counter()
         with Progress(self.label(), len(plan.sizes), enabled=self.progress) as bar:
@@ -194,16 +199,44 @@ class Capturer:
             self._capture_stream = torch.cuda.Stream(self.device)
             self.pool = torch.cuda.graph_pool_handle()
 
+    def _check_recompile_limit(self, sizes: int) -> None:
+        """torch.compile(dynamic=False) specialises per shape, and past Dynamo's recompile limit it
+        runs the step uncompiled, saying so only in its own log. The limit is a setting of the
+        whole process: raised only when the caller asked (``raise_recompile_limit``), and logged."""
+        if self.raise_recompile_limit:
+            changed = raise_dynamo_limits(sizes)
+            if changed:
+                log.warning("replayscope raised torch._dynamo.config %s to compile %d batch sizes",
+                            ", ".join(changed), sizes)
+            return
+        limit = dynamo_recompile_limit()
+        if limit is not None and limit < sizes:
+            log.warning("torch._dynamo.config.recompile_limit is %d, below the %d batch sizes to compile: "
+                        "Dynamo runs the sizes past it uncompiled; raise it, or pass raise_recompile_limit=True",
+                        limit, sizes)
 
-def _raise_recompile_limit(sizes: int) -> None:
-    """torch.compile(dynamic=False) specialises per shape; past its limit it silently runs eager."""
+
+def dynamo_recompile_limit() -> int | None:
+    """Dynamo's recompile limit (``cache_size_limit`` in older torch), None when it has neither."""
     config = torch._dynamo.config
     for name in ("recompile_limit", "cache_size_limit"):
-        if hasattr(config, name) and getattr(config, name) < sizes + 8:
-            setattr(config, name, sizes + 8)
-    for name in ("accumulated_recompile_limit", "accumulated_cache_size_limit"):
-        if hasattr(config, name) and getattr(config, name) < 4 * (sizes + 8):
-            setattr(config, name, 4 * (sizes + 8))
+        if hasattr(config, name):
+            return getattr(config, name)
+    return None
+
+
+def raise_dynamo_limits(sizes: int) -> list[str]:
+    """Dynamo's limits raised to hold ``sizes`` specialisations and some; returns what changed,
+    as ``name old -> new`` (the newer and older names are one setting in recent torch)."""
+    config = torch._dynamo.config
+    changed = []
+    for names, wanted in ((("recompile_limit", "cache_size_limit"), sizes + 8),
+                          (("accumulated_recompile_limit", "accumulated_cache_size_limit"), 4 * (sizes + 8))):
+        for name in names:
+            if hasattr(config, name) and getattr(config, name) < wanted:
+                changed.append(f"{name} {getattr(config, name)} -> {wanted}")
+                setattr(config, name, wanted)
+    return changed
 
 
 def _check_outputs(size: int, outputs: Any) -> None:

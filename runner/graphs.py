@@ -61,6 +61,10 @@ class GraphRunner:
 
     ``step_fn(**inputs)`` must return a tensor or a tuple of tensors whose first
     dimension is the batch, and must be capturable: static shapes, no host sync.
+
+    ``raise_recompile_limit`` (``compile`` backend): raise Dynamo's recompile limit, a setting
+    of the whole process, to hold one specialisation per planned size (logged when it does);
+    left off, a limit below the plan's sizes is logged and left as it is.
     """
 
     def __init__(self, step_fn: Callable[..., Any], inputs: Sequence[StaticInput], plan: CapturePlan, *,
@@ -68,7 +72,7 @@ class GraphRunner:
                  emitter: Any = None, stage: str = "decode", max_bs: int | None = None,
                  parity_every: int = 0, parity_tolerance: float | None = None,
                  warmup_iters: int = 2, pool: Any = None, progress: bool = True,
-                 time_every: int = CUDA_TIME_EVERY):
+                 time_every: int = CUDA_TIME_EVERY, raise_recompile_limit: bool = False):
         if stage not in wire.CAPTURE_STAGES:
             raise ReplayscopeError(f"stage must be one of {', '.join(wire.CAPTURE_STAGES)}, got {stage!r}")
         if type(time_every) is not int or time_every < 1:
@@ -89,7 +93,8 @@ class GraphRunner:
         self.parity_tolerance = parity_tolerance
         self._buffers = StaticBuffers(self.inputs)
         self._capturer = Capturer(step_fn, device=self.device, backend=self.backend, stage=stage,
-                                  warmup_iters=warmup_iters, pool=pool, progress=progress, emit=self._emit)
+                                  warmup_iters=warmup_iters, pool=pool, progress=progress, emit=self._emit,
+                                  raise_recompile_limit=raise_recompile_limit)
         self.report: CaptureReport = self._capturer.report
         self._routes = Routes(self._contract, self._buffers, self._capturer.graphs)
         self._plain_routes, self._kept_routes = self._routes.plain, self._routes.kept   # read by steps: held here

@@ -283,6 +283,48 @@ def test_a_failed_compile_falls_back_to_capture_without_compile():
     assert recorder.of("step")[-1]["mode"] == "graph" and torch.equal(out, torch.full((2, FEATURES), 6.0))
 
 
+def no_compile(fn, **_options):
+    """Stands in for torch.compile: what the runner does around it, without compiling."""
+    return fn
+
+
+def test_the_compile_backend_leaves_dynamos_recompile_limit_alone_and_says_when_it_is_below_the_plan(
+        monkeypatch, caplog):
+    monkeypatch.setattr(torch, "compile", no_compile)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 2, 4)), backend="compile", device="cpu",
+                         emitter=Recorder(), progress=False)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        runner.capture()
+    assert torch._dynamo.config.recompile_limit == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "torch._dynamo.config.recompile_limit is 2, below the 3 batch sizes to compile: Dynamo runs the sizes "
+        "past it uncompiled; raise it, or pass raise_recompile_limit=True"]
+    assert [c["variant"] for c in runner.emitter.of("capture")] == ["compile"] * 3
+
+
+def test_asked_to_the_compile_backend_raises_dynamos_recompile_limit_for_the_plan_and_logs_it(monkeypatch, caplog):
+    monkeypatch.setattr(torch, "compile", no_compile)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 2, 4)), backend="compile", device="cpu",
+                         emitter=Recorder(), progress=False, raise_recompile_limit=True)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        runner.capture()
+        runner.capture()                          # already high enough: nothing changes, nothing said
+    assert torch._dynamo.config.recompile_limit == 11
+    assert [r.getMessage() for r in caplog.records] == [
+        "replayscope raised torch._dynamo.config recompile_limit 2 -> 11 to compile 3 batch sizes"]
+
+
+def test_other_backends_never_read_or_change_dynamos_config(monkeypatch, caplog):
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan(SIZES), backend="static", device="cpu",
+                         progress=False, raise_recompile_limit=True)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        runner.capture()
+    assert torch._dynamo.config.recompile_limit == 1 and caplog.records == []
+
+
 def test_capture_progress_names_each_size_while_it_compiles_and_its_time_when_done(capsys):
     torch._dynamo.reset()
 
