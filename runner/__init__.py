@@ -8,8 +8,8 @@ Describe your step's static inputs, give the step and a capture plan, ``capture(
 once, then ``step(inputs)`` per batch: it replays, pads or falls back, records why,
 and returns the real rows' outputs. See docs/library.md.
 
-Depends on torch and the standard library only; never imports ``collector`` or
-``app``. Names load lazily, so ``runner.wire`` is usable without torch.
+Depends on torch, safetensors, tqdm (the ``runner`` extra) and the standard library; never
+imports ``collector`` or ``app``. Names load lazily, so ``runner.wire`` is usable without torch.
 """
 
 import importlib
