@@ -19,7 +19,7 @@ from typing import Any, Callable
 import torch
 
 from runner.buffers import StaticBuffers
-from runner.errors import ReplayscopeError
+from runner.errors import ReplayscopeError, describe_error
 from runner.plan import CapturePlan
 from runner.progress import Progress
 
@@ -247,12 +247,3 @@ def _check_outputs(size: int, outputs: Any) -> None:
             raise ReplayscopeError(
                 f"step output {i} has shape {tuple(out.shape)} for a batch of {size}: the step "
                 f"changed the batch dimension (outputs must keep the batch first)")
-
-
-def describe_error(error: BaseException) -> str:
-    """The error and, for CUDA's 'previous error during capture', the original cause."""
-    text = f"{type(error).__name__}: {error}".strip()
-    cause = error.__cause__ or error.__context__
-    if cause is not None and str(cause) not in text:
-        text += f" (caused by {type(cause).__name__}: {cause})"
-    return text[:4000]
