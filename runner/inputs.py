@@ -113,11 +113,11 @@ class InputContract:
         unknown = set(inputs) - {s.name for s in self.specs}
         if unknown:
             raise ReplayscopeError(f"unknown inputs {sorted(unknown)}; the step takes {_names(self.specs)}")
-        raw_bs = batch_size(inputs, self.specs)
-        device = self.device
+        specs, device = self.specs, self.device
+        raw_bs = batch_size(inputs, specs)              # the first input refused here if it is unusable
         rows_match = True
-        for spec in self.specs:
-            tensor = _tensor(inputs, spec)
+        for spec in specs:
+            tensor = inputs[spec.name] if spec is specs[0] else _tensor(inputs, spec)
             if tensor.device != device and not (tensor.device.type == device.type == "cuda" and device.index is None):
                 raise ReplayscopeError(f"input {spec.name!r} is on {tensor.device}, the runner's "
                                        f"static buffers are on {device}")

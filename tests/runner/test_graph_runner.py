@@ -409,6 +409,42 @@ def test_inputs_are_checked_on_every_step_not_only_the_first_of_their_shape():
     assert len(runner.emitter.of("step")) == 1
 
 
+def test_a_steps_inputs_are_matched_at_most_once_and_explained_only_when_the_match_fails(monkeypatch):
+    import runner.graphs
+    import runner.inputs
+
+    calls = {"fits": 0, "explain": 0}
+    real_fits, real_explain = runner.inputs.fits, runner.inputs.InputContract.explain
+
+    def fits(*args):
+        calls["fits"] += 1
+        return real_fits(*args)
+
+    def explain(*args, **kwargs):
+        calls["explain"] += 1
+        return real_explain(*args, **kwargs)
+
+    for module in (runner.graphs, runner.inputs):
+        monkeypatch.setattr(module, "fits", fits)
+    monkeypatch.setattr(runner.inputs.InputContract, "explain", explain)
+    runner_ = make_runner()
+
+    def checks(**step):
+        calls.update(fits=0, explain=0)
+        try:
+            runner_.step(**step)
+        except ReplayscopeError:
+            pass
+        return calls["fits"], calls["explain"]
+
+    assert checks(inputs=batch(3)) == (1, 0)                       # the first of its size: a route is made
+    assert checks(inputs=batch(3)) == (1, 0)                       # seen before: its route, after the match
+    assert checks(inputs={"x": torch.zeros(3, FEATURES, dtype=torch.float64), "slots": torch.arange(3)}) == (1, 1)
+    assert checks(inputs={"x": torch.zeros(3, FEATURES)}) == (1, 1)  # a missing input, explained by name
+    assert checks(inputs=batch(3), reason="weight swap") == (1, 0)
+    assert [s["raw_bs"] for s in runner_.emitter.of("step")] == [3, 3, 3]
+
+
 def test_a_step_before_capture_is_refused_with_a_message():
     runner = GraphRunner(CacheStep(), INPUTS, CapturePlan(SIZES), backend="static", device="cpu",
                          emitter=Recorder(), progress=False)
