@@ -131,6 +131,7 @@ class InputContract:
                 rows_match = False
         return raw_bs, query_len if rows_match else OTHER_WIDTH
 
+
 def batch_size(inputs: Mapping[str, Any], specs: tuple[StaticInput, ...]) -> int:
     """The batch's size, from its first input (refused by name when that input is unusable)."""
     first = specs[0]
