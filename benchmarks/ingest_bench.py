@@ -24,7 +24,7 @@ import threading
 import time
 
 from benchmarks import collectors
-from runner.emitter import HTTP_BATCH_EVENTS
+from runner.sinks import HTTP_BATCH_EVENTS
 
 TARGET_EVENTS_PER_S = 50_000
 TARGET_RAW_FRACTION = 0.3

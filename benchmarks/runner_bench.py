@@ -43,6 +43,7 @@ import torch
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
 from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
+from runner.inputs import fits
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
 from runner.progress import Progress
@@ -73,8 +74,8 @@ def decode_inputs(scratch_slot: int) -> list[StaticInput]:
 
 def bare_loop(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor]):
     """The baseline: copy each input into its static buffer (views made once) and replay."""
-    pairs = [(runner._buffers[s.name].narrow(s.batch_dim, 0, bs), inputs[s.name]) for s in runner.inputs]
-    captured = runner._graphs[bs]
+    pairs = [(runner._buffers.tensors[s.name].narrow(s.batch_dim, 0, bs), inputs[s.name]) for s in runner.inputs]
+    captured = runner._capturer.graphs[bs]
     replay = captured.graph.replay if captured.graph is not None else captured.call
 
     def bare():
@@ -195,7 +196,8 @@ def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callab
         spin()
 
     def check_before():
-        runner._plain_route(inputs, "decode")    # what a step reads and compares before its launch
+        route = runner._plain_route(inputs, "decode")    # what a step reads and compares before its launch
+        fits(inputs, route.expected, route.cuda_index)
         bare()
 
     event, stream = torch.cuda.Event(enable_timing=True), torch.cuda.current_stream()

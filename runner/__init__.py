@@ -8,16 +8,16 @@ Describe your step's static inputs, give the step and a capture plan, ``capture(
 once, then ``step(inputs)`` per batch: it replays, pads or falls back, records why,
 and returns the real rows' outputs. See docs/library.md.
 
-Depends on torch and the standard library only; never imports ``collector`` or
-``app``. Names load lazily, so ``runner.wire`` is usable without torch.
+Depends on torch, safetensors, tqdm (the ``runner`` extra) and the standard library; never
+imports ``collector`` or ``app``. Names load lazily, so ``runner.wire`` is usable without torch.
 """
 
 import importlib
 
 _EXPORTS = {
     "GraphRunner": "runner.graphs",
-    "StaticInput": "runner.graphs",
-    "CaptureReport": "runner.graphs",
+    "StaticInput": "runner.inputs",
+    "CaptureReport": "runner.capture",
     "CapturePlan": "runner.plan",
     "default_capture_sizes": "runner.plan",
     "BatchShape": "runner.dispatch",
@@ -25,8 +25,8 @@ _EXPORTS = {
     "dispatch": "runner.dispatch",
     "Emitter": "runner.emitter",
     "open_emitter": "runner.emitter",
-    "JsonlSink": "runner.emitter",
-    "HttpSink": "runner.emitter",
+    "JsonlSink": "runner.sinks",
+    "HttpSink": "runner.sinks",
     "REASONS": "runner.wire",
     "ReplayscopeError": "runner.errors",
 }

@@ -199,7 +199,7 @@ def _length_range(flag: str, text: str | None) -> tuple[int, int] | None:
 
 
 def make_sink(args):
-    from runner.emitter import HttpSink, JsonlSink
+    from runner.sinks import HttpSink, JsonlSink
 
     sinks = []
     if args.events:

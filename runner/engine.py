@@ -19,9 +19,10 @@ from typing import Any
 
 import torch
 
+from runner.capture import capturing_size
 from runner.dispatch import BatchShape
 from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput, capturing_size, resolve_backend
+from runner.graphs import GraphRunner, StaticInput, resolve_backend
 from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
 from runner.plan import CapturePlan, default_capture_sizes
 from runner.progress import Progress
@@ -254,8 +255,10 @@ class DecodeEngine:
         config = self.config
         plan = CapturePlan(config.sizes, padding=config.padding,
                            lora_adapters=frozenset(self.resident_rows) - {0})
+        # `replayscope run` owns its process: raising Dynamo's recompile limit for --compile is ours to do.
         common = dict(backend=self.backend, device=self.device, emitter=self.emitter,
                       parity_every=config.parity_every, progress=config.progress, time_every=config.time_every,
+                      raise_recompile_limit=self.backend == "compile",
                       parity_tolerance=PARITY_TOLERANCE.get(self.model.tok_embeddings.weight.dtype))
         decode_step = self._with_injected_faults(self._graph_step)
         self.decode_runner = GraphRunner(decode_step, self._static_inputs(1), plan, stage="decode", **common)

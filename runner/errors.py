@@ -78,3 +78,13 @@ class Unavailable(ReplayscopeError):
 
     status = 503
     headers = {"Retry-After": "1"}
+
+
+def describe_error(error: BaseException) -> str:
+    """Any exception as the text of an event's ``error`` field: the error and, for CUDA's
+    'previous error during capture', the original cause; at most 4000 characters."""
+    text = f"{type(error).__name__}: {error}".strip()
+    cause = error.__cause__ or error.__context__
+    if cause is not None and str(cause) not in text:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text[:4000]

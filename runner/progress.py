@@ -1,12 +1,14 @@
-"""Progress lines on stderr for the runner's long steps, in tqdm's layout, without a dependency.
+"""Progress lines on stderr for the runner's long steps, drawn by tqdm, as the engines draw theirs.
 
-    Capturing CUDA graphs (decode):  42%|####      | 3/7 [00:01<00:02,  2.10it/s, bs=16 0.41s]
+    Capturing CUDA graphs (decode):  43%|####      | 3/7 [00:01<00:01,  2.10it/s, bs=16 0.41s]
     Running mixed workload:  35%|###       | 350/1000 [00:04<00:07, 87.50steps/s, graph 41% padded 33% eager 26%]
 
-On a terminal the line is redrawn in place (carriage return) at most every
-``TTY_INTERVAL_S``; elsewhere (a log file, CI) a plain line is written at most every
-``PLAIN_INTERVAL_S``. The first update and the last are always shown. Nothing is drawn
-until there is something to say, and nothing at all when disabled (``--quiet``).
+On a terminal a tqdm bar is redrawn in place at most every ``TTY_INTERVAL_S`` (and trimmed to
+the terminal's width); elsewhere (a log file, CI) a plain line in the same layout
+(``tqdm.format_meter``) is written at most every ``PLAIN_INTERVAL_S``. The first update and
+the last are always shown. Nothing is drawn until there is something to say, and nothing at
+all when disabled (``--quiet``). When to draw is decided here, on this object's clock, so a
+step loop may call ``update_to`` on every step: between draws it costs one clock read.
 """
 
 from __future__ import annotations
@@ -14,18 +16,15 @@ from __future__ import annotations
 import math
 import sys
 import time
-from typing import Callable, TextIO
+from typing import Any, Callable, TextIO
+
+from tqdm import tqdm
 
 TTY_INTERVAL_S = 0.2
 PLAIN_INTERVAL_S = 5.0
-BAR_WIDTH = 10
-
-
-def format_interval(seconds: float) -> str:
-    """[H:]MM:SS, as tqdm writes elapsed and remaining time."""
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
+BAR = "{l_bar}{bar:10}{r_bar}"                                # tqdm's layout, a bar of 10 cells
+COUNT = "{desc}: {n_fmt} [{elapsed}, {rate_fmt}{postfix}]"    # without a total: the count and the rate
+FILL = " #"                                                   # cells empty or full, in ASCII
 
 
 class Progress:
@@ -51,7 +50,7 @@ class Progress:
         self.started = clock()
         self._due = -math.inf if enabled else math.inf   # when the next draw may happen
         self._drawn: tuple | None = None                 # (done, note) of the last line drawn
-        self._width = 0
+        self._bar: _TerminalBar | None = None            # on a terminal, from the first draw on
 
     # -- advancing ------------------------------------------------------------
     def reset(self, total: int | None) -> None:
@@ -89,12 +88,13 @@ class Progress:
         """Show the final state (unless that line is already shown) and end the line."""
         if note is not None:
             self.note = note
-        if self._drawn is not None or self.done:
-            if self._drawn != (self.done, self.note):
+        if self.enabled and (self._drawn is not None or self.done):
+            if self.tty:
+                if self._bar is None:
+                    self._draw(self.clock())
+                self._bar.close()        # tqdm draws the final state once more and ends the line
+            elif self._drawn != (self.done, self.note):
                 self._draw(self.clock())
-            if self.tty and self._drawn is not None:
-                self.stream.write("\n")
-                self.stream.flush()
         self._due = math.inf
         self.enabled = False             # closed: nothing more is drawn
 
@@ -105,33 +105,49 @@ class Progress:
         self.close()
 
     # -- drawing --------------------------------------------------------------
-    def line(self, now: float | None = None) -> str:
+    def meter(self, now: float | None = None) -> dict[str, Any]:
+        """What ``tqdm.format_meter`` lays out: the count, total, elapsed time, note; the rate is
+        the mean since the start (``rate=None``), as the line has always shown it."""
         elapsed = max((self.clock() if now is None else now) - self.started, 0.0)
-        rate = self.done / elapsed if elapsed > 0 and self.done else None
-        if rate is None:
-            speed = f"?{self.unit}/s"
-        elif rate >= 1:
-            speed = f"{rate:5.2f}{self.unit}/s"
-        else:
-            speed = f"{1 / rate:5.2f}s/{self.unit}"
-        note = f", {self.note}" if self.note else ""
-        if not self.total:
-            return f"{self.label}: {self.done} [{format_interval(elapsed)}, {speed}{note}]"
-        share = min(self.done / self.total, 1.0)
-        filled = int(share * BAR_WIDTH)
-        remaining = format_interval((self.total - self.done) / rate) if rate else "?"
-        return (f"{self.label}: {int(share * 100):3d}%|{'#' * filled}{' ' * (BAR_WIDTH - filled)}| "
-                f"{self.done}/{self.total} [{format_interval(elapsed)}<{remaining}, {speed}{note}]")
+        return {"n": self.done, "total": self.total, "elapsed": elapsed, "prefix": self.label, "unit": self.unit,
+                "postfix": self.note or None, "rate": None, "initial": 0, "ascii": FILL,
+                "bar_format": BAR if self.total else COUNT}
+
+    def line(self, now: float | None = None) -> str:
+        return tqdm.format_meter(**self.meter(now))
 
     def _draw(self, now: float) -> None:
         if not self.enabled:
             return
-        text = self.line(now)
         if self.tty:
-            self.stream.write("\r" + text + " " * max(self._width - len(text), 0))
-            self._width = len(text)
+            if self._bar is None:        # its first draw is this one
+                self._bar = _TerminalBar(self)
+            else:
+                self._bar.refresh()
         else:
-            self.stream.write(text + "\n")
-        self.stream.flush()
+            self.stream.write(self.line(now) + "\n")
+            self.stream.flush()
         self._drawn = (self.done, self.note)
         self._due = now + self.interval_s
+
+
+class _TerminalBar(tqdm):
+    """A tqdm bar on the terminal that draws what its ``Progress`` holds, when it says so.
+
+    tqdm does the drawing (redraw in place, blanking a longer line before, the terminal's width,
+    sharing the screen with other tqdm bars); the count, note, clock and when to draw stay the
+    ``Progress``'s. It starts no monitor thread in the caller's process."""
+
+    monitor_interval = 0
+
+    def __init__(self, owner: Progress):
+        self._owner = owner              # set first: tqdm draws the first line as it starts
+        super().__init__(total=owner.total, desc=owner.label, unit=owner.unit, file=owner.stream, leave=True,
+                         ascii=FILL, dynamic_ncols=False)
+
+    @property
+    def format_dict(self) -> dict[str, Any]:
+        meter = self._owner.meter()
+        # the terminal's size as tqdm found it; a terminal that says 0 columns has not said (not: trim to nothing)
+        meter["ncols"], meter["nrows"] = self.ncols or None, self.nrows
+        return meter

@@ -203,7 +203,7 @@ def follow_sinks(args: argparse.Namespace):
 
     settings = resolve(args)
     if getattr(args, "collector", None):
-        from runner.emitter import HttpSink
+        from runner.sinks import HttpSink
 
         opened: list[HttpSink] = []
 

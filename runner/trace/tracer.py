@@ -21,7 +21,8 @@ import time
 from collections import Counter
 from typing import Any, Callable
 
-from runner.emitter import Emitter, HttpSink, JsonlSink
+from runner.emitter import Emitter
+from runner.sinks import HttpSink, JsonlSink
 from runner.timing import CudaClock, step_timing
 from runner.trace import device
 from runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason,

@@ -37,6 +37,7 @@ from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 def env(tmp_path_factory):
     """A store with a real runner run (static backend), a baseline, a live run and a
     hostile name, served by uvicorn in a thread."""
+    pytest.importorskip("torch", reason="the store holds a real `replayscope run`'s run")
     from collector.ingest import ingest_jsonl
     from collector.settings import Settings
     from collector.store import Store

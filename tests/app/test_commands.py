@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from app.cli import main
 from tests.live_server import LOOPBACK_BASE, free_port
 
@@ -134,6 +136,7 @@ def test_server_without_dashboard_serves_only_the_api(filled):
 def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
     """Without --db the demo keeps its own file, whatever $REPLAYSCOPE_DB says, so its alert
     rule never lands in the store that serve and the importers use."""
+    pytest.importorskip("torch", reason="the demo runs a model")
     import os
 
     from collector import queries

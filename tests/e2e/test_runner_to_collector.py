@@ -13,7 +13,8 @@ import sqlalchemy as sa
 
 from collector import queries
 from collector.tables import runs, steps
-from runner.emitter import Emitter, HttpSink
+from runner.emitter import Emitter
+from runner.sinks import HttpSink
 from runner.events_file import read_events_file
 
 from tests.e2e.conftest import ProcessCollector, ThreadCollector

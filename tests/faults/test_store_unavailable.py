@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.emitter import HttpSink
+from runner.sinks import HttpSink
 from tests.faults.conftest import Collector, http_json, migrated_sqlite, row_counts, stored_seqs
 
 

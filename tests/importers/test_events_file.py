@@ -11,6 +11,7 @@ from runner.events_file import read_events_file
 
 
 def a_run(path, run_id: str, steps: int = 60):
+    pytest.importorskip("torch", reason="the events file is a real `replayscope run`'s")
     assert main(["run", "--backend", "static", "--preset", "tiny", "--workload", "mixed", "--steps", str(steps),
                  "--run-id", run_id, "--quiet", "--events", str(path)]) == 0
     return path

@@ -248,6 +248,19 @@ def test_on_a_terminal_each_progress_line_is_redrawn_in_place(capsys, tmp_path, 
     assert bars[-1].split("\r")[-1].startswith("Running mixed workload: 100%|##########| 30/30 [")
 
 
+def test_a_compiled_run_raises_dynamos_recompile_limit_for_its_sizes_and_says_so(capsys, monkeypatch, caplog):
+    """``replayscope run`` owns its process, so its compile backend raises the limit (a library
+    caller opts in); torch.compile itself is stood in for, this is about the setting."""
+    monkeypatch.setattr(torch, "compile", lambda fn, **_options: fn)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        code, _, _ = run_cli(capsys, "--compile", "--steps", "5", "--max-bs", "4", "--quiet")
+    assert code == 0
+    assert torch._dynamo.config.recompile_limit == 11                 # sizes 1, 2, 4 and 8 more
+    assert "replayscope raised torch._dynamo.config recompile_limit 2 -> 11 to compile 3 batch sizes" in \
+        [r.getMessage() for r in caplog.records]
+
+
 def test_quiet_silences_every_progress_line(capsys, tmp_path):
     code, _, err = run_cli(capsys, "--backend", "static", "--steps", "30", "--max-bs", "8", "--quiet")
     assert code == 0

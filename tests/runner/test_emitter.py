@@ -7,7 +7,8 @@ import time
 import pytest
 
 from runner import wire
-from runner.emitter import Emitter, JsonlSink
+from runner.emitter import Emitter
+from runner.sinks import JsonlSink
 from runner.events_file import read_events_file
 
 

@@ -127,18 +127,18 @@ def test_inputs_off_the_runners_gpu_are_refused_by_name_and_change_no_buffer(mod
     runner, _ = decode_runner(model, (1, 2, 4, 8), scratch=16)
     runner.capture()
     good = batch(4, seed=3)
-    assert runner._exact_batch_size(good) == 4            # the step's fast contract check takes them
-    buffers = {name: b.clone() for name, b in runner._buffers.items()}
+    assert runner._contract.fast_batch_size(good) == 4    # the step's fast contract check takes them
+    buffers = {name: b.clone() for name, b in runner._buffers.tensors.items()}
     on_cpu = {**good, "positions": good["positions"].cpu()}
-    assert runner._exact_batch_size(on_cpu) is None
+    assert runner._contract.fast_batch_size(on_cpu) is None
     with pytest.raises(ReplayscopeError, match="input 'positions' is on cpu, the runner's static buffers are on cuda"):
         runner.step(on_cpu)
     with pytest.raises(ReplayscopeError, match="input 'tokens' has dtype torch.int32, expected torch.int64"):
         runner.step({**good, "tokens": good["tokens"].int()})
     for name, before in buffers.items():
-        assert torch.equal(runner._buffers[name], before)
+        assert torch.equal(runner._buffers.tensors[name], before)
     runner.step(good)
-    assert torch.equal(runner._buffers["tokens"][:4], good["tokens"])
+    assert torch.equal(runner._buffers.tensors["tokens"][:4], good["tokens"])
 
 
 @torch.inference_mode()
@@ -217,11 +217,11 @@ def test_sampled_steps_carry_their_gpu_time_and_the_others_none(model):
     bare_ms = []                                # the same copies and replay, each timed with events
     for bs in order:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        views = [runner._buffers[name][:bs] for name in ("tokens", "positions", "slots")]
+        views = [runner._buffers.tensors[name][:bs] for name in ("tokens", "positions", "slots")]
         start.record()
         for view, name in zip(views, ("tokens", "positions", "slots")):
             view.copy_(inputs[bs][name], non_blocking=True)
-        runner._graphs[8 if bs == 6 else bs].graph.replay()
+        runner._capturer.graphs[8 if bs == 6 else bs].graph.replay()
         end.record()
         end.synchronize()
         bare_ms.append(start.elapsed_time(end))

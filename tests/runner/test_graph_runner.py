@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner import wire
+from runner.capture import capturing_size
 from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput, capturing_size
+from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
 
@@ -282,6 +283,48 @@ def test_a_failed_compile_falls_back_to_capture_without_compile():
     assert recorder.of("step")[-1]["mode"] == "graph" and torch.equal(out, torch.full((2, FEATURES), 6.0))
 
 
+def no_compile(fn, **_options):
+    """Stands in for torch.compile: what the runner does around it, without compiling."""
+    return fn
+
+
+def test_the_compile_backend_leaves_dynamos_recompile_limit_alone_and_says_when_it_is_below_the_plan(
+        monkeypatch, caplog):
+    monkeypatch.setattr(torch, "compile", no_compile)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 2, 4)), backend="compile", device="cpu",
+                         emitter=Recorder(), progress=False)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        runner.capture()
+    assert torch._dynamo.config.recompile_limit == 2
+    assert [r.getMessage() for r in caplog.records] == [
+        "torch._dynamo.config.recompile_limit is 2, below the 3 batch sizes to compile: Dynamo runs the sizes "
+        "past it uncompiled; raise it, or pass raise_recompile_limit=True"]
+    assert [c["variant"] for c in runner.emitter.of("capture")] == ["compile"] * 3
+
+
+def test_asked_to_the_compile_backend_raises_dynamos_recompile_limit_for_the_plan_and_logs_it(monkeypatch, caplog):
+    monkeypatch.setattr(torch, "compile", no_compile)
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 2, 4)), backend="compile", device="cpu",
+                         emitter=Recorder(), progress=False, raise_recompile_limit=True)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        runner.capture()
+        runner.capture()                          # already high enough: nothing changes, nothing said
+    assert torch._dynamo.config.recompile_limit == 11
+    assert [r.getMessage() for r in caplog.records] == [
+        "replayscope raised torch._dynamo.config recompile_limit 2 -> 11 to compile 3 batch sizes"]
+
+
+def test_other_backends_never_read_or_change_dynamos_config(monkeypatch, caplog):
+    monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
+    runner = GraphRunner(CacheStep(), INPUTS, CapturePlan(SIZES), backend="static", device="cpu",
+                         progress=False, raise_recompile_limit=True)
+    with caplog.at_level("WARNING", logger="runner.capture"):
+        runner.capture()
+    assert torch._dynamo.config.recompile_limit == 1 and caplog.records == []
+
+
 def test_capture_progress_names_each_size_while_it_compiles_and_its_time_when_done(capsys):
     torch._dynamo.reset()
 
@@ -364,6 +407,42 @@ def test_inputs_are_checked_on_every_step_not_only_the_first_of_their_shape():
     with pytest.raises(ReplayscopeError, match=r"unknown inputs \['mask'\]"):
         runner.step({"x": torch.zeros(3, FEATURES), "mask": torch.arange(3)})
     assert len(runner.emitter.of("step")) == 1
+
+
+def test_a_steps_inputs_are_matched_at_most_once_and_explained_only_when_the_match_fails(monkeypatch):
+    import runner.graphs
+    import runner.inputs
+
+    calls = {"fits": 0, "explain": 0}
+    real_fits, real_explain = runner.inputs.fits, runner.inputs.InputContract.explain
+
+    def fits(*args):
+        calls["fits"] += 1
+        return real_fits(*args)
+
+    def explain(*args, **kwargs):
+        calls["explain"] += 1
+        return real_explain(*args, **kwargs)
+
+    for module in (runner.graphs, runner.inputs):
+        monkeypatch.setattr(module, "fits", fits)
+    monkeypatch.setattr(runner.inputs.InputContract, "explain", explain)
+    runner_ = make_runner()
+
+    def checks(**step):
+        calls.update(fits=0, explain=0)
+        try:
+            runner_.step(**step)
+        except ReplayscopeError:
+            pass
+        return calls["fits"], calls["explain"]
+
+    assert checks(inputs=batch(3)) == (1, 0)                       # the first of its size: a route is made
+    assert checks(inputs=batch(3)) == (1, 0)                       # seen before: its route, after the match
+    assert checks(inputs={"x": torch.zeros(3, FEATURES, dtype=torch.float64), "slots": torch.arange(3)}) == (1, 1)
+    assert checks(inputs={"x": torch.zeros(3, FEATURES)}) == (1, 1)  # a missing input, explained by name
+    assert checks(inputs=batch(3), reason="weight swap") == (1, 0)
+    assert [s["raw_bs"] for s in runner_.emitter.of("step")] == [3, 3, 3]
 
 
 def test_a_step_before_capture_is_refused_with_a_message():
@@ -450,10 +529,10 @@ def test_a_callers_reason_or_adapters_on_one_step_leave_the_next_plain_step_on_i
 def test_free_text_reasons_leave_no_state_behind_per_reason():
     runner = make_runner()
     runner.step(batch(4))
-    kept = len(runner._routes) + len(runner._plain_routes)
+    kept = len(runner._routes.kept) + len(runner._routes.plain)
     for i in range(200):
         runner.step(batch(4), reason=f"request {i} asked for eager")
-    assert len(runner._routes) + len(runner._plain_routes) == kept
+    assert len(runner._routes.kept) + len(runner._routes.plain) == kept
 
 
 @settings(max_examples=60, deadline=None)

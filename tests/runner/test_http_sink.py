@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from runner import wire
-from runner.emitter import Emitter, HttpSink
+from runner.emitter import Emitter
+from runner.sinks import HttpSink
 from tests.live_server import free_port, serving
 
 REPO = Path(__file__).resolve().parents[2]
@@ -139,10 +140,10 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch) -> FakeTime:
-    import runner.emitter
+    import runner.sinks
 
     clock = FakeTime()
-    monkeypatch.setattr(runner.emitter, "time", clock)
+    monkeypatch.setattr(runner.sinks, "time", clock)
     return clock
 
 

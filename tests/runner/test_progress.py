@@ -1,12 +1,12 @@
-"""runner.progress: tqdm-style lines on stderr, redrawn in place on a terminal, plain and
-periodic elsewhere, silent when disabled; cheap enough to call on every step."""
+"""runner.progress: tqdm's lines on stderr, a tqdm bar redrawn in place on a terminal, plain
+and periodic lines elsewhere, silent when disabled; cheap enough to call on every step."""
 
 import io
 import re
 
 import pytest
 
-from runner.progress import PLAIN_INTERVAL_S, TTY_INTERVAL_S, Progress, format_interval
+from runner.progress import PLAIN_INTERVAL_S, TTY_INTERVAL_S, Progress
 
 
 class Terminal(io.StringIO):
@@ -121,8 +121,11 @@ def test_nothing_is_drawn_after_close():
 
 
 @pytest.mark.parametrize("seconds, text", [(0, "00:00"), (59.9, "00:59"), (61, "01:01"), (3725, "1:02:05")])
-def test_intervals_are_written_as_tqdm_writes_them(seconds, text):
-    assert format_interval(seconds) == text
+def test_the_elapsed_time_is_written_as_tqdm_writes_it(seconds, text):
+    clock = FakeClock()
+    bar = Progress("Steps", None, unit="steps", stream=io.StringIO(), clock=clock)
+    clock.now += seconds
+    assert f": 0 [{text}, " in bar.line()
 
 
 def test_the_default_stream_is_stderr_at_the_time_the_line_is_made(capsys):
