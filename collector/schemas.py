@@ -370,16 +370,20 @@ class Notification(Out):
     labels: dict[str, Any]
 
 
+# A figure that is a count of bytes or a share: kept an integer when it is one.
+Number = Union[int, float]
+
+
 class RegressionFinding(Out):
     metric: Literal[tuple(REGRESSION_METRICS)]  # type: ignore[valid-type]
     label: str
     unit: str = Field(description="ratio | seconds | bytes")
     direction: Literal["worse", "better"]
-    value: float
-    median: float
-    low: float
-    high: float
-    margin: float
+    value: Number
+    median: Number
+    low: Number
+    high: Number
+    margin: Number
     change: Optional[float] = Field(description="share points for eager share, else relative to the median "
                                                 "(null at a median of 0)")
 
@@ -393,7 +397,7 @@ class Baseline(Out):
     first_started_at: float
     last_started_at: float
     versions: list[str]
-    config_key: str
+    config_key: Optional[str]
     text: str
 
 
@@ -402,7 +406,7 @@ class RunRegressions(Out):
     regressions: list[RegressionFinding]
     improvements: list[RegressionFinding]
     judged: bool = Field(description="false with too few baseline runs to judge")
-    figures: dict[str, Optional[float]] = Field(description="the run's value per metric")
+    figures: dict[str, Optional[Number]] = Field(description="the run's value per metric")
 
 
 class FleetFigures(Out):
@@ -452,7 +456,7 @@ class FleetRun(Out):
     backend: str
     device: str
     version: Optional[str] = Field(description="the run record's, else 'torch <version>', else null")
-    config_key: str
+    config_key: Optional[str]
     status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
     started_at: float
     ended_at: Optional[float]
