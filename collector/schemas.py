@@ -409,12 +409,9 @@ class RunRegressions(Out):
     figures: dict[str, Optional[Number]] = Field(description="the run's value per metric")
 
 
-class FleetFigures(Out):
-    """Figures of a set of runs: shares weighted by steps and tokens, step times by timed
-    steps, capture and startup as medians, pool memory as the largest."""
+class RunFigures(Out):
+    """A run's headline figures (``collector.fleet``): null when unknown."""
 
-    runs: int
-    steps: int
     eager_ratio: Optional[float]
     decode_padded_ratio: Optional[float]
     step_s: dict[str, Optional[float]] = Field(description="mean step time per mode, decode stages")
@@ -424,6 +421,14 @@ class FleetFigures(Out):
     capture_total_s: Optional[float]
     startup_s: Optional[float]
     pool_bytes: Optional[int]
+
+
+class FleetFigures(RunFigures):
+    """Figures of a set of runs: shares weighted by steps and tokens, step times by timed
+    steps, capture and startup as medians, pool memory as the largest."""
+
+    runs: int
+    steps: int
     regressions: int = Field(description="runs with a regression")
 
 
@@ -448,7 +453,7 @@ class FleetPoint(FleetFigures):
     bucket_s: int
 
 
-class FleetRun(Out):
+class FleetRun(RunFigures):
     run_id: str
     name: str
     source: str
@@ -467,15 +472,6 @@ class FleetRun(Out):
     modes: ModeCounts
     decode_num_tokens: int
     decode_padded_tokens: int
-    eager_ratio: Optional[float]
-    decode_padded_ratio: Optional[float]
-    step_s: dict[str, Optional[float]]
-    graph_step_s: Optional[float]
-    padded_step_s: Optional[float]
-    eager_step_s: Optional[float]
-    capture_total_s: Optional[float]
-    startup_s: Optional[float]
-    pool_bytes: Optional[int]
     regressions: list[RegressionFinding]
     improvements: list[RegressionFinding]
     baseline_runs: int

@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Callable, Literal, Optional
 
 from fastapi import APIRouter, Query
 
@@ -12,6 +12,7 @@ from collector import diagnosis, queries, regressions, schemas
 from collector.advisor.stored import advice_for_run
 from collector.api.deps import StoreDep
 from collector.api.errors import READ, responses
+from collector.store import Store
 from runner.errors import NotFound
 from runner.wire import RULE_STAGES
 
@@ -21,7 +22,7 @@ router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=responses(*READ))
 StageName = Literal[RULE_STAGES]  # type: ignore[valid-type]
 
 
-def known(store, run_id: str) -> str:
+def known(store: Store, run_id: str) -> str:
     """The run id, once the store knows it (else 404); after the parameters were validated."""
     if not queries.run_exists(store, run_id):
         raise NotFound(f"unknown run {run_id!r}")
@@ -51,58 +52,37 @@ def get_timeline(run_id: str, store: StoreDep, bucket_s: Optional[int] = Query(N
     return queries.mode_timeline(store, known(store, run_id), bucket_s=bucket_s, stage=stage)
 
 
-@router.get("/{run_id}/reasons", response_model=list[schemas.ReasonRow])
-def get_reasons(run_id: str, store: StoreDep) -> list[dict]:
-    """Eager steps per reason."""
-    return queries.reason_breakdown(store, known(store, run_id))
-
-
 @router.get("/{run_id}/batch-sizes", response_model=list[schemas.BatchRow])
 def get_batch_sizes(run_id: str, store: StoreDep, stage: Optional[StageName] = None) -> list[dict]:
     """Steps per raw batch size and mode."""
     return queries.batch_histogram(store, known(store, run_id), stage=stage)
 
 
-@router.get("/{run_id}/step-times", response_model=list[schemas.StepTimeRow])
-def get_step_times(run_id: str, store: StoreDep) -> list[dict]:
-    """Step time per stage and mode."""
-    return queries.step_time_by_mode(store, known(store, run_id))
+# The run's rows that take no parameter: path -> (query, row model, what they are).
+RUN_ROWS = {
+    "reasons": (queries.reason_breakdown, schemas.ReasonRow, "Eager steps per reason."),
+    "step-times": (queries.step_time_by_mode, schemas.StepTimeRow, "Step time per stage and mode."),
+    "captures": (queries.captures, schemas.CaptureRow, "Graph captures, in order."),
+    "phases": (queries.phases, schemas.PhaseRow, "Startup phases, in order."),
+    "degrades": (queries.degrades, schemas.DegradeRow, "Steps down the degradation ladder."),
+    "parity": (queries.parity, schemas.ParityRow, "Graph-vs-eager parity checks."),
+    "warnings": (queries.warnings, schemas.WarningRow,
+                 "What the reader should know that is not a step or a phase (rejected events, missing hooks)."),
+    "recordings": (queries.recordings, schemas.RecordingRow,
+                   "CUDA graphs PyTorch Inductor recorded of compiled functions, with their causes, in order."),
+}
 
 
-@router.get("/{run_id}/captures", response_model=list[schemas.CaptureRow])
-def get_captures(run_id: str, store: StoreDep) -> list[dict]:
-    """Graph captures, in order."""
-    return queries.captures(store, known(store, run_id))
+def _rows_route(path: str, read: Callable[[Store, str], list[dict]], doc: str) -> Callable[..., list[dict]]:
+    def handler(run_id: str, store: StoreDep) -> list[dict]:
+        return read(store, known(store, run_id))
+    handler.__name__, handler.__doc__ = "get_" + path.replace("-", "_"), doc
+    return handler
 
 
-@router.get("/{run_id}/phases", response_model=list[schemas.PhaseRow])
-def get_phases(run_id: str, store: StoreDep) -> list[dict]:
-    """Startup phases, in order."""
-    return queries.phases(store, known(store, run_id))
-
-
-@router.get("/{run_id}/degrades", response_model=list[schemas.DegradeRow])
-def get_degrades(run_id: str, store: StoreDep) -> list[dict]:
-    """Steps down the degradation ladder."""
-    return queries.degrades(store, known(store, run_id))
-
-
-@router.get("/{run_id}/parity", response_model=list[schemas.ParityRow])
-def get_parity(run_id: str, store: StoreDep) -> list[dict]:
-    """Graph-vs-eager parity checks."""
-    return queries.parity(store, known(store, run_id))
-
-
-@router.get("/{run_id}/warnings", response_model=list[schemas.WarningRow])
-def get_warnings(run_id: str, store: StoreDep) -> list[dict]:
-    """What the reader should know that is not a step or a phase (rejected events, missing hooks)."""
-    return queries.warnings(store, known(store, run_id))
-
-
-@router.get("/{run_id}/recordings", response_model=list[schemas.RecordingRow])
-def get_recordings(run_id: str, store: StoreDep) -> list[dict]:
-    """CUDA graphs PyTorch Inductor recorded of compiled functions, with their causes, in order."""
-    return queries.recordings(store, known(store, run_id))
+for _path, (_read, _model, _doc) in RUN_ROWS.items():
+    router.add_api_route(f"/{{run_id}}/{_path}", _rows_route(_path, _read, _doc), methods=["GET"],
+                         response_model=list[_model])
 
 
 @router.get("/{run_id}/diagnosis", response_model=schemas.Diagnosis)
