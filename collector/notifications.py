@@ -227,6 +227,15 @@ def pending_count(conn) -> int:
     return int(conn.execute(sa.select(sa.func.count()).select_from(an).where(an.c.state.in_(OWED))).scalar())
 
 
+def pending_or_none(store: Store) -> int | None:
+    """``pending_count`` for the gauge at scrape time; None while the store does not answer."""
+    try:
+        with store.read() as conn:
+            return pending_count(conn)
+    except sa.exc.OperationalError:
+        return None
+
+
 @dataclass
 class SendResult:
     sent: int = 0

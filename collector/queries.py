@@ -181,7 +181,7 @@ def run_summary(store: Store, run_id: str) -> dict | None:
     Extra keys: ``error`` (from run_end), ``last_seen_at`` (collector clock), ``failure``
     (where a failed run failed: error, rank, phase, graph_bs, ts; None unless it said),
     ``partial`` (the source did not see the start), ``time_provenance``, ``version``, and
-    ``detail``: how much step detail is stored (``graph_sample``: 1 in N graph steps sent
+    ``step_detail``: how much step detail is stored (``graph_sample``: 1 in N graph steps sent
     one by one, None when all; ``raw_expired_before`` / ``seconds_expired_before``: raw
     step events / 1-second rollups before this ts were pruned by retention, else None;
     ``log_sample``: the source logs 1 in ``every`` steps of ``stage`` (SGLang's decode
@@ -215,7 +215,7 @@ def run_summary(store: Store, run_id: str) -> dict | None:
     d.update(config=config, torch_version=row.torch_version, last_event_ts=row.last_event_ts,
              last_seen_at=row.last_seen_at, error=row.error, partial=bool(row.partial),
              time_provenance=row.time_provenance, version=row.version, clock_ahead_s=row.clock_ahead_s,
-             detail={"graph_sample": row.graph_sample, "raw_expired_before": row.raw_expired_before,
+             step_detail={"graph_sample": row.graph_sample, "raw_expired_before": row.raw_expired_before,
                      "seconds_expired_before": row.seconds_expired_before, "log_sample": sample},
              reasons={reason: int(n) for reason, n in reasons},
              failure=dict(end._mapping) if end is not None and row.status == "failed" else None)
@@ -489,3 +489,16 @@ def alert_events(store: Store, run_id: str | None = None, limit: int = 200) -> l
 def run_exists(store: Store, run_id: str) -> bool:
     with store.read() as conn:
         return _run_pk(conn, run_id) is not None
+
+
+def gauge_counts(store: Store) -> tuple[dict[str, int], dict[str, int]]:
+    """What the store gauges show at scrape time (``collector.metrics``): firing alerts by
+    rule name and runs by status; both empty while the store does not answer."""
+    try:
+        with store.read() as conn:
+            firing = dict(conn.execute(sa.select(ae.c.rule_name, sa.func.count())
+                                       .where(ae.c.status == "firing").group_by(ae.c.rule_name)).all())
+            by_status = dict(conn.execute(sa.select(runs.c.status, sa.func.count()).group_by(runs.c.status)).all())
+    except sa.exc.OperationalError:
+        return {}, {}
+    return firing, by_status

@@ -18,6 +18,13 @@ _REASON_DOC = ("one of " + ", ".join(wire.REASONS) + f", or '{wire.CUSTOM_REASON
                f"(1-{wire.CUSTOM_REASON_MAX_CHARS} printable characters)")
 
 
+class Out(BaseModel):
+    """A response body: every key it has is declared (an undeclared one fails the response,
+    so a test finds it, rather than FastAPI dropping it on the way out)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
 def _annotation(spec: FieldSpec) -> Any:
     if spec.choices:
         base: Any = Literal[spec.choices]  # type: ignore[valid-type]
@@ -75,7 +82,7 @@ RunRecord = create_model("RunRecord", __config__=ConfigDict(extra="allow"),
 def _row_model(name: str, kind: str, rename: dict[str, str] | None = None) -> type[BaseModel]:
     fields = {"seq": (int, ...), "ts": (float, ...)}
     fields.update(_field(n, s, all_optional=True) for n, s in wire.EVENT_FIELDS[kind].items())
-    return create_model(name, __config__=ConfigDict(populate_by_name=True), **fields)
+    return create_model(name, __config__=ConfigDict(populate_by_name=True, extra="forbid"), **fields)
 
 
 CaptureRow = _row_model("CaptureRow", "capture")
@@ -86,23 +93,23 @@ WarningRow = _row_model("WarningRow", "warning")
 RecordingRow = _row_model("RecordingRow", "recording")
 
 
-class IngestResponse(BaseModel):
+class IngestResponse(Out):
     accepted: int
     duplicates: int
 
 
-class RunCreated(BaseModel):
+class RunCreated(Out):
     run_id: str
     created: bool
 
 
-class ModeCounts(BaseModel):
+class ModeCounts(Out):
     graph: int
     padded: int
     eager: int
 
 
-class RunListItem(BaseModel):
+class RunListItem(Out):
     run_id: str
     name: str
     source: str
@@ -128,6 +135,23 @@ class RunListItem(BaseModel):
     alerts_firing: int
 
 
+class LogSample(Out):
+    stage: str
+    every: int = Field(description="the source logs 1 in this many steps of the stage")
+    provenance: str
+    logged: int = Field(description="steps of the stage the log gave")
+
+
+class StepDetail(Out):
+    graph_sample: Optional[int] = Field(description="1 in N graph steps was sent one by one; null: all")
+    raw_expired_before: Optional[float] = Field(description="raw step events before this ts were pruned by "
+                                                            "retention; null: none")
+    seconds_expired_before: Optional[float] = Field(description="1-second rollups before this ts were pruned "
+                                                                "by retention; null: none")
+    log_sample: Optional[LogSample] = Field(description="the source logs 1 in N steps of a stage (SGLang's "
+                                                        "decode lines); null: every step")
+
+
 class RunSummary(RunListItem):
     config: Optional[dict[str, Any]]
     torch_version: Optional[str]
@@ -137,13 +161,15 @@ class RunSummary(RunListItem):
     error: Optional[str]
     partial: bool = Field(description="the source did not see the run's start")
     time_provenance: Optional[str]
+    version: Optional[str] = Field(description="the engine's version as the run record names it")
+    step_detail: StepDetail = Field(description="how much step detail is stored for the run")
     failure: Optional[dict[str, Any]] = Field(description="where a failed run failed: ts, error, rank, phase, graph_bs")
     clock_ahead_s: Optional[float] = Field(
         None, description="the furthest an event was stamped ahead of the collector's clock when it arrived "
                           "(more than 60 s; such events count at their arrival in last_event_ts), else null")
 
 
-class TimelinePoint(BaseModel):
+class TimelinePoint(Out):
     t: float = Field(description="bucket start, unix seconds")
     graph: int
     padded: int
@@ -152,14 +178,14 @@ class TimelinePoint(BaseModel):
     eager_ratio: float
 
 
-class ReasonRow(BaseModel):
+class ReasonRow(Out):
     reason: Optional[str]
     steps: int
     duration_s: float
     share: float = Field(description="share of the run's eager steps")
 
 
-class BatchRow(BaseModel):
+class BatchRow(Out):
     raw_bs: int
     mode: str
     steps: int
@@ -167,7 +193,7 @@ class BatchRow(BaseModel):
     padded_tokens: int
 
 
-class StepTimeRow(BaseModel):
+class StepTimeRow(Out):
     stage: str
     mode: str
     steps: int
@@ -176,14 +202,14 @@ class StepTimeRow(BaseModel):
     mean_s: Optional[float]
 
 
-class Evidence(BaseModel):
+class Evidence(Out):
     text: str
     provenance: Literal[wire.PROVENANCES] = Field(  # type: ignore[valid-type]
         description="measured, log (the engine's own line), inferred (derived by replayscope) or "
                     "estimated (from a cost model)")
 
 
-class Finding(BaseModel):
+class Finding(Out):
     cause: str = Field(description="failure, interrupted, slow_weight_load, load_setup, torch_compile, "
                                    "slow_size, slow_captures, too_many_sizes, unaccounted, graph_memory")
     title: str
@@ -197,7 +223,7 @@ class Finding(BaseModel):
     where: Optional[dict[str, Any]] = Field(description="where a failure happened: phase, graph_bs, rank, ts")
 
 
-class Diagnosis(BaseModel):
+class Diagnosis(Out):
     run_id: str
     source: str
     status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
@@ -208,7 +234,7 @@ class Diagnosis(BaseModel):
     findings: list[Finding] = Field(description="the outcome first, then by seconds over the expectation")
 
 
-class PlanScoreOut(BaseModel):
+class PlanScoreOut(Out):
     sizes: list[int]
     steps: int
     graph_steps: int = Field(description="served by a graph of their own size")
@@ -222,14 +248,14 @@ class PlanScoreOut(BaseModel):
     cost_per_step: Optional[float]
 
 
-class PriceOut(BaseModel):
+class PriceOut(Out):
     value: Optional[float] = Field(description="null: nothing to price it from")
     error: Optional[float] = Field(description="± this, when a fit gives one")
     provenance: Optional[str] = Field(description="none | measured | log | fit | estimated")
     basis: str = Field(description="where the figure comes from")
 
 
-class PlanOut(BaseModel):
+class PlanOut(Out):
     name: str = Field(description="current (the run's own list; empty with graphs off) | proposed")
     sizes: list[int]
     fit: PlanScoreOut = Field(description="on the steps the sizes were chosen from")
@@ -239,7 +265,7 @@ class PlanOut(BaseModel):
     pool_bytes: PriceOut
 
 
-class Advice(BaseModel):
+class Advice(Out):
     run_id: str
     name: Optional[str]
     source: Optional[str]
@@ -303,12 +329,14 @@ AlertRulePatch = create_model(
 
 
 class AlertRule(AlertRuleIn):
+    model_config = ConfigDict(extra="forbid")
+
     id: int
     created_at: float
     updated_at: float
 
 
-class AlertEvent(BaseModel):
+class AlertEvent(Out):
     id: int
     rule_id: Optional[int]
     rule_name: str
@@ -324,8 +352,158 @@ class AlertEvent(BaseModel):
     reason: Optional[str]
 
 
-class Problem(BaseModel):
-    """An error: ``detail`` is one readable line; batch errors also name index and field."""
+class Notification(Out):
+    """One transition owed to one receiver, in the outbox."""
+
+    id: int
+    fingerprint: str
+    status: Literal["firing", "resolved"]
+    receiver: str = Field(description="webhook | alertmanager")
+    state: str = Field(description="pending, unanswered, sent, unconfirmed or expired")
+    created_at: float
+    expires_at: float
+    next_attempt_at: float
+    attempts: int
+    sent_at: Optional[float]
+    last_error: Optional[str] = Field(description="never the URL nor what the receiver answered")
+    url: str = Field(description="scheme and host only, unless a writer asks")
+    labels: dict[str, Any]
+
+
+# A figure that is a count of bytes or a share: kept an integer when it is one.
+Number = Union[int, float]
+
+
+class RegressionFinding(Out):
+    metric: Literal[tuple(REGRESSION_METRICS)]  # type: ignore[valid-type]
+    label: str
+    unit: str = Field(description="ratio | seconds | bytes")
+    direction: Literal["worse", "better"]
+    value: Number
+    median: Number
+    low: Number
+    high: Number
+    margin: Number
+    change: Optional[float] = Field(description="share points for eager share, else relative to the median "
+                                                "(null at a median of 0)")
+
+
+class Baseline(Out):
+    """The earlier finished runs of the same model and configuration a run is compared with."""
+
+    runs: list[str]
+    names: list[str]
+    n: int
+    first_started_at: float
+    last_started_at: float
+    versions: list[str]
+    config_key: Optional[str]
+    text: str
+
+
+class RunRegressions(Out):
+    baseline: Optional[Baseline] = Field(description="null: no earlier finished run of its configuration")
+    regressions: list[RegressionFinding]
+    improvements: list[RegressionFinding]
+    judged: bool = Field(description="false with too few baseline runs to judge")
+    figures: dict[str, Optional[Number]] = Field(description="the run's value per metric")
+
+
+class RunFigures(Out):
+    """A run's headline figures (``collector.fleet``): null when unknown."""
+
+    eager_ratio: Optional[float]
+    decode_padded_ratio: Optional[float]
+    step_s: dict[str, Optional[float]] = Field(description="mean step time per mode, decode stages")
+    graph_step_s: Optional[float]
+    padded_step_s: Optional[float]
+    eager_step_s: Optional[float]
+    capture_total_s: Optional[float]
+    startup_s: Optional[float]
+    pool_bytes: Optional[int]
+
+
+class FleetFigures(RunFigures):
+    """Figures of a set of runs: shares weighted by steps and tokens, step times by timed
+    steps, capture and startup as medians, pool memory as the largest."""
+
+    runs: int
+    steps: int
+    regressions: int = Field(description="runs with a regression")
+
+
+class FleetGroup(FleetFigures):
+    model: str
+    backend: str
+    device: str
+    version: Optional[str]
+    latest_run_id: str
+    latest_name: str
+    first_started_at: float
+    last_started_at: float
+
+
+class FleetPoint(FleetFigures):
+    group: str
+    model: str
+    backend: str
+    device: str
+    version: Optional[str]
+    t: float = Field(description="bucket start (of the runs' start), unix s")
+    bucket_s: int
+
+
+class FleetRun(RunFigures):
+    run_id: str
+    name: str
+    source: str
+    model: str
+    backend: str
+    device: str
+    version: Optional[str] = Field(description="the run record's, else 'torch <version>', else null")
+    config_key: Optional[str]
+    status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
+    started_at: float
+    ended_at: Optional[float]
+    graph_sample: Optional[int]
+    raw_expired_before: Optional[float]
+    seconds_expired_before: Optional[float]
+    steps: int
+    modes: ModeCounts
+    decode_num_tokens: int
+    decode_padded_tokens: int
+    regressions: list[RegressionFinding]
+    improvements: list[RegressionFinding]
+    baseline_runs: int
+    baseline: Optional[Baseline] = Field(description="named only for a run with findings")
+
+
+class Fleet(Out):
+    groups: list[FleetGroup]
+    runs: list[FleetRun] = Field(description="the newest runs, newest first, at most limit")
+    runs_total: int
+    series: list[FleetPoint]
+
+
+class Health(Out):
+    status: Literal["ok"]
+    db: str = Field(description="sqlite | postgresql")
+
+
+class ServiceState(Out):
+    name: str
+    interval_s: float
+    ran_here: int = Field(description="periods this collector ran")
+    skipped_here: int = Field(description="periods another collector ran")
+    slot: Optional[int] = Field(None, description="the last period it ran in, on any collector (absent: never)")
+    ran_at: Optional[float] = None
+    holder: Optional[str] = Field(None, description="host:pid of the collector that ran it")
+    runs: Optional[int] = Field(None, description="periods it ran in, on every collector")
+
+
+class Problem(Out):
+    """Every error (4xx and 5xx): ``detail`` is one readable line; an invalid field, body key
+    or query/path parameter is named in ``field``, an event of a batch by its ``index``."""
 
     detail: str
     index: Optional[int] = None

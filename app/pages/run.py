@@ -129,7 +129,7 @@ def header(summary: dict[str, Any]) -> list[Any]:
     if summary.get("clock_ahead_s"):
         parts.append(html.P(comparisons.clock_note(summary["clock_ahead_s"]), className="note imported",
                             id="run-clock"))
-    notes = comparisons.detail_notes(summary["detail"])
+    notes = comparisons.detail_notes(summary["step_detail"])
     if notes:
         parts.append(html.Div([html.P(n) for n in notes], className="note imported", id="run-detail"))
     return parts
@@ -142,7 +142,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     if summary is None:
         return c.not_found("run", run_id or "")
     scope = decode_scope(summary["stage_steps"])
-    sample = summary["detail"].get("log_sample")
+    sample = summary["step_detail"].get("log_sample")
     steps_note = f"logged: 1 in {sample['every']} {sample['stage']} batches" if sample else None
     return html.Div([
         c.nav(run_id),

@@ -57,7 +57,7 @@ def run_facts(store: Any, run_id: str, summary: dict[str, Any] | None = None) ->
     if sequence["sampled"]:
         notes.append(f"a long run: the sizes are chosen and scored on {queries.SEQUENCE_WINDOWS} evenly spaced "
                      f"stretches of its steps ({sequence['steps_read']:,} of its {sequence['steps_total']:,})")
-    detail = summary.get("detail") or {}
+    detail = summary.get("step_detail") or {}
     if detail.get("raw_expired_before"):
         notes.append("retention expired this run's raw steps before "
                      f"{detail['raw_expired_before']:.0f}: the split in time uses the steps still stored")

@@ -22,7 +22,8 @@ from typing import Any, Callable, NamedTuple
 
 from runner.trace.causes import Cause
 from runner.trace.hooks import Patches
-from runner.trace.tracer import Tracer, describe_error
+from runner.trace.lifecycle import describe_error
+from runner.trace.tracer import Tracer
 
 
 class StepBatch(NamedTuple):

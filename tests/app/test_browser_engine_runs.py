@@ -71,7 +71,7 @@ def test_an_imported_sglang_runs_page_says_its_decode_steps_are_a_sample(engine_
 
     run_id = engine_env["sglang"]
     summary = queries.run_summary(engine_env["store"], run_id)
-    sample = summary["detail"]["log_sample"]
+    sample = summary["step_detail"]["log_sample"]
     assert sample == {"stage": "decode", "every": 40, "provenance": "log", "logged": 160}
     open_page(driver, engine_env["url"] + f"/run/{run_id}", charts=7)
     assert text_of(driver, "run-steps") == c.count(summary["steps"])

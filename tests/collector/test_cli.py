@@ -120,7 +120,7 @@ def test_db_prune_expires_raw_steps_past_the_retention_and_says_what_it_did(tmp_
     assert "runs whose detail expired now: 1" in out and "steps 50" in out
     store = Store.open(url)
     assert queries.run_summary(store, "old-run")["steps"] == 50
-    assert queries.run_summary(store, "old-run")["detail"]["raw_expired_before"] is not None
+    assert queries.run_summary(store, "old-run")["step_detail"]["raw_expired_before"] is not None
     store.dispose()
 
 

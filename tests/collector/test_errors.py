@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector import alerts, api, ingest, store as store_module
+from collector import alerts, ingest, store as store_module
+from collector.api import create_api, errors as api_errors
 from collector.settings import Settings
 from collector.store import Store
 from runner import errors
@@ -43,7 +44,7 @@ EXAMPLES = [
 @pytest.fixture()
 def client():
     s = Store.open("sqlite://")
-    app = api.create_api(s, Settings(run_services=False))
+    app = create_api(s, Settings(run_services=False))
     raised: dict[str, Exception] = {}
 
     @app.get("/raise/{name}")
@@ -84,10 +85,10 @@ def test_every_error_class_carries_an_http_status_the_api_documents():
 def test_one_handler_answers_for_the_whole_hierarchy():
     s = Store.open("sqlite://")
     try:
-        handlers = api.create_api(s, Settings(run_services=False)).exception_handlers
+        handlers = create_api(s, Settings(run_services=False)).exception_handlers
     finally:
         s.dispose()
     ours = {cls: handler for cls, handler in handlers.items()
             if isinstance(cls, type) and (issubclass(cls, errors.ReplayscopeError) or cls is sa.exc.OperationalError)}
     assert set(ours) == {errors.ReplayscopeError, sa.exc.OperationalError}
-    assert set(ours.values()) == {api._problem}
+    assert set(ours.values()) == {api_errors.problem}

@@ -22,7 +22,7 @@ def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
     assert set(queries.list_runs(store)[0]) == RUN_KEYS
     assert set(queries.run_summary(store, run_id)) == RUN_KEYS | {"config", "torch_version", "reasons",
                                                                  "last_event_ts", "error", "last_seen_at",
-                                                                 "failure", "partial", "time_provenance", "version", "detail",
+                                                                 "failure", "partial", "time_provenance", "version", "step_detail",
                                                                  "clock_ahead_s"}
     assert set(queries.mode_timeline(store, run_id)[0]) == {"t", "graph", "padded", "eager", "eager_ratio", "steps"}
     assert set(queries.reason_breakdown(store, run_id)[0]) == {"reason", "steps", "duration_s", "share"}

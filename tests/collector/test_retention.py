@@ -45,7 +45,7 @@ def run_events(t0: float, n: int) -> list[dict]:
 def page_reads(store, run_id: str) -> dict:
     """Everything the run page and alerts read, minus the detail note itself."""
     summary = queries.run_summary(store, run_id)
-    summary.pop("detail")
+    summary.pop("step_detail")
     return {"summary": summary, "reasons": queries.reason_breakdown(store, run_id),
             "histogram": queries.batch_histogram(store, run_id), "step_times": queries.step_time_by_mode(store, run_id),
             "minutes": queries.mode_timeline(store, run_id, bucket_s=60), "captures": queries.captures(store, run_id),
@@ -94,7 +94,7 @@ def test_every_page_read_is_the_same_after_prune(two_runs):
 def test_the_run_says_which_detail_expired(two_runs):
     store = two_runs
     retention.prune(store, POLICY, NOW)
-    old, new = (queries.run_summary(store, r)["detail"] for r in ("old", "new"))
+    old, new = (queries.run_summary(store, r)["step_detail"] for r in ("old", "new"))
     assert old["raw_expired_before"] == retention.cut_for(NOW, POLICY.raw_s)
     assert old["seconds_expired_before"] == retention.cut_for(NOW, POLICY.second_s)
     assert new == {"graph_sample": None, "raw_expired_before": None, "seconds_expired_before": None,
@@ -133,7 +133,7 @@ def test_keeping_raw_steps_forever_deletes_none(two_runs):
     store = two_runs
     retention.prune(store, retention.Policy(raw_s=None, second_s=None), NOW)
     assert rows(store, steps, "old") == 400
-    assert queries.run_summary(store, "old")["detail"]["raw_expired_before"] is None
+    assert queries.run_summary(store, "old")["step_detail"]["raw_expired_before"] is None
 
 
 def test_rollups_of_a_pruned_run_are_never_rebuilt(two_runs):

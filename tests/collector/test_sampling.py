@@ -75,7 +75,7 @@ def test_a_sampled_run_reads_exactly_like_the_whole_run(store):
         ingest_events(store, "sampled", thinned[start:start + 700])
     assert reads(store, "sampled") == reads(store, "whole")
     assert step_times(store, "sampled") == step_times(store, "whole")
-    assert queries.run_summary(store, "sampled")["detail"]["graph_sample"] == 20
+    assert queries.run_summary(store, "sampled")["step_detail"]["graph_sample"] == 20
 
 
 def test_sampling_cuts_the_raw_steps_stored(store):

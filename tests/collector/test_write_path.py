@@ -13,7 +13,7 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector import api as collector_api
+from collector.api import body as collector_json
 from collector.settings import Settings
 from collector.store import Store
 from collector.tables import step_rollups
@@ -217,7 +217,7 @@ def test_a_custom_reason_with_an_unbalanced_bracket_is_accepted(server):
     (b'[{"x": "{"}, {"y": [1, 2, "]"]}]', 3),
 ])
 def test_the_nesting_check_counts_structure_never_string_contents(text, depth):
-    assert collector_api.json_depth(text) == depth
+    assert collector_json.json_depth(text) == depth
 
 
 def test_a_large_body_is_checked_off_the_event_loop(server, monkeypatch):
@@ -227,7 +227,7 @@ def test_a_large_body_is_checked_off_the_event_loop(server, monkeypatch):
     client, _store = server()
     client.post("/v1/runs", json=run_record())
     where = []
-    real = collector_api.check_structure
+    real = collector_json.check_structure
 
     def spying(body):
         try:
@@ -237,7 +237,7 @@ def test_a_large_body_is_checked_off_the_event_loop(server, monkeypatch):
             where.append(threading.current_thread().name)
         return real(body)
 
-    monkeypatch.setattr(collector_api, "check_structure", spying)
+    monkeypatch.setattr(collector_json, "check_structure", spying)
     body = b'{"events": [' + (b"[" * 30 + b"]" * 30 + b",") * 130_000 + b"1]}"     # 7.9 MB, depth 32
     response = client.post("/v1/runs/run-1/events", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400
@@ -249,13 +249,13 @@ def test_a_body_of_millions_of_arrays_is_refused_before_parsing(server, monkeypa
     client, store = server()
     client.post("/v1/runs", json=run_record())
     parsed = []
-    real = collector_api._loads
+    real = collector_json._loads
 
     def spying(body):
         parsed.append(len(body))
         return real(body)
 
-    monkeypatch.setattr(collector_api, "_loads", spying)
+    monkeypatch.setattr(collector_json, "_loads", spying)
     before = row_counts(store)
     body = b'{"events": [' + b",".join([b"[[]]"] * 150_000) + b"]}"
     response = client.post("/v1/runs/run-1/events", content=body, headers={"Content-Type": "application/json"})

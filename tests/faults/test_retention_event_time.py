@@ -60,7 +60,7 @@ def test_old_steps_of_a_recently_started_run_expire_and_a_resend_counts_once(sto
     retention.prune(store, POLICY, NOW)
     assert raw_rows(store, "late-start") == 0, "its raw steps were older than the retention"
     summary = queries.run_summary(store, "late-start")
-    assert summary["detail"]["raw_expired_before"] == retention.cut_for(NOW, POLICY.raw_s)
+    assert summary["step_detail"]["raw_expired_before"] == retention.cut_for(NOW, POLICY.raw_s)
     assert summary["steps"] == 720, "rollups kept for good"
     again = ingest_events(store, "late-start", old_steps())      # the same events, resent after expiry
     assert (again.accepted, again.duplicates) == (0, 720)
@@ -74,5 +74,5 @@ def test_an_old_run_with_only_recent_steps_keeps_them_and_is_not_flagged(store):
     ingest_events(store, "old-start", recent)
     report = retention.prune(store, POLICY, NOW)
     assert raw_rows(store, "old-start") == 100
-    assert queries.run_summary(store, "old-start")["detail"]["raw_expired_before"] is None
+    assert queries.run_summary(store, "old-start")["step_detail"]["raw_expired_before"] is None
     assert report.runs_marked == 0

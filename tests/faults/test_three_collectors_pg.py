@@ -96,7 +96,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
             assert summary["status"] == "finished"
             assert {(r["raw_bs"], r["mode"]): r["steps"]
                     for r in queries.batch_histogram(store, run_id, stage="decode")} == histogram, run_id
-        assert record["graph_sample"] == 4 and summary["detail"]["graph_sample"] == 4
+        assert record["graph_sample"] == 4 and summary["step_detail"]["graph_sample"] == 4
         alerted = [a for a in queries.alert_events(store) if a["rule_name"] == "any eager"]
         assert sorted(a["run_id"] for a in alerted) == sorted(targets), "one alert per run, not one per collector"
     finally:

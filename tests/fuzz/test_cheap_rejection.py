@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from collector import api as collector_api
+from collector.api import body as collector_json, create_api
 from collector.ingest import ingest_run
 from collector.settings import Settings
 from collector.store import Store
@@ -26,7 +26,7 @@ def server(tmp_path_factory):
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('cheap') / 'rs.db'}", upgrade=True)
     ingest_run(store, {"run_id": "r", "name": "r", "source": "runner", "started_at": 1.0, "backend": "static",
                        "model": "tiny", "device": "cpu", "config": {}})
-    app = collector_api.create_api(store, Settings(run_services=False, max_body_bytes=LIMIT))
+    app = create_api(store, Settings(run_services=False, max_body_bytes=LIMIT))
     port = free_port()
     srv = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=srv.run, daemon=True)
@@ -44,13 +44,13 @@ def server(tmp_path_factory):
 @pytest.fixture
 def parser_calls(monkeypatch):
     calls = []
-    real = collector_api._loads
+    real = collector_json._loads
 
     def counting(body):
         calls.append(len(body))
         return real(body)
 
-    monkeypatch.setattr(collector_api, "_loads", counting)
+    monkeypatch.setattr(collector_json, "_loads", counting)
     return calls
 
 

@@ -1,0 +1,35 @@
+"""What routes are given, as FastAPI dependencies: the app's store, settings, metrics and
+alert delivery (set on ``app.state`` once, by ``collector.api.app.create_api``)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Depends, Request
+
+from collector.metrics import Metrics
+from collector.notifications import Delivery
+from collector.settings import Settings
+from collector.store import Store
+
+
+def get_store(request: Request) -> Store:
+    return request.app.state.store
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_metrics(request: Request) -> Metrics:
+    return request.app.state.metrics
+
+
+def get_delivery(request: Request) -> Delivery:
+    return request.app.state.delivery
+
+
+StoreDep = Annotated[Store, Depends(get_store)]
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+MetricsDep = Annotated[Metrics, Depends(get_metrics)]
+DeliveryDep = Annotated[Delivery, Depends(get_delivery)]

@@ -1,0 +1,39 @@
+"""Operations: health, the periodic jobs, Prometheus exposition."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from fastapi import APIRouter, Request, Response
+from prometheus_client import CONTENT_TYPE_LATEST
+
+from collector import leader, schemas
+from collector.api.deps import MetricsDep, StoreDep
+from collector.api.errors import responses
+
+router = APIRouter(tags=["ops"], responses=responses(400, 503))
+
+
+@router.get("/healthz", response_model=schemas.Health)
+def healthz(store: StoreDep) -> dict:
+    """200 when the store answers."""
+    with store.read() as conn:
+        conn.execute(sa.text("SELECT 1"))
+    return {"status": "ok", "db": store.dialect}
+
+
+@router.get("/v1/services", response_model=list[schemas.ServiceState], response_model_exclude_unset=True)
+def get_services(request: Request, store: StoreDep) -> list[dict]:
+    """The periodic jobs: each one's last period across every collector on this store
+    (slot, ran_at, holder, runs) and what this collector did (ran, skipped)."""
+    shared = leader.ticks(store)
+    return [{"name": s.name, "interval_s": s.interval_s, "ran_here": s.ticks, "skipped_here": s.skipped,
+             **{k: v for k, v in shared.get(s.name, {}).items() if k != "name"}}
+            for s in request.app.state.services]
+
+
+@router.get("/metrics", response_class=Response,
+            responses={200: {"content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+                             "description": "Prometheus text exposition"}})
+def get_metrics(metrics: MetricsDep) -> Response:
+    """Prometheus exposition."""
+    return Response(metrics.exposition(), media_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,237 @@
+"""A traced process's run: opened when the process first has something to report (its
+first capture, step, compile or warning), its warnings, and its end (the last phase, what
+was left unsaid, ``run_end``, a flush).
+
+One run per process: run ids share the trace's id (``<trace id>-<pid>``) and the run names
+say which process (``rank N`` when torch.distributed or ``RANK`` says so, else ``pid N``).
+Events go through the runner's ``Emitter`` (a queue and a background thread: nothing blocks
+the program, nothing synchronises the device).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from typing import Any, Callable
+
+from runner.emitter import Emitter
+from runner.sinks import HttpSink, JsonlSink
+from runner.timing import step_timing
+from runner.trace import device
+from runner.trace.settings import REGISTRY_FILE, TraceSettings, claim_events_path
+from runner.trace.tree_state import AUTO_STEPS
+
+
+def describe_error(error: BaseException) -> str:
+    """The error and, for CUDA's 'previous error during capture', the original cause."""
+    text = f"{type(error).__name__}: {error}".strip()
+    cause = error.__cause__ or error.__context__
+    if cause is not None and str(cause) not in text:
+        text += f" (caused by {type(cause).__name__}: {cause})"
+    return text[:4000]
+
+
+def process_label() -> str:
+    """How the process is named in its run: its distributed rank when known, else its pid."""
+    torch_distributed = sys.modules.get("torch.distributed")
+    try:
+        if torch_distributed is not None and torch_distributed.is_available() \
+                and torch_distributed.is_initialized():
+            return f"rank {torch_distributed.get_rank()}"
+    except Exception:  # noqa: BLE001
+        pass
+    rank = os.environ.get("RANK")
+    if rank is not None and rank.isdigit():
+        return f"rank {rank}"
+    return f"pid {os.getpid()}"
+
+
+class RunLifecycle:
+    """The run of one traced process, its warnings and its end. Part of ``Tracer``: ``close``
+    reads what the captures (``runner.trace.captures``) and steps (``runner.trace.steps``) counted."""
+
+    settings: TraceSettings
+    _make_sink: Callable[[str], Any] | None
+
+    def _reset_run(self) -> None:
+        self.pid = os.getpid()
+        self.started_at = time.time()
+        self.lock = threading.RLock()
+        self.emitter: Any = None
+        self._starter: threading.Thread | None = None
+        self.run: dict[str, Any] | None = None
+        self.label: str | None = None
+        self.model: str | None = None
+        self.hooks: list[str] = []
+        self.recipes: list[str] = []
+        self._pending_warnings: list[tuple[str, str]] = []
+        self._warned: set[str] = set()
+        self.status: str | None = None
+        self.error: str | None = None
+        self.closed = False
+
+    @property
+    def run_id(self) -> str:
+        return f"{self.settings.trace_id}-{self.pid}"
+
+    def is_root(self) -> bool:
+        """The process ``replayscope trace`` started itself (not one of its children)."""
+        return self.settings.parent_pid is not None and os.getppid() == self.settings.parent_pid
+
+    def _ensure_run(self) -> Any:
+        if self.emitter is not None or self.closed:
+            return self.emitter
+        with self.lock:
+            if self.emitter is None and not self.closed:
+                try:
+                    self._open_run()
+                except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
+                    self._stop_tracing(error)
+        return self.emitter
+
+    def _open_run(self) -> None:
+        self.label = process_label()
+        name = f"{self.settings.name} [{self.label}]"[:200]
+        run = {"run_id": self.run_id, "name": name, "source": "trace", "started_at": self.started_at,
+               "backend": "trace", "model": (self.model or self._program())[:300],
+               "device": device.device_name()[:200], "torch_version": device.torch_version(),
+               "config": {"trace": {"trace_id": self.settings.trace_id, "pid": self.pid,
+                                    "ppid": os.getppid(), "process": self.label,
+                                    "command": list(self.settings.command), "step": self.settings.step,
+                                    "recipes": list(self.recipes), "hooks": list(self.hooks),
+                                    "auto_steps": AUTO_STEPS if self.settings.step is None else None,
+                                    "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every)}}}
+        sink, target = self._sink()
+        emitter = Emitter(sink, run)
+        self.run, self.emitter = run, emitter
+        # Opening a sink may post to a collector: never on the program's thread.
+        self._starter = threading.Thread(target=self._start_emitter, name="replayscope-trace-open",
+                                         daemon=True)
+        self._starter.start()
+        self._register({"event": "open", "run_id": self.run_id, "pid": self.pid, "process": self.label,
+                        "name": name, "target": target})
+        for code, message in self._pending_warnings:
+            self._emit_warning(code, message)
+        self._pending_warnings.clear()
+
+    def _start_emitter(self) -> None:
+        try:
+            self.emitter.start()
+        except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
+            self._stop_tracing(error)
+
+    def _stop_tracing(self, error: BaseException) -> None:
+        print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}; this process "
+              f"is not traced any further", file=sys.stderr)
+        self.closed, self.emitter = True, None     # and nothing piles up in memory
+
+    def _sink(self) -> tuple[Any, str]:
+        if self._make_sink is not None:
+            return self._make_sink(self.run_id), "test"
+        if self.settings.collector:
+            return HttpSink(self.settings.collector, token=self.settings.token), self.settings.collector
+        if self.settings.events:
+            path = claim_events_path(self.settings.events, self.pid)
+            return JsonlSink(path), path
+        raise RuntimeError("no --collector or --events given")
+
+    def _program(self) -> str:
+        command = self.settings.command
+        return " ".join(command[:3]) if command else (sys.argv[0] if sys.argv else "python")
+
+    def _register(self, record: dict[str, Any]) -> None:
+        """A line in the trace's registry, for the summary ``replayscope trace`` prints."""
+        if not self.settings.workdir:
+            return
+        try:
+            with open(os.path.join(self.settings.workdir, REGISTRY_FILE), "a", encoding="utf-8") as f:
+                f.write(json.dumps(record) + "\n")
+        except OSError:
+            pass   # the trace already ended (a process that outlived it)
+
+    def set_model(self, model: str) -> None:
+        if model and self.model is None:
+            self.model = str(model)
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        emitter = self._ensure_run()
+        if emitter is not None:
+            emitter.emit(kind, **fields)
+
+    def _label(self) -> str | None:
+        """The process's label for an event's ``rank`` (opening the run, which names it)."""
+        self._ensure_run()
+        return self.label
+
+    # -- warnings ---------------------------------------------------------------
+    def warn(self, code: str, message: str, *, once: str | None = None) -> None:
+        """A warning on the run (pending until the process has a run)."""
+        key = once or f"{code}:{message}"
+        if key in self._warned:
+            return
+        self._warned.add(key)
+        message = message[:4000]
+        if self.emitter is None:
+            self._pending_warnings.append((code, message))
+        else:
+            self._emit_warning(code, message)
+
+    def _emit_warning(self, code: str, message: str) -> None:
+        self.emitter.emit("warning", message=message, code=code, rank=self.label)
+
+    def hook_error(self, where: str, error: BaseException) -> None:
+        self.warn("hook_failed", f"replayscope's {where} hook failed ({describe_error(error)}); "
+                                 f"what it would have recorded is missing", once=f"hook_failed:{where}")
+
+    # -- the end ----------------------------------------------------------------
+    def uncaught(self, exc_type: type, exc: BaseException) -> None:
+        """The program ends with an exception: the run ends failed (or interrupted) with it."""
+        if issubclass(exc_type, KeyboardInterrupt):
+            self.status = "interrupted"
+        else:
+            self.status, self.error = "failed", describe_error(exc)
+
+    def close(self, status: str | None = None, error: str | None = None) -> None:
+        """End the run (at exit): the last phase, what was left unsaid, run_end; flush."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+        status = status or self.status or "finished"
+        error = error or self.error
+        self.step_abort()
+        if not self.captures and not self._unsized and (self.steps or self.graph_intent.compiles
+                                                         or self.graph_intent.silent_skips):
+            cause = self._no_graph()
+            if cause is not None:
+                self.warn("no_cuda_graphs", f"no CUDA graph was captured in this process: {cause.evidence}")
+        if self.emitter is None:
+            worth_a_run = self._pending_warnings and (self.is_root() or device.cuda_in_use())
+            if not (worth_a_run or self._unsized):
+                return
+            self.closed = False
+            self._ensure_run()
+            self.closed = True
+        self._maybe_capture_phase(final=True)
+        outside_replays = self.total_replays - self.step_replays_total
+        if self.steps == 0 and outside_replays:
+            self.warn("no_step_function",
+                      f"{outside_replays} graph replays were seen outside any step: name the "
+                      f"program's step function with --step MODULE:QUALNAME to get per-step modes")
+        if self._unsized:
+            self.warn("graph_size_unknown",
+                      f"{len(self._unsized)} CUDA graphs were captured without a batch size replayscope "
+                      f"could read and never replayed in a step; their time is in the capture phase")
+        if self._starter is not None:
+            self._starter.join(timeout=30)
+        device.allow_synchronisation()
+        try:
+            self.emitter.close(status, error)
+        except Exception as failure:  # noqa: BLE001
+            print(f"replayscope trace: closing the run of pid {self.pid} failed: {failure!r}", file=sys.stderr)
+        self._register({"event": "close", "run_id": self.run_id, "pid": self.pid, "status": status,
+                        "steps": self.steps, "modes": dict(self.modes), "reasons": dict(self.reasons),
+                        "captures": self.captures, "failed_captures": self.failed_captures})

@@ -1,0 +1,156 @@
+"""A traced process's steps: each one's stage, batch, time and the graphs it replayed,
+decided into a mode and cause (``runner.trace.causes.decide``) and sent as a ``step`` event.
+The replay path itself (a counter and a list append) is in ``runner.trace.hooks``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+from runner.timing import CudaClock
+from runner.trace import device
+from runner.trace.causes import Cause, StepFacts, decide, replayed
+from runner.trace.no_graph import no_graph_cause
+
+
+class StepTracking:
+    """The steps of ``Tracer``: ``step_begin`` / ``step_end`` (or ``step_abort``) around each
+    call of the program's step function."""
+
+    def _reset_steps(self) -> None:
+        self.in_step = False
+        self.step_stage = "decode"
+        self.step_bs: int | None = None
+        self.step_tokens = 0
+        self.step_hint: Cause | None = None
+        self.step_timing: Any = None
+        self._cuda_clock: CudaClock | None = None     # once the process uses CUDA
+        self._replayed: dict[tuple[int, int], Any] = {}
+        self.step_graphs: list[Any] = []       # the graphs replayed in the step so far, in order
+        self.step_inductor: Cause | None = None
+        self.step_captures = 0
+        self.total_replays = 0
+        self.step_replays_total = 0             # replays inside steps (the others were outside any)
+        self.steps = 0
+        self.modes: Counter = Counter()
+        self.reasons: Counter = Counter()
+
+    def step_begin(self, stage: str, raw_bs: int | None, num_tokens: int | None = None,
+                   hint: Cause | None = None) -> bool:
+        """A step starts. False when one is already running (the call is part of it)."""
+        if self.in_step or self.closed:
+            return False
+        try:
+            self.in_step = True
+            self.step_stage = stage
+            self.step_bs = raw_bs
+            self.step_tokens = num_tokens if num_tokens is not None else (raw_bs or 0)
+            self.step_hint = hint
+            self.step_captures = 0
+            self.step_inductor = None
+            self.step_timing = self._start_timing(stage, raw_bs)
+        except Exception as error:  # noqa: BLE001
+            self.in_step = False
+            self.hook_error("step", error)
+            return False
+        return True
+
+    def _start_timing(self, stage: str, raw_bs: int | None) -> Any:
+        """Host time while the process has not used CUDA; then CUDA events on a sample of steps
+        (``runner.timing``: the first of each stage and batch size, then every Nth), never while
+        the stream is capturing (an event recorded there would break the capture)."""
+        if self._cuda_clock is None:
+            if not device.cuda_in_use():
+                return time.perf_counter()
+            self._cuda_clock = CudaClock(None, self.settings.time_every)
+        clock = self._cuda_clock
+        if not clock.due((stage, raw_bs)) or device.capturing():
+            return None
+        return clock.record_start()
+
+    def step_abort(self) -> None:
+        """The step raised: the program's error ends the run; the step is not recorded."""
+        if self.in_step:
+            self.in_step = False
+            CudaClock.drop(self.step_timing)
+            self.step_timing = None
+            self.step_replays_total += len(self.step_graphs)
+            self.step_graphs.clear()
+
+    def step_end(self) -> None:
+        if not self.in_step:
+            return
+        try:
+            self._step_end()
+        except Exception as error:  # noqa: BLE001
+            self.in_step = False
+            self.hook_error("step", error)
+
+    def _step_end(self) -> None:
+        timing = self.step_timing
+        if timing is not None:
+            if type(timing) is float:
+                timing = time.perf_counter() - timing
+            else:
+                timing.end.record(timing.stream)        # the end, on the stream the start was recorded on
+        self.in_step = False
+        self.step_timing = None
+        raw_bs = self.step_bs
+        graphs = self.step_graphs
+        replays = len(graphs)
+        max_bs = 0
+        if replays:
+            self.step_replays_total += replays
+            unknown = []
+            for graph in graphs:
+                size = getattr(graph, "_replayscope_bs", 0)
+                if size > max_bs:
+                    max_bs = size
+                elif not size:
+                    unknown.append(graph)
+            graphs.clear()
+            if unknown and raw_bs:
+                for graph in unknown:
+                    if "_replayscope_pending" in graph.__dict__:
+                        self._bind_unsized(graph, raw_bs)
+                        max_bs = max(max_bs, raw_bs)
+        if raw_bs is None:
+            raw_bs = max_bs or 1
+            self.warn("step_batch_unknown", "a step's arguments hold no tensor to read its batch size "
+                                            "from; such steps are recorded with the size of the graph "
+                                            "they replayed (or 1)", once="step_batch_unknown")
+        outcome = None
+        if replays and self.step_inductor is None:
+            # The common case, decided at once (and kept per batch and graph size).
+            key = (raw_bs, max_bs)
+            outcome = self._replayed.get(key)
+            if outcome is None:
+                outcome = self._replayed[key] = replayed(raw_bs, max_bs)
+        if outcome is None:
+            outcome = decide(StepFacts(
+                stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
+                inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
+                no_graph=self._no_graph() if not replays and self.step_inductor is None else None,
+                captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes))
+        mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
+        tokens = self.step_tokens
+        padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
+        emitter = self.emitter if self.emitter is not None else self._ensure_run()
+        self.steps += 1
+        self.modes[mode] += 1
+        if reason is not None:
+            self.reasons[reason] += 1
+        if emitter is not None:
+            emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, outcome.evidence)
+        if not self._capture_phase_sent:
+            self._maybe_capture_phase()
+
+    def _no_graph(self) -> Cause | None:
+        """Why no graph could serve a step when none exists in the process (the device, Inductor's
+        config, its silent skips); None when graphs exist or nothing explains it."""
+        if self.captured_sizes or "torch" not in sys.modules:
+            return None
+        return no_graph_cause(self.graph_intent, device.cuda_state())
