@@ -288,6 +288,7 @@ def create_api(store: Store, settings: Settings | None = None) -> FastAPI:
                               "(wire contract v1).", lifespan=lifespan)
     app.state.store = store
     app.state.settings = settings
+    app.state.delivery = delivery        # the dashboard's rule writes deliver as the API's do
     app.state.evaluator = evaluator
     app.state.notifier = notifier
     app.state.services = services

@@ -33,10 +33,18 @@ def test_an_unknown_pool_delta_is_a_gap_not_a_zero():
 
 
 def test_an_unknown_capture_time_is_a_gap_that_says_why():
-    fig = charts.capture_figure([_capture(8, duration_s=None, pool_delta_bytes=None)], "not in the log")
-    duration, delta = fig.to_plotly_json()["data"]
-    assert list(duration["y"]) == [None] and list(delta["y"]) == [None]
-    assert list(duration["customdata"]) == ["not in the log"]
+    fig = charts.capture_figure([_capture(8, duration_s=None, pool_delta_bytes=None), _capture(16, duration_s=0.5,
+                                                                                           pool_delta_bytes=None)],
+                                "not in the log").to_plotly_json()
+    [duration] = fig["data"]                              # no memory axis: nothing measured it
+    assert list(duration["y"]) == [None, 500.0] and fig["layout"]["yaxis"]["title"]["text"] == "capture time (ms)"
+    assert list(duration["customdata"]) == ["not in the log", "500 ms"]
+    assert fig["layout"]["annotations"][0]["text"] == "pool memory per capture not in the log"
+
+
+def test_captures_without_any_time_are_not_an_empty_chart():
+    fig = charts.capture_figure([_capture(8, duration_s=None)], "not in the log").to_plotly_json()
+    assert fig["data"] == [] and "time per size not in the log" in fig["layout"]["annotations"][0]["text"]
 
 
 def test_padding_per_size_is_a_share_of_decode_tokens_with_counts_in_the_hover():
