@@ -36,7 +36,7 @@ def _step(field: str, header: str) -> c.Column:
 GROUP_COLUMNS = (
     c.Column("model", "model", min_width=100, flex=1.5), c.Column("backend", "backend", min_width=80),
     c.Column("device", "device", min_width=70, flex=1.3),
-    c.Column("version", "version", min_width=85, shown=lambda r: r["version"] or "not recorded"),
+    c.Column("version", "version", min_width=80, shown=lambda r: r["version"] or "not recorded"),
     c.Column("runs", "runs", numeric=True, min_width=50),
     c.Column("eager_pct", "eager %", numeric=True, min_width=65, shown=lambda r: c.pct(r["eager_ratio"], "no steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=75,
@@ -46,8 +46,8 @@ GROUP_COLUMNS = (
              shown=lambda r: c.seconds(r["capture_total_s"])),
     c.Column("startup_s", "startup (median)", numeric=True, min_width=80, shown=lambda r: c.seconds(r["startup_s"])),
     c.Column("pool_bytes", "pool (largest)", numeric=True, min_width=80, shown=lambda r: c.size(r["pool_bytes"])),
-    c.Column("regressions", "runs regressed", numeric=True, min_width=85),
-    c.Column("latest", "latest run", link=GROUP_LINK, min_width=100, flex=1.3),
+    c.Column("regressions", "runs regressed", numeric=True, min_width=80),
+    c.Column("latest", "latest run", link=GROUP_LINK, min_width=90, flex=1.3),
 )
 
 RUN_COLUMNS = (
@@ -55,7 +55,7 @@ RUN_COLUMNS = (
     c.Column("model", "model", min_width=85), c.Column("backend", "backend", min_width=80),
     c.Column("device", "device", min_width=65),
     c.Column("version", "version", min_width=85, shown=lambda r: r["version"] or "not recorded"),
-    c.Column("started", "started (UTC)", min_width=95),
+    c.Column("started", "started (UTC)", min_width=90),
     c.Column("steps", "steps", numeric=True, min_width=70, shown=lambda r: c.count(r["steps"])),
     c.Column("eager_pct", "eager %", numeric=True, min_width=60, shown=lambda r: c.pct(r["eager_ratio"], "no steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=70,
@@ -67,8 +67,8 @@ RUN_COLUMNS = (
              shown=lambda r: c.seconds(r["startup_s"], c.unknown(r["source"]))),
     c.Column("pool_bytes", "pool", numeric=True, min_width=80,
              shown=lambda r: c.size(r["pool_bytes"], c.unknown(r["source"]))),
-    c.Column("detail", "step detail", min_width=70),
-    c.Column("regressed", "beyond the baseline", min_width=100, flex=2),
+    c.Column("detail", "step detail", min_width=60),
+    c.Column("regressed", "beyond the baseline", min_width=90, flex=2),
 )
 
 

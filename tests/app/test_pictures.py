@@ -262,6 +262,7 @@ def take(driver, site: dict, kind: str | None, page: str, width: int) -> Picture
     driver.set_window_size(width, 1000)
     driver.get(site["url"] + path_of(site, kind, page))
     settle(driver)
+    first = driver.execute_script(FACTS)  # with the window's own scrollbar: the width a reader has
     for _ in range(4):                    # a taller window can lay the page out taller
         height = driver.execute_script("return document.documentElement.scrollHeight")
         if height <= driver.execute_script("return window.innerHeight") or height >= MAX_HEIGHT:
@@ -270,6 +271,7 @@ def take(driver, site: dict, kind: str | None, page: str, width: int) -> Picture
         time.sleep(0.5)                   # plotly and the grids follow the window
         settle(driver, quiet_polls=2)
     facts = driver.execute_script(FACTS)
+    facts["at_1000_px_high"] = {k: first[k] for k in ("grids", "scrollWidth", "clientWidth")}
     if os.environ.get("REPLAYSCOPE_SCREENSHOTS") == "1":
         PICTURES.mkdir(parents=True, exist_ok=True)
         driver.save_screenshot(str(PICTURES / f"{label(kind, page)}-{width}.png"))
@@ -331,10 +333,16 @@ def chart_text_fits(facts: dict) -> list[str]:
 
 
 def tables_fit_the_width(facts: dict) -> list[str]:
-    problems = [f"#{g['id']} scrolls sideways: {g['content']} px of columns in {g['viewport']} px"
-                for g in facts["grids"] if g["content"] > g["viewport"] + 1]
-    if facts["scrollWidth"] > facts["clientWidth"] + 1:
-        problems.append(f"the page scrolls sideways: {facts['scrollWidth']} px in {facts['clientWidth']}")
+    """Checked at the full height and, where read, at 1000 px high (the window's scrollbar
+    takes its width from the page)."""
+    problems = []
+    for seen, when in ((facts, ""), (facts.get("at_1000_px_high"), " (1000 px high)")):
+        if seen is None:
+            continue
+        problems += [f"#{g['id']} scrolls sideways{when}: {g['content']} px of columns in {g['viewport']} px"
+                     for g in seen["grids"] if g["content"] > g["viewport"] + 1]
+        if seen["scrollWidth"] > seen["clientWidth"] + 1:
+            problems.append(f"the page scrolls sideways{when}: {seen['scrollWidth']} px in {seen['clientWidth']}")
     return problems
 
 
@@ -551,6 +559,8 @@ def test_each_check_fails_on_what_it_is_for():
     assert cells_and_headers_fit(_facts(grids=[_grid(headers=[{"col": "a", "text": "padd…", "sw": 5, "cw": 5}])]))
     assert tables_fit_the_width(_facts(grids=[_grid(content=1200)]))
     assert tables_fit_the_width(_facts(scrollWidth=1500))
+    assert tables_fit_the_width(_facts(at_1000_px_high={"grids": [_grid(content=1200)], "scrollWidth": 1280,
+                                                        "clientWidth": 1280}))
     assert chart_text_fits(_facts(charts=[_chart(texts=[{"kind": "x tick", "text": "a", "box": [390, 0, 420, 10]}])]))
     assert chart_text_fits(_facts(charts=[_chart(legend=[0, 0, 100, 20],
                                                  texts=[{"kind": "x title", "text": "t", "box": [10, 5, 50, 15]}])]))
