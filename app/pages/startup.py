@@ -161,7 +161,7 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "failed": [x for x in caps if x["status"] == "failed"],
         "degrades": degrades,
         "findings": diagnosis["findings"],
-        "stats": stats(diagnosis),
+        "stats": stats(diagnosis, time_to_failure(summary, phases, caps)),
         "waterfall": charts.waterfall_figure(phases, caps),
         "capture_fig": charts.capture_figure(caps, unknown),
         "diff": [],
@@ -180,12 +180,27 @@ PROVENANCE_NOTE = {"measured": "measured", "log": "from the log", "inferred": "i
                    "estimated": "estimated", None: "not recorded"}
 
 
-def stats(diagnosis: dict[str, Any]) -> dict[str, str]:
+def time_to_failure(summary: dict[str, Any], phases: list[dict[str, Any]],
+                    captures: list[dict[str, Any]]) -> float | None:
+    """How long a failed start ran: from its first phase's start to the failure (the run's end
+    event); None for a run that did not fail or without the times to say."""
+    failed_at = (summary.get("failure") or {}).get("ts")
+    if summary.get("status") != "failed" or failed_at is None:
+        return None
+    starts = [float(r["start_ts"]) if r.get("start_ts") is not None else float(r["ts"]) - float(r["duration_s"] or 0)
+              for r in list(phases) + list(captures) if r.get("start_ts") is not None or r.get("ts") is not None]
+    return float(failed_at) - min(starts) if starts and float(failed_at) > min(starts) else None
+
+
+def stats(diagnosis: dict[str, Any], failed_after: float | None = None) -> dict[str, str]:
     """The four numbers at the top, from what the run recorded or its log stated; what
-    neither said is "not in the log" / "not measured", never 0."""
+    neither said is "not in the log" / "not measured", never 0. A failed start's length is
+    the time to its failure (``failed_after``), not to the last phase it finished."""
     capture = diagnosis["capture"]
     unknown = c.unknown(diagnosis["source"])
     startup = c.seconds(diagnosis["startup_s"]) if diagnosis["startup_s"] else unknown
+    if failed_after is not None:
+        startup = f"{c.seconds(failed_after)} to the failure"
     count = capture["count"]
     if count:
         captures = f"{c.count(count)}"

@@ -20,8 +20,8 @@ def pages(store):
     from collector.settings import Settings
 
     create_server(store, Settings(run_services=False))
-    from app.pages import alerts, run
-    return {"run": run, "alerts": alerts}
+    from app.pages import alerts, run, startup
+    return {"run": run, "alerts": alerts, "startup": startup}
 
 
 def _ten_minute_run(store, run_id="long"):
@@ -118,3 +118,19 @@ def test_pages_reach_the_collector_only_through_app_data():
                 assert not inner, f"{path.name}:{node.lineno} imports inside {node.name}"
     server = (APP / "server.py").read_text()
     assert "GLOBAL_CALLBACK" not in server and "reload" not in server
+
+
+def test_a_failed_starts_length_is_the_time_to_the_failure(store, pages):
+    from collector.ingest import ingest_events, ingest_run
+
+    record = synthetic.run_record("failed", "failed")
+    ingest_run(store, record)
+    t0 = record["started_at"]
+    ingest_events(store, "failed", [
+        {"seq": 0, "ts": t0 + 50, "kind": "phase", "phase": "load_weights", "duration_s": 50.0, "start_ts": t0},
+        {"seq": 1, "ts": t0 + 78, "kind": "phase", "phase": "kv_cache", "duration_s": 28.0, "start_ts": t0 + 50},
+        {"seq": 2, "ts": t0 + 95, "kind": "run_end", "status": "failed", "error": "CUDA out of memory",
+         "phase": "capture"}])
+    shown = pages["startup"].page_data(store, "failed")
+    assert shown["diagnosis"]["startup_s"] == 78.0           # what the phases it finished add up to
+    assert shown["stats"]["startup-total"] == "1 min 35 s to the failure"
