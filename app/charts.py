@@ -132,7 +132,7 @@ def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1
         rule, color = j["rule"], RULE_COLORS[i % len(RULE_COLORS)]
         ts += [p["t"] for p in j["points"]]
         traces.append(dict(
-            type="scatter", mode="lines", line=dict(color=color), connectgaps=False,
+            type="scatter", mode="lines+markers", marker=dict(size=4), line=dict(color=color), connectgaps=False,
             name=f"{rule['name']}: last {formats.seconds(rule['window_s'])}, ≥ {rule['min_steps']:,} steps",
             x=_times(p["t"] for p in j["points"]), y=[p["ratio"] for p in j["points"]],
             customdata=[formats.plural(p["steps"], "step") for p in j["points"]],

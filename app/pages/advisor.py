@@ -202,7 +202,11 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     advice = shown["advice"]
     initial = advice["budget"]
     top = max(advice["distinct_batch_sizes"], initial, 1)
-    marks = {k: str(k) for k in sorted({1, top, initial, *range(8, top + 1, 8)}) if k <= top}
+    # the ends, the run's own count and every 8th, none so close to another that their labels touch
+    near = max(2, top // 25)
+    fixed = {1, top, initial}
+    marks = {k: str(k) for k in sorted(fixed | {m for m in range(8, top + 1, 8)
+                                                if all(abs(m - f) > near for f in fixed)}) if k <= top}
     return html.Div([
         c.nav(run_id),
         dcc.Store(id="advisor-run-id", data=run_id),
@@ -211,8 +215,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         graphs_off_banner(advice),
         html.Div([html.Label(["Budget: ", html.Span(budget_text(advice), id="advisor-budget-value")],
                              htmlFor="advisor-budget"),
-                  dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks,
-                             tooltip={"placement": "top", "always_visible": False})],
+                  dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks)],
                  className="slider"),
         c.grid("advisor-table", plan_columns(shown["scored"], shown["unit"]), shown["rows"], filters=False,
                row_id="plan"),
