@@ -377,13 +377,14 @@ def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]
                    height=max(260, 26 * len(bars) + 80))
 
 
-def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED) -> go.Figure:
+def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED,
+                   none: str = "no captures reported") -> go.Figure:
     """Capture duration per size (failed ones red), in ms where all are under a second, with
     the pool delta on a second axis where any was measured (else the chart says so); an
     unknown duration or delta is a gap (its hover says ``missing``), never a zero. Where no
     size has a time the chart says so (the page lists the sizes in a table)."""
     if not captures:
-        return _empty("no captures reported")
+        return _empty(none)
     if all(c.get("duration_s") is None for c in captures):
         return _empty(f"time per size {missing}: the sizes are listed below")
     rows = sorted(captures, key=lambda c: (c["stage"], c["graph_bs"]))

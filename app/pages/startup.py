@@ -163,7 +163,7 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "findings": diagnosis["findings"],
         "stats": stats(diagnosis, time_to_failure(summary, phases, caps)),
         "waterfall": charts.waterfall_figure(phases, caps),
-        "capture_fig": charts.capture_figure(caps, unknown),
+        "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"])),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
@@ -174,6 +174,15 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         out["baseline_startup_s"] = startup_seconds(queries.phases(store, baseline),
                                                     queries.captures(store, baseline))
     return out
+
+
+def no_sizes(capture: dict[str, Any]) -> str:
+    """What the capture chart says for a run with no per-size capture: a count the log gave
+    without sizes, or nothing at all."""
+    if not capture["count"]:
+        return "no captures reported"
+    total = f" in {c.seconds(capture['total_s'])}" if capture["total_s"] is not None else ""
+    return f"the log gives {c.plural(capture['count'], 'capture')}{total}, but no size or time of each"
 
 
 PROVENANCE_NOTE = {"measured": "measured", "log": "from the log", "inferred": "inferred",

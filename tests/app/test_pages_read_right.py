@@ -134,3 +134,9 @@ def test_a_failed_starts_length_is_the_time_to_the_failure(store, pages):
     shown = pages["startup"].page_data(store, "failed")
     assert shown["diagnosis"]["startup_s"] == 78.0           # what the phases it finished add up to
     assert shown["stats"]["startup-total"] == "1 min 35 s to the failure"
+
+
+def test_a_capture_count_without_sizes_is_not_called_no_captures(pages):
+    assert pages["startup"].no_sizes({"count": 86, "total_s": 9.0}) == \
+        "the log gives 86 captures in 9.00 s, but no size or time of each"
+    assert pages["startup"].no_sizes({"count": 0, "total_s": None}) == "no captures reported"
