@@ -398,11 +398,15 @@ def _candidates(conn, rule: dict) -> list:
         .order_by(runs.c.id)).all()
 
 
+def watches(rule: dict, run_name: str) -> bool:
+    """Whether the rule covers a run of this name (its ``run_pattern`` glob; none: every run)."""
+    return rule["run_pattern"] is None or fnmatch.fnmatchcase(run_name, rule["run_pattern"])
+
+
 def _evaluate_rule(conn, rule: dict, now: float, delivery: Delivery | None) -> list[Transition]:
-    pattern = rule["run_pattern"]
     out: list[Transition] = []
     for run in _candidates(conn, rule):
-        if pattern is not None and not fnmatch.fnmatchcase(run.name, pattern):
+        if not watches(rule, run.name):
             _skip_run(conn, rule, run)
             continue
         out.extend(_evaluate_run(conn, rule, run, now, delivery))

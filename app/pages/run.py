@@ -7,7 +7,6 @@ rule are: a vLLM run's decode and mixed batches, a runner's or SGLang's decode s
 
 from __future__ import annotations
 
-import fnmatch
 from typing import Any
 
 import dash
@@ -30,9 +29,7 @@ STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status",
 
 def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[dict[str, Any]]:
     """The enabled eager-ratio alert rules that watch a run of this name."""
-    return [r for r in rules
-            if r.get("enabled", True) and r.get("kind", "eager_ratio") == "eager_ratio"
-            and (not r.get("run_pattern") or fnmatch.fnmatchcase(run_name, r["run_pattern"]))]
+    return [r for r in rules if r["enabled"] and r["kind"] == "eager_ratio" and data.alerts.watches(r, run_name)]
 
 
 def decode_scope(stage_steps: dict[str, int]) -> str:
