@@ -110,3 +110,21 @@ def test_sizes_spread_thin_over_a_wide_range_are_drawn_as_categories_in_size_ord
         "layout"]["xaxis"]
     assert charts.batch_histogram_figure([], scope="mixed").to_plotly_json()["layout"]["annotations"][0][
         "text"] == "no mixed steps yet"
+
+
+def test_one_fleet_run_gets_an_axis_of_hours_not_half_a_millisecond():
+    t = 1796233020.0                                       # 2026-12-02 17:57 UTC
+    series = [{"group": "g", "t": t - t % 3600, "bucket_s": 3600, "runs": 1, "eager_ratio": 0.25}]
+    fig = charts.fleet_figure(series, "eager_ratio").to_plotly_json()
+    x0, x1 = fig["layout"]["xaxis"]["range"]
+    assert x0.strftime("%H:%M") == "16:30" and x1.strftime("%H:%M") == "18:30"   # its hour with room either side
+    [point] = fig["data"][0]["x"]
+    assert point.strftime("%H:%M") == "17:30"             # the middle of its hour, named in the hover
+    assert fig["data"][0]["customdata"][0][2] == "2026-12-02 17:00–18:00"
+    assert fig["layout"]["xaxis"]["title"]["text"] == "runs started (UTC), per hour"
+    assert fig["layout"]["legend"]["y"] > 1                # above the plot, clear of the axis title
+
+
+def test_a_short_series_ticks_whole_seconds():
+    axis = charts.time_axis([100.0, 101.0])
+    assert axis["dtick"] % 1000 == 0 and axis["tickformat"] == "%H:%M:%S"
