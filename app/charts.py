@@ -53,14 +53,40 @@ def _empty(message: str) -> go.Figure:
                                      xref="paper", yref="paper", font=dict(size=14))])
 
 
-def mode_mix_figure(timeline: list[dict[str, Any]]) -> go.Figure:
-    """Steps per bucket, stacked graph / padded / eager."""
+def per_bucket(bucket_s: float) -> str:
+    """A time bucket in words: 'second', 'minute', 'hour', 'day', else '5 s', '10 min 00 s'."""
+    words = {1: "second", 60: "minute", 3600: "hour", 86400: "day", 7 * 86400: "week"}
+    return words.get(int(bucket_s), formats.seconds(bucket_s))
+
+
+def time_axis(ts: Iterable[float], bucket_s: float = 1.0) -> dict[str, Any]:
+    """A UTC time axis over ``ts`` (unix s) that fits their span: whole-second ticks (the
+    series are per second or coarser), and a span of at least a few buckets, so one point is
+    not centred in half a millisecond of axis."""
+    ts = list(ts)
+    if not ts:
+        return {}
+    lo, hi = min(ts), max(ts)
+    pad = max(float(bucket_s), 1.0)
+    if hi - lo >= 20 * pad:
+        return dict(type="date", tickformatstops=[dict(dtickrange=[None, 1000], value="%H:%M:%S")])
+    lo, hi = lo - pad, hi + pad
+    step = next(s for s in (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400, 10**9)
+                if (hi - lo) / s <= 8)
+    return dict(type="date", range=_times([lo, hi]), dtick=step * 1000, tick0=_times([0])[0],
+                tickformat="%H:%M:%S" if step < 60 else "%H:%M" if step < 86400 else "%Y-%m-%d")
+
+
+def mode_mix_figure(timeline: list[dict[str, Any]], bucket_s: float = 1.0, counted: str = "steps") -> go.Figure:
+    """Steps per bucket, stacked graph / padded / eager (``counted``: what a step count is,
+    "logged steps (1 in 40 decode)" where the log samples them)."""
     if not timeline:
         return _empty("no steps yet")
-    x = _times(p["t"] for p in timeline)
-    return _figure([dict(type="bar", x=x, y=[p[m] for p in timeline], name=m,
+    x = _times(p["t"] + bucket_s / 2 for p in timeline)         # a bar spans its bucket
+    return _figure([dict(type="bar", x=x, y=[p[m] for p in timeline], name=m, width=bucket_s * 1000 * 0.9,
                          marker=dict(color=MODE_COLORS[m])) for m in MODE_ORDER],
-                   barmode="stack", bargap=0.05, yaxis=dict(title=dict(text="steps per bucket")))
+                   barmode="stack", bargap=0.05, xaxis=time_axis([p["t"] for p in timeline], bucket_s),
+                   yaxis=dict(title=dict(text=f"{counted} per {per_bucket(bucket_s)}")))
 
 
 def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[str, float]] = (),
@@ -89,6 +115,40 @@ def eager_ratio_figure(timeline: list[dict[str, Any]], thresholds: list[tuple[st
                    yaxis=dict(title=dict(text="eager share of steps"), tickformat=".0%", range=[0, 1.05]))
 
 
+RULE_COLORS = ("#c8453b", "#7a3fb0", "#1f4e9c", "#b5651d")
+
+
+def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1) -> go.Figure:
+    """The eager ratio as each eager-ratio rule watching the run judges it, against that
+    rule's threshold, with that rule's alert spans shaded. ``judged``: per rule, its ``rule``
+    row, ``points`` (``collector.alerts.judged_ratios``: a gap where fewer than min steps ran)
+    and ``spans`` (its alerts for this run)."""
+    if not any(p["ratio"] is not None for j in judged for p in j["points"]):
+        rules = "<br>".join(f"{j['rule']['name']}: {j['rule']['min_steps']:,} steps in "
+                            f"{formats.seconds(j['rule']['window_s'])}" for j in judged)
+        return _empty(f"no window had the {scope} steps its rule needs to judge:<br>{rules}")
+    traces, shapes, notes, ts = [], [], [], []
+    for i, j in enumerate(judged):
+        rule, color = j["rule"], RULE_COLORS[i % len(RULE_COLORS)]
+        ts += [p["t"] for p in j["points"]]
+        traces.append(dict(
+            type="scatter", mode="lines+markers", marker=dict(size=4), line=dict(color=color), connectgaps=False,
+            name=f"{rule['name']}: last {formats.seconds(rule['window_s'])}, ≥ {rule['min_steps']:,} steps",
+            x=_times(p["t"] for p in j["points"]), y=[p["ratio"] for p in j["points"]],
+            customdata=[formats.plural(p["steps"], "step") for p in j["points"]],
+            hovertemplate="%{x}: %{y:.1%} eager of %{customdata} in the window<extra></extra>"))
+        shape, note = _hline(rule["threshold"], f"{rule['name']} > {formats.pct(rule['threshold'])}", color)
+        shapes.append(shape)
+        notes.append({**note, "x": 1, "xanchor": "right"} if i % 2 else note)
+        end = max(p["t"] for p in j["points"]) if j["points"] else None
+        for span in j["spans"]:
+            x0, x1 = _times([span["started_at"], span.get("ended_at") or end or span["started_at"]])
+            shapes.append(dict(type="rect", xref="x", x0=x0, x1=x1, yref="paper", y0=0, y1=1,
+                               fillcolor=color, opacity=0.12, line=dict(width=0), layer="below"))
+    return _figure(traces, shapes=shapes, annotations=notes, xaxis=time_axis(ts, every_s), showlegend=True,
+                   yaxis=dict(title=dict(text=f"eager share of {scope} steps"), tickformat=".0%", range=[0, 1.05]))
+
+
 # Batch sizes spread thinner than one in this many over their range (an engine's token
 # counts: 7, 12, 140, 2048) are drawn on a category axis: on a linear one their bars would be
 # too thin to see.
@@ -106,8 +166,8 @@ def _size_axis(sizes: Iterable[int]) -> tuple[Callable[[int], Any], dict[str, An
 
 
 def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = (),
-                           scope: str = "decode") -> go.Figure:
-    """Steps per batch size, coloured by mode, with the captured sizes marked (``scope``: the
+                           scope: str = "decode", counted: str = "steps") -> go.Figure:
+    """Steps (``counted``, as for ``mode_mix_figure``) per batch size, coloured by mode, with the captured sizes marked (``scope``: the
     stages ``hist`` is over, in words)."""
     if not hist:
         return _empty(f"no {scope} steps yet")
@@ -123,7 +183,7 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
         traces.append(dict(type="scatter", x=[x(s) for s in sizes], y=[0] * len(sizes), mode="markers",
                            name="captured size", marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
                            hovertemplate="captured bs %{x}<extra></extra>"))
-    return _figure(traces, barmode="stack", xaxis=xaxis, yaxis=dict(title=dict(text="steps")))
+    return _figure(traces, barmode="stack", xaxis=xaxis, yaxis=dict(title=dict(text=counted)))
 
 
 def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int], current: Iterable[int],
@@ -317,28 +377,42 @@ def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]
                    height=max(260, 26 * len(bars) + 80))
 
 
-def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED) -> go.Figure:
-    """Capture duration per size (failed ones red) with the pool delta on a second axis;
-    an unknown duration or delta is a gap (its hover says ``missing``), never a zero."""
+def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED,
+                   none: str = "no captures reported") -> go.Figure:
+    """Capture duration per size (failed ones red), in ms where all are under a second, with
+    the pool delta on a second axis where any was measured (else the chart says so); an
+    unknown duration or delta is a gap (its hover says ``missing``), never a zero. Where no
+    size has a time the chart says so (the page lists the sizes in a table)."""
     if not captures:
-        return _empty("no captures reported")
+        return _empty(none)
+    if all(c.get("duration_s") is None for c in captures):
+        return _empty(f"time per size {missing}: the sizes are listed below")
     rows = sorted(captures, key=lambda c: (c["stage"], c["graph_bs"]))
     labels = [str(c["graph_bs"]) if c["stage"] == "decode" else f"{c['graph_bs']} {c['stage']}" for c in rows]
+    durations = [c.get("duration_s") for c in rows]
+    ms = max(d for d in durations if d is not None) < 1
+    traces = [dict(type="bar", x=labels, y=[None if d is None else d * (1000 if ms else 1) for d in durations],
+                   name="capture time", marker=dict(color=["#c8453b" if c.get("status") == "failed" else "#2e8b57"
+                                                           for c in rows]),
+                   customdata=[formats.seconds(d, missing) for d in durations],
+                   hovertemplate="bs %{x}: captured in %{customdata}<extra></extra>")]
+    layout: dict[str, Any] = dict(xaxis=dict(title=dict(text="batch size"), type="category"),
+                                  yaxis=dict(title=dict(text="capture time (ms)" if ms else "capture time (s)"),
+                                             tickformat=",~r", rangemode="tozero"))
     deltas = [c.get("pool_delta_bytes") for c in rows]
-    unit, scale = _bytes_axis(deltas)
-    return _figure([
-        dict(type="bar", x=labels, y=[c["duration_s"] for c in rows], name="capture time",
-             marker=dict(color=["#c8453b" if c.get("status") == "failed" else "#2e8b57" for c in rows]),
-             customdata=[formats.seconds(c["duration_s"], missing) for c in rows],
-             hovertemplate="bs %{x}: captured in %{customdata}<extra></extra>"),
-        dict(type="scatter", x=labels, y=_scaled(deltas, scale), yaxis="y2", name=f"pool delta ({unit})",
-             mode="lines+markers", line=dict(color="#1f4e9c"),
-             customdata=[formats.size(v, missing) for v in deltas],
-             hovertemplate="bs %{x}: pool delta %{customdata}<extra></extra>"),
-    ], xaxis=dict(title=dict(text="batch size"), type="category"),
-        yaxis=dict(title=dict(text="seconds"), tickformat=",~r", rangemode="tozero"),
-        yaxis2=dict(title=dict(text=unit), overlaying="y", side="right", tickmode="auto", showgrid=False,
-                    tickformat=",~r", rangemode="tozero"))
+    if any(v is not None for v in deltas):
+        unit, scale = _bytes_axis(deltas)
+        traces.append(dict(type="scatter", x=labels, y=_scaled(deltas, scale), yaxis="y2",
+                           name=f"pool delta ({unit})", mode="lines+markers", line=dict(color="#1f4e9c"),
+                           customdata=[formats.size(v, missing) for v in deltas],
+                           hovertemplate="bs %{x}: pool delta %{customdata}<extra></extra>"))
+        layout["yaxis2"] = dict(title=dict(text=unit), overlaying="y", side="right", tickmode="auto",
+                                showgrid=False, tickformat=",~r", rangemode="tozero")
+    else:
+        layout["annotations"] = [dict(text=f"pool memory per capture {missing}", showarrow=False, xref="paper",
+                                      yref="paper", x=1, y=1.01, xanchor="right", yanchor="bottom")]
+        layout["margin"] = dict(_LAYOUT["margin"], t=44)          # room above the bars for it
+    return _figure(traces, **layout)
 
 
 def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
@@ -392,7 +466,7 @@ def fleet_figure(series: list[dict[str, Any]], metric: str) -> go.Figure:
         return _empty(f"no run has a {label.split(' (')[0]}")
     scale, axis = 1, dict(title=dict(text=label), rangemode="tozero")
     if unit == "ratio":
-        axis["tickformat"] = ".1%"
+        axis["tickformat"] = ".3~%"
     elif unit == "seconds":
         scale = 1000 if max(p[metric] for p in points) < 1 else 1
         axis["title"] = dict(text=f"{label} ({'ms' if scale == 1000 else 's'})")
@@ -401,13 +475,26 @@ def fleet_figure(series: list[dict[str, Any]], metric: str) -> go.Figure:
         scale = 1 / scale
         axis["title"] = dict(text=f"{label} ({name})")
     shown = {"ratio": formats.pct, "seconds": formats.seconds, "bytes": formats.size}[unit]
+    bucket_s = max(int(p.get("bucket_s") or 3600) for p in points)
     traces = []
     for group in dict.fromkeys(p["group"] for p in points):
         mine = [p for p in points if p["group"] == group]
-        traces.append(dict(type="scatter", mode="lines+markers", name=group, x=_times(p["t"] for p in mine),
-                           y=[p[metric] * scale for p in mine],
-                           customdata=[[shown(p[metric]), formats.plural(p["runs"], "run")] for p in mine],
-                           hovertemplate="%{fullData.name}<br>%{x}: %{customdata[0]} over %{customdata[1]}"
-                                         "<extra></extra>"))
-    return _figure(traces, yaxis=axis, xaxis=dict(title=dict(text="runs started (UTC)")), showlegend=True,
-                   legend=dict(orientation="h", yanchor="top", y=-0.2, x=0))
+        # a point stands for the runs started in its bucket: drawn at the bucket's middle
+        traces.append(dict(type="scatter", mode="lines+markers", name=group,
+                           x=_times(p["t"] + bucket_s / 2 for p in mine), y=[p[metric] * scale for p in mine],
+                           customdata=[[shown(p[metric]), formats.plural(p["runs"], "run"),
+                                        _bucket_text(p["t"], bucket_s)] for p in mine],
+                           hovertemplate="%{fullData.name}<br>runs started %{customdata[2]}: %{customdata[0]} over "
+                                         "%{customdata[1]}<extra></extra>"))
+    xaxis = time_axis([p["t"] + bucket_s / 2 for p in points], bucket_s)
+    xaxis["title"] = dict(text=f"runs started (UTC), per {per_bucket(bucket_s)}")
+    return _figure(traces, yaxis=axis, xaxis=xaxis, showlegend=True, margin=dict(l=60, r=20, t=20, b=40),
+                   legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+
+
+def _bucket_text(t: float, bucket_s: int) -> str:
+    """'2026-12-02 17:00–18:00' (UTC) for a fleet bucket."""
+    start, end = _times([t, t + bucket_s])
+    if bucket_s < 86400:
+        return f"{start:%Y-%m-%d %H:%M}–{end:%H:%M}"
+    return f"{start:%Y-%m-%d} to {end:%Y-%m-%d}"

@@ -1,9 +1,7 @@
-"""Pieces every page uses: the store the pages read, number formats, stat tiles, cards.
+"""Pieces every page uses: number formats, stat tiles, cards, tables, the navigation.
 
-One dashboard per process (Dash's page registry is process-wide too): ``create_server``
-binds the store here and every page callback reads it through ``store()``. Everything
-shown from the store goes into components as text, which Dash escapes; no page uses
-raw HTML or markdown for stored strings.
+Everything shown from the store goes into components as text, which Dash escapes; no page
+uses raw HTML or markdown for stored strings. (The store itself: ``app.data``.)
 """
 
 from __future__ import annotations
@@ -17,31 +15,6 @@ from dash import dcc, html
 # The pages' number formats live in app.formats; re-exported so a page needs one import.
 from app.formats import (count, number, pct, plural, seconds, signed_seconds, size,  # noqa: F401
                          unknown, when)
-
-_CONTEXT: dict[str, Any] = {"store": None, "settings": None}
-
-
-def bind(store: Any, settings: Any, wrong_tokens: Any = None) -> None:
-    _CONTEXT["store"] = store
-    _CONTEXT["settings"] = settings
-    _CONTEXT["wrong_tokens"] = wrong_tokens
-
-
-def wrong_tokens() -> Any:
-    """The app's limit on wrong tokens per client (``collector.throttle``), shared with the API."""
-    return _CONTEXT.get("wrong_tokens")
-
-
-def settings() -> Any:
-    """The collector settings the dashboard was served with (the token, where alerts go)."""
-    return _CONTEXT["settings"]
-
-
-def store() -> Any:
-    if _CONTEXT["store"] is None:
-        raise RuntimeError("the dashboard has no store bound (app.server.create_server binds it)")
-    return _CONTEXT["store"]
-
 
 # -- layout pieces ---------------------------------------------------------------------
 NAV = (("Runs", "/"), ("Fleet", "/fleet"), ("Alerts", "/alerts"))
@@ -125,7 +98,8 @@ def grid(id: str, columns: Iterable[Column], rows: Iterable[dict[str, Any]] = ()
          filters: bool = True, page_size: int | None = None, row_id: str | None = None,
          row_classes: dict[str, str] | None = None, selectable: bool = False) -> Any:
     """The dashboard's table: sortable, filterable (a filter row under the headers),
-    columns sized to the page width, row heights to the content (no inner scrollbar).
+    columns sized to the page width, row heights to the content (no inner scrollbar); a
+    cell's text wraps (long names and ids break) rather than being cut off.
 
     ``rows`` come from ``grid_rows``. ``row_id`` names the field that identifies a row,
     so a refresh updates rows in place; ``row_classes`` maps a CSS class to a JavaScript
@@ -146,7 +120,7 @@ def grid(id: str, columns: Iterable[Column], rows: Iterable[dict[str, Any]] = ()
     return dag.AgGrid(
         id=id, columnDefs=[col.definition(filters) for col in columns], rowData=list(rows),
         defaultColDef={"sortable": True, "resizable": True, "floatingFilter": filters,
-                       "wrapHeaderText": True, "autoHeaderHeight": True,
+                       "wrapHeaderText": True, "autoHeaderHeight": True, "wrapText": True, "autoHeight": True,
                        "suppressHeaderMenuButton": True},
         dashGridOptions=options, className="grid",
         style={"height": None, "width": "100%"}, **props)
@@ -172,14 +146,17 @@ def engine_flags(change: list[str] | tuple[str, ...], vllm: list[str] | tuple[st
 
 
 def explanation_card(cost: dict[str, Any], cost_text: str) -> html.Div:
-    """An explanation card: what happened, why, what it cost here, what to change."""
+    """An explanation card: what happened, why, what it cost here (or saved: eager measured
+    faster than replay at the same sizes is no cost), what to change."""
     e = cost["explanation"]
+    compared = cost.get("compared") or {}
+    cost_label = "What it saved here. " if (compared.get("extra_s") or 0) < 0 else "What it cost here. "
     return html.Div([
         html.Div([html.Span(e["title"], className="card-title"),
                   html.Code(cost["reason"], className="card-reason")], className="card-head"),
         html.P([html.B("What happened. "), e["what"]]),
         html.P([html.B("Why a graph cannot serve it. "), e["why"]]),
-        html.P([html.B("What it cost here. "), cost_text], className="card-cost"),
+        html.P([html.B(cost_label), cost_text], className="card-cost"),
         html.Div([html.B("What to change."), engine_flags(e["change"], e["vllm"], e["sglang"])]),
     ], className="card explanation", **{"data-reason": cost["reason"]})
 

@@ -35,12 +35,15 @@ def plural(n: int, noun: str, nouns: str | None = None) -> str:
 
 
 def pct(ratio: float | None, missing: str = NOT_MEASURED) -> str:
-    """A share as a percentage with one decimal; a share that is not zero never reads 0.0%."""
+    """A share as a percentage with one decimal, three figures at most (100%, not 100.0%); a
+    share that is not zero never reads 0.0%."""
     if ratio is None:
         return missing
     value = ratio * 100
     if 0 < abs(value) < 0.05:
         return "<0.1%" if value > 0 else "−<0.1%"
+    if abs(value) >= 99.95:
+        return f"{value:.0f}%"
     return f"{value:.1f}%"
 
 

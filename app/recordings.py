@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from dash import Input, Output, State, callback, html
+from typing import Any
+
+from dash import Input, Output, State, html
 
 from app import components as c
+from app import data
 
 SECTION_ID = "run-recordings-section"
 CAUSE_WORDS = {
@@ -73,19 +76,16 @@ def section() -> html.Section:
                         className="section", id=SECTION_ID, style={"display": "none"})
 
 
-def register() -> None:
-    """Register the section's callback on the app being built: the run page calls it each time it
-    is (re)loaded for a new app (``app.server`` reloads the pages, not this module)."""
+def register(callback: Any) -> None:
+    """Keep the section's callback with the run page's (``app.callbacks.Callbacks``)."""
     callback(Output("run-recordings", "children"), Output(SECTION_ID, "style"),
              Input("run-interval", "n_intervals"), State("run-id", "data"))(refresh)
 
 
 def refresh(_n, run_id):
-    from collector import queries
-
-    store = c.store()
-    recordings = queries.recordings(store, run_id) if run_id else []
-    warnings = queries.warnings(store, run_id) if run_id else []
+    store = data.store()
+    recordings = data.queries.recordings(store, run_id) if run_id else []
+    warnings = data.queries.warnings(store, run_id) if run_id else []
     if not recordings and not notes(warnings):
         return [], {"display": "none"}
     return panel(recordings, warnings), {}

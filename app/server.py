@@ -12,7 +12,6 @@ import importlib
 import inspect
 import logging
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,43 +21,28 @@ log = logging.getLogger("replayscope.dashboard")
 _RUN_PAGE = re.compile(r"/(?:run|startup|advisor)/([^/?#]+)")
 
 PAGES = ("app.pages.runs", "app.pages.run", "app.pages.startup", "app.pages.advisor", "app.pages.alerts",
-         "app.pages.fleet")
+         "app.pages.fleet", "app.pages.not_found_404")
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 
-def _load_pages() -> None:
-    """Import (or re-import) the page modules so their callbacks land on the newest app.
-
-    ``dash.callback`` registers into process-wide lists that the first app to serve a
-    request takes; a second app in the same process (tests) needs them registered again.
-    """
-    import dash
-    from dash import _callback
-
-    _callback.GLOBAL_CALLBACK_MAP.clear()
-    _callback.GLOBAL_CALLBACK_LIST.clear()
-    for name in PAGES:
-        if name in sys.modules:
-            module = importlib.reload(sys.modules[name])
-        else:
-            module = importlib.import_module(name)
-        # register_page runs at the top of the module, before ``layout`` exists
-        dash.page_registry[name]["layout"] = module.layout
+def _pages() -> list[Any]:
+    """The page modules, imported once (their ``register_page`` runs at import)."""
+    return [importlib.import_module(name) for name in PAGES]
 
 
 def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
     """Attach the Dash app to ``api``; returns the Dash instance."""
     import dash
 
-    from app import components
-
-    components.bind(store, settings, getattr(api.state, "wrong_tokens", None))
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
         title="replayscope", suppress_callback_exceptions=True, update_title=None,
         on_error=log_callback_error,
     )
-    _load_pages()
+    for page in _pages():
+        # register_page runs at the top of the module, before ``layout`` exists
+        dash.page_registry[page.__name__]["layout"] = page.layout
+        page.callback.register(dash_app)
     dash_app.layout = dash.html.Div([dash.page_container], className="app")
     _warm_up(dash_app)
     api.state.dash = dash_app

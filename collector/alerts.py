@@ -337,6 +337,29 @@ def _window_data(conn, rule: dict, run_pk: int, first: int, last: int) -> dict[i
     return {t: (e[0], e[1], e[2]) for t, e in out.items()}
 
 
+def judged_ratios(store: Store, rule: dict, run_id: str, every_s: int = 1) -> list[dict]:
+    """The eager ratio an eager-ratio rule judges a run by, as its evaluation computes it (the
+    rule's stages, the steps of the last ``window_s`` seconds, nothing judged under
+    ``min_steps``), at every ``every_s``-th second from the run's first step of those stages to
+    its last: ``t``, ``steps`` in the window, ``ratio`` (None where not judged). For drawing."""
+    with store.read() as conn:
+        run_pk = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
+        if run_pk is None:
+            return []
+        first, last = conn.execute(sa.select(sa.func.min(sr.c.t), sa.func.max(sr.c.t)).where(
+            sr.c.run_pk == run_pk, sr.c.bucket_s == 1, sr.c.stage.in_(stages_of(rule["stage"])))).one()
+        if first is None:
+            return []
+        first, last = int(first), int(last)
+        window = _Window(_window_data(conn, rule, run_pk, first - rule["window_s"] + 1, last), rule["window_s"])
+    out = []
+    for t in range(first, last + 1, max(1, int(every_s))):
+        window.fill(t)
+        judged = window.steps >= rule["min_steps"]
+        out.append({"t": float(t), "steps": window.steps, "ratio": window.eager / window.steps if judged else None})
+    return out
+
+
 def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Delivery | None = None) -> list[Transition]:
     """Evaluate every enabled rule over the new event time of the runs in scope; returns
     the transitions (each already owed to its receivers in the outbox)."""
@@ -375,11 +398,15 @@ def _candidates(conn, rule: dict) -> list:
         .order_by(runs.c.id)).all()
 
 
+def watches(rule: dict, run_name: str) -> bool:
+    """Whether the rule covers a run of this name (its ``run_pattern`` glob; none: every run)."""
+    return rule["run_pattern"] is None or fnmatch.fnmatchcase(run_name, rule["run_pattern"])
+
+
 def _evaluate_rule(conn, rule: dict, now: float, delivery: Delivery | None) -> list[Transition]:
-    pattern = rule["run_pattern"]
     out: list[Transition] = []
     for run in _candidates(conn, rule):
-        if pattern is not None and not fnmatch.fnmatchcase(run.name, pattern):
+        if not watches(rule, run.name):
             _skip_run(conn, rule, run)
             continue
         out.extend(_evaluate_run(conn, rule, run, now, delivery))

@@ -7,14 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 
-from app import charts
+from app import charts, data
 from app import components as c
+from app.callbacks import Callbacks
 from runner.wire import DECODE_VIEW
 
 dash.register_page(__name__, path_template="/advisor/<run_id>", title="replayscope · advisor",
                    name="Advisor")
+callback = Callbacks()
 
 FLAG_ORDER = ("runner", "vllm", "sglang")
 PROVENANCE = {"fit": "fit", "estimated": "estimated", "measured": None, "log": None, "none": None}
@@ -35,7 +37,7 @@ def _price(figure: dict[str, Any], unknown: str, unit: str) -> str:
 def _per_step(value: float | None, unit: str) -> str:
     if value is None:
         return "no steps"
-    return c.seconds(value) if unit == "s" else f"{value:,.2f} rows"
+    return c.seconds(value) if unit == "s" else f"{c.number(value)} rows"
 
 
 def plan_columns(scored: str, unit: str) -> tuple[c.Column, ...]:
@@ -60,28 +62,23 @@ _FACTS_KEPT = 8
 
 
 def _facts(store: Any, run_id: str):
-    from collector import queries
-    from collector.advisor.stored import run_facts
-
-    summary = queries.run_summary(store, run_id)
+    summary = data.queries.run_summary(store, run_id)
     if summary is None:
         return None
     key = (store.safe_url, run_id, summary["last_event_ts"], summary["last_seen_at"], summary["steps"])
     if key not in _FACTS:
         while len(_FACTS) >= _FACTS_KEPT:
             _FACTS.pop(next(iter(_FACTS)))
-        _FACTS[key] = run_facts(store, run_id, summary)
+        _FACTS[key] = data.run_facts(store, run_id, summary)
     return _FACTS[key]
 
 
 def page_data(store: Any, run_id: str, budget: int | None = None) -> dict[str, Any] | None:
     """The API's advice for the run (``GET /v1/runs/{id}/advice?budget=K``) and the page's rows."""
-    from collector.advisor.report import advise
-
     facts = _facts(store, run_id)
     if facts is None:
         return None
-    advice = advise(facts, budget)
+    advice = data.advise(facts, budget)
     unknown = c.unknown(advice["source"])
     scored = "held_back" if advice["split"]["held_back_steps"] else "fit"
     unit = advice["objective"]["unit"]
@@ -188,24 +185,28 @@ def budget_text(advice: dict[str, Any]) -> str:
     return text
 
 
-def body(data: dict[str, Any]) -> list[Any]:
-    advice = data["advice"]
+def body(shown: dict[str, Any]) -> list[Any]:
+    advice = shown["advice"]
     return [verdict(advice),
             c.section("Price of each list", price_notes(advice)),
             c.section("Validity per engine", validity(advice)),
             c.section("Flags to copy", flags(advice)),
             c.section("Batch sizes the sizes were chosen from, by how they ran", c.graph("advisor-hist",
-                                                                                         data["figure"]))]
+                                                                                         shown["figure"]))]
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
-    data = page_data(c.store(), run_id) if run_id else None
-    if data is None:
+    shown = page_data(data.store(), run_id) if run_id else None
+    if shown is None:
         return c.not_found("run", run_id or "")
-    advice = data["advice"]
+    advice = shown["advice"]
     initial = advice["budget"]
     top = max(advice["distinct_batch_sizes"], initial, 1)
-    marks = {k: str(k) for k in sorted({1, top, initial, *range(8, top + 1, 8)}) if k <= top}
+    # the ends, the run's own count and every 8th, none so close to another that their labels touch
+    near = max(2, top // 25)
+    fixed = {1, top, initial}
+    marks = {k: str(k) for k in sorted(fixed | {m for m in range(8, top + 1, 8)
+                                                if all(abs(m - f) > near for f in fixed)}) if k <= top}
     return html.Div([
         c.nav(run_id),
         dcc.Store(id="advisor-run-id", data=run_id),
@@ -214,12 +215,11 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         graphs_off_banner(advice),
         html.Div([html.Label(["Budget: ", html.Span(budget_text(advice), id="advisor-budget-value")],
                              htmlFor="advisor-budget"),
-                  dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks,
-                             tooltip={"placement": "top", "always_visible": False})],
+                  dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks)],
                  className="slider"),
-        c.grid("advisor-table", plan_columns(data["scored"], data["unit"]), data["rows"], filters=False,
+        c.grid("advisor-table", plan_columns(shown["scored"], shown["unit"]), shown["rows"], filters=False,
                row_id="plan"),
-        html.Div(body(data), id="advisor-body"),
+        html.Div(body(shown), id="advisor-body"),
     ], className="page")
 
 
@@ -227,7 +227,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
           Output("advisor-budget-value", "children"),
           Input("advisor-budget", "value"), State("advisor-run-id", "data"), prevent_initial_call=True)
 def refresh(budget, run_id):
-    data = page_data(c.store(), run_id, budget)
-    if data is None:
+    shown = page_data(data.store(), run_id, budget)
+    if shown is None:
         raise dash.exceptions.PreventUpdate
-    return data["rows"], body(data), budget_text(data["advice"])
+    return shown["rows"], body(shown), budget_text(shown["advice"])

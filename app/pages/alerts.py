@@ -1,5 +1,7 @@
-"""Alerts (/alerts): eager-ratio rules listed, created, edited and deleted (validated by
-collector.alerts), and the firing / resolved history with each alert's dominant reason.
+"""Alerts (/alerts): rules of every kind (eager ratio over a window; a regression against a
+run's baseline) listed with their kind, created, edited and deleted through the collector's
+own rule writes (``app.data``, as the API's routes), and the firing / resolved history with
+each alert's dominant reason. Shares (thresholds, peaks) read as percentages throughout.
 
 With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
 once (wrong tokens are limited per address, collector.throttle): the sign-in callback
@@ -12,27 +14,43 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, ctx, dcc, html
+from dash import Input, Output, State, ctx, dcc, html
 
 from app import components as c
+from app import data
+from app.callbacks import Callbacks
+from runner.errors import TooManyRequests
+from runner.wire import DECODE_VIEW, RULE_STAGES
 
 dash.register_page(__name__, path="/alerts", title="replayscope · alerts", name="Alerts")
+callback = Callbacks()
 
 REFRESH_MS = 5000
+KIND_WORDS = {"eager_ratio": "eager ratio", "regression": "regression"}
 RULE_COLUMNS = (
-    c.Column("id", "id", numeric=True, min_width=60, flex=0.5),
-    c.Column("name", "name", min_width=120, flex=1.5),
-    c.Column("threshold", "threshold", numeric=True, min_width=95),
-    c.Column("resolve_threshold", "resolves at", numeric=True, min_width=95),
-    c.Column("window_s", "window (s)", numeric=True, min_width=95),
-    c.Column("for_s", "for (s)", numeric=True, min_width=75),
-    c.Column("keep_firing_for_s", "hold (s)", numeric=True, min_width=80),
-    c.Column("min_steps", "min steps", numeric=True, min_width=95),
-    c.Column("stage", "stage", min_width=80),
-    c.Column("run_pattern", "runs (glob)", min_width=110, flex=1.5),
-    c.Column("webhook_url", "webhook", min_width=110, flex=1.5),
-    c.Column("enabled", "enabled", min_width=85),
+    c.Column("id", "id", numeric=True, min_width=50, flex=0.4),
+    c.Column("name", "name", min_width=110, flex=1.5),
+    c.Column("kind", "kind", shown=lambda r: kind_text(r), min_width=110, flex=1.2),
+    c.Column("threshold", "threshold", numeric=True, shown=lambda r: c.pct(r["threshold"]), min_width=85),
+    c.Column("resolve_threshold", "resolves at", numeric=True, shown=lambda r: c.pct(r["resolve_threshold"]),
+             min_width=85),
+    c.Column("window_s", "window (s)", numeric=True, min_width=80),
+    c.Column("for_s", "for (s)", numeric=True, min_width=65),
+    c.Column("keep_firing_for_s", "hold (s)", numeric=True, min_width=65),
+    c.Column("min_steps", "min steps", numeric=True, min_width=70),
+    c.Column("stage", "stage", min_width=75),
+    c.Column("run_pattern", "runs (glob)", min_width=90, flex=1.2),
+    c.Column("webhook_url", "webhook", min_width=90, flex=1.2),
+    c.Column("enabled", "enabled", min_width=70),
 )
+
+
+def kind_text(rule: dict[str, Any]) -> str:
+    """'eager ratio', or 'regression of graph step time' / 'regression of any metric'."""
+    if rule["kind"] != "regression":
+        return KIND_WORDS.get(rule["kind"], rule["kind"])
+    metric = data.REGRESSION_METRICS.get(rule.get("metric"))
+    return f"regression of {metric.label if metric else 'any metric'}"
 HISTORY_COLUMNS = (
     c.Column("rule_name", "rule", min_width=100),
     c.Column("run_name", "run", link="/run/{run_id}", min_width=120, flex=1.5),
@@ -49,11 +67,10 @@ HISTORY_COLUMNS = (
 
 
 def rule_rows(rules: list[dict[str, Any]], writer: bool = True) -> list[dict[str, Any]]:
-    from collector.alerts import public_rule
-
-    rules = [public_rule(r, writer) for r in rules]
+    rules = [data.alerts.public_rule(r, writer) for r in rules]
     return c.grid_rows(RULE_COLUMNS, ({
-        "id": r["id"], "name": r["name"], "threshold": r["threshold"], "window_s": r["window_s"],
+        "id": r["id"], "name": r["name"], "kind": r["kind"], "metric": r["metric"],
+        "threshold": r["threshold"], "window_s": r["window_s"],
         "resolve_threshold": r["threshold"] if r["resolve_threshold"] is None else r["resolve_threshold"],
         "for_s": r["for_s"], "keep_firing_for_s": r["keep_firing_for_s"],
         "min_steps": r["min_steps"], "stage": r["stage"], "run_pattern": r["run_pattern"] or "(all runs)",
@@ -72,30 +89,12 @@ def history_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def page_data(store: Any, writer: bool = True) -> dict[str, Any]:
-    from collector import queries
-
-    return {"rules": rule_rows(queries.alert_rules(store), writer),
-            "history": history_rows(queries.alert_events(store))}
-
-
-def _token() -> str | None:
-    return getattr(c.settings(), "token", None)
-
-
-def request_is_writer() -> bool:
-    """Whether the callback's request may change the store (the session cookie or the bearer token)."""
-    from collector.auth import is_writer
-    from runner.errors import TooManyRequests
-
-    try:
-        return is_writer(ctx.headers or {}, ctx.cookies or {}, _token(), client=ctx.remote or None,
-                         limiter=c.wrong_tokens())
-    except TooManyRequests:
-        return False
+    return {"rules": rule_rows(data.queries.alert_rules(store), writer),
+            "history": history_rows(data.queries.alert_events(store))}
 
 
 def _auth_text(writer: bool) -> str:
-    if not _token():
+    if not data.token():
         return "No token is configured (REPLAYSCOPE_TOKEN): anyone who reaches this page can change rules."
     if writer:
         return "Signed in: you can change rules."
@@ -107,26 +106,31 @@ def _field(label: str, component: Any) -> html.Div:
 
 
 def layout(**_query: Any) -> html.Div:
-    from runner.wire import DECODE_VIEW, RULE_STAGES
-
     return html.Div([
         c.nav(),
         html.H2("Alerts"),
-        html.P("A rule fires for a run when, over its last window, at least 'min steps' steps of the "
-               "stage ran and the eager share of them is above the threshold (0..1).", className="hint"),
+        html.P("An eager-ratio rule fires for a run when, over its last window, at least 'min steps' steps "
+               "of the stage ran and the eager share of them is above the threshold. A regression rule fires "
+               "when a finished run's figure is beyond its baseline's spread by at least the threshold (share "
+               "points for the eager share, a share of the baseline for times and memory).", className="hint"),
         dcc.Interval(id="alerts-interval", interval=REFRESH_MS),
         dcc.Store(id="auth-changed", data=0),
         c.section("Access", html.Div(id="auth-status", role="status", className="hint"), html.Div([
             _field("token", dcc.Input(id="auth-token", type="password", autoComplete="off", debounce=False)),
             html.Div([html.Button("Sign in", id="auth-sign-in", n_clicks=0),
                       html.Button("Sign out", id="auth-sign-out", n_clicks=0)], className="buttons"),
-        ], className="form", style=None if _token() else {"display": "none"}), id="alerts-access"),
+        ], className="form", style=None if data.token() else {"display": "none"}), id="alerts-access"),
         c.section("Rules", c.grid("alerts-rules", RULE_COLUMNS, filters=False, row_id="id", selectable=True),
             html.P("Select a rule to edit or delete it; clear the selection to create a new one.",
                    className="hint")),
         c.section("Rule", html.Div([
             _field("name", dcc.Input(id="rule-name", type="text", placeholder="eager-high", debounce=False)),
-            _field("threshold (eager share 0..1)", dcc.Input(id="rule-threshold", type="number", value=0.2)),
+            _field("kind", dcc.Dropdown(id="rule-kind", options=[{"label": w, "value": k} for k, w in KIND_WORDS.items()],
+                                        value="eager_ratio", clearable=False)),
+            _field("metric (regression rules; empty = any)",
+                   dcc.Dropdown(id="rule-metric", options=[{"label": m.label, "value": k}
+                                                           for k, m in data.REGRESSION_METRICS.items()])),
+            _field("threshold (a share, 0..1: 0.2 is 20%)", dcc.Input(id="rule-threshold", type="number", value=0.2)),
             _field("window (s)", dcc.Input(id="rule-window", type="number", value=300)),
             _field("min steps", dcc.Input(id="rule-min-steps", type="number", value=100)),
             _field("for (s): active this long before it fires", dcc.Input(id="rule-for", type="number", value=60)),
@@ -150,10 +154,12 @@ def layout(**_query: Any) -> html.Div:
     ], className="page")
 
 
-def form_data(name, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
+def form_data(name, kind, metric, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
               enabled) -> dict[str, Any]:
     """The form as a rule object for collector.alerts (which validates it)."""
-    return {"name": (name or "").strip(), "threshold": threshold, "window_s": window, "min_steps": min_steps,
+    regression = kind == "regression"
+    return {"name": (name or "").strip(), "kind": kind or "eager_ratio", "metric": metric if regression else None,
+            "threshold": threshold, "window_s": window, "min_steps": min_steps,
             "for_s": for_s, "keep_firing_for_s": keep, "resolve_threshold": resolve,
             "stage": stage, "run_pattern": (pattern or "").strip() or None,
             "webhook_url": (webhook or "").strip() or None, "enabled": "on" in (enabled or [])}
@@ -164,27 +170,26 @@ def form_data(name, threshold, window, min_steps, for_s, keep, resolve, stage, p
           State("auth-changed", "data"))
 def sign_in(_in, _out, token, changed):
     """Sign in (the token once, then a session cookie) or out; say which the page is."""
-    from collector.auth import SESSION_COOKIE, SESSION_TTL_S, check_token, new_session
-    from runner.errors import TooManyRequests
-
-    configured = _token()
+    auth = data.auth
+    configured = data.token()
     trigger = ctx.triggered_id
     if configured and trigger == "auth-sign-in":
         try:
-            right = check_token(token or "", configured, client=ctx.remote or None, limiter=c.wrong_tokens())
+            right = auth.check_token(token or "", configured, client=ctx.remote or None,
+                                    limiter=data.wrong_tokens())
         except TooManyRequests as error:
             return f"Not checked: {error}.", "", changed
         if not right:
             return "That is not the collector's token.", "", changed
         secure = (ctx.headers or {}).get("x-forwarded-proto", "") == "https" or \
             str((ctx.headers or {}).get("origin", "")).startswith("https:")
-        ctx.response.set_cookie(SESSION_COOKIE, new_session(configured), max_age=SESSION_TTL_S, path="/",
+        ctx.response.set_cookie(auth.SESSION_COOKIE, auth.new_session(configured), max_age=auth.SESSION_TTL_S, path="/",
                                 httponly=True, samesite="strict", secure=secure)
         return _auth_text(True), "", (changed or 0) + 1
     if configured and trigger == "auth-sign-out":
-        ctx.response.set_cookie(SESSION_COOKIE, "", max_age=0, path="/", httponly=True, samesite="strict")
+        ctx.response.set_cookie(auth.SESSION_COOKIE, "", max_age=0, path="/", httponly=True, samesite="strict")
         return _auth_text(False), "", (changed or 0) + 1
-    return _auth_text(request_is_writer()), dash.no_update, dash.no_update
+    return _auth_text(data.request_is_writer()), dash.no_update, dash.no_update
 
 
 @callback(Output("alerts-rules", "rowData"), Output("alerts-history", "rowData"), Output("rule-message", "children"),
@@ -192,46 +197,39 @@ def sign_in(_in, _out, token, changed):
           Input("alerts-interval", "n_intervals"), Input("rule-create", "n_clicks"),
           Input("rule-update", "n_clicks"), Input("rule-delete", "n_clicks"), Input("auth-changed", "data"),
           State("alerts-rules", "selectedRows"),
-          State("rule-name", "value"), State("rule-threshold", "value"), State("rule-window", "value"),
+          State("rule-name", "value"), State("rule-kind", "value"), State("rule-metric", "value"),
+          State("rule-threshold", "value"), State("rule-window", "value"),
           State("rule-min-steps", "value"), State("rule-for", "value"), State("rule-keep", "value"),
           State("rule-resolve", "value"), State("rule-stage", "value"), State("rule-pattern", "value"),
           State("rule-webhook", "value"), State("rule-enabled", "value"))
 def act(_n, _create, _update, _delete, _auth, selected, *form):
-    from collector import alerts
-    from collector.notifications import Delivery
-
-    store = c.store()
     message, kind, keep = dash.no_update, dash.no_update, dash.no_update
     trigger = ctx.triggered_id
-    writer = request_is_writer()
+    writer = data.request_is_writer()
     selected_id = selected[0]["id"] if selected else None
     try:
         if trigger in ("rule-create", "rule-update", "rule-delete") and not writer:
             message, kind = "Not saved: changing rules needs the collector's token; sign in above.", "message error"
         elif trigger == "rule-create":
-            rule = alerts.create_rule(store, form_data(*form), policy=Delivery.from_settings(c.settings()).policy)
+            rule = data.create_rule(form_data(*form))
             message, kind, keep = f"Created rule {rule['name']!s}.", "message ok", []
         elif trigger in ("rule-update", "rule-delete"):
-            delivery = Delivery.from_settings(c.settings())
             if selected_id is None:
                 message, kind = "Select a rule in the table first.", "message error"
             elif trigger == "rule-update":
-                data = form_data(*form)
-                current = alerts.get_rule(store, selected_id)
-                if data["webhook_url"] and data["webhook_url"] == alerts.public_rule(current, False)["webhook_url"]:
-                    data["webhook_url"] = current["webhook_url"]     # loaded redacted: keep the real one
-                rule = alerts.update_rule(store, selected_id, data, partial=False, delivery=delivery)
+                rule = data.replace_rule(selected_id, form_data(*form))
                 message, kind = f"Saved rule {rule['name']!s}.", "message ok"
             else:
-                alerts.delete_rule(store, selected_id, delivery=delivery)
+                data.delete_rule(selected_id)
                 message, kind, keep = "Deleted the rule; its history stays.", "message ok", []
-    except (alerts.InvalidRule, alerts.UnknownRule) as error:
+    except (data.InvalidRule, data.UnknownRule) as error:
         message, kind = f"Not saved: {error}", "message error"
-    data = page_data(store, writer)
-    return data["rules"], data["history"], message, kind, keep
+    shown = page_data(data.store(), writer)
+    return shown["rules"], shown["history"], message, kind, keep
 
 
-@callback(Output("rule-name", "value"), Output("rule-threshold", "value"), Output("rule-window", "value"),
+@callback(Output("rule-name", "value"), Output("rule-kind", "value"), Output("rule-metric", "value"),
+          Output("rule-threshold", "value"), Output("rule-window", "value"),
           Output("rule-min-steps", "value"), Output("rule-for", "value"), Output("rule-keep", "value"),
           Output("rule-resolve", "value"), Output("rule-stage", "value"), Output("rule-pattern", "value"),
           Output("rule-webhook", "value"), Output("rule-enabled", "value"),
@@ -239,9 +237,7 @@ def act(_n, _create, _update, _delete, _auth, selected, *form):
 def load_rule(selected):
     if not selected:
         raise dash.exceptions.PreventUpdate
-    from collector import alerts
-
-    rule = alerts.public_rule(alerts.get_rule(c.store(), selected[0]["id"]), request_is_writer())
-    return (rule["name"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["for_s"],
+    rule = data.rule_for_form(selected[0]["id"])
+    return (rule["name"], rule["kind"], rule["metric"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["for_s"],
             rule["keep_firing_for_s"], rule["resolve_threshold"], rule["stage"], rule["run_pattern"] or "",
             rule["webhook_url"] or "", ["on"] if rule["enabled"] else [])

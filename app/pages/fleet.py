@@ -11,12 +11,14 @@ import time
 from typing import Any
 
 import dash
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, dcc, html
 
-from app import charts, comparisons
+from app import charts, comparisons, data
 from app import components as c
+from app.callbacks import Callbacks
 
 dash.register_page(__name__, path="/fleet", title="replayscope · fleet", name="Fleet")
+callback = Callbacks()
 
 REFRESH_MS = 30_000
 FILTERS = ("model", "backend", "device", "version")
@@ -28,45 +30,45 @@ GROUP_LINK = "/run/{latest_run_id}"
 
 
 def _step(field: str, header: str) -> c.Column:
-    return c.Column(field, header, numeric=True, min_width=70, shown=lambda r: c.seconds(r[field], "no timed steps"))
+    return c.Column(field, header, numeric=True, min_width=80, shown=lambda r: c.seconds(r[field], "no timed steps"))
 
 
 GROUP_COLUMNS = (
-    c.Column("model", "model", min_width=100, flex=1.5), c.Column("backend", "backend", min_width=70),
-    c.Column("device", "device", min_width=90, flex=1.3),
-    c.Column("version", "version", min_width=75, shown=lambda r: r["version"] or "not recorded"),
+    c.Column("model", "model", min_width=100, flex=1.5), c.Column("backend", "backend", min_width=80),
+    c.Column("device", "device", min_width=70, flex=1.3),
+    c.Column("version", "version", min_width=80, shown=lambda r: r["version"] or "not recorded"),
     c.Column("runs", "runs", numeric=True, min_width=50),
     c.Column("eager_pct", "eager %", numeric=True, min_width=65, shown=lambda r: c.pct(r["eager_ratio"], "no steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=75,
              shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
     _step("graph_step_s", "graph step"), _step("padded_step_s", "padded step"), _step("eager_step_s", "eager step"),
-    c.Column("capture_total_s", "capture (median)", numeric=True, min_width=75,
+    c.Column("capture_total_s", "capture (median)", numeric=True, min_width=80,
              shown=lambda r: c.seconds(r["capture_total_s"])),
-    c.Column("startup_s", "startup (median)", numeric=True, min_width=75, shown=lambda r: c.seconds(r["startup_s"])),
-    c.Column("pool_bytes", "pool (largest)", numeric=True, min_width=70, shown=lambda r: c.size(r["pool_bytes"])),
-    c.Column("regressions", "runs regressed", numeric=True, min_width=70),
-    c.Column("latest", "latest run", link=GROUP_LINK, min_width=100, flex=1.3),
+    c.Column("startup_s", "startup (median)", numeric=True, min_width=80, shown=lambda r: c.seconds(r["startup_s"])),
+    c.Column("pool_bytes", "pool (largest)", numeric=True, min_width=80, shown=lambda r: c.size(r["pool_bytes"])),
+    c.Column("regressions", "runs regressed", numeric=True, min_width=80),
+    c.Column("latest", "latest run", link=GROUP_LINK, min_width=90, flex=1.3),
 )
 
 RUN_COLUMNS = (
-    c.Column("name", "run", link=RUN_LINK, min_width=110, flex=1.6),
-    c.Column("model", "model", min_width=85), c.Column("backend", "backend", min_width=65),
-    c.Column("device", "device", min_width=80),
-    c.Column("version", "version", min_width=70, shown=lambda r: r["version"] or "not recorded"),
-    c.Column("started", "started (UTC)", min_width=115),
-    c.Column("steps", "steps", numeric=True, min_width=60, shown=lambda r: c.count(r["steps"])),
+    c.Column("name", "run", link=RUN_LINK, min_width=100, flex=1.6),
+    c.Column("model", "model", min_width=85), c.Column("backend", "backend", min_width=80),
+    c.Column("device", "device", min_width=65),
+    c.Column("version", "version", min_width=85, shown=lambda r: r["version"] or "not recorded"),
+    c.Column("started", "started (UTC)", min_width=90),
+    c.Column("steps", "steps", numeric=True, min_width=70, shown=lambda r: c.count(r["steps"])),
     c.Column("eager_pct", "eager %", numeric=True, min_width=60, shown=lambda r: c.pct(r["eager_ratio"], "no steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=70,
              shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
     _step("graph_step_s", "graph step"),
-    c.Column("capture_total_s", "capture", numeric=True, min_width=65,
+    c.Column("capture_total_s", "capture", numeric=True, min_width=80,
              shown=lambda r: c.seconds(r["capture_total_s"], c.unknown(r["source"]))),
-    c.Column("startup_s", "startup", numeric=True, min_width=65,
+    c.Column("startup_s", "startup", numeric=True, min_width=80,
              shown=lambda r: c.seconds(r["startup_s"], c.unknown(r["source"]))),
-    c.Column("pool_bytes", "pool", numeric=True, min_width=60,
+    c.Column("pool_bytes", "pool", numeric=True, min_width=80,
              shown=lambda r: c.size(r["pool_bytes"], c.unknown(r["source"]))),
-    c.Column("detail", "step detail", min_width=70),
-    c.Column("regressed", "beyond the baseline", min_width=140, flex=2),
+    c.Column("detail", "step detail", min_width=60),
+    c.Column("regressed", "beyond the baseline", min_width=90, flex=2),
 )
 
 
@@ -97,26 +99,22 @@ def run_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def filters_of(model=None, backend=None, device=None, version=None, period=DEFAULT_PERIOD, now=None):
-    from collector.fleet import Filters
-
     seconds = PERIODS.get(period or DEFAULT_PERIOD, PERIODS[DEFAULT_PERIOD])[1]
     now = time.time() if now is None else now
-    return Filters.of(model=model, backend=backend, device=device, version=version,
+    return data.fleet.Filters.of(model=model, backend=backend, device=device, version=version,
                       since=None if seconds is None else now - seconds)
 
 
 def page_data(store: Any, metric: str = "eager_ratio", **chosen: Any) -> dict[str, Any]:
     """Everything the fleet page shows for the chosen filters, from ``collector.fleet``."""
-    from collector import fleet
-
-    data = fleet.fleet(store, filters_of(**chosen))
-    runs, total = data["runs"], data["runs_total"]
-    regressed = sum(g["regressions"] for g in data["groups"])
+    found = data.fleet.fleet(store, filters_of(**chosen))
+    runs, total = found["runs"], found["runs_total"]
+    regressed = sum(g["regressions"] for g in found["groups"])
     listed = "" if len(runs) == total else f"; the newest {len(runs):,} are listed below (filter to narrow)"
     return {
-        "groups": group_rows(data["groups"]), "runs": run_rows(runs), "options": data["options"],
-        "figure": charts.fleet_figure(data["series"], metric),
-        "summary": (f"{c.plural(total, 'run')} in {c.plural(len(data['groups']), 'group')}; "
+        "groups": group_rows(found["groups"]), "runs": run_rows(runs), "options": found["options"],
+        "figure": charts.fleet_figure(found["series"], metric),
+        "summary": (f"{c.plural(total, 'run')} in {c.plural(len(found['groups']), 'group')}; "
                     f"{c.plural(regressed, 'run')} beyond the spread of its baseline{listed}"),
     }
 
@@ -129,9 +127,7 @@ def _dropdown(name: str, options: list[str], value: str | None) -> html.Div:
 
 
 def layout(**query: Any) -> html.Div:
-    from collector import fleet
-
-    options = fleet.fleet_options(c.store())
+    options = data.fleet.fleet_options(data.store())
     period = query.get("period") if query.get("period") in PERIODS else DEFAULT_PERIOD
     metric = query.get("metric") if query.get("metric") in charts.FLEET_METRICS else "eager_ratio"
     return html.Div([
@@ -167,6 +163,6 @@ def layout(**query: Any) -> html.Div:
           [Input(f"fleet-{name}", "value") for name in FILTERS]
           + [Input("fleet-period", "value"), Input("fleet-metric", "value"), Input("fleet-interval", "n_intervals")])
 def refresh(model, backend, device, version, period, metric, _n):
-    data = page_data(c.store(), metric or "eager_ratio", model=model, backend=backend, device=device,
-                     version=version, period=period)
-    return data["groups"], data["runs"], data["figure"], data["summary"]
+    shown = page_data(data.store(), metric or "eager_ratio", model=model, backend=backend, device=device,
+                      version=version, period=period)
+    return shown["groups"], shown["runs"], shown["figure"], shown["summary"]

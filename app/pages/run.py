@@ -7,30 +7,29 @@ rule are: a vLLM run's decode and mixed batches, a runner's or SGLang's decode s
 
 from __future__ import annotations
 
-import fnmatch
-import time
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 
-from app import charts, comparisons, recordings
+from app import charts, comparisons, data, recordings
 from app import components as c
-from collector.explanations import STAND_IN_NOTE, is_stand_in
+from app.callbacks import Callbacks
 from runner.wire import DECODE_STAGES, DECODE_VIEW
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
-recordings.register()
+callback = Callbacks()
+recordings.register(callback)
 
 REFRESH_MS = 2000
+BARS = 120              # time buckets on the mode mix at most
+RATIO_POINTS = 600      # points of a rule's judged ratio at most
 STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
 
 
-def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[tuple[str, float]]:
-    """(name, threshold) of the enabled eager-ratio alert rules that watch a run of this name."""
-    return [(r["name"], float(r["threshold"])) for r in rules
-            if r.get("enabled", True) and r.get("kind", "eager_ratio") == "eager_ratio"
-            and (not r.get("run_pattern") or fnmatch.fnmatchcase(run_name, r["run_pattern"]))]
+def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[dict[str, Any]]:
+    """The enabled eager-ratio alert rules that watch a run of this name."""
+    return [r for r in rules if r["enabled"] and r["kind"] == "eager_ratio" and data.alerts.watches(r, run_name)]
 
 
 def decode_scope(stage_steps: dict[str, int]) -> str:
@@ -46,9 +45,7 @@ def padding_note(scope: str) -> str:
 
 def stage_note(summary: dict[str, Any]) -> str | None:
     """How an imported run's steps got their stages, with its steps per stage."""
-    from collector.importers.stages import STAGE_NOTES
-
-    rule = STAGE_NOTES.get(summary["source"])
+    rule = data.STAGE_NOTES.get(summary["source"])
     if rule is None:
         return None
     counts = " · ".join(f"{summary['stage_steps'][s]:,} {s}" for s in sorted(summary["stage_steps"]))
@@ -59,25 +56,34 @@ def stage_note(summary: dict[str, Any]) -> str | None:
 
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
-    from collector import queries, regressions
-    from collector.explanations import cost_sentence, explain_run
-
+    queries = data.queries
     summary = queries.run_summary(store, run_id)
     if summary is None:
         return None
-    timeline = queries.mode_timeline(store, run_id)
+    span_s = max(0.0, (summary.get("last_event_ts") or summary["started_at"]) - summary["started_at"])
+    bucket_s = queries.choose_bucket_s(span_s, BARS)       # bars a few pixels wide, whatever the length
+    timeline = queries.mode_timeline(store, run_id, bucket_s=bucket_s)
+    if len(timeline) > BARS:           # its steps span more than its clock says (stamps ahead of arrival)
+        span_s = timeline[-1]["t"] - timeline[0]["t"]
+        bucket_s = queries.choose_bucket_s(span_s, BARS)
+        timeline = queries.mode_timeline(store, run_id, bucket_s=bucket_s)
     decode_timeline = queries.mode_timeline(store, run_id, stage=DECODE_VIEW)
     hist = queries.batch_histogram(store, run_id, stage=DECODE_VIEW)
     scope = decode_scope(summary["stage_steps"])
     step_times = queries.step_time_by_mode(store, run_id)
     caps = queries.captures(store, run_id)
     spans = queries.alert_events(store, run_id=run_id)
+    every_s = queries.choose_bucket_s(span_s, RATIO_POINTS)
+    judged = [{"rule": rule, "points": data.alerts.judged_ratios(store, rule, run_id, every_s),
+               "spans": [s for s in spans if s["rule_id"] == rule["id"]]}
+              for rule in rules_for(queries.alert_rules(store), summary["name"])]
     captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] == "decode"})
     if not captured:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
-    costs = explain_run(store, run_id)
-    now = time.time() if summary["status"] == "running" else None
+    costs = data.explain_run(store, run_id)
     unknown = c.unknown(summary["source"])
+    sample = summary["step_detail"].get("log_sample")
+    counted = f"logged steps (1 in {sample['every']} {sample['stage']})" if sample else "steps"
     return {
         "summary": summary,
         "stats": {
@@ -89,19 +95,18 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
             "run-alerts": c.count(summary["alerts_firing"]),
         },
         "figures": {
-            "run-mode-mix": charts.mode_mix_figure(timeline),
-            "run-eager-ratio": charts.eager_ratio_figure(
-                decode_timeline, rules_for(queries.alert_rules(store), summary["name"]), spans,
-                now=min(now, summary.get("last_event_ts") or now) if now else None, scope=scope),
-            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope),
+            "run-mode-mix": charts.mode_mix_figure(timeline, bucket_s, counted),
+            "run-eager-ratio": (charts.rule_ratio_figure(judged, scope, every_s) if judged else
+                                charts.eager_ratio_figure(decode_timeline, scope=scope)),
+            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted),
             "run-padding": charts.padding_figure(hist, scope),
             "run-step-time": charts.step_time_figure(step_times),
             "run-pool": charts.pool_figure(caps),
             "run-parity": charts.parity_figure(queries.parity(store, run_id)),
         },
-        "reasons": [(cost, cost_sentence(cost)) for cost in costs],
+        "reasons": [(cost, data.cost_sentence(cost)) for cost in costs],
         "alerts": spans,
-        "comparison": regressions.run_regressions(store, run_id),
+        "comparison": data.regressions.run_regressions(store, run_id),
         "scope": scope,
     }
 
@@ -122,8 +127,8 @@ def header(summary: dict[str, Any]) -> list[Any]:
     stages = stage_note(summary)
     if stages:
         parts.append(html.P(stages, className="note imported", id="run-stages"))
-    if is_stand_in(summary):
-        parts.append(html.P(STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
+    if data.is_stand_in(summary):
+        parts.append(html.P(data.STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
         parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
     if summary.get("clock_ahead_s"):
@@ -136,9 +141,7 @@ def header(summary: dict[str, Any]) -> list[Any]:
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
-    from collector import queries
-
-    summary = queries.run_summary(c.store(), run_id) if run_id else None
+    summary = data.queries.run_summary(data.store(), run_id) if run_id else None
     if summary is None:
         return c.not_found("run", run_id or "")
     scope = decode_scope(summary["stage_steps"])
@@ -190,11 +193,11 @@ FIGURE_IDS = ("run-mode-mix", "run-eager-ratio", "run-batch-hist", "run-padding"
              Output("run-live", "children"), Output("run-interval", "disabled")],
           Input("run-interval", "n_intervals"), State("run-id", "data"))
 def refresh(_n, run_id):
-    data = page_data(c.store(), run_id)
-    if data is None:
+    shown = page_data(data.store(), run_id)
+    if shown is None:
         raise dash.exceptions.PreventUpdate
-    running = data["summary"]["status"] == "running"
-    live = (f"live: refreshing every {REFRESH_MS // 1000} s, last event {c.when(data['summary']['last_event_ts'])}"
-            if running else f"run {data['summary']['status']}: not refreshing")
-    return ([data["stats"][i] for i in STAT_IDS] + [data["figures"][i] for i in FIGURE_IDS]
-            + [reason_cards(data["reasons"]), comparisons.comparison_block(data["comparison"]), live, not running])
+    running = shown["summary"]["status"] == "running"
+    live = (f"live: refreshing every {REFRESH_MS // 1000} s, last event {c.when(shown['summary']['last_event_ts'])}"
+            if running else f"run {shown['summary']['status']}: not refreshing")
+    return ([shown["stats"][i] for i in STAT_IDS] + [shown["figures"][i] for i in FIGURE_IDS]
+            + [reason_cards(shown["reasons"]), comparisons.comparison_block(shown["comparison"]), live, not running])

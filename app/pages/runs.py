@@ -5,11 +5,14 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, callback, dcc, html
+from dash import Input, Output, dcc, html
 
 from app import components as c
+from app import data
+from app.callbacks import Callbacks
 
 dash.register_page(__name__, path="/", title="replayscope · runs", name="Runs")
+callback = Callbacks()
 
 REFRESH_MS = 3000
 RUN_LINK = "/run/{run_id}"
@@ -26,7 +29,7 @@ COLUMNS = (
     c.Column("eager_pct", "eager %", numeric=True, shown=lambda r: c.pct(r["eager_ratio"]), min_width=80),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=95, flex=1.2,
              shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
-    c.Column("capture_s", "capture", numeric=True, min_width=80,
+    c.Column("capture_s", "capture", numeric=True, min_width=85,
              shown=lambda r: c.seconds(r["capture_total_s"], c.unknown(r["source"]))),
     c.Column("alerts_firing", "alerts", numeric=True, min_width=65),
 )
@@ -43,9 +46,7 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def page_data(store: Any) -> list[dict[str, Any]]:
-    from collector import queries
-
-    return table_rows(queries.list_runs(store))
+    return table_rows(data.queries.list_runs(store))
 
 
 def layout(**_query: Any) -> html.Div:
@@ -65,5 +66,5 @@ def layout(**_query: Any) -> html.Div:
 @callback(Output("runs-table", "rowData"), Output("runs-count", "children"),
           Input("runs-interval", "n_intervals"))
 def refresh(_n):
-    rows = page_data(c.store())
+    rows = page_data(data.store())
     return rows, c.plural(len(rows), "run")

@@ -6,13 +6,15 @@ from __future__ import annotations
 from typing import Any
 
 import dash
-from dash import Input, Output, State, callback, dcc, html
+from dash import Input, Output, State, dcc, html
 
-from app import charts
+from app import charts, data
 from app import components as c
+from app.callbacks import Callbacks
 
 dash.register_page(__name__, path_template="/startup/<run_id>", title="replayscope · startup",
                    name="Startup")
+callback = Callbacks()
 
 
 DIFF_COLUMNS = (
@@ -23,6 +25,45 @@ DIFF_COLUMNS = (
              shown=lambda r: c.seconds(r["baseline_s"], "not in the baseline"), min_width=100),
     c.Column("diff_s", "difference", numeric=True, shown=lambda r: c.signed_seconds(r["diff_s"]), min_width=100),
 )
+
+
+CAPTURE_COLUMNS = (
+    c.Column("graph_bs", "batch size", numeric=True, min_width=90),
+    c.Column("stage", "stage", min_width=90),
+    c.Column("status", "status", min_width=80),
+    c.Column("duration_s", "capture time", numeric=True, shown=lambda r: c.seconds(r["duration_s"], r["missing"]),
+             min_width=110),
+    c.Column("pool_delta_bytes", "pool delta", numeric=True,
+             shown=lambda r: c.size(r["pool_delta_bytes"], r["missing"]), min_width=110),
+)
+
+
+def capture_rows(captures: list[dict[str, Any]], missing: str) -> list[dict[str, Any]]:
+    """Every capture the run recorded, for the table shown where no size has a time."""
+    return c.grid_rows(CAPTURE_COLUMNS, ({"key": f"{x['stage']}-{x['graph_bs']}-{i}", "graph_bs": x["graph_bs"],
+                                          "stage": x["stage"], "status": x["status"], "missing": missing,
+                                          "duration_s": x.get("duration_s"),
+                                          "pool_delta_bytes": x.get("pool_delta_bytes")}
+                                         for i, x in enumerate(captures)))
+
+
+def capture_table(captures: list[dict[str, Any]], missing: str) -> list[Any]:
+    """The sizes as a table where the log gives no time per size (a chart would draw nothing)."""
+    if not captures or any(x.get("duration_s") is not None for x in captures):
+        return []
+    return [c.grid("startup-captures-table", CAPTURE_COLUMNS, capture_rows(captures, missing), filters=False,
+                   row_id="key")]
+
+
+BASELINE_HINT = ("Choose a baseline run above: each phase and capture size of this run is then set against "
+                 "the baseline's, with the difference.")
+
+
+def baseline_body(diff: list[dict[str, Any]], figure: Any) -> list[Any]:
+    if not diff:
+        return [html.P(BASELINE_HINT, className="hint")]
+    return [c.graph("startup-diff", figure, height=300),
+            c.grid("startup-diff-table", DIFF_COLUMNS, c.grid_rows(DIFF_COLUMNS, diff), filters=False, row_id="item")]
 
 
 # -- ranks side by side (engine logs name every rank's figures) --------------------------
@@ -47,10 +88,8 @@ RANK_COLUMNS = (c.Column("rank_label", "rank", min_width=110),
 
 def rank_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
     """One row per rank the log named: its own startup figures and whether it failed."""
-    from collector import queries
-
     rows = []
-    for entry in queries.rank_table(store, run_id):
+    for entry in data.queries.rank_table(store, run_id):
         row: dict[str, Any] = {"rank_label": entry["rank"] or "no rank (driver)", "failed": entry["failed"]}
         for name in RANK_PHASES:
             cell = entry["phases"].get(name)
@@ -78,11 +117,9 @@ def log_figures(summary: dict[str, Any]) -> list[str] | None:
     """The capture-size count and largest size, and the KV cache's capacity in tokens and
     blocks (per rank where ranks differ), as an imported log states them; None for a run
     that is not from a log. What the log does not state reads "not in the log"."""
-    from collector.importers.common import stated_figures
-
     if not str(summary.get("source") or "").endswith("-log"):
         return None
-    figures = stated_figures(summary.get("config") or {})
+    figures = data.stated_figures(summary.get("config") or {})
     unknown = c.unknown(summary["source"])
     sizes, kv = figures["capture_sizes"], figures["kv_cache"]
     capped = f", capped from {c.count(sizes['capped_from'])}" if sizes["capped_from"] else ""
@@ -107,15 +144,13 @@ def _log_figures_section(summary: dict[str, Any]) -> Any:
 
 
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
-    from collector import queries
-    from collector.diagnosis import diagnose_run, startup_seconds
-
+    queries, startup_seconds = data.queries, data.startup_seconds
     summary = queries.run_summary(store, run_id)
     if summary is None:
         return None
     phases, caps, degrades = (queries.phases(store, run_id), queries.captures(store, run_id),
                               queries.degrades(store, run_id))
-    diagnosis = diagnose_run(store, run_id).as_dict()     # what GET /v1/runs/{id}/diagnosis returns
+    diagnosis = data.diagnose_run(store, run_id).as_dict()     # what GET /v1/runs/{id}/diagnosis returns
     unknown = c.unknown(summary["source"])
     out: dict[str, Any] = {
         "summary": summary,
@@ -126,9 +161,9 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "failed": [x for x in caps if x["status"] == "failed"],
         "degrades": degrades,
         "findings": diagnosis["findings"],
-        "stats": stats(diagnosis),
+        "stats": stats(diagnosis, time_to_failure(summary, phases, caps)),
         "waterfall": charts.waterfall_figure(phases, caps),
-        "capture_fig": charts.capture_figure(caps, unknown),
+        "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"])),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
@@ -141,16 +176,40 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
     return out
 
 
+def no_sizes(capture: dict[str, Any]) -> str:
+    """What the capture chart says for a run with no per-size capture: a count the log gave
+    without sizes, or nothing at all."""
+    if not capture["count"]:
+        return "no captures reported"
+    total = f" in {c.seconds(capture['total_s'])}" if capture["total_s"] is not None else ""
+    return f"the log gives {c.plural(capture['count'], 'capture')}{total}, but no size or time of each"
+
+
 PROVENANCE_NOTE = {"measured": "measured", "log": "from the log", "inferred": "inferred",
                    "estimated": "estimated", None: "not recorded"}
 
 
-def stats(diagnosis: dict[str, Any]) -> dict[str, str]:
+def time_to_failure(summary: dict[str, Any], phases: list[dict[str, Any]],
+                    captures: list[dict[str, Any]]) -> float | None:
+    """How long a failed start ran: from its first phase's start to the failure (the run's end
+    event); None for a run that did not fail or without the times to say."""
+    failed_at = (summary.get("failure") or {}).get("ts")
+    if summary.get("status") != "failed" or failed_at is None:
+        return None
+    starts = [float(r["start_ts"]) if r.get("start_ts") is not None else float(r["ts"]) - float(r["duration_s"] or 0)
+              for r in list(phases) + list(captures) if r.get("start_ts") is not None or r.get("ts") is not None]
+    return float(failed_at) - min(starts) if starts and float(failed_at) > min(starts) else None
+
+
+def stats(diagnosis: dict[str, Any], failed_after: float | None = None) -> dict[str, str]:
     """The four numbers at the top, from what the run recorded or its log stated; what
-    neither said is "not in the log" / "not measured", never 0."""
+    neither said is "not in the log" / "not measured", never 0. A failed start's length is
+    the time to its failure (``failed_after``), not to the last phase it finished."""
     capture = diagnosis["capture"]
     unknown = c.unknown(diagnosis["source"])
     startup = c.seconds(diagnosis["startup_s"]) if diagnosis["startup_s"] else unknown
+    if failed_after is not None:
+        startup = f"{c.seconds(failed_after)} to the failure"
     count = capture["count"]
     if count:
         captures = f"{c.count(count)}"
@@ -170,9 +229,7 @@ def stats(diagnosis: dict[str, Any]) -> dict[str, str]:
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
-    from collector import queries
-
-    store = c.store()
+    queries, store = data.queries, data.store()
     summary = queries.run_summary(store, run_id) if run_id else None
     if summary is None:
         return c.not_found("run", run_id or "")
@@ -191,7 +248,8 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
                   html.Div(id="startup-diagnosis")),
         _log_figures_section(summary),
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
-        c.section("Capture time and pool memory per size", c.graph("startup-captures-fig")),
+        c.section("Capture time and pool memory per size", c.graph("startup-captures-fig"),
+                  html.Div(capture_table(queries.captures(store, run_id), c.unknown(summary["source"])))),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),
         _ranks_section(store, run_id),
         c.section("Against a baseline run",
@@ -200,23 +258,22 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
                                         for r in others],
                                placeholder="choose a baseline run", clearable=True),
                   html.Div(id="startup-baseline-summary", className="hint"),
-                  c.graph("startup-diff", height=300),
-                  c.grid("startup-diff-table", DIFF_COLUMNS, filters=False, row_id="item")),
+                  html.Div(baseline_body([], None), id="startup-baseline-body")),
     ], className="page")
 
 
-def _failures(data: dict[str, Any]) -> list[Any]:
+def _failures(shown: dict[str, Any]) -> list[Any]:
     items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed"
              + (f" after {c.seconds(x['duration_s'])}" if x.get("duration_s") else "")
-             + f": {x.get('error') or 'no error text'}" for x in data["failed"]]
+             + f": {x.get('error') or 'no error text'}" for x in shown["failed"]]
     items += [f"degraded {d['from']} → {d['to']}" + (f" (bs {d['graph_bs']})" if d.get("graph_bs") else "")
-              + (f": {d['error']}" if d.get("error") else "") for d in data["degrades"]]
-    failure = data["summary"].get("failure")
+              + (f": {d['error']}" if d.get("error") else "") for d in shown["degrades"]]
+    failure = shown["summary"].get("failure")
     if failure and failure.get("error"):
         items.insert(0, f"the run failed: {failure['error']}")
     if items:
         return [c.bullet_list(items, "failures")]
-    capture = data["diagnosis"]["capture"]
+    capture = shown["diagnosis"]["capture"]
     if capture["count"]:
         return [html.P(f"All {c.count(capture['count'])} captures recorded succeeded; no degradation.",
                        className="hint")]
@@ -243,8 +300,8 @@ def finding_card(finding: dict[str, Any], rank: int) -> html.Div:
                                     "data-failure-class": finding["failure_class"] or ""})
 
 
-def diagnosis_children(data: dict[str, Any]) -> list[Any]:
-    diagnosis = data["diagnosis"]
+def diagnosis_children(shown: dict[str, Any]) -> list[Any]:
+    diagnosis = shown["diagnosis"]
     children: list[Any] = []
     if diagnosis["timing_note"]:
         children.append(html.P(diagnosis["timing_note"], className="note stand-in"))
@@ -265,20 +322,20 @@ def diagnosis_children(data: dict[str, Any]) -> list[Any]:
           Output("startup-capture-s", "children"), Output("startup-failed", "children"),
           Output("startup-diagnosis", "children"), Output("startup-waterfall", "figure"),
           Output("startup-captures-fig", "figure"), Output("startup-failures", "children"),
-          Output("startup-diff", "figure"), Output("startup-diff-table", "rowData"),
+          Output("startup-baseline-body", "children"),
           Output("startup-baseline-summary", "children"),
           Input("startup-baseline", "value"), State("startup-run-id", "data"))
 def refresh(baseline, run_id):
-    data = page_data(c.store(), run_id, baseline)
-    if data is None:
+    shown = page_data(data.store(), run_id, baseline)
+    if shown is None:
         raise dash.exceptions.PreventUpdate
     baseline_text = ""
-    if "baseline_startup_s" in data:
-        delta = data["startup_s"] - data["baseline_startup_s"]
-        baseline_text = (f"This run {c.seconds(data['startup_s'])}, baseline {c.seconds(data['baseline_startup_s'])} "
+    if "baseline_startup_s" in shown:
+        delta = shown["startup_s"] - shown["baseline_startup_s"]
+        baseline_text = (f"This run {c.seconds(shown['startup_s'])}, baseline {c.seconds(shown['baseline_startup_s'])} "
                          f"({c.signed_seconds(delta)}).")
-    stat = data["stats"]
+    stat = shown["stats"]
     return (stat["startup-total"], stat["startup-captures"], stat["startup-capture-s"], stat["startup-failed"],
-            diagnosis_children(data), data["waterfall"], data["capture_fig"], _failures(data), data["diff_fig"],
-            c.grid_rows(DIFF_COLUMNS, data["diff"]),
+            diagnosis_children(shown), shown["waterfall"], shown["capture_fig"], _failures(shown),
+            baseline_body(shown["diff"], shown["diff_fig"]),
             baseline_text)

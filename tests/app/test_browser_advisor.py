@@ -96,7 +96,7 @@ def test_the_advisor_page_shows_the_apis_advice(env, driver, kind):
     if kind == "enforce-eager":
         banner = text_of(driver, "advisor-graphs-off")
         assert "Graphs were off" in banner and "--enforce-eager" in banner
-        assert table["current"]["sizes"] == "graphs off" and table["current"]["eager"] == "100.0%"
+        assert table["current"]["sizes"] == "graphs off" and table["current"]["eager"] == "100%"
     screenshot(driver, f"advisor-{kind}", room=200)
     assert severe_errors(driver) == []
 

@@ -33,10 +33,18 @@ def test_an_unknown_pool_delta_is_a_gap_not_a_zero():
 
 
 def test_an_unknown_capture_time_is_a_gap_that_says_why():
-    fig = charts.capture_figure([_capture(8, duration_s=None, pool_delta_bytes=None)], "not in the log")
-    duration, delta = fig.to_plotly_json()["data"]
-    assert list(duration["y"]) == [None] and list(delta["y"]) == [None]
-    assert list(duration["customdata"]) == ["not in the log"]
+    fig = charts.capture_figure([_capture(8, duration_s=None, pool_delta_bytes=None), _capture(16, duration_s=0.5,
+                                                                                           pool_delta_bytes=None)],
+                                "not in the log").to_plotly_json()
+    [duration] = fig["data"]                              # no memory axis: nothing measured it
+    assert list(duration["y"]) == [None, 500.0] and fig["layout"]["yaxis"]["title"]["text"] == "capture time (ms)"
+    assert list(duration["customdata"]) == ["not in the log", "500 ms"]
+    assert fig["layout"]["annotations"][0]["text"] == "pool memory per capture not in the log"
+
+
+def test_captures_without_any_time_are_not_an_empty_chart():
+    fig = charts.capture_figure([_capture(8, duration_s=None)], "not in the log").to_plotly_json()
+    assert fig["data"] == [] and "time per size not in the log" in fig["layout"]["annotations"][0]["text"]
 
 
 def test_padding_per_size_is_a_share_of_decode_tokens_with_counts_in_the_hover():
@@ -102,3 +110,21 @@ def test_sizes_spread_thin_over_a_wide_range_are_drawn_as_categories_in_size_ord
         "layout"]["xaxis"]
     assert charts.batch_histogram_figure([], scope="mixed").to_plotly_json()["layout"]["annotations"][0][
         "text"] == "no mixed steps yet"
+
+
+def test_one_fleet_run_gets_an_axis_of_hours_not_half_a_millisecond():
+    t = 1796233020.0                                       # 2026-12-02 17:57 UTC
+    series = [{"group": "g", "t": t - t % 3600, "bucket_s": 3600, "runs": 1, "eager_ratio": 0.25}]
+    fig = charts.fleet_figure(series, "eager_ratio").to_plotly_json()
+    x0, x1 = fig["layout"]["xaxis"]["range"]
+    assert x0.strftime("%H:%M") == "16:30" and x1.strftime("%H:%M") == "18:30"   # its hour with room either side
+    [point] = fig["data"][0]["x"]
+    assert point.strftime("%H:%M") == "17:30"             # the middle of its hour, named in the hover
+    assert fig["data"][0]["customdata"][0][2] == "2026-12-02 17:00–18:00"
+    assert fig["layout"]["xaxis"]["title"]["text"] == "runs started (UTC), per hour"
+    assert fig["layout"]["legend"]["y"] > 1                # above the plot, clear of the axis title
+
+
+def test_a_short_series_ticks_whole_seconds():
+    axis = charts.time_axis([100.0, 101.0])
+    assert axis["dtick"] % 1000 == 0 and axis["tickformat"] == "%H:%M:%S"

@@ -45,8 +45,8 @@ def callback_request(dash_app, output_part: str, trigger: str, values: dict) -> 
             "changedPropIds": [trigger]}
 
 
-RULE_FORM = {"rule-name.value": "forged", "rule-threshold.value": 0.2, "rule-window.value": 300,
-             "rule-min-steps.value": 100, "rule-for.value": 60, "rule-keep.value": 300, "rule-resolve.value": None,
+RULE_FORM = {"rule-name.value": "forged", "rule-kind.value": "eager_ratio", "rule-threshold.value": 0.2,
+             "rule-window.value": 300, "rule-min-steps.value": 100, "rule-for.value": 60, "rule-keep.value": 300, "rule-resolve.value": None,
              "rule-stage.value": "decode", "rule-pattern.value": "", "rule-webhook.value": "https://hooks.example/forged",
              "rule-enabled.value": ["on"], "rule-create.n_clicks": 1}
 

@@ -15,8 +15,8 @@ def test_plural_takes_an_irregular_form():
     assert formats.plural(3, "batch", "batches") == "3 batches"
 
 
-@pytest.mark.parametrize("ratio, text", [(0.0, "0.0%"), (0.1234, "12.3%"), (1.0, "100.0%"),
-                                         (0.0004, "<0.1%"), (0.006, "0.6%")])
+@pytest.mark.parametrize("ratio, text", [(0.0, "0.0%"), (0.1234, "12.3%"), (1.0, "100%"), (0.9996, "100%"),
+                                         (0.9994, "99.9%"), (0.0004, "<0.1%"), (0.006, "0.6%")])
 def test_pct_has_one_decimal_and_never_rounds_a_share_down_to_zero(ratio, text):
     assert formats.pct(ratio) == text
 

@@ -45,6 +45,7 @@ def test_the_readme_example_streams_into_a_collector_and_shows_on_the_run_page(l
 
     summary = queries.run_summary(store, run_id)
     assert summary["source"] == "library" and summary["status"] == "finished"
+    assert summary["device"] != "unknown"                   # the example names its device
     assert summary["steps"] == 5
     assert summary["modes"] == {"graph": 2, "padded": 1, "eager": 2}
     assert summary["reasons"] == {"batch_too_large": 1, "custom:adapter 7 not loaded": 1}

@@ -1,0 +1,87 @@
+"""The pages' one way to the collector: the store, settings and delivery of the app serving the
+request, the collector's read functions the pages call, and the rule writes the API makes.
+
+Every page imports this module (and no collector module): what the collector is made of can
+move without the pages following. The store is the serving app's (``create_api`` puts it on
+``app.state``); ``dash.get_app()`` is the Dash app attached to it (``app.server``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import dash
+from dash import ctx
+
+from collector import alerts, auth, fleet, queries, regressions                          # noqa: F401
+from collector.advisor.report import advise                                               # noqa: F401
+from collector.advisor.stored import run_facts                                            # noqa: F401
+from collector.diagnosis import diagnose_run, startup_seconds                             # noqa: F401
+from collector.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
+from collector.importers.common import stated_figures                                     # noqa: F401
+from collector.importers.stages import STAGE_NOTES                                        # noqa: F401
+from collector.regressions import METRICS as REGRESSION_METRICS                           # noqa: F401
+from runner.errors import TooManyRequests
+
+InvalidRule, UnknownRule = alerts.InvalidRule, alerts.UnknownRule
+
+
+def _state() -> Any:
+    return dash.get_app().server.state
+
+
+def store() -> Any:
+    """The store of the collector this dashboard is served with."""
+    return _state().store
+
+
+def settings() -> Any:
+    """The collector's settings (the token, where alerts go)."""
+    return _state().settings
+
+
+def token() -> str | None:
+    return getattr(settings(), "token", None)
+
+
+def wrong_tokens() -> Any:
+    """The API's limit on wrong tokens per client (``collector.throttle``): one for both."""
+    return getattr(_state(), "wrong_tokens", None)
+
+
+def request_is_writer() -> bool:
+    """Whether the callback's request may change the store: the session cookie or the bearer
+    token, checked as the API checks its writes (``collector.auth.is_writer``)."""
+    try:
+        return auth.is_writer(ctx.headers or {}, ctx.cookies or {}, token(), client=ctx.remote or None,
+                              limiter=wrong_tokens())
+    except TooManyRequests:
+        return False
+
+
+# -- rule writes, as the API's routes make them (POST, PUT, DELETE /v1/alert-rules) ----------
+
+def _delivery() -> Any:
+    return _state().delivery
+
+
+def create_rule(data: dict[str, Any]) -> dict[str, Any]:
+    return alerts.create_rule(store(), data, policy=_delivery().policy)
+
+
+def replace_rule(rule_id: int, data: dict[str, Any]) -> dict[str, Any]:
+    """Replace a rule from the form; a webhook URL the form was loaded with redacted keeps the
+    real one (a reader of the form never saw it)."""
+    current = alerts.get_rule(store(), rule_id)
+    if data.get("webhook_url") and data["webhook_url"] == alerts.public_rule(current, False)["webhook_url"]:
+        data = {**data, "webhook_url": current["webhook_url"]}
+    return alerts.update_rule(store(), rule_id, data, partial=False, delivery=_delivery())
+
+
+def delete_rule(rule_id: int) -> None:
+    alerts.delete_rule(store(), rule_id, delivery=_delivery())
+
+
+def rule_for_form(rule_id: int) -> dict[str, Any]:
+    """A rule as the reader may see it (webhook URLs redacted unless a writer asks)."""
+    return alerts.public_rule(alerts.get_rule(store(), rule_id), request_is_writer())
