@@ -371,7 +371,7 @@ def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
                    yaxis=dict(title=dict(text="run − baseline (s)")))
 
 
-# name -> (label, unit): what the fleet chart can plot, from collector.fleet's series points.
+# name -> (label, unit): what the fleet chart can plot, from collector.analysis.fleet's series points.
 FLEET_METRICS = {
     "eager_ratio": ("eager share of steps", "ratio"),
     "decode_padded_ratio": ("padding share of decode tokens", "ratio"),

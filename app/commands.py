@@ -155,7 +155,8 @@ DEMO_RULE = {"name": "demo - decode eager ratio above 0.4", "threshold": 0.4, "w
 
 def _ensure_demo_rule(store) -> None:
     """An eager-ratio rule, so the demo shows thresholds and alerts; never a second one."""
-    from collector import alerts, queries
+    from collector.alerting import alerts
+    from collector.models import queries
 
     if not queries.alert_rules(store):
         alerts.create_rule(store, DEMO_RULE)
@@ -171,7 +172,7 @@ def _demo(args) -> int:
 def _advise(args) -> int:
     import json
 
-    from collector.advisor.report import format_text
+    from collector.analysis.advisor.report import format_text
 
     if args.budget is not None and args.budget < 1:
         raise ReplayscopeError("--budget must be at least 1")
@@ -188,7 +189,7 @@ def _advise(args) -> int:
 
 
 def _advice_from_store(args) -> dict:
-    from collector.advisor.stored import advice_for_run
+    from collector.analysis.advisor.stored import advice_for_run
     from collector.settings import resolve
     from collector.store import Store
 

@@ -81,7 +81,7 @@ def register() -> None:
 
 
 def refresh(_n, run_id):
-    from collector import queries
+    from collector.models import queries
 
     store = c.store()
     recordings = queries.recordings(store, run_id) if run_id else []

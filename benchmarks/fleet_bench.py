@@ -102,8 +102,8 @@ def _copy(cursor, table: str, columns: tuple[str, ...], rows) -> None:
 
 def generate(store, fleet: Fleet, log) -> dict:
     """Fill an empty, migrated store with the fleet; returns what was generated."""
-    from collector import fleet as fleet_model
-    from collector import retention
+    from collector.analysis import fleet as fleet_model
+    from collector.models import retention
 
     rng = random.Random(15)
     runs, per_run = [], []
@@ -310,7 +310,7 @@ def _raw_rows(cur, fleet: Fleet, raw_from: float) -> tuple[int, int]:
 
 def sizes(store) -> dict[str, int]:
     """Bytes on disk (tables, indexes, TOAST) by what retention does with them."""
-    from collector.retention import PARTITIONS_SCHEMA
+    from collector.models.retention import PARTITIONS_SCHEMA
 
     with store.read() as conn:
         tables = dict(conn.exec_driver_sql(
@@ -451,7 +451,9 @@ def read_cases(store, recent: str, old: str, baseline: str):
 
     from app.pages import fleet as fleet_page
     from benchmarks.dashboard_bench import _encode, page_cases
-    from collector import alerts, fleet, queries, regressions
+    from collector.alerting import alerts
+    from collector.analysis import fleet, regressions
+    from collector.models import queries
     from collector.api import create_api
     from collector.settings import Settings
 
@@ -533,7 +535,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--pg URL (or $REPLAYSCOPE_TEST_PG_URL) or --db URL is required")
 
     from app.server import create_server
-    from collector import alerts, queries
+    from collector.alerting import alerts
+    from collector.models import queries
     from collector.settings import Settings
     from collector.store import Store
 

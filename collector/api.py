@@ -28,14 +28,17 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy import exc as sa_exc
 from starlette.concurrency import run_in_threadpool
 
-from collector import (alerts, auth, diagnosis, fleet, leader, notifications, queries, regressions, schemas,
-                       webhook_urls)
-from collector.advisor.stored import advice_for_run
+from collector import auth, schemas
+from collector.alerting import alerts, notifications, webhook_urls
+from collector.analysis import diagnosis, fleet, regressions
+from collector.services import leader
+from collector.models import queries
+from collector.analysis.advisor.stored import advice_for_run
 from collector.deletion import delete_run
 from collector.hosts import is_served, served_hosts
 from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.metrics import Metrics
-from collector.services import Evaluator, Notifier, Retention
+from collector.services.loops import Evaluator, Notifier, Retention
 from collector.settings import Settings
 from collector.store import Store, StoreUnavailable
 from collector.throttle import WrongTokens

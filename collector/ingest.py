@@ -20,10 +20,10 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from collector import retention
+from collector.models import retention
 from collector import tables as t
-from collector.fleet import config_key
-from collector.rollups import NO_REASON, Accumulator
+from collector.models.fleet import config_key
+from collector.models.rollups import NO_REASON, Accumulator
 from collector.store import Store, StoreUnavailable
 from runner.errors import Invalid, NotFound
 from runner.wire import WireError, validate_event, validate_run

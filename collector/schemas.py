@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from collector.regressions import METRICS as REGRESSION_METRICS
+from collector.analysis.regressions import METRICS as REGRESSION_METRICS
 from runner import wire
 from runner.wire import FieldSpec
 

@@ -10,7 +10,7 @@ On PostgreSQL (migration 0006) the raw step tables ``steps`` and ``step_counts``
 partitioned by UTC day on ``ts`` (key ``(run_pk, seq, ts)``: a partitioned table's key
 must hold its partition column) and ``step_rollups`` by ``(bucket_s, t)``: one partition
 for whole-run rows, one for minute rows, one per day of 1-second rows. The partitions live
-in the schema ``replayscope_partitions``; ``collector.retention`` creates and drops them.
+in the schema ``replayscope_partitions``; ``collector.models.retention`` creates and drops them.
 """
 
 from __future__ import annotations
@@ -299,7 +299,7 @@ alert_notifications = sa.Table(
 )
 
 # Periodic work shared by several collectors: each job's last period ("slot") claimed, so
-# a job runs once per period however many collectors run it (collector.leader).
+# a job runs once per period however many collectors run it (collector.services.leader).
 service_ticks = sa.Table(
     "service_ticks", metadata,
     sa.Column("name", sa.String(64), primary_key=True),

@@ -60,8 +60,8 @@ _FACTS_KEPT = 8
 
 
 def _facts(store: Any, run_id: str):
-    from collector import queries
-    from collector.advisor.stored import run_facts
+    from collector.models import queries
+    from collector.analysis.advisor.stored import run_facts
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
@@ -76,7 +76,7 @@ def _facts(store: Any, run_id: str):
 
 def page_data(store: Any, run_id: str, budget: int | None = None) -> dict[str, Any] | None:
     """The API's advice for the run (``GET /v1/runs/{id}/advice?budget=K``) and the page's rows."""
-    from collector.advisor.report import advise
+    from collector.analysis.advisor.report import advise
 
     facts = _facts(store, run_id)
     if facts is None:

@@ -1,5 +1,5 @@
 """Alerts (/alerts): eager-ratio rules listed, created, edited and deleted (validated by
-collector.alerts), and the firing / resolved history with each alert's dominant reason.
+collector.alerting.alerts), and the firing / resolved history with each alert's dominant reason.
 
 With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
 once (wrong tokens are limited per address, collector.throttle): the sign-in callback
@@ -49,7 +49,7 @@ HISTORY_COLUMNS = (
 
 
 def rule_rows(rules: list[dict[str, Any]], writer: bool = True) -> list[dict[str, Any]]:
-    from collector.alerts import public_rule
+    from collector.alerting.alerts import public_rule
 
     rules = [public_rule(r, writer) for r in rules]
     return c.grid_rows(RULE_COLUMNS, ({
@@ -72,7 +72,7 @@ def history_rows(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def page_data(store: Any, writer: bool = True) -> dict[str, Any]:
-    from collector import queries
+    from collector.models import queries
 
     return {"rules": rule_rows(queries.alert_rules(store), writer),
             "history": history_rows(queries.alert_events(store))}
@@ -152,7 +152,7 @@ def layout(**_query: Any) -> html.Div:
 
 def form_data(name, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
               enabled) -> dict[str, Any]:
-    """The form as a rule object for collector.alerts (which validates it)."""
+    """The form as a rule object for collector.alerting.alerts (which validates it)."""
     return {"name": (name or "").strip(), "threshold": threshold, "window_s": window, "min_steps": min_steps,
             "for_s": for_s, "keep_firing_for_s": keep, "resolve_threshold": resolve,
             "stage": stage, "run_pattern": (pattern or "").strip() or None,
@@ -197,8 +197,8 @@ def sign_in(_in, _out, token, changed):
           State("rule-resolve", "value"), State("rule-stage", "value"), State("rule-pattern", "value"),
           State("rule-webhook", "value"), State("rule-enabled", "value"))
 def act(_n, _create, _update, _delete, _auth, selected, *form):
-    from collector import alerts
-    from collector.notifications import Delivery
+    from collector.alerting import alerts
+    from collector.alerting.notifications import Delivery
 
     store = c.store()
     message, kind, keep = dash.no_update, dash.no_update, dash.no_update
@@ -239,7 +239,7 @@ def act(_n, _create, _update, _delete, _auth, selected, *form):
 def load_rule(selected):
     if not selected:
         raise dash.exceptions.PreventUpdate
-    from collector import alerts
+    from collector.alerting import alerts
 
     rule = alerts.public_rule(alerts.get_rule(c.store(), selected[0]["id"]), request_is_writer())
     return (rule["name"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["for_s"],

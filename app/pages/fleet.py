@@ -1,7 +1,7 @@
 """Fleet (/fleet): every run grouped by model, backend, device and version; their shares,
 step times, capture and startup over time; regressions against each run's baseline.
 
-Reads ``collector.fleet`` only (rollups, captures and phases, kept for good). Filters are
+Reads ``collector.analysis.fleet`` only (rollups, captures and phases, kept for good). Filters are
 also query parameters (``/fleet?model=llama-8b&period=7d``), so a filtered view is a link.
 """
 
@@ -97,7 +97,7 @@ def run_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def filters_of(model=None, backend=None, device=None, version=None, period=DEFAULT_PERIOD, now=None):
-    from collector.fleet import Filters
+    from collector.analysis.fleet import Filters
 
     seconds = PERIODS.get(period or DEFAULT_PERIOD, PERIODS[DEFAULT_PERIOD])[1]
     now = time.time() if now is None else now
@@ -106,8 +106,8 @@ def filters_of(model=None, backend=None, device=None, version=None, period=DEFAU
 
 
 def page_data(store: Any, metric: str = "eager_ratio", **chosen: Any) -> dict[str, Any]:
-    """Everything the fleet page shows for the chosen filters, from ``collector.fleet``."""
-    from collector import fleet
+    """Everything the fleet page shows for the chosen filters, from ``collector.analysis.fleet``."""
+    from collector.analysis import fleet
 
     data = fleet.fleet(store, filters_of(**chosen))
     runs, total = data["runs"], data["runs_total"]
@@ -129,7 +129,7 @@ def _dropdown(name: str, options: list[str], value: str | None) -> html.Div:
 
 
 def layout(**query: Any) -> html.Div:
-    from collector import fleet
+    from collector.analysis import fleet
 
     options = fleet.fleet_options(c.store())
     period = query.get("period") if query.get("period") in PERIODS else DEFAULT_PERIOD

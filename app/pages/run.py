@@ -16,7 +16,7 @@ from dash import Input, Output, State, callback, dcc, html
 
 from app import charts, comparisons, recordings
 from app import components as c
-from collector.explanations import STAND_IN_NOTE, is_stand_in
+from collector.analysis.explanations import STAND_IN_NOTE, is_stand_in
 from runner.wire import DECODE_STAGES, DECODE_VIEW
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
@@ -59,8 +59,9 @@ def stage_note(summary: dict[str, Any]) -> str | None:
 
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
-    from collector import queries, regressions
-    from collector.explanations import cost_sentence, explain_run
+    from collector.models import queries
+    from collector.analysis import regressions
+    from collector.analysis.explanations import cost_sentence, explain_run
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
@@ -136,7 +137,7 @@ def header(summary: dict[str, Any]) -> list[Any]:
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
-    from collector import queries
+    from collector.models import queries
 
     summary = queries.run_summary(c.store(), run_id) if run_id else None
     if summary is None:

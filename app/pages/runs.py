@@ -43,7 +43,7 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def page_data(store: Any) -> list[dict[str, Any]]:
-    from collector import queries
+    from collector.models import queries
 
     return table_rows(queries.list_runs(store))
 

@@ -47,7 +47,7 @@ RANK_COLUMNS = (c.Column("rank_label", "rank", min_width=110),
 
 def rank_rows(store: Any, run_id: str) -> list[dict[str, Any]]:
     """One row per rank the log named: its own startup figures and whether it failed."""
-    from collector import queries
+    from collector.models import queries
 
     rows = []
     for entry in queries.rank_table(store, run_id):
@@ -107,8 +107,8 @@ def _log_figures_section(summary: dict[str, Any]) -> Any:
 
 
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
-    from collector import queries
-    from collector.diagnosis import diagnose_run, startup_seconds
+    from collector.models import queries
+    from collector.analysis.diagnosis import diagnose_run, startup_seconds
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
@@ -170,7 +170,7 @@ def stats(diagnosis: dict[str, Any]) -> dict[str, str]:
 
 
 def layout(run_id: str | None = None, **_query: Any) -> html.Div:
-    from collector import queries
+    from collector.models import queries
 
     store = c.store()
     summary = queries.run_summary(store, run_id) if run_id else None

@@ -22,10 +22,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from collector.failures import CHAINED as _CHAINED
-from collector.failures import CUT_OFF, ENGINE_CODE, EXCEPTION_LINE, WRAPPER, phase_of_frames
-from collector.failures import FRAME as _FRAME
-from collector.failures import TRACEBACK as _TRACEBACK
+from collector.importers.failures import CHAINED as _CHAINED
+from collector.importers.failures import CUT_OFF, ENGINE_CODE, EXCEPTION_LINE, WRAPPER, phase_of_frames
+from collector.importers.failures import FRAME as _FRAME
+from collector.importers.failures import TRACEBACK as _TRACEBACK
 from collector.importers.lines import RANK_AXES, LineReader, LogLine, RankKey, YearGuess, infer_year, split_lines
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.failures import ENGINE_FATAL, EXCEPTION_LINE
+from collector.importers.failures import ENGINE_FATAL, EXCEPTION_LINE
 from collector.importers.common import (
     BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num,
     parse_text as _parse, rank_order, to_int,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collector.failures import ENGINE_FATAL
+from collector.importers.failures import ENGINE_FATAL
 from collector.importers.common import (
     BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num, parse_text as _parse,
     rank_order, to_int,

@@ -33,7 +33,7 @@ IMPORTS = {"vllm": ("vllm", "vllm_cudagraph_metrics.log"), "sglang": ("sglang", 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     from app.server import create_server
-    from collector import queries
+    from collector.models import queries
     from collector.ingest import ingest_jsonl
     from collector.settings import Settings
     from collector.store import Store

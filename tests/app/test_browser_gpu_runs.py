@@ -33,7 +33,7 @@ def gpu_env(tmp_path_factory):
 
 
 def test_gpu_runs_are_listed_with_their_device(gpu_env, driver):
-    from collector import queries
+    from collector.models import queries
 
     open_page(driver, gpu_env["url"] + "/")
     wait(driver, lambda d: all(r in d.find_element(By.ID, "runs-table").text for r in (MIXED, COMPILE, FAILING)))
@@ -44,7 +44,7 @@ def test_gpu_runs_are_listed_with_their_device(gpu_env, driver):
 
 def test_gpu_run_page_shows_pool_memory_and_the_query_layers_numbers(gpu_env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     open_page(driver, gpu_env["url"] + f"/run/{MIXED}", charts=7)
     summary = queries.run_summary(gpu_env["store"], MIXED)

@@ -3,7 +3,7 @@ with its provenance, titles that agree with their evidence."""
 
 import pytest
 
-from collector.diagnosis import RunFacts, capture_summary, diagnose, startup_seconds
+from collector.analysis.diagnosis import RunFacts, capture_summary, diagnose, startup_seconds
 
 GIB = 2**30
 

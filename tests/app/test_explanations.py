@@ -2,7 +2,7 @@
 
 import pytest
 
-from collector.explanations import EXPLANATIONS, cost_sentence, explain, reason_costs, size_band
+from collector.analysis.explanations import EXPLANATIONS, cost_sentence, explain, reason_costs, size_band
 from runner.wire import REASONS, custom_reason
 
 

@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector import alerts, api, ingest, store as store_module
+from collector import api, ingest, store as store_module
+from collector.alerting import alerts
 from collector.settings import Settings
 from collector.store import Store
 from runner import errors

@@ -10,9 +10,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from collector import queries, retention
+from collector.models import queries, retention
 from collector.ingest import ingest_events, ingest_run
-from collector.rollups import DetailExpired, rebuild
+from collector.models.rollups import DetailExpired, rebuild
 from collector.store import Store
 from collector.tables import runs, step_counts, step_rollups, steps
 from tests.postgres import temporary_database

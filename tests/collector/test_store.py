@@ -8,7 +8,7 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from collector import queries
+from collector.models import queries
 from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_jsonl,
                               ingest_run)
 from collector.store import SchemaBehind, Store, head_revision

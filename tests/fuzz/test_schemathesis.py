@@ -14,7 +14,7 @@ import sqlalchemy as sa
 
 schemathesis = pytest.importorskip("schemathesis")
 
-from collector.alerts import create_rule  # noqa: E402
+from collector.alerting.alerts import create_rule  # noqa: E402
 from collector.api import create_api  # noqa: E402
 from collector.ingest import ingest_events, ingest_run  # noqa: E402
 from collector.settings import Settings  # noqa: E402

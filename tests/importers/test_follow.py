@@ -16,7 +16,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from collector import queries
+from collector.models import queries
 from collector.importers import ENGINE_SPECS, cli
 from collector.importers.follow import follow
 from collector.store import Store

@@ -118,7 +118,7 @@ def _run_id_of(path: Path) -> str:
 def first_finding(case: Case, store) -> str:
     """The label of the first finding of the case's (last) run; ``none`` without findings;
     ``no run`` when nothing could be imported."""
-    from collector.diagnosis import diagnose_run
+    from collector.analysis.diagnosis import diagnose_run
 
     ids = load(case, store)
     if not ids:

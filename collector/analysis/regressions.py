@@ -2,17 +2,14 @@
 
 The baseline of a run is the ``BASELINE_RUNS`` finished runs that started before it with
 the same ``config_key`` (model, backend, device and configuration settings: see
-``collector.fleet.config_key``); the version may differ, which is the point. A metric
+``collector.models.fleet.config_key``); the version may differ, which is the point. A metric
 regressed when the run's value is beyond the baseline's spread, on the worse side: above
 the largest baseline value by more than a margin (the larger of an absolute floor and a
 share of the baseline median), so run-to-run noise inside the spread never flags. Below
 the smallest by the same margin is an improvement, reported but never alerted. Fewer than
 ``MIN_BASELINE`` baseline values: not judged (said so).
 
-A ``regression`` alert rule (``alert_rules.kind``) fires once per run and metric whose
-change from the baseline median is at least the rule's ``threshold`` (share points for
-eager share, relative for the others); it resolves when a newer run of the same
-configuration finishes.
+A ``regression`` alert rule (``collector.alerting.regression``) alerts on what this judges.
 """
 
 from __future__ import annotations
@@ -24,8 +21,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from collector.models import fleet
 from collector.store import Store
-from collector.tables import alert_events as ae, runs
+from collector.tables import runs
 
 BASELINE_RUNS = 10
 MIN_BASELINE = 3
@@ -136,8 +134,6 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
     """One run against its baseline: ``baseline`` (None: no earlier run of its configuration),
     ``regressions``, ``improvements``, ``judged`` (False with fewer than MIN_BASELINE runs).
     None for an unknown run."""
-    from collector import fleet
-
     with store.read() as conn:
         run = conn.execute(sa.select(runs.c.id, runs.c.config_key, runs.c.started_at)
                            .where(runs.c.run_id == run_id)).first()
@@ -155,94 +151,3 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
     baseline, worse, better = judge(target, list(table.values()))
     return {"baseline": baseline, "regressions": worse, "improvements": better,
             "judged": len(table) >= MIN_BASELINE, "figures": {m: target[m] for m in METRICS}}
-
-
-# -- alerting (a rule of kind "regression"; collector.alerts evaluates and posts it) ----------
-
-def evaluate_rule(conn, rule: dict[str, Any], now: float, delivery=None) -> list[tuple[str, dict[str, Any]]]:
-    """(status, alert row) transitions of one regression rule: a new alert per run and
-    metric that regressed by at least the threshold; open ones resolve once a newer run of
-    the same configuration finished. Each transition is owed to the rule's receivers in the
-    notification outbox (``delivery``), in the same transaction."""
-    import fnmatch
-
-    from collector import fleet, notifications
-
-    transitions: list[tuple[str, dict[str, Any]]] = []
-    open_rows = [dict(r._mapping) for r in conn.execute(
-        sa.select(ae, runs.c.run_id, runs.c.name.label("run_name"), runs.c.config_key,
-                  runs.c.started_at.label("run_started_at"))
-        .join(runs, runs.c.id == ae.c.run_pk).where(ae.c.rule_id == rule["id"], ae.c.status == "firing"))]
-    for alert in open_rows:
-        newer = conn.execute(sa.select(runs.c.id).where(
-            runs.c.config_key == alert["config_key"], runs.c.status == "finished",
-            runs.c.started_at > alert["run_started_at"]).limit(1)).first()
-        if newer is not None:
-            conn.execute(ae.update().where(ae.c.id == alert["id"]).values(status="resolved", ended_at=now))
-            alert.update(status="resolved", ended_at=now)
-            resolved = {k: alert[k] for k in alert if k not in ("config_key", "run_started_at")}
-            notifications.enqueue(conn, "resolved", resolved, rule, delivery, now)
-            transitions.append(("resolved", resolved))
-
-    # Runs seen within the window, and exactly the runs their baselines need: per
-    # configuration, every run since its earliest recent run and the finished ones just before.
-    recent = conn.execute(sa.select(runs.c.id, runs.c.name, runs.c.config_key, runs.c.started_at)
-                          .where(runs.c.last_event_ts > now - rule["window_s"])).all()
-    pattern = rule.get("run_pattern")
-    recent = [r for r in recent if pattern is None or fnmatch.fnmatchcase(r.name, pattern)]
-    if not recent:
-        return transitions
-    first: dict[str, float] = {}
-    for r in recent:
-        first[r.config_key] = min(first.get(r.config_key, r.started_at), r.started_at)
-    pks: set[int] = set()
-    for key, start in first.items():
-        same = runs.c.config_key == key
-        pks.update(conn.execute(sa.select(runs.c.id).where(same, runs.c.started_at >= start)).scalars())
-        pks.update(conn.execute(sa.select(runs.c.id).where(same, runs.c.status == "finished",
-                                                           runs.c.started_at < start)
-                                .order_by(runs.c.started_at.desc()).limit(BASELINE_RUNS)).scalars())
-    chosen = runs.c.id.in_(sorted(pks))
-    rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(chosen).order_by(runs.c.started_at, runs.c.id)).all()
-    figures = fleet.metrics(conn, [r.id for r in rows], chosen)
-    table = [fleet.run_row(r, figures[r.id]) for r in rows]
-    pk_of = {r.run_id: r.id for r in rows}
-    annotate(table)
-    wanted = {r.id for r in recent}
-    done = {(pk, reason) for pk, reason in conn.execute(
-        sa.select(ae.c.run_pk, ae.c.reason).where(ae.c.rule_id == rule["id"]))}
-    for row in table:
-        pk = pk_of[row["run_id"]]
-        if pk not in wanted or row["steps"] < rule["min_steps"]:
-            continue
-        for finding in row["regressions"]:
-            if rule.get("metric") not in (None, finding["metric"]) or (pk, finding["metric"]) in done:
-                continue
-            if finding["change"] is not None and finding["change"] < rule["threshold"]:
-                continue
-            values = {"rule_id": rule["id"], "rule_name": rule["name"], "run_pk": pk, "status": "firing",
-                      "threshold": rule["threshold"], "started_at": now, "ended_at": None,
-                      "peak": finding["change"] if finding["change"] is not None else 0.0,
-                      "value": float(finding["value"]), "steps": row["steps"], "reason": finding["metric"]}
-            alert_id = conn.execute(ae.insert().values(**values)).inserted_primary_key[0]
-            alert = {"id": alert_id, **values, "run_id": row["run_id"], "run_name": row["name"],
-                     "finding": finding, "baseline": row["baseline"]}
-            notifications.enqueue(conn, "firing", alert, rule, delivery, now)
-            transitions.append(("firing", alert))
-    return transitions
-
-
-def webhook_labels(alert: dict[str, Any], rule: dict[str, Any]) -> tuple[dict[str, str], dict[str, str]]:
-    """Alertmanager labels and annotations of a regression alert."""
-    metric = alert.get("reason") or "regression"
-    label = METRICS[metric].label if metric in METRICS else metric
-    labels = {"alertname": "ReplayscopeRegression", "rule": rule["name"], "run_id": alert["run_id"],
-              "run_name": alert["run_name"], "metric": metric, "severity": "warning"}
-    baseline = (alert.get("baseline") or {}).get("text")
-    summary = (f"{label} of run {alert['run_name']} is beyond the spread of the earlier runs of its configuration"
-               if alert["status"] == "firing" else
-               f"a newer run of run {alert['run_name']}'s configuration finished")
-    annotations = {"summary": summary, "value": f"{alert['value']:.6g}", "change": f"{alert['peak']:.4f}"}
-    if baseline:
-        annotations["baseline"] = baseline
-    return labels, annotations

@@ -522,7 +522,7 @@ def is_stand_in(summary: dict[str, Any] | None) -> bool:
 
 def explain_run(store: Any, run_id: str) -> list[dict[str, Any]]:
     """``reason_costs`` for a stored run, read through the query layer."""
-    from collector import queries
+    from collector.models import queries
 
     return reason_costs(queries.reason_breakdown(store, run_id), queries.batch_times(store, run_id),
                         stand_in=is_stand_in(queries.run_summary(store, run_id)))

@@ -1,31 +1,28 @@
-"""The fleet read model: every run's headline figures, grouped and over time.
-
-Read side only, from what is kept for good: whole-run rollups, captures and phases,
-never raw steps (so it answers the same after retention, and on a sharded store it
-needs no query across runs over raw steps). Part of the query layer: the fleet page and
-the API read it; ``collector.regressions`` compares runs with it.
+"""The fleet's figures per run, read from what is kept for good: whole-run rollups, captures
+and phases, never raw steps (so they read the same after retention, and on a sharded store
+need no query across runs over raw steps); and ``config_key``, the fact that makes two runs
+comparable, which ingest stores with each run and the fleet and regressions group by.
 
 Per run: ``eager_ratio`` (eager / all steps), ``decode_padded_ratio`` (padding over the
 tokens computed in the decode stages, ``runner.wire.DECODE_STAGES``, as the Runs page), ``step_s``
 (mean step time per mode in the decode stages, timed steps only), capture time
 (as ``queries.run_summary``), ``startup_s`` (first phase start to last phase end, over
 phases with a known length), ``pool_bytes`` (largest graph pool a capture reported).
-Unknown is None. Runs group by (model, backend, device, version); ``version`` is the run
-record's, else ``torch <torch_version>``, else None (not recorded).
+Unknown is None. ``version`` is the run record's, else ``torch <torch_version>``, else None
+(not recorded).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 from dataclasses import dataclass, fields
 from typing import Any
 
 import sqlalchemy as sa
 
-from collector import queries
-from collector.rollups import WHOLE_RUN
+from collector.models import queries
+from collector.models.rollups import WHOLE_RUN
 from collector.store import Store
 from collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
 from runner.wire import DECODE_STAGES, MODES
@@ -35,7 +32,6 @@ from runner.wire import DECODE_STAGES, MODES
 CONFIG_KEYS = ("engine", "capture_sizes", "max_bs", "padding", "compile", "workload", "lora_graph_adapters",
                "verify_draft_len", "parity_every", "enforce_eager", "fail_capture_sizes")
 GROUP_KEYS = ("model", "backend", "device", "version")
-DAY_S = 86400
 
 
 def config_key(model: str, backend: str, device: str, config: Any) -> str:
@@ -196,101 +192,6 @@ def run_row(r, m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def fleet_runs(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
-    """Every run the filters select, oldest first, with its figures and (from
-    ``collector.regressions``) ``regressions``: the figures beyond the spread of the earlier
-    runs of its model and configuration, and ``baseline``: those runs, named."""
-    from collector import regressions
-
-    f = filters or Filters()
-    with store.read() as conn:
-        selected = _where(sa.select(*RUN_COLUMNS), f, for_baselines=True)
-        rows = _tuples(conn, selected.order_by(runs.c.started_at, runs.c.id))
-        filtered = selected.whereclause is not None
-        run_filter = runs.c.id.in_(sa.select(selected.subquery().c.id).scalar_subquery()) if filtered else None
-        figures = metrics(conn, [r[0] for r in rows], run_filter)
-    every = [run_row(r, figures[r[0]]) for r in rows]
-    regressions.annotate(every)
-    return [r for r in every
-            if (f.since is None or r["started_at"] >= f.since) and (f.version is None or r["version"] == f.version)]
-
-
-def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    """Figures of a set of runs: shares weighted by steps and tokens, step times by timed
-    steps, capture and startup as medians of the runs that have them (one pass: a fleet
-    page makes this per group and per time bucket)."""
-    steps = eager = tokens = padded = regressed = 0
-    totals = {m: [0.0, 0] for m in MODES}
-    captures, startups, pools = [], [], []
-    for r in rows:
-        steps += r["steps"]
-        eager += r["modes"]["eager"]
-        tokens += r["decode_num_tokens"]
-        padded += r["decode_padded_tokens"]
-        for mode, (seconds, timed) in r["step_sums"].items():
-            acc = totals[mode]
-            acc[0] += seconds
-            acc[1] += timed
-        if r["capture_total_s"] is not None:
-            captures.append(r["capture_total_s"])
-        if r["startup_s"] is not None:
-            startups.append(r["startup_s"])
-        if r["pool_bytes"] is not None:
-            pools.append(r["pool_bytes"])
-        if r["regressions"]:
-            regressed += 1
-    step_s = {m: (total / timed if timed else None) for m, (total, timed) in totals.items()}
-    return {"runs": len(rows), "steps": steps, "eager_ratio": eager / steps if steps else None,
-            "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
-            "graph_step_s": step_s["graph"], "padded_step_s": step_s["padded"], "eager_step_s": step_s["eager"],
-            "capture_total_s": statistics.median(captures) if captures else None,
-            "startup_s": statistics.median(startups) if startups else None,
-            "pool_bytes": max(pools) if pools else None, "regressions": regressed}
-
-
-def group_key(row: dict[str, Any]) -> tuple:
-    return tuple(row[k] for k in GROUP_KEYS)
-
-
-def fleet_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """One entry per (model, backend, device, version): weighted figures, the newest run."""
-    groups: dict[tuple, list] = {}
-    for row in rows:
-        groups.setdefault(group_key(row), []).append(row)
-    out = []
-    for key, members in groups.items():
-        latest = max(members, key=lambda r: r["started_at"])
-        out.append({**dict(zip(GROUP_KEYS, key)), **_weighted(members), "latest_run_id": latest["run_id"],
-                    "latest_name": latest["name"],
-                    "first_started_at": min(r["started_at"] for r in members),
-                    "last_started_at": latest["started_at"]})
-    return sorted(out, key=lambda g: (-g["last_started_at"], [str(g[k]) for k in GROUP_KEYS]))
-
-
-def choose_bucket_s(span_s: float) -> int:
-    """A day for spans over ~2 weeks, else hours, for at most a few hundred points per group."""
-    for bucket in (3600, 6 * 3600, DAY_S, 7 * DAY_S):
-        if span_s / bucket <= 400:
-            return bucket
-    return 7 * DAY_S
-
-
-def fleet_series(rows: list[dict[str, Any]], bucket_s: int | None = None) -> list[dict[str, Any]]:
-    """Per group and time bucket (of the runs' start): the group's weighted figures."""
-    if not rows:
-        return []
-    if bucket_s is None:
-        bucket_s = choose_bucket_s(rows[-1]["started_at"] - rows[0]["started_at"])
-    cells: dict[tuple, list] = {}
-    for row in rows:
-        t = row["started_at"] - row["started_at"] % bucket_s
-        cells.setdefault((group_key(row), t), []).append(row)
-    out = [{"group": " · ".join(str(v) if v is not None else "–" for v in key), **dict(zip(GROUP_KEYS, key)),
-            "t": t, "bucket_s": bucket_s, **_weighted(members)}
-           for (key, t), members in cells.items()]
-    return sorted(out, key=lambda p: (p["group"], p["t"]))
-
-
 def fleet_options(store: Store) -> dict[str, list[str]]:
     """The values each filter can take, over every run."""
     with store.read() as conn:
@@ -305,14 +206,14 @@ def fleet_options(store: Store) -> dict[str, list[str]]:
     return {k: sorted(v) for k, v in options.items()}
 
 
-RUNS_LISTED = 500
-
-
-def fleet(store: Store, filters: Filters | None = None, bucket_s: int | None = None,
-          runs_listed: int = RUNS_LISTED) -> dict[str, Any]:
-    """Everything the fleet page shows: ``groups`` and ``series`` over every run the filters
-    select, ``runs`` (the newest ``runs_listed`` of them, newest first), ``runs_total``,
-    ``options``."""
-    rows = fleet_runs(store, filters)
-    return {"runs": rows[::-1][:runs_listed], "runs_total": len(rows), "groups": fleet_groups(rows),
-            "series": fleet_series(rows, bucket_s), "options": fleet_options(store)}
+def run_rows(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
+    """Every run the filters select (and the earlier runs their baselines need), oldest
+    first, with its figures."""
+    f = filters or Filters()
+    with store.read() as conn:
+        selected = _where(sa.select(*RUN_COLUMNS), f, for_baselines=True)
+        rows = _tuples(conn, selected.order_by(runs.c.started_at, runs.c.id))
+        filtered = selected.whereclause is not None
+        run_filter = runs.c.id.in_(sa.select(selected.subquery().c.id).scalar_subquery()) if filtered else None
+        figures = metrics(conn, [r[0] for r in rows], run_filter)
+    return [run_row(r, figures[r[0]]) for r in rows]

@@ -3,7 +3,7 @@
 The one place for failure classes and their patterns, and for how a failure shows in a
 log (tracebacks, chained exceptions, the engines' own "going down" lines: what the importers
 read as a failure). The startup diagnosis
-(``collector.diagnosis``) classifies the error of a failed run, of a failed capture and
+(``collector.analysis.diagnosis``) classifies the error of a failed run, of a failed capture and
 of a degradation step with ``classify``. Patterns come from the texts PyTorch, CUDA,
 NCCL, vLLM and SGLang print (tests/collector/test_failures.py holds real examples).
 

@@ -1,7 +1,7 @@
 """The read model: what the API, the dashboard and the CLI show, from one place.
 
 Plain functions of ``(store, ...)`` returning JSON-ready dicts and lists. Counts come
-from the rollups (``collector.rollups``), never from scanning raw steps, so they stay
+from the rollups (``collector.models.rollups``), never from scanning raw steps, so they stay
 fast on runs of millions of steps. A function about one run returns ``[]`` (or ``None``
 for ``run_summary``) when the run is unknown.
 
@@ -24,7 +24,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from collector.importers.stages import log_sample
-from collector.rollups import BUCKETS_S, NO_REASON, WHOLE_RUN
+from collector.models.rollups import BUCKETS_S, NO_REASON, WHOLE_RUN
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_rules as ar, batch_rollups as br,
                               captures as cap, degrades as deg, parity_checks as par,

@@ -25,7 +25,7 @@ import ssl
 import threading
 from typing import Any
 
-from collector.webhook_urls import BadURL, ReceiverURL, RefusedTarget, TargetPolicy, parse
+from collector.alerting.webhook_urls import BadURL, ReceiverURL, RefusedTarget, TargetPolicy, parse
 
 
 class DeliveryFailed(Exception):

@@ -33,8 +33,8 @@ import bisect
 from dataclasses import asdict, dataclass
 from typing import Iterable, Mapping
 
-from collector.advisor.objective import Objective
-from collector.advisor.steps import served
+from collector.analysis.advisor.objective import Objective
+from collector.analysis.advisor.steps import served
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector import queries
-from collector.advisor.objective import TimingRow
-from collector.advisor.pricing import CaptureSet
-from collector.advisor.report import RunFacts, advise
-from collector.advisor.steps import StepRow
+from collector.models import queries
+from collector.analysis.advisor.objective import TimingRow
+from collector.analysis.advisor.pricing import CaptureSet
+from collector.analysis.advisor.report import RunFacts, advise
+from collector.analysis.advisor.steps import StepRow
 from runner.wire import default_provenance
 
 EARLIER_RUNS = 5

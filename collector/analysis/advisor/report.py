@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from collector.advisor import choice, engines, objective as objectives, pricing, steps as stepping
-from collector.advisor.objective import TimingRow
-from collector.advisor.pricing import CaptureSet
-from collector.advisor.steps import StepRow
+from collector.analysis.advisor import choice, engines, objective as objectives, pricing, steps as stepping
+from collector.analysis.advisor.objective import TimingRow
+from collector.analysis.advisor.pricing import CaptureSet
+from collector.analysis.advisor.steps import StepRow
 from runner.wire import default_provenance
 
 FALLBACK_BUDGET = 8        # graphs-off run whose engine default is not known

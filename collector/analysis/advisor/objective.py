@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Iterable, NamedTuple, Sequence
 
-from collector.advisor.steps import served
+from collector.analysis.advisor.steps import served
 from runner.wire import SIZE_DECIDED_REASONS, stages_of
 
 DEFAULT_EAGER_WEIGHT = 3.0

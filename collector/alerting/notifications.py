@@ -2,8 +2,8 @@
 
 The evaluator ``enqueue``s one row per alert transition and receiver in the transaction
 that records the transition, so a notification exists exactly when its transition does,
-and survives restarts. The notifier service (``collector.services.Notifier``, through
-``collector.receiver_lanes``) sends each row until its receiver answers 2xx or it
+and survives restarts. The notifier service (``collector.services.loops.Notifier``, through
+``collector.alerting.receiver_lanes``) sends each row until its receiver answers 2xx or it
 expires (``Delivery.expire_s``), with exponential backoff; a firing alert is re-sent every
 ``repeat_s`` while it fires (every minute to an Alertmanager, which forgets an alert it is
 not reminded of). Rows are unique by (fingerprint, status, url): enqueuing a transition
@@ -14,7 +14,7 @@ A row's ``state``: ``pending`` (owed), ``unanswered`` (sent once, no answer in t
 receiver may have it; tried once more, waiting twice as long), ``sent`` (2xx),
 ``unconfirmed`` (no answer twice: not sent again, so a slow receiver gets at most one
 duplicate), ``expired`` (not delivered in time). ``last_error`` says what went wrong in
-words any reader may see (``collector.webhook_client``): never a URL, its credentials or
+words any reader may see (``collector.alerting.webhook_client``): never a URL, its credentials or
 what the receiver answered.
 
 Receivers: the rule's ``webhook_url`` or the default webhook get Alertmanager webhook
@@ -35,21 +35,19 @@ from typing import Any, Callable, Iterable
 
 import sqlalchemy as sa
 
-from collector import webhook_client, webhook_urls
+from collector.alerting import webhook_client, webhook_urls
+from collector.alerting.kinds import kind_of
 from collector.store import Store
 from collector.tables import alert_events as ae, alert_notifications as an
-from collector.webhook_urls import TargetPolicy
+from collector.alerting.webhook_urls import TargetPolicy
 from runner.errors import ReplayscopeError
-from runner.wire import stages_of
 
 log = logging.getLogger("replayscope.notifications")
 
-ALERTNAME = "ReplayscopeEagerRatioHigh"
 ALERTMANAGER_RESEND_S = 60.0     # as Prometheus does: an Alertmanager drops alerts not re-sent
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
 MAX_PARALLEL_RECEIVERS = 8
-RECEIVERS = ("webhook", "alertmanager")
 PENDING, UNANSWERED, SENT, UNCONFIRMED, EXPIRED = "pending", "unanswered", "sent", "unconfirmed", "expired"
 OWED = (PENDING, UNANSWERED)              # still to be delivered
 DELIVERED = (SENT, UNCONFIRMED)           # a firing one is re-sent while it fires
@@ -137,21 +135,7 @@ def fingerprint(rule_name: str, run_id: str, alert_id: int) -> str:
 def alert_body(status: str, alert: dict, rule: dict, external: str) -> dict:
     """One alert in Alertmanager's form (the v4 webhook's ``alerts[]`` item). Times are the
     run's own clock (where on the run's timeline it fired and resolved)."""
-    labels = {"alertname": ALERTNAME, "rule": rule["name"], "run_id": alert["run_id"],
-              "run_name": alert["run_name"], "stage": rule["stage"], "severity": "warning"}
-    verb = "is" if status == "firing" else "was"
-    annotations = {
-        "summary": f"eager ratio of run {alert['run_name']} over {rule['window_s']}s {verb} above "
-                   f"{rule['threshold']:.0%}",
-        "description": f"{' and '.join(stages_of(rule['stage']))} steps ran eager at {alert['value']:.1%} (peak {alert['peak']:.1%} of "
-                       f"{alert['steps']} steps, threshold {rule['threshold']:.0%}); dominant reason: "
-                       f"{alert.get('reason') or 'none'}",
-        "peak": f"{alert['peak']:.4f}", "value": f"{alert['value']:.4f}",
-        "reason": alert.get("reason") or "",
-    }
-    if rule.get("kind") == "regression":      # a run beyond its baseline (collector.regressions)
-        from collector import regressions
-        labels, annotations = regressions.webhook_labels(dict(alert, status=status), rule)
+    labels, annotations = kind_of(rule).labels(alert, rule, status)
     return {"status": status, "labels": labels, "annotations": annotations,
             "startsAt": rfc3339(alert["started_at"]),
             "endsAt": rfc3339(alert.get("ended_at") if status == "resolved" else None),
@@ -275,7 +259,7 @@ def send_due(store: Store, delivery: Delivery, now: float | None = None, *,
              clock: Callable[[], float] = time.time, post: Post | None = None,
              metrics: Any = None) -> SendResult:
     """Send what is due now and wait for it (receivers in parallel, each one's rows in
-    order). The notifier service sends through ``collector.receiver_lanes`` instead,
+    order). The notifier service sends through ``collector.alerting.receiver_lanes`` instead,
     which never waits for a receiver."""
     now = clock() if now is None else now
     with store.read() as conn:

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from collector.advisor.objective import TimingRow
-from collector.advisor.pricing import CaptureSet
-from collector.advisor.report import RunFacts
-from collector.advisor.steps import StepRow
+from collector.analysis.advisor.objective import TimingRow
+from collector.analysis.advisor.pricing import CaptureSet
+from collector.analysis.advisor.report import RunFacts
+from collector.analysis.advisor.steps import StepRow
 from runner.wire import default_provenance
 
 

@@ -6,7 +6,7 @@ outbox. ``Notifier`` sends the outbox: a slow or dead receiver holds up only the
 notifier, never evaluation, heartbeats or ingest. ``Retention`` expires raw step detail
 and makes PostgreSQL partitions ahead. Each tick runs in a worker thread (the store is
 synchronous); ``tick(now)`` is callable directly. With several collectors on one store,
-every service's tick runs once per period across all of them (``collector.leader``): the
+every service's tick runs once per period across all of them (``collector.services.leader``): the
 loop wakes just after each period starts and ticks only when it wins that period.
 """
 
@@ -18,8 +18,10 @@ import time
 
 import sqlalchemy as sa
 
-from collector import alerts, leader, notifications, retention
-from collector.receiver_lanes import ReceiverLanes
+from collector.alerting import alerts, notifications
+from collector.services import leader
+from collector.models import retention
+from collector.alerting.receiver_lanes import ReceiverLanes
 from collector.settings import Settings
 from collector.store import Store
 from collector.tables import runs
@@ -40,7 +42,7 @@ def mark_interrupted_runs(store: Store, now: float, timeout_s: float) -> list[st
 
 class Service:
     """A named background loop; subclasses implement ``tick(now)``. With a ``store``, a
-    period's tick runs only in the collector whose turn it is (``collector.leader``)."""
+    period's tick runs only in the collector whose turn it is (``collector.services.leader``)."""
 
     name = "service"
 
@@ -110,7 +112,7 @@ class Evaluator(Service):
 
 
 class Notifier(Service):
-    """Sends what the outbox owes, each receiver in its lane (``collector.receiver_lanes``):
+    """Sends what the outbox owes, each receiver in its lane (``collector.alerting.receiver_lanes``):
     retried with backoff until delivered or expired; the tick never waits for a receiver."""
 
     name = "notifier"

@@ -4,9 +4,9 @@
 ended, its config and which sizes served steps) and returns a ``Diagnosis``:
 
 1. **The outcome.** A failed run leads with its failure: the error, where it happened
-   (phase, size, rank) and its class (``collector.failures``) with what to do. A finished
+   (phase, size, rank) and its class (``collector.importers.failures``) with what to do. A finished
    run whose captures failed leads with those. A run that stopped during startup says so.
-2. **Findings against expectations** (``collector.expectations``): weight load against the
+2. **Findings against expectations** (``collector.analysis.expectations``): weight load against the
    bytes at plausible storage bandwidths; capture time per size against the other sizes
    and against a per-size cost for the model's size; torch.compile's own time; the number
    of sizes against the traffic that used them; time between known phases that no line
@@ -24,9 +24,9 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable
 
-from collector import expectations as ex
-from collector.explanations import STAND_IN_NOTE
-from collector.failures import FailureClass, classify, first_line
+from collector.analysis import expectations as ex
+from collector.analysis.explanations import STAND_IN_NOTE
+from collector.importers.failures import FailureClass, classify, first_line
 from runner.wire import default_provenance
 
 MIN_SHARE = 0.05          # a finding with a time is reported from 5% of the startup ...
@@ -747,7 +747,7 @@ def served_sizes(batch_rows: list[dict[str, Any]], captures: list[dict[str, Any]
 
 def facts_for_run(store: Any, run_id: str) -> RunFacts | None:
     """A stored run's facts, read through the query layer; None for an unknown run."""
-    from collector import queries
+    from collector.models import queries
 
     summary = queries.run_summary(store, run_id)
     if summary is None:
