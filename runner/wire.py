@@ -62,7 +62,7 @@ def default_provenance(source: str) -> str:
 
 
 # Why a step ran eager. Closed vocabulary, from the engines' code and docs (vLLM's CUDA
-# graph dispatcher, SGLang's cuda graph runner); extend deliberately (collector/analysis/explanations.py must explain every entry).
+# graph dispatcher, SGLang's cuda graph runner); extend deliberately (collector/analysis/reasons.py must explain every entry).
 REASONS = (
     "prefill",            # variable-length input: a graph records fixed shapes
     "batch_too_large",    # batch size above the largest captured size

@@ -78,7 +78,7 @@ def log_figures(summary: dict[str, Any]) -> list[str] | None:
     """The capture-size count and largest size, and the KV cache's capacity in tokens and
     blocks (per rank where ranks differ), as an imported log states them; None for a run
     that is not from a log. What the log does not state reads "not in the log"."""
-    from collector.importers.common import stated_figures
+    from collector.importers.parser import stated_figures
 
     if not str(summary.get("source") or "").endswith("-log"):
         return None

@@ -50,18 +50,6 @@ def expected_capture_s(weight_bytes: int | None) -> float | None:
     return CAPTURE_BASE_S + CAPTURE_S_PER_GIB * weight_bytes / GIB
 
 
-def human_bytes(n: float) -> str:
-    if abs(n) >= GIB:
-        return f"{n / GIB:.2f} GiB"
-    if abs(n) >= MIB:
-        return f"{n / MIB:.1f} MiB"
-    return f"{n / 1024:.1f} KiB"
-
-
-def human_rate(bps: float) -> str:
-    return f"{bps / GIB:.2f} GiB/s" if bps >= GIB else f"{bps / MIB:.1f} MiB/s"
-
-
 __all__ = ["CAPTURE_BASE_S", "CAPTURE_S_PER_GIB", "IO_BOUND_BYTES", "LOAD_SETUP_S", "LOCAL_NVME_BPS",
            "MANY_SIZES", "NETWORK_STORAGE_BPS", "SLOW_CAPTURE_FACTOR", "SLOW_LOAD_FACTOR", "TYPICAL_SIZES",
-           "expected_capture_s", "expected_load_s", "human_bytes", "human_rate", "load_seconds"]
+           "expected_capture_s", "expected_load_s", "load_seconds"]

@@ -9,7 +9,6 @@ import statistics
 from typing import Any
 
 from collector.analysis import regressions
-from collector.models import queries
 from collector.models.fleet import GROUP_KEYS, Filters, fleet_options, run_rows
 from collector.store import Store
 from runner.wire import MODES

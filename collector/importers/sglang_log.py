@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from collector.importers.failures import ENGINE_FATAL, EXCEPTION_LINE
-from collector.importers.common import (
-    BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num,
-    parse_text as _parse, rank_order, to_int,
-)
+from collector.importers.builder import RunBuilder
+from collector.importers.facts import (BANNER, FATAL, LOAD, NUM, READY, Fact, clip, int_list, mem_bytes, num,
+                                       rank_order, to_int)
+from collector.importers.parser import Engine, parse_text as _parse
 from collector.importers.bars import bars
 from collector.importers.lines import LogLine
 
@@ -117,7 +117,6 @@ class _Section:
     rank_label: str | None
     backend: str | None = None
     sizes: list[int] = field(default_factory=list)
-    begin_avail: int | None = None
     begin_ts: float | None = None
     tqdm: list[Fact] = field(default_factory=list)
     ended: bool = False
@@ -239,7 +238,6 @@ class SglangRun(RunBuilder):
         self.kv: dict[Any, dict[str, Any]] = {}
         self.figures: dict[str, dict[Any, tuple]] = {}
         self.timings: dict[str, Any] = {}
-        self.timings_fact: Fact | None = None
         self.sections: list[_Section] = []
         self.open: dict[Any, _Section] = {}                   # rank -> its open section
         self.steps_without_flag = 0
@@ -259,7 +257,7 @@ class SglangRun(RunBuilder):
     def on_load(self, fact: Fact) -> None:
         self.stage = "load_weights"
         self.loads.setdefault(fact.line.rank, []).append(
-            {"begin_ts": fact.line.ts, "fact": fact, "begin_avail": _mem(_KV["avail"], fact.data["rest"])})
+            {"begin_ts": fact.line.ts, "fact": fact})
 
     def on_load_end(self, fact: Fact) -> None:
         rest = fact.data["rest"]
@@ -305,7 +303,6 @@ class SglangRun(RunBuilder):
 
     def on_timings(self, fact: Fact) -> None:
         self.timings = _timings(fact.data["rest"])
-        self.timings_fact = fact
         if "scheduler_e2e" in self.timings:
             self.phase(fact, "engine_init", self.timings["scheduler_e2e"])
 
@@ -331,7 +328,6 @@ class SglangRun(RunBuilder):
             self.sections.remove(previous)       # a begin with no end: the newer one stands
         section = self._open(fact, d["role"], d["stage"], d["dev"])
         rest = d["rest"]
-        section.begin_avail = _mem(_KV["avail"], rest)
         m = _KV["backend"].search(rest)
         section.backend = m.group(1) if m else None
         m = _KV["bs"].search(rest) or _KV["num_tokens"].search(rest)
@@ -408,7 +404,7 @@ class SglangRun(RunBuilder):
             trace["error"] = True                      # the traceback's own exception line: not cut
         self.fail(fact, clip("capture failed: " + error, 4000) if error else None, phase="capture",
                   graph_bs=section.current_bs(), wrapper=False if error else None)
-        self._emit_captures(section, failing_rank=fact.line.rank_label)
+        self._emit_captures(section)
 
     def capturing_bs(self) -> int | None:
         section = self._bar_section()
@@ -419,7 +415,7 @@ class SglangRun(RunBuilder):
         self.stage = "serving"
         self._release_startup()
 
-    def _emit_captures(self, s: _Section, failing_rank: str | None = None) -> None:
+    def _emit_captures(self, s: _Section) -> None:
         """Per-size captures of a section. The bar names each size as it starts (largest
         first); a size's time is the bar's elapsed time when the next size starts minus when
         this one started (whole seconds), its memory the drop in ``avail_mem``. Sizes the
@@ -649,7 +645,7 @@ class SglangRun(RunBuilder):
             if not section.emitted and (section.tqdm or section.sizes) and not section.ended:
                 if self.failed():
                     section.error = section.error or self.error_text(self.headline_failure())
-                    self._emit_captures(section, failing_rank=section.rank_label)
+                    self._emit_captures(section)
                 else:
                     where = f" on {section.rank_label}" if section.rank_label else ""
                     self.warnings.append(f"the capture of {section.label}{where} was still running where the log ends")

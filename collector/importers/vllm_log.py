@@ -15,10 +15,10 @@ import re
 from typing import Any
 
 from collector.importers.failures import ENGINE_FATAL
-from collector.importers.common import (
-    BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num, parse_text as _parse,
-    rank_order, to_int,
-)
+from collector.importers.builder import RunBuilder
+from collector.importers.facts import (BANNER, FATAL, LOAD, NUM, READY, Fact, clip, int_list, mem_bytes, num,
+                                       rank_order, to_int)
+from collector.importers.parser import Engine, parse_text as _parse
 from collector.importers.bars import bars
 from collector.importers.lines import LogLine
 from collector.importers.stages import vllm_row_stage
@@ -155,8 +155,6 @@ class VllmRun(RunBuilder):
         self.loads: dict[Any, dict[str, Any]] = {}          # rank -> the load being read
         self.passes: list[dict[str, Any]] = []
         self.capturing = False
-        self.graph_pool: int | None = None
-        self.graph_estimate: int | None = None
         self.capture_took: dict[Any, int | None] = {}
         self.compile_seen = False
         self.table: dict[str, Any] | None = None

@@ -112,7 +112,7 @@ def partition_name(table: str, day: int) -> str:
     return f"{table}_d{(dt.datetime(1970, 1, 1) + dt.timedelta(days=day)):%Y%m%d}"
 
 
-def _day_of_name(name: str) -> int | None:
+def day_of_partition(name: str) -> int | None:
     match = re.search(r"_d(\d{8})$", name)
     if match is None:
         return None
@@ -136,7 +136,7 @@ def ensure_partitions(store: Store, days: set[int] | list[int]) -> list[str]:
     created: list[str] = []
     with store.write() as conn:
         conn.exec_driver_sql("SELECT pg_advisory_xact_lock(%s)", (PARTITION_LOCK,))
-        existing = set(_partitions(conn))
+        existing = set(partitions_of(conn))
         for day in sorted(set(days)):
             lo, hi = day * DAY_S, (day + 1) * DAY_S
             for table in RAW_TABLES + (SECOND_TABLE,):
@@ -158,7 +158,7 @@ def create_ahead(store: Store, now: float, days_ahead: int = DAYS_AHEAD) -> list
     return ensure_partitions(store, range(today - 1, today + days_ahead + 1))
 
 
-def _partitions(conn) -> list[tuple[str, str]]:
+def partitions_of(conn) -> list[tuple[str, str]]:
     """(parent, partition) of every partition in the partition schema."""
     rows = conn.exec_driver_sql(
         "SELECT p.relname, c.relname FROM pg_inherits i "
@@ -167,20 +167,6 @@ def _partitions(conn) -> list[tuple[str, str]]:
         "WHERE n.nspname = %s AND p.relnamespace = to_regnamespace(current_schema())",
         (PARTITIONS_SCHEMA,)).all()
     return [(parent, child) for parent, child in rows]
-
-
-def partitions(store: Store) -> dict[str, list[int]]:
-    """Day numbers of the day partitions of each partitioned table (PostgreSQL)."""
-    if not is_partitioned(store):
-        return {}
-    with store.read() as conn:
-        found = _partitions(conn)
-    out: dict[str, list[int]] = {}
-    for parent, child in found:
-        day = _day_of_name(child)
-        if day is not None:
-            out.setdefault(parent, []).append(day)
-    return {k: sorted(v) for k, v in out.items()}
 
 
 def _drop_partitions(store: Store, cuts: dict[str, float | None]) -> list[str]:
@@ -193,8 +179,8 @@ def _drop_partitions(store: Store, cuts: dict[str, float | None]) -> list[str]:
             pending = {child for (child,) in conn.exec_driver_sql(
                 "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                 "WHERE i.inhdetachpending")}
-            for parent, child in _partitions(conn):
-                cut, day = cuts.get(parent), _day_of_name(child)
+            for parent, child in partitions_of(conn):
+                cut, day = cuts.get(parent), day_of_partition(child)
                 if cut is None or day is None or (day + 1) * DAY_S > cut:
                     continue
                 finish = "FINALIZE" if child in pending else "CONCURRENTLY"

@@ -13,16 +13,19 @@ writing one run's rollups at once cannot deadlock.
 from __future__ import annotations
 
 import math
+from typing import Iterable
 
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
-from runner.errors import ReplayscopeError
+from collector.tables import batch_rollups, step_rollups
 
 BUCKETS_S = (1, 60)
 WHOLE_RUN = 0
 NO_REASON = ""   # rollup key for "no reason" (non-eager steps)
+
+# A step's fields the rollups sum, by name.
+STEP_FIELDS = ("ts", "stage", "mode", "reason", "raw_bs", "num_tokens", "padded_tokens", "duration_s")
 
 # key -> [steps, num_tokens, padded_tokens, duration_s, timed_steps]
 RollupMap = dict[tuple[int, str, str, str], list]
@@ -40,28 +43,31 @@ class Accumulator:
 
     def add_step(self, ts: float, stage: str, mode: str, reason: str | None, raw_bs: int,
                  num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
-        key = (math.floor(ts), stage, mode, reason or NO_REASON)
-        timed = duration_s is not None
-        dur = duration_s if timed else 0.0
-        acc = self.seconds.get(key)
-        if acc is None:
-            self.seconds[key] = [1, num_tokens, padded_tokens, dur, 1 if timed else 0]
-        else:
-            acc[0] += 1
-            acc[1] += num_tokens
-            acc[2] += padded_tokens
-            acc[3] += dur
-            acc[4] += timed
-        bkey = (stage, raw_bs, mode, reason or NO_REASON)
-        bacc = self.batches.get(bkey)
-        if bacc is None:
-            self.batches[bkey] = [1, num_tokens, padded_tokens, dur, 1 if timed else 0]
-        else:
-            bacc[0] += 1
-            bacc[1] += num_tokens
-            bacc[2] += padded_tokens
-            bacc[3] += dur
-            bacc[4] += timed
+        self.add_step_rows([(ts, stage, mode, reason, raw_bs, num_tokens, padded_tokens, duration_s)], STEP_FIELDS)
+
+    def add_step_rows(self, rows: Iterable[tuple], columns: tuple[str, ...]) -> None:
+        """Steps as rows whose fields ``columns`` names (ingest passes its ``steps`` rows): the
+        one place the rollup rule is written, as one loop because it is ingest's hot path."""
+        i_ts, i_stage, i_mode, i_reason, i_bs, i_tokens, i_pad, i_dur = (columns.index(c) for c in STEP_FIELDS)
+        seconds, batches, floor = self.seconds, self.batches, math.floor
+        for r in rows:
+            stage, mode, reason_key, tokens, pad, dur = (r[i_stage], r[i_mode], r[i_reason] or NO_REASON,
+                                                         r[i_tokens], r[i_pad], r[i_dur])
+            timed = 1
+            if dur is None:
+                dur, timed = 0.0, 0
+            key = (floor(r[i_ts]), stage, mode, reason_key)
+            a = seconds.get(key)
+            if a is None:
+                seconds[key] = [1, tokens, pad, dur, timed]
+            else:
+                a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += timed
+            bkey = (stage, r[i_bs], mode, reason_key)
+            b = batches.get(bkey)
+            if b is None:
+                batches[bkey] = [1, tokens, pad, dur, timed]
+            else:
+                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur; b[4] += timed
 
     def add_counts(self, ts: float, stage: str, mode: str, reason: str | None, count: int,
                    num_tokens: int, padded_tokens: int, duration_s: float | None,
@@ -156,27 +162,3 @@ def _upsert_sql(dialect, table: sa.Table, columns: tuple[str, ...], sums: tuple[
                f"VALUES ({', '.join([mark] * len(columns))}) ON CONFLICT ({keys}) DO UPDATE SET {updates}")
         _UPSERT_SQL[cache_key] = sql
     return sql
-
-
-class DetailExpired(ReplayscopeError):
-    """The run's raw steps were pruned: its rollups are all that is left of them."""
-
-
-def rebuild(conn: Connection, run_pk: int) -> None:
-    """Recompute one run's rollups from its raw steps and step counts (refused once
-    retention pruned any of them: the rollups would lose what only they still hold)."""
-    expired = conn.execute(sa.select(runs.c.raw_expired_before, runs.c.seconds_expired_before)
-                           .where(runs.c.id == run_pk)).first()
-    if expired is not None and (expired[0] is not None or expired[1] is not None):
-        raise DetailExpired(f"run {run_pk}: its raw steps or 1-second rollups expired; "
-                            "its rollups are the only record left and are not rebuilt")
-    conn.execute(step_rollups.delete().where(step_rollups.c.run_pk == run_pk))
-    conn.execute(batch_rollups.delete().where(batch_rollups.c.run_pk == run_pk))
-    acc = Accumulator()
-    for r in conn.execute(sa.select(steps).where(steps.c.run_pk == run_pk)).mappings():
-        acc.add_step(r["ts"], r["stage"], r["mode"], r["reason"], r["raw_bs"], r["num_tokens"],
-                     r["padded_tokens"], r["duration_s"])
-    for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
-        acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
-                       r["padded_tokens"], r["duration_s"], r["raw_bs"], r["batch_sizes"])
-    acc.flush(conn, run_pk)

@@ -20,13 +20,13 @@ MIXED, COMPILE, FAILING = "h200-1b-mixed", "h200-1b-compile", "h200-1b-failing-c
 @pytest.fixture(scope="module")
 def gpu_env(tmp_path_factory):
     from app.server import create_server
-    from collector.ingest import ingest_jsonl
+    from tests.stores import ingest_events_file
     from collector.settings import Settings
     from collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('gpu') / 'rs.db'}", upgrade=True)
     for run_id in (MIXED, COMPILE, FAILING):
-        ingest_jsonl(store, DATA / f"{run_id}.jsonl")
+        ingest_events_file(store, DATA / f"{run_id}.jsonl")
     with serving(create_server(store, Settings(run_services=False))) as url:
         yield {"store": store, "url": url}
     store.dispose()

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from collector.models import queries
 from collector.ingest import ingest_events, ingest_run
-from collector.models.rollups import rebuild
+from tests.stores import rebuild_rollups
 from collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
 
 from .conftest import run_record
@@ -128,7 +128,7 @@ def test_rebuild_reproduces_incremental_rollups(store, run_in):
         run_pk = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
         before = stored_rollups(conn, run_pk)
     with store.write() as conn:
-        rebuild(conn, run_pk)
+        rebuild_rollups(conn, run_pk)
     with store.read() as conn:
         after = stored_rollups(conn, run_pk)
     assert_same(after[0], before[0])

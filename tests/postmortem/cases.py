@@ -92,10 +92,11 @@ CASES: list[Case] = (
 
 def load(case: Case, store) -> list[str]:
     """Put the case's run(s) into ``store`` the way a user does; returns the run ids."""
-    from collector.ingest import ingest_events, ingest_jsonl, ingest_run
+    from collector.ingest import ingest_events, ingest_run
+    from tests.stores import ingest_events_file
 
     if case.kind.startswith("runner-"):
-        ingest_jsonl(store, case.path)
+        ingest_events_file(store, case.path)
         return [_run_id_of(case.path)]
     from collector.importers import sglang_log, vllm_log
 

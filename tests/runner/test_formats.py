@@ -2,7 +2,7 @@
 
 import pytest
 
-from app import formats
+from runner import formats
 
 
 @pytest.mark.parametrize("n, text", [(0, "0 runs"), (1, "1 run"), (2, "2 runs"), (1234, "1,234 runs")])
