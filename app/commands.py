@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -207,13 +206,14 @@ def _advice_through(collector: str, args) -> dict:
     """GET /v1/runs/{id}/advice from a running collector, with the token."""
     import urllib.parse
 
+    from collector.settings import resolve
     from runner.http import HttpError, request_json
 
     query = {k: v for k, v in (("budget", args.budget), ("eager_weight", args.eager_weight)) if v is not None}
     url = (f"{collector.rstrip('/')}/v1/runs/{urllib.parse.quote(args.run_id, safe='')}/advice"
            + (f"?{urllib.parse.urlencode(query)}" if query else ""))
     try:
-        return request_json("GET", url, token=args.token, timeout=60.0)
+        return request_json("GET", url, token=resolve(args).token, timeout=60.0)
     except HttpError as error:
         if error.status == 404:
             raise ReplayscopeError(f"no run {args.run_id!r} in the collector at {collector}") from None
@@ -277,6 +277,6 @@ def add_parsers(sub) -> None:
     source = advise.add_mutually_exclusive_group()
     source.add_argument("--db", metavar="URL", help=db_help)
     source.add_argument("--collector", metavar="URL", help="ask a running collector instead (GET /v1/runs/RUN_ID/advice)")
-    advise.add_argument("--token", metavar="T", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+    advise.add_argument("--token", metavar="T", default=None,
                         help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")
     advise.set_defaults(handler=_advise)

@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         build_run(store, args.steps)
         print(f"built {args.steps:,} steps in {time.perf_counter() - start:.1f}s at {path}")
-    client = TestClient(create_api(store, Settings(run_services=False)))
+    client = TestClient(create_api(store, Settings(run_services=False)), base_url="http://127.0.0.1")  # a served host
     cases = [
         ("list_runs", lambda: q.list_runs(store)),
         ("run_summary", lambda: q.run_summary(store, run_id)),

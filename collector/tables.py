@@ -35,6 +35,15 @@ def _run_fk() -> sa.Column:
                      primary_key=True)
 
 
+# What every rollup row sums (step_rollups, batch_rollups; collector.models.rollups adds them).
+ROLLUP_SUMS = ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps")
+
+
+def _rollup_sums() -> list[sa.Column]:
+    return [sa.Column(name, sa.Float if name == "duration_s" else sa.BigInteger, nullable=False)
+            for name in ROLLUP_SUMS]
+
+
 runs = sa.Table(
     "runs", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
@@ -200,11 +209,7 @@ step_rollups = sa.Table(
     sa.Column("stage", sa.String(16), primary_key=True),
     sa.Column("mode", sa.String(8), primary_key=True),
     sa.Column("reason", _REASON, primary_key=True),
-    sa.Column("steps", sa.BigInteger, nullable=False),
-    sa.Column("num_tokens", sa.BigInteger, nullable=False),
-    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
-    sa.Column("duration_s", sa.Float, nullable=False),
-    sa.Column("timed_steps", sa.BigInteger, nullable=False),
+    *_rollup_sums(),
     sqlite_with_rowid=False,
 )
 
@@ -218,11 +223,7 @@ batch_rollups = sa.Table(
     sa.Column("raw_bs", sa.Integer, primary_key=True),
     sa.Column("mode", sa.String(8), primary_key=True),
     sa.Column("reason", _REASON, primary_key=True),
-    sa.Column("steps", sa.BigInteger, nullable=False),
-    sa.Column("num_tokens", sa.BigInteger, nullable=False),
-    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
-    sa.Column("duration_s", sa.Float, nullable=False),
-    sa.Column("timed_steps", sa.BigInteger, nullable=False),
+    *_rollup_sums(),
     sqlite_with_rowid=False,
 )
 

@@ -4,6 +4,7 @@ incremental rollups are checked against), the day partitions PostgreSQL holds.""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -54,3 +55,13 @@ def partitions(store: Store) -> dict[str, list[int]]:
         if day is not None:
             out.setdefault(parent, []).append(day)
     return {k: sorted(v) for k, v in out.items()}
+
+
+@contextlib.contextmanager
+def opened_store(url: str):
+    """A store at ``url``, migrated, disposed of afterwards (the tests' store fixtures)."""
+    store = Store.open(url, upgrade=True)
+    try:
+        yield store
+    finally:
+        store.dispose()

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import unquote, urlsplit
 
+from runner.errors import ReplayscopeError
+
 REDACTED = "…"
 MAX_URL_CHARS = 2000
 ALLOW_VARIABLE = "REPLAYSCOPE_WEBHOOK_ALLOW"
@@ -162,7 +164,6 @@ class TargetPolicy:
                 networks.append(ipaddress.ip_network(entry, strict=False))
             except ValueError:
                 if not all(part.isalnum() or part in "-_." for part in entry):
-                    from runner.errors import ReplayscopeError
                     raise ReplayscopeError(f"{ALLOW_VARIABLE}: {entry!r} is not a host name, an address or a "
                                            f"network (e.g. alertmanager,127.0.0.1,10.0.0.0/8)") from None
                 names.add(entry)

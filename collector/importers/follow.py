@@ -31,9 +31,10 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable
 
+from collector.importers import refuse_other_engine
 from collector.importers.builder import RunBuilder
+from collector.importers.years import YearGuess, infer_year
 from collector.importers.parser import Engine, LogParser
-from collector.importers.lines import YearGuess, infer_year
 from runner.errors import ReplayscopeError
 
 READ_CHUNK = 1 << 20
@@ -84,9 +85,9 @@ SNAPSHOT_VERSION = 3         # 3: the importers split (common -> facts, builder,
 # Everything a parser's resumable state is made of; nothing else may be unpickled.
 _SNAPSHOT_CLASSES = {
     ("collector.importers.lines", "LineReader"), ("collector.importers.lines", "LogLine"),
-    ("collector.importers.lines", "YearGuess"), ("collector.importers.facts", "Fact"),
+    ("collector.importers.years", "YearGuess"), ("collector.importers.facts", "Fact"),
     ("collector.importers.builder", "Failure"), ("collector.importers.vllm_log", "VllmRun"),
-    ("collector.importers.sglang_log", "SglangRun"), ("collector.importers.sglang_log", "_Section"),
+    ("collector.importers.sglang_log", "SglangRun"), ("collector.importers.sglang_capture", "_Section"),
 }
 
 
@@ -335,7 +336,6 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
     tail = LogTail(path, state, stream)
     first = tail.read()
     head = "\n".join(first)
-    from collector.importers import refuse_other_engine
     refuse_other_engine(engine.name, head, path)          # before anything is sent
     # the file's date, as import reads it (a live log's is about now); a stream's: today
     modified = _mtime(path) if stream is None else None

@@ -18,7 +18,8 @@ from typing import Any, Callable, Iterable
 from collector.importers.builder import RANK_POLICY, RunBuilder, STRAY_FACTS
 from collector.importers.facts import (BANNER, CHAINED, EXCEPTION, FRAME, Fact, LOAD, READY, TRACE_KINDS,
                                        common_facts, logged_by_the_engine, starts_a_run)
-from collector.importers.lines import LineReader, LogLine, YearGuess, infer_year, split_lines
+from collector.importers.lines import LineReader, LogLine, split_lines
+from collector.importers.years import YearGuess, infer_year
 from runner.errors import ReplayscopeError
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from collector.models import queries
+from collector.models import runs as run_reads
 from collector.models.rollups import WHOLE_RUN
 from collector.store import Store
 from collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
@@ -154,10 +154,10 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
                        .group_by(ph.c.run_pk, ph.c.phase, ph.c.rank))
     ranked = {pk for pk, rank, *_ in by_capture if rank is not None} | {pk for pk, _n, rank, _d in by_phase
                                                                            if rank is not None}
-    headline = queries.headlines(conn, sorted(ranked & wanted)) if ranked else {}
+    headline = run_reads.headlines(conn, sorted(ranked & wanted)) if ranked else {}
     for pk, rank, total, pool in by_capture:
         figures = out.get(pk)
-        if figures is None or not queries.is_headline(headline.get(pk), "captures", rank):
+        if figures is None or not run_reads.is_headline(headline.get(pk), "captures", rank):
             continue
         if total is not None:
             figures["capture_total_s"] = (figures["capture_total_s"] or 0.0) + total
@@ -165,7 +165,7 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
             figures["pool_bytes"] = max(pool, figures["pool_bytes"] or 0)
     phase_totals: dict[int, float] = {}
     for pk, name, rank, total in by_phase:
-        if pk in out and queries.is_headline(headline.get(pk), name, rank):
+        if pk in out and run_reads.is_headline(headline.get(pk), name, rank):
             phase_totals[pk] = phase_totals.get(pk, 0.0) + total
     for pk, total in phase_totals.items():
         out[pk]["capture_total_s"] = total

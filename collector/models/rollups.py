@@ -18,7 +18,7 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from collector.tables import batch_rollups, step_rollups
+from collector.tables import ROLLUP_SUMS, batch_rollups, step_rollups
 
 BUCKETS_S = (1, 60)
 WHOLE_RUN = 0
@@ -127,10 +127,10 @@ class Accumulator:
 
     def flush(self, conn: Connection, run_pk: int) -> None:
         _upsert_add(conn, step_rollups, self.rollup_rows(run_pk),
-                    ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
+                    ROLLUP_SUMS)
         if self.batches:
             _upsert_add(conn, batch_rollups, self.batch_rows(run_pk),
-                        ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps"))
+                        ROLLUP_SUMS)
 
 
 def _upsert_add(conn: Connection, table: sa.Table, rows: list[dict], sums: tuple[str, ...]) -> None:

@@ -10,7 +10,7 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from tests.stores import partitions
+from tests.stores import opened_store, partitions
 from collector.models import queries, retention
 from collector.ingest import ingest_events, ingest_run
 from collector.store import Store
@@ -198,9 +198,8 @@ def pg_url():
 
 @pytest.fixture
 def pg_store(pg_url):
-    store = Store.open(pg_url, upgrade=True)
-    yield store
-    store.dispose()
+    with opened_store(pg_url) as store:
+        yield store
 
 
 @pytest.fixture

@@ -87,7 +87,8 @@ def _one_pass(engine, text, cut=None):
     ``cut`` lines (as follow saves it) and a new one goes on from the saved state."""
     from collector.importers.parser import LogParser
     from collector.importers.follow import dump_parser, load_parser
-    from collector.importers.lines import infer_year, split_lines
+    from collector.importers.lines import split_lines
+    from collector.importers.years import infer_year
 
     year = infer_year(text, MTIME)
     lines, ends_mid_line = split_lines(text)

@@ -10,7 +10,7 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from collector.importers import cli
+from collector import import_commands as cli
 from collector.importers.scrape import Scraper
 from runner.errors import ReplayscopeError
 from runner.wire import validate_event, validate_run

@@ -1,6 +1,7 @@
-"""Wire contract v1: the one definition of replayscope's run record and events.
+"""Wire contract v1: the one definition of replayscope's run record and events: the
+vocabulary (modes, stages, sources, provenances, reasons) and every field's type and range.
 
-The runner writes it, the importers produce it, the collector validates it
+The runner writes it, the importers produce it, the collector validates it (``runner.wire.checks``)
 (``collector.schemas`` builds its API models from the tables below). Fields may be
 added; the ones here may not change meaning. Pure Python: no torch, no pydantic, so
 every side of the wire can import it.
@@ -8,14 +9,13 @@ every side of the wire can import it.
 
 from __future__ import annotations
 
-import math
 import re
 import sys
 from dataclasses import dataclass
 from typing import Any
 
-WIRE_VERSION = 1
 
+WIRE_VERSION = 1
 MODES = ("graph", "padded", "eager")
 # What a step's stage means, whatever its source (docs/importing.md maps each engine's batches):
 STEP_STAGES = (
@@ -45,7 +45,6 @@ CAPTURE_STATUSES = ("ok", "failed")
 RUN_END_STATUSES = ("finished", "failed", "interrupted")
 RUN_STATUSES = ("running",) + RUN_END_STATUSES
 SOURCES = ("runner", "library", "trace", "vllm-log", "sglang-log", "vllm-metrics", "sglang-metrics")
-
 # Where a figure came from. Every number replayscope shows can say which:
 PROVENANCES = (
     "measured",   # timed or counted while the program ran (our runner, the library, trace, engine counters)
@@ -91,10 +90,8 @@ SIZE_DECIDED_REASONS = ("batch_too_large", "not_captured", "capture_failed", "gr
 # behind this prefix, and shown as the caller's own words.
 CUSTOM_REASON_PREFIX = "custom:"
 CUSTOM_REASON_MAX_CHARS = 120
-
 EVENT_KINDS = ("phase", "capture", "step", "step_counts", "degrade", "parity", "run_end", "heartbeat",
                "warning", "recording")
-
 # Why PyTorch Inductor recorded a CUDA graph of a compiled function (``recording`` events,
 # from ``replayscope trace``); Inductor's own checks before a replay name the re-record causes.
 RECORDING_CAUSES = (
@@ -107,7 +104,6 @@ RECORDING_CAUSES = (
     "new_path",             # called after another graph than when it was recorded (graph trees record per path)
     "unknown",              # re-recorded, and this PyTorch does not say why
 )
-
 # Bounds on every number the store sums or the pages show, so no value that passes
 # validation can overflow a column, a rollup or a chart later.
 MAX_TIMESTAMP = 4_102_444_800.0      # 2100-01-01 UTC, in unix seconds
@@ -119,7 +115,6 @@ MAX_BYTES = 2**53                    # memory sizes (exact in a JSON number / Ja
 MAX_SEQ = 2**62
 MAX_BATCH_SIZES = 4096               # batch sizes in one list or step_counts event
 _FLOAT_MAX = sys.float_info.max      # an integer beyond it cannot be stored as a float
-
 _ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 _NAME_PATTERN = re.compile(r"^[a-z0-9][a-z0-9_.:-]{0,63}$")
 
@@ -197,13 +192,11 @@ RUN_FIELDS: dict[str, FieldSpec] = {
                        doc="1 in this many graph steps is sent as a step event; the others arrive "
                            "counted in step_counts events (with batch_sizes), so totals stay exact"),
 }
-
 COMMON_EVENT_FIELDS: dict[str, FieldSpec] = {
     "seq": _f("int", minimum=0, maximum=MAX_SEQ, doc="unique per run; a repeated seq is a retry"),
     "ts": _ts(doc="unix seconds (not milliseconds), before 2100"),
     "kind": _f("str", choices=EVENT_KINDS),
 }
-
 EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     "phase": {
         "phase": _f("str", pattern=_NAME_PATTERN, max_chars=64,
@@ -345,87 +338,6 @@ def reason_label(reason: str | None) -> str | None:
     return "custom" if reason.startswith(CUSTOM_REASON_PREFIX) else reason
 
 
-def _check_value(name: str, spec: FieldSpec, value: Any) -> None:
-    if value is None:
-        if not spec.nullable:
-            raise WireError(name, "must not be null")
-        return
-    if spec.type in ("str", "reason"):
-        if not isinstance(value, str):
-            raise WireError(name, "must be a string")
-        if len(value) > spec.max_chars:
-            raise WireError(name, f"longer than {spec.max_chars} characters")
-        if "\x00" in value:
-            raise WireError(name, "must not contain a NUL character (U+0000)")
-        if spec.type == "reason" and not is_valid_reason(value):
-            raise WireError(name, f"{value!r} is not a known reason ({', '.join(REASONS)}) "
-                                  f"nor '{CUSTOM_REASON_PREFIX}<text>'")
-        if spec.choices is not None and value not in spec.choices:
-            raise WireError(name, f"{value!r} is not one of {', '.join(spec.choices)}")
-        if spec.pattern is not None and not spec.pattern.match(value):
-            raise WireError(name, f"{value!r} does not match {spec.pattern.pattern}")
-        return
-    if spec.type == "int":
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise WireError(name, "must be an integer")
-        if abs(value) > MAX_SEQ:
-            raise WireError(name, "out of range")
-    elif spec.type == "float":
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise WireError(name, "must be a number")
-        if isinstance(value, float) and not math.isfinite(value):
-            raise WireError(name, "must be finite")
-        if abs(value) > _FLOAT_MAX:
-            raise WireError(name, "out of range")
-    elif spec.type == "bool":
-        if not isinstance(value, bool):
-            raise WireError(name, "must be true or false")
-        return
-    elif spec.type == "object":
-        if not isinstance(value, dict):
-            raise WireError(name, "must be an object")
-        return
-    if spec.minimum is not None and value < spec.minimum:
-        raise WireError(name, f"must be >= {spec.minimum:g}")
-    if spec.maximum is not None and value > spec.maximum:
-        if spec.timestamp:
-            raise WireError(name, _timestamp_too_large(value))
-        raise WireError(name, f"must be <= {spec.maximum:g}")
-
-
-def _timestamp_too_large(value: float) -> str:
-    """Name the unit a too-large timestamp was most likely sent in."""
-    for unit, divisor in (("milliseconds", "1000"), ("microseconds", "1e6"), ("nanoseconds", "1e9")):
-        if value <= MAX_TIMESTAMP * float(divisor):
-            return (f"{value:.17g} is after 2100-01-01: it looks like {unit} since the epoch; "
-                    f"send unix seconds (divide by {divisor})")
-    return f"{value:.6g} is after 2100-01-01: not a time in unix seconds"
-
-
-def _check_fields(record: Any, specs: dict[str, FieldSpec]) -> None:
-    if not isinstance(record, dict):
-        raise WireError("(record)", "must be a JSON object")
-    for name, spec in specs.items():
-        if name not in record:
-            if spec.required:
-                raise WireError(name, "is required")
-            continue
-        _check_value(name, spec, record[name])
-
-
-def validate_run(record: Any) -> None:
-    """Raise WireError unless ``record`` is a valid run record (its ``config`` included)."""
-    _check_fields(record, RUN_FIELDS)
-    if record.get("config") is not None:
-        check_config(record["config"])
-
-
-# -- the run's config -------------------------------------------------------------------------
-# ``config`` is free-form: a source records what it knows. The keys replayscope itself reads
-# (the advisor, the startup post-mortem, the pages and rank tables) have one shape each,
-# checked at ingest with the bounds above, the same on every store; other keys are only
-# stored and shown.
-
 @dataclass(frozen=True)
 class ListOf:
     """A JSON array of items of one shape (a FieldSpec, or an object with known fields)."""
@@ -467,190 +379,9 @@ CONFIG_FIELDS: dict[str, Any] = {
     "available_gpu_mem_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
     "memory_cap_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
 }
-
-
-def _check_shape(name: str, spec: Any, value: Any) -> None:
-    if isinstance(spec, FieldSpec):
-        _check_value(name, spec, value)
-    elif isinstance(spec, dict):
-        if not isinstance(value, dict):
-            raise WireError(name, "must be an object")
-        for key, field_spec in spec.items():
-            if key in value:
-                _check_value(f"{name}.{key}", field_spec, value[key])
-    elif value is not None:
-        container = list if isinstance(spec, ListOf) else dict
-        if not isinstance(value, (list, tuple) if container is list else dict):   # a tuple is a JSON array too
-            raise WireError(name, "must be an array" if container is list else "must be an object")
-        if len(value) > spec.max_items:
-            raise WireError(name, f"more than {spec.max_items} items")
-        items = enumerate(value) if container is list else value.items()
-        inner = spec.item if container is list else spec.value
-        for key, item in items:
-            _check_shape(f"{name}[{key}]" if container is list else f"{name}.{key}", inner, item)
-
-
-def check_config(config: Any) -> None:
-    """Raise WireError unless every key of a run's config that replayscope reads has its shape."""
-    if not isinstance(config, dict):
-        raise WireError("config", "must be an object")
-    for key, spec in CONFIG_FIELDS.items():
-        if key in config:
-            _check_shape(f"config.{key}", spec, config[key])
-    _check_finite("config", config)
-
-
-def _check_finite(name: str, value: Any) -> None:
-    """JSON has no NaN or Infinity (a lenient parser may still produce them): none may be stored."""
-    if isinstance(value, float) and not math.isfinite(value):
-        raise WireError(name, "must be a finite number (JSON has no NaN or Infinity)")
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _check_finite(f"{name}.{key}", item)
-    elif isinstance(value, (list, tuple)):
-        for i, item in enumerate(value):
-            _check_finite(f"{name}[{i}]", item)
-
-
-def readable_config(config: Any) -> dict[str, Any]:
-    """A stored config as readers may use it: a key that breaks its shape (stored before it
-    was checked at ingest) reads as absent."""
-    if not isinstance(config, dict):
-        return {}
-    out = dict(config)
-    for key, spec in CONFIG_FIELDS.items():
-        if key in out:
-            try:
-                _check_shape(f"config.{key}", spec, out[key])
-            except WireError:
-                del out[key]
-    return out
-
-
-def validate_event(event: Any) -> None:
-    """Raise WireError unless ``event`` is a valid event; checks cross-field rules too."""
-    kind = event.get("kind") if type(event) is dict else None
-    fast = _FAST_CHECKS.get(kind) if type(kind) is str else None
-    if fast is None or not fast(event):
-        # The precise checks, which name the field that is wrong.
-        _check_fields(event, COMMON_EVENT_FIELDS)
-        kind = event["kind"]
-        _check_fields(event, EVENT_FIELDS[kind])
-    if kind == "step":
-        _check_step_modes(event)
-    elif kind == "step_counts":
-        if event["mode"] == "eager" and event.get("reason") is None:
-            raise WireError("reason", "an eager step needs a reason")
-        if event["mode"] != "eager" and event.get("reason") is not None:
-            raise WireError("reason", "only eager steps carry a reason")
-        if event["mode"] == "eager" and event.get("graph_bs") is not None:
-            raise WireError("graph_bs", "must be null for eager steps")
-        if event.get("batch_sizes") is not None:
-            if event.get("raw_bs") is not None:
-                raise WireError("batch_sizes", "give raw_bs (one size) or batch_sizes (several), not both")
-            _check_batch_sizes(event)
-
-
-_BATCH_SIZE_KEY = re.compile(r"^[1-9][0-9]{0,6}\Z")      # ASCII digits: "²".isdigit() is true too
 _BATCH_PART_FIELDS: dict[str, FieldSpec] = {
     "count": _f("int", minimum=1, maximum=MAX_COUNT),
     "num_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
     "padded_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
     "duration_s": _duration(required=False, nullable=True),
 }
-
-
-def _check_batch_sizes(event: dict[str, Any]) -> None:
-    """``batch_sizes`` splits the event's totals by raw batch size; the parts must add up."""
-    parts = event["batch_sizes"]
-    if not parts or len(parts) > MAX_BATCH_SIZES:
-        raise WireError("batch_sizes", f"1-{MAX_BATCH_SIZES} batch sizes")
-    sums = {"count": 0, "num_tokens": 0, "padded_tokens": 0}
-    timed = event.get("duration_s") is not None
-    for key, part in parts.items():
-        if not (_BATCH_SIZE_KEY.match(key) and int(key) <= MAX_BATCH):
-            raise WireError("batch_sizes", f"{key!r} is not a batch size (a positive integer as a string)")
-        try:
-            _check_fields(part, _BATCH_PART_FIELDS)
-        except WireError as error:
-            raise WireError(f"batch_sizes.{key}.{error.field}", error.message) from None
-        if (part.get("duration_s") is not None) != timed:
-            raise WireError(f"batch_sizes.{key}.duration_s", "given exactly when the event's duration_s is")
-        for name in sums:
-            sums[name] += part[name]
-    for name, total in sums.items():
-        if total != event[name]:
-            raise WireError("batch_sizes", f"the parts' {name} add up to {total}, not {event[name]}")
-
-
-def _check_step_modes(event: dict[str, Any]) -> None:
-    mode, raw_bs, graph_bs = event["mode"], event["raw_bs"], event["graph_bs"]
-    if mode == "eager":
-        if graph_bs is not None:
-            raise WireError("graph_bs", "must be null for an eager step")
-        if event["reason"] is None:
-            raise WireError("reason", "an eager step needs a reason")
-        return
-    if event["reason"] is not None:
-        raise WireError("reason", "only eager steps carry a reason")
-    if graph_bs is None:
-        raise WireError("graph_bs", f"is required for a {mode} step")
-    if mode == "graph" and graph_bs != raw_bs:
-        raise WireError("graph_bs", "a graph step replays a graph of exactly raw_bs")
-    if mode == "padded" and graph_bs <= raw_bs:
-        raise WireError("graph_bs", "a padded step replays a graph larger than raw_bs")
-
-
-# -- the fast path -----------------------------------------------------------------------
-# The collector validates tens of thousands of events a second. For each kind, one
-# function is generated from the field tables above: straight-line checks that accept
-# the plainly valid. Anything it does not accept goes through ``_check_fields``, which
-# gives the precise error, so the tables stay the only definition.
-
-_MISSING = object()
-
-
-def _fast_expression(name: str, spec: FieldSpec, env: dict[str, Any]) -> str:
-    if spec.type in ("str", "reason"):
-        if spec.choices is not None:
-            env[f"choices_{name}"] = spec.choices
-            base = f"v in choices_{name}"
-        elif spec.type == "reason":
-            env["REASONS"], env["is_valid_reason"] = REASONS, is_valid_reason
-            base = "(v in REASONS or (type(v) is str and is_valid_reason(v)))"
-        else:
-            base = f"(type(v) is str and len(v) <= {spec.max_chars} and '\\x00' not in v)"
-            if spec.pattern is not None:
-                env[f"pattern_{name}"] = spec.pattern
-                base = f"({base} and pattern_{name}.match(v) is not None)"
-    elif spec.type == "int":
-        low = -MAX_SEQ if spec.minimum is None else int(spec.minimum)
-        high = MAX_SEQ if spec.maximum is None else int(spec.maximum)
-        base = f"(type(v) is int and {low} <= v <= {high})"
-    elif spec.type == "float":
-        low = -_FLOAT_MAX if spec.minimum is None else spec.minimum
-        high = _FLOAT_MAX if spec.maximum is None else spec.maximum
-        base = f"((type(v) is float and v - v == 0.0 or type(v) is int) and {low!r} <= v <= {high!r})"
-    elif spec.type == "object":
-        base = "type(v) is dict"
-    else:
-        base = "type(v) is bool"
-    return f"v is None or {base}" if spec.nullable else base
-
-
-def _compile_fast_check(kind: str) -> Any:
-    env: dict[str, Any] = {"M": _MISSING}
-    lines = [f"def fast_{kind}(e):"]
-    for name, spec in {**COMMON_EVENT_FIELDS, **EVENT_FIELDS[kind]}.items():
-        check = _fast_expression(name, spec, env) if name != "kind" else f"v == {kind!r}"
-        lines.append(f"    v = e.get({name!r}, M)")
-        if spec.required:
-            lines.append(f"    if v is M or not ({check}): return False")
-        else:
-            lines.append(f"    if v is not M and not ({check}): return False")
-    lines.append("    return True")
-    exec("\n".join(lines), env)
-    return env[f"fast_{kind}"]
-
-
-_FAST_CHECKS = {kind: _compile_fast_check(kind) for kind in EVENT_KINDS}
