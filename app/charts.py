@@ -121,7 +121,7 @@ RULE_COLORS = ("#c8453b", "#7a3fb0", "#1f4e9c", "#b5651d")
 def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1) -> go.Figure:
     """The eager ratio as each eager-ratio rule watching the run judges it, against that
     rule's threshold, with that rule's alert spans shaded. ``judged``: per rule, its ``rule``
-    row, ``points`` (``collector.alerts.judged_ratios``: a gap where fewer than min steps ran)
+    row, ``points`` (``collector.alerting.eager_ratio.judged_ratios``: a gap where fewer than min steps ran)
     and ``spans`` (its alerts for this run)."""
     if not any(p["ratio"] is not None for j in judged for p in j["points"]):
         rules = "<br>".join(f"{j['rule']['name']}: {j['rule']['min_steps']:,} steps in "
@@ -445,7 +445,7 @@ def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
                    yaxis=dict(title=dict(text="run − baseline (s)")))
 
 
-# name -> (label, unit): what the fleet chart can plot, from collector.fleet's series points.
+# name -> (label, unit): what the fleet chart can plot, from collector.analysis.fleet's series points.
 FLEET_METRICS = {
     "eager_ratio": ("eager share of steps", "ratio"),
     "decode_padded_ratio": ("padding share of decode tokens", "ratio"),

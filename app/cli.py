@@ -21,7 +21,7 @@ COMMAND_MODULES = (
     "app.commands",               # serve, demo, advise
     "runner.cli",                 # run, and trace (runner.trace.cli)
     "collector.cli",              # db
-    "collector.importers.cli",    # import, scrape, follow
+    "collector.import_commands",  # import, scrape, follow
     "collector.run_commands",     # runs delete
 )
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import socket
 import subprocess
@@ -155,7 +154,8 @@ DEMO_RULE = {"name": "demo - decode eager ratio above 0.4", "threshold": 0.4, "w
 
 def _ensure_demo_rule(store) -> None:
     """An eager-ratio rule, so the demo shows thresholds and alerts; never a second one."""
-    from collector import alerts, queries
+    from collector.alerting import alerts
+    from collector.models import queries
 
     if not queries.alert_rules(store):
         alerts.create_rule(store, DEMO_RULE)
@@ -171,7 +171,7 @@ def _demo(args) -> int:
 def _advise(args) -> int:
     import json
 
-    from collector.advisor.report import format_text
+    from collector.analysis.advisor.report import format_text
 
     if args.budget is not None and args.budget < 1:
         raise ReplayscopeError("--budget must be at least 1")
@@ -188,7 +188,7 @@ def _advise(args) -> int:
 
 
 def _advice_from_store(args) -> dict:
-    from collector.advisor.stored import advice_for_run
+    from collector.analysis.advisor.stored import advice_for_run
     from collector.settings import resolve
     from collector.store import Store
 
@@ -206,13 +206,14 @@ def _advice_through(collector: str, args) -> dict:
     """GET /v1/runs/{id}/advice from a running collector, with the token."""
     import urllib.parse
 
+    from collector.settings import resolve
     from runner.http import HttpError, request_json
 
     query = {k: v for k, v in (("budget", args.budget), ("eager_weight", args.eager_weight)) if v is not None}
     url = (f"{collector.rstrip('/')}/v1/runs/{urllib.parse.quote(args.run_id, safe='')}/advice"
            + (f"?{urllib.parse.urlencode(query)}" if query else ""))
     try:
-        return request_json("GET", url, token=args.token, timeout=60.0)
+        return request_json("GET", url, token=resolve(args).token, timeout=60.0)
     except HttpError as error:
         if error.status == 404:
             raise ReplayscopeError(f"no run {args.run_id!r} in the collector at {collector}") from None
@@ -276,6 +277,6 @@ def add_parsers(sub) -> None:
     source = advise.add_mutually_exclusive_group()
     source.add_argument("--db", metavar="URL", help=db_help)
     source.add_argument("--collector", metavar="URL", help="ask a running collector instead (GET /v1/runs/RUN_ID/advice)")
-    advise.add_argument("--token", metavar="T", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+    advise.add_argument("--token", metavar="T", default=None,
                         help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")
     advise.set_defaults(handler=_advise)

@@ -1,5 +1,5 @@
 """What the pages say about a run beyond its own figures: how it compares with the earlier
-runs of its model and configuration (``collector.regressions``), and how much of its step
+runs of its model and configuration (``collector.analysis.regressions``), and how much of its step
 detail is stored (sampled at the source, expired by retention). Text only, from query
 results; the run page and the fleet page both use it."""
 

@@ -13,14 +13,19 @@ from typing import Any
 import dash
 from dash import ctx
 
-from collector import alerts, auth, fleet, queries, regressions                          # noqa: F401
-from collector.advisor.report import advise                                               # noqa: F401
-from collector.advisor.stored import run_facts                                            # noqa: F401
-from collector.diagnosis import diagnose_run, startup_seconds                             # noqa: F401
-from collector.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
-from collector.importers.common import stated_figures                                     # noqa: F401
-from collector.importers.stages import STAGE_NOTES                                        # noqa: F401
-from collector.regressions import METRICS as REGRESSION_METRICS                           # noqa: F401
+from collector import auth
+from collector.alerting import alerts
+from collector.alerting.eager_ratio import judged_ratios                                 # noqa: F401
+from collector.alerting.rule_kind import watches                                         # noqa: F401
+from collector.analysis import fleet, regressions                                        # noqa: F401
+from collector.analysis.advisor.report import advise                                     # noqa: F401
+from collector.analysis.advisor.stored import run_facts                                  # noqa: F401
+from collector.analysis.diagnosis import diagnose_run, startup_seconds                   # noqa: F401
+from collector.analysis.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
+from collector.analysis.regressions import METRICS as REGRESSION_METRICS                 # noqa: F401
+from collector.importers.parser import stated_figures                                    # noqa: F401
+from collector.importers.stages import STAGE_NOTES                                       # noqa: F401
+from collector.models import queries                                                     # noqa: F401
 from runner.errors import TooManyRequests
 
 InvalidRule, UnknownRule = alerts.InvalidRule, alerts.UnknownRule

@@ -5,7 +5,7 @@
 1. Record: the ``mixed`` workload runs through ``runner.engine.DecodeEngine`` on CUDA
    graphs with the runner's default capture list, every step timed (``time_every=1``)
    and its events kept in memory.
-2. Advise: the advisor (``collector.advisor``, pure: no store) takes the recorded run's
+2. Advise: the advisor (``collector.analysis.advisor``, pure: no store) takes the recorded run's
    decode steps, chooses K sizes on the first 70% of them in time order with the run's
    measured step times, for each K of ``--budgets``.
 3. Replay: the held-back decode steps' batch sizes, in their order, through a
@@ -39,10 +39,10 @@ from typing import Any
 import torch
 
 from benchmarks.pairing import rotated, timed_once
-from collector.advisor import choice, engines, steps as stepping
-from collector.advisor.events import facts_from_events
-from collector.advisor.objective import Objective
-from collector.advisor.report import advise, current_sizes
+from collector.analysis.advisor import choice, engines, steps as stepping
+from collector.analysis.advisor.events import facts_from_events
+from collector.analysis.advisor.objective import Objective
+from collector.analysis.advisor.report import advise, current_sizes
 from runner.dispatch import BatchShape
 from runner.emitter import Emitter
 from runner.engine import DecodeEngine, RunConfig

@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from app.server import create_server
     from benchmarks.query_bench import build_run
-    from collector import queries
-    from collector.alerts import create_rule
+    from collector.models import queries
+    from collector.alerting.alerts import create_rule
     from collector.ingest import ingest_events, ingest_run
     from collector.settings import Settings
     from collector.store import Store

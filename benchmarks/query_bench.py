@@ -1,8 +1,8 @@
 """Query-layer latency on one run of 5 million steps (SQLite).
 
 Builds the run fast: raw step rows by ``executemany`` and rollups through
-``collector.rollups.Accumulator`` (the code ingest uses), then times every function of
-``collector.queries`` and ``GET /v1/runs/{id}`` (median of several calls).
+``collector.models.rollups.Accumulator`` (the code ingest uses), then times every function of
+``collector.models.queries`` and ``GET /v1/runs/{id}`` (median of several calls).
 
     python -m benchmarks.query_bench [--steps 5000000] [--db PATH]
 """
@@ -25,7 +25,7 @@ def build_run(store, n_steps: int, rate_per_s: float = 1000.0, chunk: int = 200_
 
     from collector import tables as t
     from collector.ingest import ingest_events, ingest_run
-    from collector.rollups import Accumulator
+    from collector.models.rollups import Accumulator
 
     run_id = "big-run"
     t0 = 1.7e9
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from collector import queries as q
+    from collector.models import queries as q
     from collector.api import create_api
     from collector.settings import Settings
     from collector.store import Store
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         start = time.perf_counter()
         build_run(store, args.steps)
         print(f"built {args.steps:,} steps in {time.perf_counter() - start:.1f}s at {path}")
-    client = TestClient(create_api(store, Settings(run_services=False)))
+    client = TestClient(create_api(store, Settings(run_services=False)), base_url="http://127.0.0.1")  # a served host
     cases = [
         ("list_runs", lambda: q.list_runs(store)),
         ("run_summary", lambda: q.run_summary(store, run_id)),

@@ -30,7 +30,7 @@ def _current(args) -> int:
 
 
 def _prune(args) -> int:
-    from collector import retention
+    from collector.models import retention
     from collector.settings import resolve
     from collector.store import Store
 

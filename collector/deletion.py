@@ -13,8 +13,8 @@ import time
 import sqlalchemy as sa
 
 from collector import tables as t
-from collector.alerts import resolve_run_alerts
-from collector.notifications import Delivery
+from collector.alerting.alerts import resolve_run_alerts
+from collector.alerting.notifications import Delivery
 from collector.store import Store
 
 RUN_TABLES = (t.steps, t.step_counts, t.phases, t.captures, t.degrades, t.parity_checks, t.run_marks,

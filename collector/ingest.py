@@ -14,16 +14,15 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from collector import retention
 from collector import tables as t
-from collector.fleet import config_key
-from collector.rollups import NO_REASON, Accumulator
+from collector.models import retention
+from collector.models.fleet import config_key
+from collector.models.rollups import Accumulator
 from collector.store import Store, StoreUnavailable
 from runner.errors import Invalid, NotFound
 from runner.wire import WireError, validate_event, validate_run
@@ -273,12 +272,11 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     step_rows: list[tuple] = []
     other_rows: dict[str, list[tuple]] = {}
     acc = Accumulator()
-    seconds, batches = acc.seconds, acc.batches
+    seconds = acc.seconds
     max_ts = run.last_event_ts or 0.0
     latest_ts = -math.inf       # the latest stamp in the batch (its events arrive now)
     run_end = None
     duplicates = 0
-    floor = math.floor
     # Step detail before this was pruned: an event from then is a resend (retention).
     expired_before = run.raw_expired_before or -math.inf
     for e in events:
@@ -295,32 +293,8 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         if ts > latest_ts:
             latest_ts = ts
         if kind == "step":
-            # Inlined Accumulator.add_step: this loop is the ingest hot path.
-            stage, mode, reason, raw_bs = e["stage"], e["mode"], e["reason"], e["raw_bs"]
-            tokens, pad, dur = e["num_tokens"], e["padded_tokens"], e["duration_s"]
-            step_rows.append((run_pk, seq, ts, stage, mode, raw_bs, e["graph_bs"], tokens, pad, reason, dur,
-                              e.get("evidence")))
-            reason_key = reason or NO_REASON
-            key = (floor(ts), stage, mode, reason_key)
-            a = seconds.get(key)
-            if dur is None:
-                if a is None:
-                    seconds[key] = [1, tokens, pad, 0.0, 0]
-                else:
-                    a[0] += 1; a[1] += tokens; a[2] += pad
-                dur, timed = 0.0, 0
-            else:
-                timed = 1
-                if a is None:
-                    seconds[key] = [1, tokens, pad, dur, 1]
-                else:
-                    a[0] += 1; a[1] += tokens; a[2] += pad; a[3] += dur; a[4] += 1
-            bkey = (stage, raw_bs, mode, reason_key)
-            b = batches.get(bkey)
-            if b is None:
-                batches[bkey] = [1, tokens, pad, dur, timed]
-            else:
-                b[0] += 1; b[1] += tokens; b[2] += pad; b[3] += dur; b[4] += timed
+            step_rows.append((run_pk, seq, ts, e["stage"], e["mode"], e["raw_bs"], e["graph_bs"], e["num_tokens"],
+                              e["padded_tokens"], e["reason"], e["duration_s"], e.get("evidence")))
             continue
         table, cols, keys = _OTHER[kind]
         row = (run_pk,) + tuple(e.get(k) for k in keys)
@@ -339,6 +313,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             if run_end is None or seq > run_end["seq"]:
                 run_end = e
 
+    acc.add_step_rows(step_rows, _STEP_COLS)
     counts, computed, padded = result.step_counts, result.tokens_by_stage, result.padded_by_stage
     for (_second, stage, mode, reason), a in seconds.items():
         key = (stage, mode, reason or None)
@@ -374,20 +349,3 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
     result.accepted = len(events) - duplicates
     result.duplicates = duplicates
     return result
-
-
-def ingest_jsonl(store: Store, path: str | Path, *, batch_size: int = 5000) -> IngestResult:
-    """Load an events file (``runner.events_file``), checked whole before anything is written."""
-    from runner.events_file import read_events_file
-
-    events_file = read_events_file(path)
-    ingest_run(store, events_file.run)
-    total = IngestResult(accepted=0, duplicates=0)
-    for start in range(0, len(events_file.events), batch_size):
-        _add(total, ingest_events(store, events_file.run["run_id"], events_file.events[start:start + batch_size]))
-    return total
-
-
-def _add(total: IngestResult, part: IngestResult) -> None:
-    total.accepted += part.accepted
-    total.duplicates += part.duplicates

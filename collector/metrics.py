@@ -168,7 +168,7 @@ class Metrics:
             self.ingest_events.labels("rejected").inc(events)
 
     def observe_notifications(self, result) -> None:
-        """Count one notifier round (a ``collector.notifications.SendResult``)."""
+        """Count one notifier round (a ``collector.alerting.notifications.SendResult``)."""
         for outcome in NOTIFICATION_RESULTS:
             n = getattr(result, outcome)
             if n:

@@ -3,18 +3,19 @@ directly (``--db URL``) or through a running collector (``--collector URL`` with
 
 from __future__ import annotations
 
-import os
 import urllib.parse
 
 from runner.errors import ReplayscopeError
 
 def _delete(args) -> int:
+    from collector.settings import resolve
+
     if args.collector:
         from runner.http import HttpError, request_json
 
         url = f"{args.collector.rstrip('/')}/v1/runs/{urllib.parse.quote(args.run_id, safe='')}"
         try:
-            request_json("DELETE", url, token=args.token, decode=False)
+            request_json("DELETE", url, token=resolve(args).token, decode=False)
         except HttpError as error:
             if error.status == 404:
                 raise ReplayscopeError(f"no run {args.run_id!r} in the collector at {args.collector}") from None
@@ -22,7 +23,6 @@ def _delete(args) -> int:
         print(f"deleted run {args.run_id} through the collector at {args.collector}")
         return 0
     from collector.deletion import delete_run
-    from collector.settings import resolve
     from collector.store import Store
 
     store = Store.open(resolve(args).db)
@@ -48,6 +48,6 @@ def add_parsers(sub) -> None:
     target.add_argument("--db", metavar="URL",
                         help="the store (SQLAlchemy URL; default $REPLAYSCOPE_DB or sqlite:///replayscope.db)")
     target.add_argument("--collector", metavar="URL", help="delete through a running collector instead")
-    delete.add_argument("--token", metavar="T", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+    delete.add_argument("--token", metavar="T", default=None,
                         help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")
     delete.set_defaults(handler=_delete)

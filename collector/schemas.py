@@ -10,7 +10,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from collector.regressions import METRICS as REGRESSION_METRICS
+from collector.analysis.regressions import METRICS as REGRESSION_METRICS
 from runner import wire
 from runner.wire import FieldSpec
 
@@ -410,7 +410,7 @@ class RunRegressions(Out):
 
 
 class RunFigures(Out):
-    """A run's headline figures (``collector.fleet``): null when unknown."""
+    """A run's headline figures (``collector.analysis.fleet``): null when unknown."""
 
     eager_ratio: Optional[float]
     decode_padded_ratio: Optional[float]

@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
+from runner import environment
 from runner.errors import ReplayscopeError
 
 DEFAULT_DB = "sqlite:///replayscope.db"
@@ -50,6 +51,9 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict = {}
         for f in fields(cls):
+            if f.name == "token":        # the runner's commands read it too: one lookup for both
+                values["token"] = environment.token(environ=env)
+                continue
             raw = env.get(f"REPLAYSCOPE_{f.name.upper()}")
             if raw is None or raw == "":
                 continue

@@ -10,7 +10,7 @@ On PostgreSQL (migration 0006) the raw step tables ``steps`` and ``step_counts``
 partitioned by UTC day on ``ts`` (key ``(run_pk, seq, ts)``: a partitioned table's key
 must hold its partition column) and ``step_rollups`` by ``(bucket_s, t)``: one partition
 for whole-run rows, one for minute rows, one per day of 1-second rows. The partitions live
-in the schema ``replayscope_partitions``; ``collector.retention`` creates and drops them.
+in the schema ``replayscope_partitions``; ``collector.models.retention`` creates and drops them.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ _REASON = sa.String(160)
 def _run_fk() -> sa.Column:
     return sa.Column("run_pk", sa.Integer, sa.ForeignKey("runs.id", ondelete="CASCADE"),
                      primary_key=True)
+
+
+# What every rollup row sums (step_rollups, batch_rollups; collector.models.rollups adds them).
+ROLLUP_SUMS = ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps")
+
+
+def _rollup_sums() -> list[sa.Column]:
+    return [sa.Column(name, sa.Float if name == "duration_s" else sa.BigInteger, nullable=False)
+            for name in ROLLUP_SUMS]
 
 
 runs = sa.Table(
@@ -200,11 +209,7 @@ step_rollups = sa.Table(
     sa.Column("stage", sa.String(16), primary_key=True),
     sa.Column("mode", sa.String(8), primary_key=True),
     sa.Column("reason", _REASON, primary_key=True),
-    sa.Column("steps", sa.BigInteger, nullable=False),
-    sa.Column("num_tokens", sa.BigInteger, nullable=False),
-    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
-    sa.Column("duration_s", sa.Float, nullable=False),
-    sa.Column("timed_steps", sa.BigInteger, nullable=False),
+    *_rollup_sums(),
     sqlite_with_rowid=False,
 )
 
@@ -218,11 +223,7 @@ batch_rollups = sa.Table(
     sa.Column("raw_bs", sa.Integer, primary_key=True),
     sa.Column("mode", sa.String(8), primary_key=True),
     sa.Column("reason", _REASON, primary_key=True),
-    sa.Column("steps", sa.BigInteger, nullable=False),
-    sa.Column("num_tokens", sa.BigInteger, nullable=False),
-    sa.Column("padded_tokens", sa.BigInteger, nullable=False),
-    sa.Column("duration_s", sa.Float, nullable=False),
-    sa.Column("timed_steps", sa.BigInteger, nullable=False),
+    *_rollup_sums(),
     sqlite_with_rowid=False,
 )
 
@@ -299,7 +300,7 @@ alert_notifications = sa.Table(
 )
 
 # Periodic work shared by several collectors: each job's last period ("slot") claimed, so
-# a job runs once per period however many collectors run it (collector.leader).
+# a job runs once per period however many collectors run it (collector.services.leader).
 service_ticks = sa.Table(
     "service_ticks", metadata,
     sa.Column("name", sa.String(64), primary_key=True),

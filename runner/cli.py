@@ -8,6 +8,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from runner import environment
 from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ def add_parsers(sub) -> None:
     telemetry.add_argument("--run-id", help="the run's id (default: random)")
     telemetry.add_argument("--events", metavar="FILE", help="write the run as JSON lines to FILE")
     telemetry.add_argument("--collector", metavar="URL", help="stream events to a replayscope collector")
-    telemetry.add_argument("--token", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+    telemetry.add_argument("--token", default=None,
                            help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
     telemetry.add_argument("--spool", metavar="FILE", help="where to keep events while the collector is "
                                                            "unreachable (default: replayscope-spool-RUN.jsonl)")
@@ -207,7 +208,7 @@ def make_sink(args):
     if args.collector:
         if not args.collector.startswith(("http://", "https://")):
             raise ReplayscopeError(f"--collector {args.collector!r} is not an http(s) URL")
-        sinks.append(HttpSink(args.collector, token=args.token, spool_path=args.spool))
+        sinks.append(HttpSink(args.collector, token=environment.token(args.token), spool_path=args.spool))
     if not sinks:
         return None
     return sinks[0] if len(sinks) == 1 else TeeSink(sinks)

@@ -5,7 +5,7 @@
     {"seq": 1, "ts": ..., "kind": "step", ...}
 
 The runner's ``--events`` (``JsonlSink``) and the HTTP sink's spool write it;
-``replayscope import events``, ``collector.ingest.ingest_jsonl`` and the tests read it.
+``replayscope import events`` and the tests read it.
 This module is the only place that knows the format. Standard library only.
 """
 

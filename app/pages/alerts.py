@@ -156,7 +156,7 @@ def layout(**_query: Any) -> html.Div:
 
 def form_data(name, kind, metric, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
               enabled) -> dict[str, Any]:
-    """The form as a rule object for collector.alerts (which validates it)."""
+    """The form as a rule object for collector.alerting.alerts (which validates it)."""
     regression = kind == "regression"
     return {"name": (name or "").strip(), "kind": kind or "eager_ratio", "metric": metric if regression else None,
             "threshold": threshold, "window_s": window, "min_steps": min_steps,

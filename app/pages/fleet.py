@@ -1,7 +1,7 @@
 """Fleet (/fleet): every run grouped by model, backend, device and version; their shares,
 step times, capture and startup over time; regressions against each run's baseline.
 
-Reads ``collector.fleet`` only (rollups, captures and phases, kept for good). Filters are
+Reads ``collector.analysis.fleet`` only (rollups, captures and phases, kept for good). Filters are
 also query parameters (``/fleet?model=llama-8b&period=7d``), so a filtered view is a link.
 """
 
@@ -106,7 +106,7 @@ def filters_of(model=None, backend=None, device=None, version=None, period=DEFAU
 
 
 def page_data(store: Any, metric: str = "eager_ratio", **chosen: Any) -> dict[str, Any]:
-    """Everything the fleet page shows for the chosen filters, from ``collector.fleet``."""
+    """Everything the fleet page shows for the chosen filters, from ``collector.analysis.fleet``."""
     found = data.fleet.fleet(store, filters_of(**chosen))
     runs, total = found["runs"], found["runs_total"]
     regressed = sum(g["regressions"] for g in found["groups"])

@@ -12,13 +12,15 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from collector import notifications, queries, schemas
+from collector import schemas
+from collector.alerting import notifications
+from collector.models import queries
 from collector.api import alerts, fleet, ingest, ops, runs
 from collector.api.errors import HANDLED, problem
 from collector.api.guards import BodyLimit, HostGuard, WriteGuard
 from collector.hosts import served_hosts
 from collector.metrics import Metrics
-from collector.services import Evaluator, Notifier, Retention
+from collector.services.loops import Evaluator, Notifier, Retention
 from collector.settings import Settings
 from collector.store import Store
 from collector.throttle import WrongTokens

@@ -1,4 +1,4 @@
-"""The fleet read: every run the filters select, by group and over time (``collector.fleet``)."""
+"""The fleet read: every run the filters select, by group and over time (``collector.analysis.fleet``)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,8 @@ from typing import Optional
 
 from fastapi import APIRouter, Query
 
-from collector import fleet, schemas
+from collector import schemas
+from collector.analysis import fleet
 from collector.api.deps import StoreDep
 from collector.api.errors import READ, responses
 

@@ -6,7 +6,8 @@ import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from collector import leader, schemas
+from collector import schemas
+from collector.services import leader
 from collector.api.deps import MetricsDep, StoreDep
 from collector.api.errors import responses
 

@@ -8,8 +8,10 @@ from typing import Callable, Literal, Optional
 
 from fastapi import APIRouter, Query
 
-from collector import diagnosis, queries, regressions, schemas
-from collector.advisor.stored import advice_for_run
+from collector import schemas
+from collector.analysis import diagnosis, regressions
+from collector.models import queries
+from collector.analysis.advisor.stored import advice_for_run
 from collector.api.deps import StoreDep
 from collector.api.errors import READ, responses
 from collector.store import Store

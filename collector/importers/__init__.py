@@ -14,11 +14,11 @@ from __future__ import annotations
 import importlib
 
 # Loaded on first use: the parsers compile many patterns, and ``replayscope --help`` imports
-# this package (for ``collector.importers.cli``) without needing them.
+# this package (for ``collector.import_commands``) without needing them.
 _EXPORTS = {
-    "RANK_POLICY": ("collector.importers.common", "RANK_POLICY"),
-    "ImportedRun": ("collector.importers.common", "ImportedRun"),
-    "ImportResult": ("collector.importers.common", "ImportResult"),
+    "RANK_POLICY": ("collector.importers.builder", "RANK_POLICY"),
+    "ImportedRun": ("collector.importers.parser", "ImportedRun"),
+    "ImportResult": ("collector.importers.parser", "ImportResult"),
     "parse_sglang_text": ("collector.importers.sglang_log", "parse_text"),
     "parse_vllm_text": ("collector.importers.vllm_log", "parse_text"),
 }
@@ -40,7 +40,7 @@ def import_log(engine: str, path: str):
     """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``) -> ``ImportResult``.
     ReplayscopeError for a path that is not a text log, and for a log that is plainly the
     other engine's (it says which)."""
-    from collector.importers.common import read_log_file
+    from collector.importers.parser import read_log_file
 
     text, mtime, digest = read_log_file(path)
     refuse_other_engine(engine, text, path)
@@ -49,7 +49,7 @@ def import_log(engine: str, path: str):
 
 def refuse_other_engine(engine: str, text: str, path: str) -> None:
     """ReplayscopeError when ``text`` is plainly another engine's log than ``engine``'s."""
-    from collector.importers.common import wrong_engine
+    from collector.importers.parser import wrong_engine
     from runner.errors import ReplayscopeError
 
     specs = __getattr__("ENGINE_SPECS")

@@ -31,8 +31,10 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable
 
-from collector.importers.common import Engine, LogParser, RunBuilder
-from collector.importers.lines import YearGuess, infer_year
+from collector.importers import refuse_other_engine
+from collector.importers.builder import RunBuilder
+from collector.importers.years import YearGuess, infer_year
+from collector.importers.parser import Engine, LogParser
 from runner.errors import ReplayscopeError
 
 READ_CHUNK = 1 << 20
@@ -79,13 +81,13 @@ class TailState:
 
 # -- the parser's state across a restart ---------------------------------------------------
 
-SNAPSHOT_VERSION = 2
+SNAPSHOT_VERSION = 3         # 3: the importers split (common -> facts, builder, parser)
 # Everything a parser's resumable state is made of; nothing else may be unpickled.
 _SNAPSHOT_CLASSES = {
     ("collector.importers.lines", "LineReader"), ("collector.importers.lines", "LogLine"),
-    ("collector.importers.lines", "YearGuess"), ("collector.importers.common", "Fact"),
-    ("collector.importers.common", "Failure"), ("collector.importers.vllm_log", "VllmRun"),
-    ("collector.importers.sglang_log", "SglangRun"), ("collector.importers.sglang_log", "_Section"),
+    ("collector.importers.years", "YearGuess"), ("collector.importers.facts", "Fact"),
+    ("collector.importers.builder", "Failure"), ("collector.importers.vllm_log", "VllmRun"),
+    ("collector.importers.sglang_log", "SglangRun"), ("collector.importers.sglang_capture", "_Section"),
 }
 
 
@@ -123,8 +125,6 @@ class LogTail:
         self.handle: IO[bytes] | None = None
         self.buffer = b""
         self.eof = False           # a stream ended
-        self.rotations = 0
-        self.truncations = 0
 
     def _open(self) -> bool:
         try:
@@ -153,13 +153,11 @@ class LogTail:
             data += self._drain()         # rotated: the old file's last lines first
             self.handle.close()
             self.handle = None
-            self.rotations += 1
             self.state.offset, self.state.inode = 0, None
             if self._open():
                 data += self._drain()
         elif current is not None and current.st_size < self.state.offset:
-            self.truncations += 1         # truncated in place (copytruncate): start again
-            self.state.offset = 0
+            self.state.offset = 0         # truncated in place (copytruncate): start again
             self.buffer = b""
             self.handle.seek(0)
             data += self._drain()
@@ -338,7 +336,6 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
     tail = LogTail(path, state, stream)
     first = tail.read()
     head = "\n".join(first)
-    from collector.importers import refuse_other_engine
     refuse_other_engine(engine.name, head, path)          # before anything is sent
     # the file's date, as import reads it (a live log's is about now); a stream's: today
     modified = _mtime(path) if stream is None else None

@@ -8,8 +8,8 @@ SGLang's ``[YYYY-MM-DD HH:MM:SS DP0 TP3]``, torchrun's ``[rank3]:``, uvicorn's
 strips all of it and returns the messages the line holds (a JSON message or a line where a
 log record starts in the middle of a progress bar can hold several).
 
-vLLM prints ``MM-DD HH:MM:SS`` without a year; ``YearGuess`` says which year from the
-evidence (``infer_year``). Stamps without a zone are read as UTC.
+Stamps without a zone are read as UTC; the year of vLLM's yearless stamps:
+``collector.importers.years``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,13 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
+from collector.importers.years import DATED, LEVEL_ANY, YearGuess, date_ts, decide_year, vllm_version
+
+
 RankKey = tuple  # the rank parts a line names, sorted: (("DP", 0), ("TP", 1)); (("pid", 42),)
 RANK_AXES = ("DP", "PP", "PCP", "TP", "DCP", "EP", "CP")   # the order a rank label names them in
-
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 _LEVELS = r"(?P<level>DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
-_LEVEL_ANY = r"(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL)"
 # docker compose's "service-1  | " (the line itself may start with spaces: a traceback frame)
 _COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]*\s+\|(?: |$)", re.A)
 _ISO = (r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?"
@@ -50,7 +51,7 @@ _BRACKET_TS = re.compile(
 _RANKS_ONLY = re.compile(r"^\[(?P<ranks>" + _AXES + r"\d+(?:\s+" + _AXES + r"\d+)*)\]\s*", re.A)
 # A bare clock in front of a record ("05:21:11 (EngineCore pid=75) INFO ...") and a level with
 # its source but no stamp ("INFO [monitor.py:53] ..."), as some logging configs print them.
-_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + _LEVEL_ANY + r"\b)", re.A)
+_BARE_CLOCK = re.compile(r"^(?P<t>\d\d:\d\d:\d\d)(?P<frac>[.,]\d+)?\s+(?=\(|" + LEVEL_ANY + r"\b)", re.A)
 _LEVEL_FILE = re.compile(r"^" + _LEVELS + r"\s+\[[\w./-]+:\d+\]\s*", re.A)
 _UVICORN = re.compile(r"^" + _LEVELS + r":\s+", re.A)
 _LEVEL_WORD = re.compile(r"^" + _LEVELS + r"\s+(?=\S)", re.A)
@@ -59,8 +60,8 @@ _PARTS = re.compile(r"(?<![A-Za-z])(" + "|".join(RANK_AXES) + r")_?(\d+)", re.A)
 # Where a log record starts in the middle of a line (after a progress-bar fragment that
 # had no newline of its own).
 _RECORD_START = re.compile(
-    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + _LEVEL_ANY +
-    r"|" + _LEVEL_ANY + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
+    r"\((?:[A-Za-z][\w-]*)(?:\s+_?[A-Z]{2,4}\d+\w*)?(?: rank=\d+)?\s+pid=\d+[^)]*\)\s*" + LEVEL_ANY +
+    r"|" + LEVEL_ANY + r"\s+\d\d-\d\d\s+\d\d:\d\d:\d\d"
     r"|\[(?:\d{4}-)?(?:\d\d-\d\d[ T])?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?(?:\s+[A-Z]{2,4}\d+)*\]", re.A)
 _BAR_HINT = re.compile(r"%\||it/s\]|s/it\]|\?it/s")
 # An unstamped line that continues the record above it (a traceback of a rank's exception).
@@ -97,15 +98,6 @@ class LogLine:
     process: str | None = None     # vLLM's process tag: EngineCore_DP0, Worker_TP1, APIServer, ...
 
 
-@dataclass
-class YearGuess:
-    year: int | None               # None: no yearless stamp seen yet; the reader decides at the first
-    evidence: str                  # what the year was taken from, for the run's warnings
-    day: str | None = None         # YYYY-MM-DD for stamps that print only a clock (SGLang's "%H:%M:%S")
-    reference: float = 0.0         # the date the year is taken against (the file's, or today)
-    reference_label: str = "the file's date"
-
-
 def _utc(date: str, clock: str, zone: str | None = None) -> float | None:
     try:
         moment = datetime.strptime(f"{date} {clock}", "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
@@ -125,106 +117,6 @@ def _fraction(frac: str | None) -> float:
         return float("0." + frac[1:])
     except ValueError:
         return 0.0
-
-
-# -- the year of a vLLM stamp -------------------------------------------------------------
-
-# vLLM releases (x.y.z -> first published); a log printed by a version cannot be older than
-# its development, which begins about when the release before it is published.
-_VLLM_RELEASES = {
-    (0, 2): "2023-09-28", (0, 3): "2024-01-31", (0, 4): "2024-03-30", (0, 5): "2024-06-11",
-    (0, 6): "2024-09-04", (0, 7): "2025-01-27", (0, 8): "2025-03-18", (0, 9): "2025-05-15",
-    (0, 10): "2025-07-24", (0, 11): "2025-10-02", (0, 12): "2025-12-03", (0, 13): "2025-12-18",
-}
-_VERSION = re.compile(r"vLLM API server version:?\s*v?(\d+)\.(\d+)|Initializing an? (?:V1 )?LLM engine "
-                      r"\(v(\d+)\.(\d+)|vllm(?:==|\s+version\s+)v?(\d+)\.(\d+)", re.I)
-_DATED = re.compile(r"(?<!\d)(20\d\d)-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)")
-# A yearless stamp: vLLM's "INFO 08-19 07:51:03", SGLang's "[08-19 07:51:03 TP0]".
-_YEARLESS_STAMP = re.compile("(?:" + _LEVEL_ANY + r"\s+|^\[)(\d\d)-(\d\d)\s+(\d\d):(\d\d):(\d\d)", re.M)
-
-
-def _when(year: int, month: str | int, day: str | int) -> float | None:
-    try:
-        return datetime(year, int(month), min(int(day), 28), tzinfo=timezone.utc).timestamp()
-    except (ValueError, OverflowError):
-        return None
-
-
-def infer_year(text: str, fallback: float, reference: str = "the file's date") -> YearGuess:
-    """The year of yearless stamps in ``text`` (vLLM's ``MM-DD``, SGLang's ``[MM-DD ...]``),
-    from what the text holds: ``decide_year`` on its first dated line, first yearless stamp
-    and the vLLM version it prints. Text with no yearless stamp yet (the start of a followed
-    log) leaves the year to the reader, which decides at the first stamp with what it read."""
-    head = text[:4_000_000]
-    stamp = next((m for m in _YEARLESS_STAMP.finditer(head) if _when(2000, m.group(1), m.group(2)) is not None), None)
-    dated = next((m for m in _DATED.finditer(head) if _when(int(m.group(1)), m.group(2), m.group(3)) is not None),
-                 None)
-    version = _version(head)
-    now = datetime.now(timezone.utc).timestamp()
-    if fallback <= 0:                    # text with no file behind it: now is the best guess
-        fallback, reference = now, "today's date"
-    return decide_year((stamp.group(1), stamp.group(2)) if stamp else None,
-                       (dated.group(0), dated.group(1), dated.group(2), dated.group(3)) if dated else None,
-                       version, min(fallback, now), reference)
-
-
-def _version(text: str) -> tuple[int, int] | None:
-    m = _VERSION.search(text)
-    if not m:
-        return None
-    groups = [int(g) for g in m.groups() if g is not None]
-    return groups[0], groups[1]
-
-
-def decide_year(stamp: tuple[str, str] | None, dated: tuple[str, str, str, str] | None,
-                version: tuple[int, int] | None, reference: float, label: str) -> YearGuess:
-    """A date the log prints wins (a launcher's or a library's own stamp near a yearless one).
-    Otherwise the year that puts the first stamp (month, day) closest before ``reference``,
-    unless the vLLM ``version`` the log prints was not developed yet then: the earliest year
-    it allows, if that is not in the future. Never a year that puts the stamps in the future.
-    ``stamp`` None: undecided (year None) unless a date was printed."""
-    if dated:
-        text, y, mo, d = dated
-        year = int(y)
-        if stamp:
-            # the dated line and the first vLLM stamp are close in time: pick the year that
-            # puts them nearest (a log that crosses New Year keeps its order)
-            there = _when(year, mo, d)
-            year = min((c for c in (year - 1, year, year + 1)),
-                       key=lambda c: abs((_when(c, stamp[0], stamp[1]) or 0) - there))
-        return YearGuess(year, f"the dated line {text!r} in the log", f"{y}-{mo}-{d}", reference, label)
-    modified = datetime.fromtimestamp(reference, timezone.utc)
-    if stamp is None:
-        return YearGuess(None, f"{label} {modified:%Y-%m-%d}", f"{modified:%Y-%m-%d}", reference, label)
-    month, day = stamp
-    year = modified.year
-    if (_when(year, month, day) or 0) > reference + 86400:        # a day's grace for time zones
-        year -= 1
-    evidence = f"{label} {modified:%Y-%m-%d} (the year that puts the stamps closest before it)"
-    floor = _release_floor(*version) if version else None
-    if floor is not None and (_when(year, month, day) or 0) < floor.replace(tzinfo=timezone.utc).timestamp():
-        later = next(c for c in range(floor.year, floor.year + 2)
-                     if (_when(c, month, day) or 0) >= floor.replace(tzinfo=timezone.utc).timestamp())
-        if (_when(later, month, day) or 0) <= datetime.now(timezone.utc).timestamp() + 86400:
-            evidence = (f"vLLM {version[0]}.{version[1]} in the log, developed from {floor:%Y-%m} on: {year} is "
-                        f"too early for it, {label} {modified:%Y-%m-%d} notwithstanding")
-            year = later
-    return YearGuess(year, evidence, f"{modified:%Y-%m-%d}", reference, label)
-
-
-def _release_floor(major: int, minor: int) -> datetime | None:
-    known = sorted(_VLLM_RELEASES)
-    if (major, minor) in _VLLM_RELEASES:
-        i = known.index((major, minor))
-        date = _VLLM_RELEASES[known[i - 1]] if i > 0 else _VLLM_RELEASES[known[0]]
-    elif (major, minor) > known[-1]:
-        date = _VLLM_RELEASES[known[-1]]
-    else:
-        return None
-    return datetime.strptime(date, "%Y-%m-%d")
-
-
-# -- splitting ---------------------------------------------------------------------------
 
 
 def split_records(raw: str) -> list[str]:
@@ -266,7 +158,7 @@ class LineReader:
 
     def _yearless_ts(self, month: str, day: str, clock: str) -> float | None:
         if self.year.year is None:
-            if _when(2000, month, day) is None:
+            if date_ts(2000, month, day) is None:
                 return None
             self.year = decide_year((month, day), self._dated, self._version, self.year.reference,
                                     self.year.reference_label)
@@ -315,11 +207,11 @@ class LineReader:
     def _gather_year_evidence(self, text: str) -> None:
         """What a year decided later can rest on: the first dated line, the vLLM version."""
         if self._dated is None:
-            m = next((m for m in _DATED.finditer(text) if _when(int(m.group(1)), m.group(2), m.group(3))), None)
+            m = next((m for m in DATED.finditer(text) if date_ts(int(m.group(1)), m.group(2), m.group(3))), None)
             if m:
                 self._dated = (m.group(0), m.group(1), m.group(2), m.group(3))
         if self._version is None:
-            self._version = _version(text)
+            self._version = vllm_version(text)
 
     def _json(self, lineno: int, text: str) -> list[LogLine] | None:
         try:

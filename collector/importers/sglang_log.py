@@ -12,223 +12,19 @@ from __future__ import annotations
 
 import bisect
 import re
-from dataclasses import dataclass, field
 from typing import Any
 
-from collector.failures import ENGINE_FATAL, EXCEPTION_LINE
-from collector.importers.common import (
-    BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num,
-    parse_text as _parse, rank_order, to_int,
-)
-from collector.importers.bars import bars
-from collector.importers.lines import LogLine
+from collector.importers.builder import RunBuilder
+from collector.importers.facts import Fact, mem_bytes, num, rank_order, to_int
+from collector.importers.parser import Engine, parse_text as _parse
+from collector.importers.sglang_capture import SectionCaptures, _Section
+from collector.importers.sglang_lines import KV, MEM, classify, mem_in, server_args, timings_of
+
 
 SOURCE = "sglang-log"
 
-_MEM = NUM + r"\s*(GB|GiB|MB|MiB)"
-_GRAPH = r"(?P<dev>cuda|cpu|npu|CUDA|CPU|NPU|musa|MUSA|hpu|HPU|xpu|XPU)"
-_SECTION = (r"Capture (?:(?P<role>target|draft) )?(?:(?P<stage>decode|verify|prefill|extend|idle|piecewise) )?"
-            + _GRAPH)
-_RE = {
-    "banner": re.compile(r"server_args=ServerArgs\("),
-    "load_begin": re.compile(r"Load weight begin\b(?P<rest>.*)$"),
-    "load_end": re.compile(r"Load weight end\b(?P<rest>.*)$"),
-    "pool_end": re.compile(r"Memory pool end\.\s*avail mem=" + _MEM),
-    "kv": re.compile(r"KV Cache is allocated\.(?P<rest>.*)$"),
-    "token_budget": re.compile(r"max_total_num_tokens=(?P<rest>\d+.*)$"),
-    "timings": re.compile(r"Engine startup timings \(s\):\s*(?P<rest>.*)$"),
-    "capture_failed": re.compile(_SECTION + r" graph failed\b:?\s*(?P<error>.*)$", re.I),
-    "capture_begin": re.compile(_SECTION + r" graph begin\b(?P<rest>.*)$", re.I),
-    "capture_end": re.compile(_SECTION + r" graph end\b(?P<rest>.*)$", re.I),
-    "capture_bs": re.compile(r"Capture " + _GRAPH + r" graph (?P<what>bs|num tokens) \[(?P<bs>[^\]]*)\]", re.I),
-    "batch": re.compile(r"\b(?P<stage>Decode|Prefill) batch\b(?P<mixed>\s*\(mixed #running-req:\s*\d+\))?"
-                        r"(?P<rest>.*)$"),
-    "ready": re.compile(r"The server is fired up and ready to roll|Uvicorn running on|Application startup complete"),
-    "fatal": ENGINE_FATAL["sglang"],
-}
-# What a capture bar is of: "Capturing batches (bs=8 avail_mem=12.30 GB)", "(bs=8, avail_mem=...)",
-# "(avail_mem=...)" without the size, the piecewise "Capturing num tokens (num_tokens=N avail_mem=...)";
-# a bar without a description is one too while a capture section is open.
-_BAR_DESC = re.compile(r"Capturing [\w ]*?\((?:(?:bs|num_tokens)=(?P<bs>\d+),?\s*)?avail_mem=" + NUM +
-                       r"\s*(?P<unit>GB|GiB)\)")
-_KV = {
-    "elapsed": re.compile(r"(?:Time )?elapsed(?:=|:\s*)" + NUM + r"\s*s\b"),
-    "mem_usage": re.compile(r"mem usage=" + _MEM),
-    "avail": re.compile(r"avail mem=" + _MEM),
-    "backend": re.compile(r"backend=([\w.-]+)"),
-    "bs": re.compile(r"\bbs=\[([^\]]*)\]"),
-    "num_tokens": re.compile(r"\bnum_tokens=\[([^\]]*)\]"),
-    "type": re.compile(r"\btype=([\w.]+)"),
-}
-# A section's stage as a capture event's: piecewise graphs serve prefill/extend batches.
-_STAGES = {"decode": "decode", "verify": "verify", "prefill": "prefill", "extend": "prefill", "idle": "decode",
-           "piecewise": "prefill"}
 
-
-def _mem(pattern: re.Pattern, text: str) -> int | None:
-    m = pattern.search(text)
-    return mem_bytes(m.group(1), m.group(2)) if m else None
-
-
-def classify(line: LogLine) -> list[Fact]:
-    text = line.text
-    if "raph" in text or "RAPH" in text:
-        for kind in ("capture_failed", "capture_begin", "capture_end", "capture_bs"):
-            m = _RE[kind].search(text)
-            if m:
-                return [Fact(line, kind, m.groupdict())]
-    if "batch" in text:
-        m = _RE["batch"].search(text)
-        if m:
-            return [Fact(line, "batch", m.groupdict())]
-    if "%" in text:
-        found = []
-        for bar in bars(text):
-            m = _BAR_DESC.search(bar.desc) if bar.desc else None
-            if bar.desc is not None and m is None:
-                continue                          # some other bar (a download, a checkpoint, a compile)
-            found.append(Fact(line, "tqdm", {"bs": to_int(m["bs"]) if m and m["bs"] else None, "n": bar.n,
-                                             "total": bar.total, "elapsed_s": bar.elapsed_s,
-                                             "avail": mem_bytes(m.group(2), m["unit"]) if m else None,
-                                             "named": m is not None}))
-        if found:
-            return found
-    for kind in ("load_begin", "load_end", "pool_end", "kv", "token_budget", "timings"):
-        m = _RE[kind].search(text)
-        if m:
-            return [Fact(line, LOAD if kind == "load_begin" else kind, m.groupdict() | {"groups": m.groups()})]
-    if _RE["banner"].search(text):
-        return [Fact(line, BANNER, {"text": text})]
-    if _RE["ready"].search(text):
-        return [Fact(line, READY)]
-    m = _RE["fatal"].search(text)
-    if m:
-        return [Fact(line, FATAL, {"text": text, "error": m.groupdict().get("error")})]
-    return []
-
-
-@dataclass
-class _Section:
-    """One capture pass: a ``Capture ... begin`` to its ``end`` (or failure)."""
-    role: str
-    stage: str
-    dev: str
-    rank: Any
-    rank_label: str | None
-    backend: str | None = None
-    sizes: list[int] = field(default_factory=list)
-    begin_avail: int | None = None
-    begin_ts: float | None = None
-    tqdm: list[Fact] = field(default_factory=list)
-    ended: bool = False
-    failed: bool = False
-    error: str | None = None
-    elapsed: float | None = None
-    mem_usage: int | None = None
-    end_avail: int | None = None
-    end_ts: float | None = None
-    emitted: bool = False
-
-    @property
-    def label(self) -> str:
-        return f"{self.role}.{self.stage}"
-
-    def bar_total(self) -> int | None:
-        """How many sizes the section's bar counts (its N/total), if it drew one."""
-        return max((f.data["total"] for f in self.tqdm), default=None)
-
-    def bar_sizes(self) -> dict[int, int]:
-        """Position -> size, from bar updates that name their size. SGLang sets the size as
-        the description before it captures it and tqdm draws again after the update, so
-        ``bs=X`` first shows at ``k/N`` when X is the (k+1)-th; an excerpt that starts at X's
-        second drawing shows X and the next size at the same ``k``: X was the k-th."""
-        first: dict[int, int] = {}
-        previous = None
-        for f in self.tqdm:
-            bs, n = f.data.get("bs"), f.data["n"]
-            if not bs or bs in first:
-                continue
-            if previous is not None and first[previous] == n:
-                first[previous] = n - 1
-            first[bs], previous = n, bs
-        total = self.bar_total() or 0
-        return {n: bs for bs, n in first.items() if 0 <= n < total}
-
-    def known_sizes(self) -> list[int]:
-        """The sizes of the section as the log states them: the printed list, else a bar
-        seen naming every one of its sizes; [] when neither (a bar cut off in the excerpt
-        shows some sizes, not which sizes there were)."""
-        if self.sizes:
-            return sorted(set(self.sizes))
-        named, total = self.bar_sizes(), self.bar_total()
-        if total and sorted(named) == list(range(total)):
-            return sorted(set(named.values()))
-        return []
-
-    def largest(self) -> int | None:
-        """The largest size: of the list, else the bar's first (SGLang captures largest first)."""
-        known = self.known_sizes()
-        return max(known) if known else self.bar_sizes().get(0)
-
-    def planned(self) -> int | None:
-        """How many sizes the section captures: the list's length, else the bar's total."""
-        return len(self.known_sizes()) or self.bar_total()
-
-    def current_bs(self) -> int | None:
-        """The size the bar was on last (a bar without sizes: from its count and the list)."""
-        if not self.tqdm:
-            return None
-        d = self.tqdm[-1].data
-        if d.get("bs"):
-            return int(d["bs"])
-        n = d["n"]
-        order = sorted(set(self.sizes), reverse=True)
-        if n < len(order):
-            return order[n]
-        return None
-
-
-def _server_args(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key in ("model_path", "served_model_name", "device"):
-        m = re.search(rf"\b{key}='([^']*)'", text)
-        if m:
-            out[key] = m.group(1)
-    for key in ("disable_cuda_graph", "enable_torch_compile", "disable_cuda_graph_padding", "enable_dp_attention",
-                "enforce_piecewise_cuda_graph", "disable_piecewise_cuda_graph"):
-        m = re.search(rf"\b{key}=(True|False)", text)
-        if m:
-            out[key] = m.group(1) == "True"
-    for key in ("torch_compile_max_bs", "cuda_graph_max_bs", "decode_log_interval", "tp_size", "dp_size",
-                "pp_size", "ep_size", "max_running_requests"):
-        m = re.search(rf"\b{key}=(\d+)", text)
-        if m:
-            out[key] = int(m.group(1))
-    m = re.search(r"\bcuda_graph_bs=\[([^\]]*)\]", text)
-    if m:
-        out["cuda_graph_bs"] = sorted(set(int_list(m.group(1))))
-    m = re.search(r"\bspeculative_algorithm='?(\w+)", text)
-    if m and m.group(1) != "None":
-        out["speculative_algorithm"] = m.group(1)
-    return out
-
-
-def _timings(text: str) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    m = re.search(r"cuda_graph=\{([^}]*)\}", text)
-    if m:
-        graphs = {k: v for k, v in ((k, num(v)) for k, v in re.findall(r"(\w+)=" + NUM, m.group(1)))
-                  if v is not None}
-        out["cuda_graph"] = graphs
-        text = text[:m.start()] + text[m.end():]
-    for key, value in re.findall(r"([\w()]+)=" + NUM, text):
-        v = num(value)
-        if v is not None:
-            out[key] = v
-    return out
-
-
-class SglangRun(RunBuilder):
+class SglangRun(SectionCaptures, RunBuilder):
     engine = "sglang"
     source = SOURCE
 
@@ -239,7 +35,6 @@ class SglangRun(RunBuilder):
         self.kv: dict[Any, dict[str, Any]] = {}
         self.figures: dict[str, dict[Any, tuple]] = {}
         self.timings: dict[str, Any] = {}
-        self.timings_fact: Fact | None = None
         self.sections: list[_Section] = []
         self.open: dict[Any, _Section] = {}                   # rank -> its open section
         self.steps_without_flag = 0
@@ -254,12 +49,12 @@ class SglangRun(RunBuilder):
 
     # -- startup -----------------------------------------------------------------------
     def on_banner(self, fact: Fact) -> None:
-        self.args.update(_server_args(fact.data["text"]))
+        self.args.update(server_args(fact.data["text"]))
 
     def on_load(self, fact: Fact) -> None:
         self.stage = "load_weights"
         self.loads.setdefault(fact.line.rank, []).append(
-            {"begin_ts": fact.line.ts, "fact": fact, "begin_avail": _mem(_KV["avail"], fact.data["rest"])})
+            {"begin_ts": fact.line.ts, "fact": fact})
 
     def on_load_end(self, fact: Fact) -> None:
         rest = fact.data["rest"]
@@ -268,8 +63,8 @@ class SglangRun(RunBuilder):
         if load is None:
             load = {"begin_ts": None}
             loads.append(load)
-        e = _KV["elapsed"].search(rest)
-        load.update(end=True, fact=fact, elapsed=num(e.group(1)) if e else None, mem=_mem(_KV["mem_usage"], rest))
+        e = KV["elapsed"].search(rest)
+        load.update(end=True, fact=fact, elapsed=num(e.group(1)) if e else None, mem=mem_in(KV["mem_usage"], rest))
         self.stage = "kv_cache"
 
     def on_pool_end(self, fact: Fact) -> None:
@@ -280,7 +75,7 @@ class SglangRun(RunBuilder):
         rest = fact.data["rest"]
         total, found = 0, False
         for key in ("K size", "V size", "KV size"):
-            m = re.search(r"\b" + re.escape(key) + r":\s*" + _MEM, rest)
+            m = re.search(r"\b" + re.escape(key) + r":\s*" + MEM, rest)
             if m:
                 b = mem_bytes(m.group(1), m.group(2))
                 if b is not None:
@@ -299,207 +94,20 @@ class SglangRun(RunBuilder):
             m = re.search(rf"\b{key}=(\d+)", rest)
             if m:
                 self._figure(key, fact, int(m.group(1)))
-        m = re.search(r"available_gpu_mem=" + _MEM, rest)
+        m = re.search(r"available_gpu_mem=" + MEM, rest)
         if m:
             self._figure("available_gpu_mem_bytes", fact, mem_bytes(m.group(1), m.group(2)))
 
     def on_timings(self, fact: Fact) -> None:
-        self.timings = _timings(fact.data["rest"])
-        self.timings_fact = fact
+        self.timings = timings_of(fact.data["rest"])
         if "scheduler_e2e" in self.timings:
             self.phase(fact, "engine_init", self.timings["scheduler_e2e"])
 
-    # -- capture -----------------------------------------------------------------------
-    def _open(self, fact: Fact, role: str | None, stage: str | None, dev: str) -> _Section:
-        section = _Section(role=(role or "target").lower(), stage=(stage or "decode").lower(), dev=dev.lower(),
-                           rank=fact.line.rank, rank_label=fact.line.rank_label, begin_ts=fact.line.ts)
-        self.sections.append(section)
-        self.open[fact.line.rank] = section
-        self.stage = "capture"
-        return section
-
-    def _section_for(self, fact: Fact, d: dict[str, Any]) -> _Section:
-        section = self.open.get(fact.line.rank)
-        if section is None:
-            section = self._open(fact, d.get("role"), d.get("stage"), d.get("dev") or "cuda")
-        return section
-
-    def on_capture_begin(self, fact: Fact) -> None:
-        d = fact.data
-        previous = self.open.get(fact.line.rank)
-        if previous is not None and not previous.tqdm and not previous.ended:
-            self.sections.remove(previous)       # a begin with no end: the newer one stands
-        section = self._open(fact, d["role"], d["stage"], d["dev"])
-        rest = d["rest"]
-        section.begin_avail = _mem(_KV["avail"], rest)
-        m = _KV["backend"].search(rest)
-        section.backend = m.group(1) if m else None
-        m = _KV["bs"].search(rest) or _KV["num_tokens"].search(rest)
-        if m:
-            section.sizes = int_list(m.group(1))
-
-    def on_capture_bs(self, fact: Fact) -> None:
-        # "num tokens" is the piecewise runner's list (prefill graphs), not the decode sizes
-        piecewise = fact.data["what"].lower() == "num tokens"
-        section = self.open.get(fact.line.rank)
-        if section is None or (piecewise and section.stage != "piecewise"):
-            section = self._open(fact, None, "piecewise" if piecewise else None, fact.data.get("dev") or "cuda")
-        section.sizes = int_list(fact.data["bs"])
-
-    def on_tqdm(self, fact: Fact) -> None:
-        # SGLang draws the bar on rank 0 only, and without a rank prefix: it belongs to the
-        # section the lowest rank has open
-        section = self._bar_section()
-        if section is None:
-            if not fact.data.get("named"):
-                return                              # some other bar (a download, a checkpoint)
-            section = self._open(fact, None, None, "cuda")
-        section.tqdm.append(fact)
-
-    def _bar_section(self) -> _Section | None:
-        open_sections = [s for s in self.open.values() if not s.ended and not s.failed]
-        return min(open_sections, key=lambda s: rank_order(s.rank)) if open_sections else None
-
-    def on_capture_end(self, fact: Fact) -> None:
-        d = fact.data
-        section = self._section_for(fact, d)
-        rest = d["rest"]
-        e = _KV["elapsed"].search(rest)
-        section.ended = True
-        section.elapsed = num(e.group(1)) if e else None
-        section.mem_usage = _mem(_KV["mem_usage"], rest)
-        section.end_avail = _mem(_KV["avail"], rest)
-        section.end_ts = fact.line.ts
-        self.open.pop(fact.line.rank, None)
-        if not self.open:
-            self.stage = "warmup"
-        self.phase(fact, f"capture.{section.role}.{section.stage}", section.elapsed, section.mem_usage, hold=True)
-        self._capture_total(fact)
-        self._emit_captures(section)
-
-    def _capture_total(self, fact: Fact) -> None:
-        """The whole capture of this rank: the sum of its ended sections (held: another
-        section may follow)."""
-        mine = [s for s in self.sections if s.ended and s.rank == fact.line.rank]
-        timed = [s.elapsed for s in mine if s.elapsed is not None]
-        mems = [s.mem_usage for s in mine if s.mem_usage is not None]
-        event = {"kind": "phase", "ts": fact.line.ts, "phase": "capture",
-                 "duration_s": sum(timed) if timed else None,
-                 "start_ts": None if fact.line.ts is None or not timed else fact.line.ts - sum(timed),
-                 "mem_bytes": sum(mems) if mems else None, "rank": fact.line.rank_label}
-        self.note_headline("capture", fact.line)
-        self.hold(("capture", fact.line.rank), event)
-
-    def on_capture_failed(self, fact: Fact) -> None:
-        d = fact.data
-        section = self.open.get(fact.line.rank) or self._bar_section()
-        if section is None:
-            section = self._open(fact, d["role"], d["stage"], d["dev"])
-        # "Capture cuda graph failed: {e}": e's text, where the line has it; an empty one names no
-        # cause, so the exception the traceback printed (or the scheduler's line) stays the error
-        error = clip(d["error"], 4000) or None
-        if not section.failed:
-            section.failed = True
-            section.error = error
-            section.end_ts = fact.line.ts
-        self.open.pop(section.rank, None)
-        trace = self.trace.get(fact.line.rank)
-        if trace is not None and EXCEPTION_LINE.match(fact.line.text):
-            trace["error"] = True                      # the traceback's own exception line: not cut
-        self.fail(fact, clip("capture failed: " + error, 4000) if error else None, phase="capture",
-                  graph_bs=section.current_bs(), wrapper=False if error else None)
-        self._emit_captures(section, failing_rank=fact.line.rank_label)
-
-    def capturing_bs(self) -> int | None:
-        section = self._bar_section()
-        return section.current_bs() if section else None
-
+    # -- serving --------------------------------------------------------------------
     def on_ready(self, fact: Fact) -> None:
         self.ready = True
         self.stage = "serving"
         self._release_startup()
-
-    def _emit_captures(self, s: _Section, failing_rank: str | None = None) -> None:
-        """Per-size captures of a section. The bar names each size as it starts (largest
-        first); a size's time is the bar's elapsed time when the next size starts minus when
-        this one started (whole seconds), its memory the drop in ``avail_mem``. Sizes the
-        section lists but the bar gives nothing for are captures of unknown length."""
-        if s.emitted:
-            return
-        s.emitted = True
-        if not s.tqdm and any(o.tqdm and o.role == s.role and o.stage == s.stage and o is not s
-                              for o in self.sections):
-            return                                   # the bar went to another rank's section
-        stage = _STAGES.get(s.stage, "decode")
-        compiled = self.args.get("enable_torch_compile") and s.role == "target" and stage == "decode"
-        max_compile_bs = self.args.get("torch_compile_max_bs", 32)
-        order = sorted(set(s.known_sizes()), reverse=True)   # SGLang captures the largest first
-        seen: dict[int, tuple[int | None, int | None]] = {}   # bs -> (avail when it started, count done then)
-        first_at: dict[int, float] = {}
-        named_bar = any(f.data.get("bs") for f in s.tqdm)
-        for fact in s.tqdm:
-            d = fact.data
-            n, el = d["n"], d["elapsed_s"]
-            if el is not None:
-                first_at[n] = min(first_at.get(n, el), el)
-            if d.get("bs"):
-                seen.setdefault(int(d["bs"]), (d.get("avail"), n))
-            elif not named_bar and n < len(order):
-                seen.setdefault(order[n], (d.get("avail"), n))
-        # without the list, the sizes are those the bar named, and only from its first one on:
-        # an excerpt that starts inside the bar shows some sizes, not which sizes there were
-        sizes = order or (list(seen) if 0 in s.bar_sizes() else [])
-        if not sizes:
-            if seen:
-                self.warnings.append(f"the {s.label} capture bar starts before this excerpt does: which sizes "
-                                     f"it captured is not in the log, so no per-size captures are recorded")
-            return
-        position = {bs: i for i, bs in enumerate(sizes)}
-        failing = s.failed or (not s.ended and self.failed())
-        failed_bs = s.current_bs() if failing else None
-
-        def done(bs: int) -> bool:
-            n = seen.get(bs, (None, None))[1]
-            return n is not None and n + 1 in first_at
-
-        rows = []
-        for bs in sizes:
-            avail, n = seen.get(bs, (None, None))
-            status, error = "ok", None
-            if failing:
-                if bs == failed_bs:
-                    status, error = "failed", s.error or self.error_text(self.headline_failure())
-                elif failed_bs is not None and position.get(failed_bs, -1) > position[bs]:
-                    pass                               # captured before the one that failed
-                elif not done(bs):
-                    continue
-            elif not s.ended and not done(bs):
-                if bs in seen:
-                    self.warnings.append(f"the capture of bs {bs} ({s.label}) was still running where the log ends")
-                continue
-            duration = first_at[n + 1] - first_at[n] if status == "ok" and done(bs) and n in first_at else None
-            later = [seen[b][0] for b in sizes[position[bs] + 1:] if b in seen]
-            nxt = later[0] if later else (s.end_avail if bs == sizes[-1] else None)
-            delta = avail - nxt if avail is not None and nxt is not None and status == "ok" else None
-            rows.append((bs, duration, delta, status, error))
-        untimed = sum(1 for r in rows if r[1] is None and r[3] == "ok")
-        if untimed and s.tqdm:
-            self.warnings.append(f"{untimed} capture size(s) of {s.label} have no time of their own in the log: "
-                                 f"their duration is not known")
-        pool, pool_known = 0, True
-        for bs, duration, delta, status, error in rows:
-            if delta is None:
-                pool_known = False
-            else:
-                pool += delta
-            self.emit({"kind": "capture", "ts": s.end_ts, "graph_bs": bs, "stage": stage,
-                       "duration_s": duration, "pool_bytes": max(0, pool) if pool_known and status == "ok" else None,
-                       "pool_delta_bytes": delta, "status": status, "error": error,
-                       "variant": "draft" if s.role == "draft" else ("compile" if compiled and bs <= max_compile_bs
-                                                                     else None),
-                       "rank": s.rank_label})
-        if rows:
-            self.note_headline("captures", LogLine(0, "", s.end_ts, s.rank, s.rank_label))
 
     # -- steps -------------------------------------------------------------------------
     def on_batch(self, fact: Fact) -> None:
@@ -649,7 +257,7 @@ class SglangRun(RunBuilder):
             if not section.emitted and (section.tqdm or section.sizes) and not section.ended:
                 if self.failed():
                     section.error = section.error or self.error_text(self.headline_failure())
-                    self._emit_captures(section, failing_rank=section.rank_label)
+                    self._emit_captures(section)
                 else:
                     where = f" on {section.rank_label}" if section.rank_label else ""
                     self.warnings.append(f"the capture of {section.label}{where} was still running where the log ends")

@@ -14,134 +14,15 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collector.failures import ENGINE_FATAL
-from collector.importers.common import (
-    BANNER, FATAL, LOAD, NUM, READY, Engine, Fact, RunBuilder, clip, int_list, mem_bytes, num, parse_text as _parse,
-    rank_order, to_int,
-)
-from collector.importers.bars import bars
+from collector.importers.builder import RunBuilder
+from collector.importers.facts import LOAD, Fact, clip, int_list, mem_bytes, num, rank_order, to_int
 from collector.importers.lines import LogLine
+from collector.importers.parser import Engine, parse_text as _parse
 from collector.importers.stages import vllm_row_stage
+from collector.importers.vllm_lines import classify, config_line, phase_slug
+
 
 SOURCE = "vllm-log"
-
-_MEM = NUM + r"\s*(GiB|GB|MiB|MB|TiB)"
-_SECS = NUM + r"\s*(?:seconds|secs|sec|s)\b"
-# What a capture bar is of: "Capturing CUDA graph shapes" (V0, early V1), "Capturing CUDA graphs
-# (decode, FULL)" / "(mixed prefill-decode, PIECEWISE)" (V1); the pass is what the parentheses say.
-_BAR_DESC = re.compile(r"Capturing (?:CUDA graphs?(?: shapes)?|cudagraphs?)\s*(?:\((?P<desc>[^)]*)\))?\s*$")
-_RE: list[tuple[str, re.Pattern]] = [
-    ("cg_settings", re.compile(r"\*\*CUDAGraph Config Settings:\*\*")),
-    ("cg_stats", re.compile(r"\*\*CUDAGraph Stats:\*\*")),
-    ("cg_mode", re.compile(r"^- Mode:\s*(?P<mode>\S+)")),
-    ("cg_sizes", re.compile(r"^- Capture sizes:\s*\[(?P<sizes>[^\]]*)\]")),
-    ("row", re.compile(r"^\|(?P<cells>.*)\|\s*$")),
-    ("capture_start", re.compile(r"Capturing the model for CUDA graphs|Capturing cudagraphs for decoding")),
-    ("capture_done", re.compile(r"Graph capturing finished in " + _SECS + r"(?:,\s*took " + _MEM + ")?")),
-    ("load_weights", re.compile(r"Loading weights took " + _SECS)),
-    ("weights_mem", re.compile(r"Loading model weights took " + _MEM + r"(?: and " + _SECS + ")?")),
-    ("model_loading", re.compile(r"Model loading took (?:" + _MEM + r"(?: memory)? and )?" + _SECS)),
-    ("graphs_off", re.compile(r"Cudagraph is disabled under eager mode|Skipping CUDA graph capture|"
-                              r"Enforce eager set\b")),
-    ("dynamo", re.compile(r"Dynamo bytecode transform time:\s*" + _SECS)),
-    ("compile_cache_hit", re.compile(r"Directly load (?:the compiled graph\(s\) for (?P<what>.+?) from the cache"
-                                     r"(?:, took " + _SECS + r")?|AOT compilation from path)")),
-    ("compile_graph", re.compile(r"Compiling a graph for (?P<what>.+?) (?:takes|took) " + _SECS)),
-    ("compile_cache_save", re.compile(r"Cache the graph of (?:compile range |shape )?.+ for later use|"
-                                      r"saved AOT compiled function")),
-    ("compile_total", re.compile(r"torch\.compile (?:takes|took) " + _SECS + r" in total")),
-    ("profile", re.compile(r"Memory profiling takes " + _SECS + r"|Initial profiling/warmup run took " + _SECS)),
-    ("kv_mem", re.compile(r"Available KV cache memory:\s*" + _MEM)),
-    ("kv_v0", re.compile(r"the rest of the memory reserved for KV Cache is\s*" + _MEM)),
-    ("kv_tokens", re.compile(r"GPU KV cache size:\s*(?P<tokens>[\d,]+) tokens")),
-    # V0 "# GPU blocks: N, # CPU blocks: M" (later "# cuda blocks" / "# rocm blocks"), early V1 "# GPU blocks: N"
-    ("blocks", re.compile(r"# (?!CPU\b)\w+ blocks:\s*(?P<gpu>\d+)(?:,\s*# CPU blocks:\s*(?P<cpu>\d+))?")),
-    # V1's API server: "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: N"
-    ("blocks", re.compile(r"\bnum_gpu_blocks is:?\s*(?P<gpu>\d+)")),
-    ("concurrency", re.compile(r"Maximum concurrency for (?P<tokens>[\d,]+) tokens per request:\s*"
-                               r"(?P<x>\d+(?:\.\d+)?)x")),
-    ("graph_pool", re.compile(r"CUDA graph pool memory:\s*" + _MEM + r"\s*\(actual\)(?:,\s*" + _MEM +
-                              r"\s*\(estimated\))?")),
-    ("graph_estimate", re.compile(r"Estimated CUDA graph memory:\s*" + _MEM)),
-    ("graph_profile", re.compile(r"Profiling CUDA graph memory:\s*(?P<rest>.*)$")),
-    ("capture_cap", re.compile(r"Capping cudagraph capture sizes from max (?P<old>\d+) to (?P<new>\d+)")),
-    ("init_engine", re.compile(r"init engine (?:\(profile, create kv cache, warmup model\) )?took " + _SECS +
-                               r"(?:\s*\(compilation:\s*" + _SECS + ")?")),
-    ("args", re.compile(r"non-default args:\s*(?P<rest>\{.*)$")),
-    (LOAD, re.compile(r"Starting to load model (?P<model>\S+?)(?:\.\.\.)?$")),
-    (BANNER, re.compile(r"vLLM API server version|Initializing a V1 LLM engine|Initializing an LLM engine")),
-    (READY, re.compile(r"Application startup complete|Starting vLLM API server\b.*\bon http|"
-                       r"Uvicorn running on")),
-    (FATAL, ENGINE_FATAL["vllm"]),
-]
-
-
-def classify(line: LogLine) -> list[Fact]:
-    text = line.text
-    if "Capturing" in text and "%" in text:
-        found = [Fact(line, "capture_progress", {"desc": m["desc"], "bar": bar})
-                 for bar in bars(text) if bar.desc and (m := _BAR_DESC.search(bar.desc))]
-        if found:
-            return found
-    for kind, pattern in _RE:
-        m = pattern.search(text)
-        if m:
-            data = m.groupdict()
-            data["groups"] = m.groups()
-            data["text"] = text
-            return [Fact(line, kind, data)]
-    return []
-
-
-def _slug(text: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
-    return slug.removeprefix("compile_")[:48] or "graph"
-
-
-# CUDAGraphMode as vLLM 0.10's JSON banner prints it (vllm/config/compilation.py).
-_MODE_NUMBERS = {"0": "NONE", "1": "PIECEWISE", "2": "FULL", "[2,0]": "FULL_DECODE_ONLY", "[2,1]": "FULL_AND_PIECEWISE"}
-
-
-def _config_line(text: str) -> dict[str, Any]:
-    """What the startup banner (or the non-default args) says about the engine."""
-    out: dict[str, Any] = {}
-    m = re.search(r"\bmodel='([^']*)'", text) or re.search(r"['\"]model['\"]:\s*'([^']*)'", text)
-    if m:
-        out["model"] = m.group(1)
-    m = re.search(r"\benforce_eager['\"]?[=:]\s*(True|False)", text)
-    if m:
-        out["enforce_eager"] = m.group(1) == "True"
-    m = re.search(r"\bdevice_config=(?:DeviceConfig\(device='?)?(\w+)", text)
-    if m:
-        out["device"] = m.group(1)
-    m = re.search(r"['\"]?cudagraph_capture_sizes['\"]?\s*[:=]\s*\[([^\]]*)\]", text)
-    if m:
-        out["capture_sizes"] = sorted(set(int_list(m.group(1))))
-    m = re.search(r"['\"]?max_(?:cudagraph_)?capture_size['\"]?\s*[:=]\s*(\d+)", text)
-    if m:
-        out["max_capture_size"] = int(m.group(1))
-    m = re.search(r"CUDAGraphMode\.(\w+)|['\"]cudagraph_mode['\"]:\s*(?:['\"](\w+)|(\[\s*\d\s*,\s*\d\s*\]|\d))", text)
-    if m:
-        mode = m.group(1) or m.group(2) or _MODE_NUMBERS.get(re.sub(r"\s", "", m.group(3) or ""))
-        if mode:
-            out["cudagraph_mode"] = mode.upper()
-    # torch.compile is on at any compilation level / mode above 0 (vllm/config/compilation.py)
-    m = re.search(r"CompilationMode\.\w+:\s*(\d)|CompilationLevel\.\w+:\s*(\d)|['\"](?:level|mode)['\"]:\s*(\d)\b", text)
-    if m:
-        out["compile_level"] = int(next(g for g in m.groups() if g is not None))
-    m = re.search(r"['\"]use_cudagraph['\"]:\s*(false|False)\b", text)
-    if m:
-        out["use_cudagraph"] = False
-    m = re.search(r"['\"]?max_num_seqs['\"]?\s*[:=]\s*(\d+)", text)
-    if m:
-        out["max_num_seqs"] = int(m.group(1))
-    m = re.search(r"(?:version|engine \(v)\s*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", text)
-    if m:
-        out["vllm_version"] = m.group(1).rstrip(")")
-    m = re.search(r"\b(?:tensor_parallel_size|tp)['\"]?\s*[:=]\s*(\d+)", text)
-    if m:
-        out["tensor_parallel_size"] = int(m.group(1))
-    return out
 
 
 class VllmRun(RunBuilder):
@@ -155,8 +36,6 @@ class VllmRun(RunBuilder):
         self.loads: dict[Any, dict[str, Any]] = {}          # rank -> the load being read
         self.passes: list[dict[str, Any]] = []
         self.capturing = False
-        self.graph_pool: int | None = None
-        self.graph_estimate: int | None = None
         self.capture_took: dict[Any, int | None] = {}
         self.compile_seen = False
         self.table: dict[str, Any] | None = None
@@ -184,10 +63,10 @@ class VllmRun(RunBuilder):
 
     # -- startup -----------------------------------------------------------------------
     def on_banner(self, fact: Fact) -> None:
-        self.meta.update(_config_line(fact.data["text"]))
+        self.meta.update(config_line(fact.data["text"]))
 
     def on_args(self, fact: Fact) -> None:
-        for key, value in _config_line(fact.data["rest"]).items():
+        for key, value in config_line(fact.data["rest"]).items():
             self.meta.setdefault(key, value)
 
     def on_load(self, fact: Fact) -> None:
@@ -233,14 +112,14 @@ class VllmRun(RunBuilder):
 
     def on_compile_graph(self, fact: Fact) -> None:
         self.stage, self.compile_seen = "compile", True
-        self.phase(fact, "compile." + _slug(fact.data["what"]), num(fact.data["groups"][1]))
+        self.phase(fact, "compile." + phase_slug(fact.data["what"]), num(fact.data["groups"][1]))
 
     def on_compile_cache_hit(self, fact: Fact) -> None:
         self.stage, self.compile_seen = "compile", True
         self._count_cache(fact, 0)
         seconds = num(fact.data["groups"][1]) if fact.data.get("what") else None
         if seconds is not None:
-            self.phase(fact, "compile.cache_load_" + _slug(fact.data["what"]), seconds)
+            self.phase(fact, "compile.cache_load_" + phase_slug(fact.data["what"]), seconds)
 
     def on_compile_cache_save(self, fact: Fact) -> None:
         self.compile_seen = True

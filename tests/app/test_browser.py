@@ -38,7 +38,7 @@ def env(tmp_path_factory):
     """A store with a real runner run (static backend), a baseline, a live run and a
     hostile name, served by uvicorn in a thread."""
     pytest.importorskip("torch", reason="the store holds a real `replayscope run`'s run")
-    from collector.ingest import ingest_jsonl
+    from tests.stores import ingest_events_file
     from collector.settings import Settings
     from collector.store import Store
     from app.server import create_server
@@ -50,7 +50,7 @@ def env(tmp_path_factory):
                     "--name", "static-tiny-mixed", "--run-id", "real-run"],
                    cwd=REPO, check=True, timeout=600)
     store = Store.open(f"sqlite:///{tmp / 'rs.db'}", upgrade=True)
-    ingest_jsonl(store, events)
+    ingest_events_file(store, events)
     synthetic.fill(store, "baseline-run", name="baseline", steps=200, slow_size=16, failed_size=32)
     synthetic.fill(store, "xss-run", name=XSS_NAME, steps=50)
     live = synthetic.run_record("live-run", "live", started_at=time.time() - 30)
@@ -173,7 +173,7 @@ def test_every_page_fits_1280_px_and_requests_no_missing_asset(env, narrow, page
 
 def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     open_page(driver, env["url"] + "/")
     wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
@@ -203,7 +203,7 @@ def test_a_run_name_in_the_runs_table_links_to_its_page(env, driver):
 
 def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     open_page(driver, env["url"] + "/run/real-run", charts=7)
     summary = queries.run_summary(env["store"], "real-run")
@@ -223,8 +223,8 @@ def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
 
 def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
     from app import components as c
-    from collector import queries
-    from collector.diagnosis import startup_seconds
+    from collector.models import queries
+    from collector.analysis.diagnosis import startup_seconds
 
     open_page(driver, env["url"] + "/startup/real-run", charts=3)
     store = env["store"]
@@ -263,7 +263,7 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
     driver.find_element(By.ID, "rule-create").click()
     message = text_of(driver, "rule-message", placeholder="")
     assert message.startswith("Not saved: threshold") and "0..1" in message
-    from collector import queries
+    from collector.models import queries
     assert queries.alert_rules(env["store"]) == []
 
     threshold.clear()
@@ -277,8 +277,8 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
 
 
 def test_selecting_a_rule_loads_it_into_the_form(env, driver):
-    from collector import queries
-    from collector.alerts import create_rule
+    from collector.models import queries
+    from collector.alerting.alerts import create_rule
 
     rule = create_rule(env["store"], {"name": "to-edit", "threshold": 0.45, "window_s": 120, "min_steps": 7})
     open_page(driver, env["url"] + "/alerts")
@@ -296,7 +296,7 @@ def test_selecting_a_rule_loads_it_into_the_form(env, driver):
 
 def test_live_run_page_shows_new_steps_without_reload(env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
     from collector.ingest import ingest_events
 
     open_page(driver, env["url"] + "/run/live-run", charts=7)

@@ -33,8 +33,8 @@ IMPORTS = {"vllm": ("vllm", "vllm_cudagraph_metrics.log"), "sglang": ("sglang", 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     from app.server import create_server
-    from collector import queries
-    from collector.ingest import ingest_jsonl
+    from collector.models import queries
+    from tests.stores import ingest_events_file
     from collector.settings import Settings
     from collector.store import Store
 
@@ -45,7 +45,7 @@ def env(tmp_path_factory):
                     "--workload", "mixed", "--steps", "400", "--events", str(events), "--quiet",
                     "--name", "static-tiny-mixed", "--run-id", "runner-run"], cwd=REPO, check=True, timeout=600)
     store = Store.open(url, upgrade=True)
-    ingest_jsonl(store, events)
+    ingest_events_file(store, events)
     runs = {"runner": "runner-run"}
     for kind, (engine, log) in IMPORTS.items():
         before = {r["run_id"] for r in queries.list_runs(store)}

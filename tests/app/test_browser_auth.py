@@ -23,7 +23,7 @@ SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     from app.server import create_server
-    from collector import alerts
+    from collector.alerting import alerts
     from collector.settings import Settings
     from collector.store import Store
 
@@ -48,7 +48,7 @@ def message(driver) -> str:
 
 
 def test_without_the_token_the_alerts_page_changes_nothing_and_hides_webhook_urls(env):
-    from collector import queries
+    from collector.models import queries
 
     driver = env["driver"]
     driver.get(env["url"] + "/alerts")
@@ -70,7 +70,7 @@ def test_without_the_token_the_alerts_page_changes_nothing_and_hides_webhook_url
 
 
 def test_after_giving_the_token_once_rules_change_and_the_session_is_http_only(env):
-    from collector import queries
+    from collector.models import queries
     from collector.auth import SESSION_COOKIE
 
     driver = env["driver"]

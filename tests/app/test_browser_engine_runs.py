@@ -23,7 +23,7 @@ SGLANG_LOG = FIXTURES / "sglang_v046_decode_sample_serving.log"
 def engine_env(tmp_path_factory):
     from app.cli import main
     from app.server import create_server
-    from collector import queries
+    from collector.models import queries
     from collector.settings import Settings
     from collector.store import Store
 
@@ -44,7 +44,7 @@ def _trace_count(driver, graph_id: str) -> int:
 
 def test_an_imported_vllm_runs_page_shows_its_decode_and_padding_figures(engine_env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     run_id = engine_env["vllm"]
     summary = queries.run_summary(engine_env["store"], run_id)
@@ -67,7 +67,7 @@ def test_an_imported_vllm_runs_page_shows_its_decode_and_padding_figures(engine_
 
 def test_an_imported_sglang_runs_page_says_its_decode_steps_are_a_sample(engine_env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     run_id = engine_env["sglang"]
     summary = queries.run_summary(engine_env["store"], run_id)
@@ -87,7 +87,7 @@ def test_an_imported_sglang_runs_page_says_its_decode_steps_are_a_sample(engine_
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_startup_and_advisor_pages_of_imported_runs(engine_env, driver, engine):
-    from collector.advisor.stored import advice_for_run
+    from collector.analysis.advisor.stored import advice_for_run
 
     run_id = engine_env[engine]
     # the advisor's traffic: the run's steps in the decode stages (a vLLM run's decode and mixed rows)

@@ -27,7 +27,7 @@ def env(tmp_path_factory):
     """Eight runs of llama-8b on v1, a ninth on v2 with a 30 % slower graph step, a sampled
     qwen run, and a llama run 40 days old whose raw steps expired."""
     from app.server import create_server
-    from collector import retention
+    from collector.models import retention
     from collector.settings import Settings
     from collector.store import Store
 
@@ -74,7 +74,7 @@ def wait_rows(driver, grid_id, expected_ids, timeout=30):
 
 def test_the_fleet_page_shows_every_group_with_the_read_models_numbers(env, driver):
     from app import components as c
-    from collector import fleet
+    from collector.analysis import fleet
 
     open_page(driver, env["url"] + "/fleet?period=all", charts=1)
     runs = fleet.fleet_runs(env["store"])

@@ -20,20 +20,20 @@ MIXED, COMPILE, FAILING = "h200-1b-mixed", "h200-1b-compile", "h200-1b-failing-c
 @pytest.fixture(scope="module")
 def gpu_env(tmp_path_factory):
     from app.server import create_server
-    from collector.ingest import ingest_jsonl
+    from tests.stores import ingest_events_file
     from collector.settings import Settings
     from collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('gpu') / 'rs.db'}", upgrade=True)
     for run_id in (MIXED, COMPILE, FAILING):
-        ingest_jsonl(store, DATA / f"{run_id}.jsonl")
+        ingest_events_file(store, DATA / f"{run_id}.jsonl")
     with serving(create_server(store, Settings(run_services=False))) as url:
         yield {"store": store, "url": url}
     store.dispose()
 
 
 def test_gpu_runs_are_listed_with_their_device(gpu_env, driver):
-    from collector import queries
+    from collector.models import queries
 
     open_page(driver, gpu_env["url"] + "/")
     wait(driver, lambda d: all(r in d.find_element(By.ID, "runs-table").text for r in (MIXED, COMPILE, FAILING)))
@@ -44,7 +44,7 @@ def test_gpu_runs_are_listed_with_their_device(gpu_env, driver):
 
 def test_gpu_run_page_shows_pool_memory_and_the_query_layers_numbers(gpu_env, driver):
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     open_page(driver, gpu_env["url"] + f"/run/{MIXED}", charts=7)
     summary = queries.run_summary(gpu_env["store"], MIXED)

@@ -24,7 +24,7 @@ def test_advise_prints_sizes_and_flags_for_a_stored_run(filled, capsys):
 def test_advise_json_is_what_the_api_answers_and_the_budget_defaults_to_the_runs_count(filled, capsys):
     import json
 
-    from collector.advisor.stored import advice_for_run
+    from collector.analysis.advisor.stored import advice_for_run
 
     assert main(["advise", "syn-1", "--json", "--db", filled.url]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -139,7 +139,7 @@ def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
     pytest.importorskip("torch", reason="the demo runs a model")
     import os
 
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     port = free_port()

@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from collector import alerts, queries
+from collector.alerting import alerts
+from collector.models import queries
 from collector.auth import SESSION_COOKIE
 from collector.settings import Settings
 from collector.store import Store

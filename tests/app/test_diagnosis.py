@@ -3,7 +3,7 @@ with its provenance, titles that agree with their evidence."""
 
 import pytest
 
-from collector.diagnosis import RunFacts, capture_summary, diagnose, startup_seconds
+from collector.analysis.diagnosis import RunFacts, capture_summary, diagnose, startup_seconds
 
 GIB = 2**30
 
@@ -96,7 +96,7 @@ def test_a_tiny_load_that_took_seconds_is_set_up_not_a_large_model():
                 phases=[phase("load_weights", 6.2, start=0.0, mem=625_920)])
     [first] = diagnose(run).findings
     assert first.cause == "load_setup"
-    assert first.title == "Model set-up took 6.2 s for 611.2 KiB of generated weights: the time is set-up, not reading"
+    assert first.title == "Model set-up took 6.20 s for 611 KiB of generated weights: the time is set-up, not reading"
     assert "large" not in first.title.lower()
 
 
@@ -109,11 +109,11 @@ def test_a_plausible_load_is_not_a_finding():
 def test_a_load_slower_than_network_storage_is_slow_with_both_expectations():
     run = facts(phases=[phase("load_weights", 180.0, start=0.0, mem=16 * GIB, provenance="log")], source="vllm-log")
     [first] = diagnose(run).findings
-    assert first.title == "Slow weight load: 16.00 GiB at 91.0 MiB/s, slower than network storage"
+    assert first.title == "Slow weight load: 16.0 GiB at 91.0 MiB/s, slower than network storage"
     assert first.seconds == pytest.approx(180.0 - 3.0 - 8.0)
     assert first.evidence[0].provenance == "log"
     assert first.evidence[1].provenance == "estimated"
-    assert "8.0 s at local NVMe speed" in first.evidence[1].text and "82 s at network-storage" in first.evidence[1].text
+    assert "8.00 s at local NVMe speed" in first.evidence[1].text and "1 min 22 s at network-storage" in first.evidence[1].text
 
 
 def test_sizes_given_only_as_a_count_are_still_many():
@@ -122,7 +122,7 @@ def test_sizes_given_only_as_a_count_are_still_many():
                 phases=[phase("load_weights", 5.0, start=0.0, mem=14 * GIB), phase("capture", 57.0, start=6.0)])
     first = diagnose(run).findings[0]
     assert first.cause == "too_many_sizes"
-    assert first.title == "35 capture sizes took 57 s"
+    assert first.title == "35 capture sizes took 57.0 s"
     assert first.seconds == pytest.approx(57.0 / 35 * 27)
     assert {e.provenance for e in first.evidence} == {"log", "inferred", "estimated"}
 
@@ -142,7 +142,7 @@ def test_compile_is_reported_with_its_own_time():
                         phase("capture", 31.0, start=1.0)],
                 captures=[capture(bs, 7.7, variant="compile+cuda") for bs in (1, 2, 4, 8)])
     first = diagnose(run).findings[0]
-    assert first.cause == "torch_compile" and first.title == "torch.compile added 30 s to the startup"
+    assert first.cause == "torch_compile" and first.title == "torch.compile added 30.0 s to the startup"
     assert "-O.mode=0" in " ".join(first.actions["vllm"])
     assert "--enable-torch-compile" in " ".join(first.actions["sglang"])
 
@@ -152,7 +152,7 @@ def test_one_slow_size_is_found_against_the_others_and_the_expectation():
     run = facts(captures=caps, phases=[phase("load_weights", 1.0, start=0.0, mem=GIB), phase("capture", 3.4, start=1.0)])
     first = diagnose(run).findings[0]
     assert first.cause == "slow_size"
-    assert first.title == "bs 8 took 3.0 s to capture, 30x the median of the other decode sizes (100 ms)"
+    assert first.title == "bs 8 took 3.00 s to capture, 30x the median of the other decode sizes (100 ms)"
     assert first.seconds == pytest.approx(3.0 - 0.12)
 
 
@@ -161,7 +161,7 @@ def test_every_capture_slow_for_the_model_size():
     run = facts(captures=caps, phases=[phase("load_weights", 2.0, start=0.0, mem=2 * GIB), phase("capture", 8.0, start=2.0)])
     first = diagnose(run).findings[0]
     assert first.cause == "slow_captures"
-    assert "2.0 s per size" in first.title and "2.00 GiB" in first.title
+    assert "2.00 s per size" in first.title and "2.00 GiB" in first.title
 
 
 def test_the_cpu_stand_in_is_not_judged_against_gpu_expectations():
@@ -178,7 +178,7 @@ def test_time_between_phases_that_nothing_explains_is_a_finding():
                         phase("capture", 6.0, start=43.0)])
     first = diagnose(run).findings[0]
     assert first.cause == "unaccounted"
-    assert first.title == ("Unaccounted: 31 s between weight load and KV cache allocation that no log line "
+    assert first.title == ("Unaccounted: 31.0 s between weight load and KV cache allocation that no log line "
                            "explains")
     assert first.seconds == pytest.approx(31.0)
     assert first.evidence[0].provenance == "inferred"

@@ -2,7 +2,8 @@
 
 import pytest
 
-from collector.explanations import EXPLANATIONS, cost_sentence, explain, reason_costs, size_band
+from collector.analysis.explanations import cost_sentence, reason_costs, size_band
+from collector.analysis.reasons import EXPLANATIONS, explain
 from runner.wire import REASONS, custom_reason
 
 
@@ -56,9 +57,9 @@ def test_cost_compares_eager_with_replays_of_the_same_stage_and_size_band():
     assert cost["not_compared"] == []
     assert cost["explanation"]["title"].startswith("LoRA")
     assert cost_sentence(cost) == (
-        "100 eager steps (50.0% of eager steps); 500.0 ms spent eager over 100 timed steps. "
+        "100 eager steps (50.0% of eager steps); 500 ms spent eager over 100 timed steps. "
         "Against graph replays measured at the same sizes in this run (decode bs 8\u201315): 100 steps "
-        "took 500.0 ms eager, replay would have taken about 100.0 ms: 400.0 ms more than replay.")
+        "took 500 ms eager, replay would have taken about 100 ms: 400 ms more than replay.")
 
 
 def test_a_batch_above_every_graph_has_no_replay_to_compare_with():

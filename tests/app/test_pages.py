@@ -16,7 +16,7 @@ def pages(filled):
 
 
 def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
-    from collector import queries
+    from collector.models import queries
 
     rows = {r["run_id"]: r for r in pages["runs"].page_data(filled)}
     for run in queries.list_runs(filled):
@@ -27,7 +27,7 @@ def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
 
 
 def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
-    from collector import queries
+    from collector.models import queries
 
     data = pages["run"].page_data(filled, "syn-1")
     summary = queries.run_summary(filled, "syn-1")
@@ -42,7 +42,7 @@ def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
 
 
 def test_run_page_draws_each_applicable_alert_threshold(filled, pages):
-    from collector.alerts import create_rule
+    from collector.alerting.alerts import create_rule
 
     create_rule(filled, {"name": "all", "threshold": 0.2})
     create_rule(filled, {"name": "others", "threshold": 0.5, "run_pattern": "prod-*"})
@@ -69,7 +69,7 @@ def test_advisor_page_follows_the_budget(filled, pages):
 
 
 def test_alerts_page_lists_rules_and_history(filled, pages):
-    from collector.alerts import create_rule
+    from collector.alerting.alerts import create_rule
 
     create_rule(filled, {"name": "eager-high", "threshold": 0.1, "window_s": 3600, "min_steps": 10})
     data = pages["alerts"].page_data(filled)
@@ -80,7 +80,7 @@ def test_alerts_page_lists_rules_and_history(filled, pages):
 def test_padding_share_is_over_decode_tokens_on_the_header_the_chart_and_the_runs_list(filled, pages):
     from app import charts
     from app import components as c
-    from collector import queries
+    from collector.models import queries
 
     summary = queries.run_summary(filled, "syn-1")
     per_size = charts.padding_by_size(queries.batch_histogram(filled, "syn-1", stage="decode"))
@@ -116,7 +116,7 @@ def _run_without_capture_times(store, run_id, source):
 
 
 def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(store, pages):
-    from collector import queries
+    from collector.models import queries
 
     _run_without_capture_times(store, "from-log", "vllm-log")
     _run_without_capture_times(store, "from-runner", "runner")
@@ -137,7 +137,7 @@ def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(stor
 
 
 def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, pages, tmp_path):
-    from collector import queries
+    from collector.models import queries
     from collector.importers import import_log
     from collector.ingest import ingest_events, ingest_run
     from tests.importers.conftest import FIXTURES
@@ -159,7 +159,7 @@ def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, page
 def test_startup_page_shows_the_sizes_and_kv_cache_an_imported_log_states(filled, pages):
     """The count of capture sizes from a bar, the largest only where the log prints it, the KV
     cache in tokens and blocks; what the log does not state reads "not in the log"."""
-    from collector import queries
+    from collector.models import queries
     from collector.importers import import_log
     from collector.ingest import ingest_events, ingest_run
     from tests.importers.conftest import FIXTURES

@@ -50,7 +50,8 @@ def _ten_minute_run(store, run_id="long"):
 
 
 def test_the_eager_ratio_line_is_the_rules_judgement_and_its_spans_are_the_rules(store, pages):
-    from collector import alerts, queries
+    from collector.alerting import alerts
+    from collector.models import queries
 
     rule = alerts.create_rule(store, RULE, now=0)
     other = alerts.create_rule(store, {"name": "regressed", "kind": "regression", "threshold": 0.2}, now=0)
@@ -93,7 +94,8 @@ def test_a_gain_is_not_reported_as_a_cost():
 
 
 def test_every_rule_kind_is_listed_with_its_kind_and_made_from_the_form(store, pages):
-    from collector import alerts, queries
+    from collector.alerting import alerts
+    from collector.models import queries
 
     form = pages["alerts"].form_data("slower", "regression", "graph_step_s", 0.2, 300, 100, 60, 300, None,
                                      "decode+mixed", "", "", ["on"])

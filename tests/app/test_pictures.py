@@ -111,7 +111,8 @@ def site(tmp_path_factory):
     """The four runs in a collector (SQLite) served with the dashboard: {"url", kind: run id}."""
     from app.cli import main
     from app.server import create_server
-    from collector import alerts, queries
+    from collector.alerting import alerts
+    from collector.models import queries
     from collector.settings import Settings
     from collector.store import Store
 

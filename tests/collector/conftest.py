@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from collector.ingest import ingest_run
-from collector.store import Store
 from tests.postgres import temporary_database
+from tests.stores import opened_store
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -26,16 +26,14 @@ def db_url(request, tmp_path):
 @pytest.fixture
 def store(db_url):
     """A migrated store on each dialect."""
-    s = Store.open(db_url, upgrade=True)
-    yield s
-    s.dispose()
+    with opened_store(db_url) as s:
+        yield s
 
 
 @pytest.fixture
 def sqlite_store(tmp_path):
-    s = Store.open(f"sqlite:///{tmp_path}/store.db", upgrade=True)
-    yield s
-    s.dispose()
+    with opened_store(f"sqlite:///{tmp_path}/store.db") as s:
+        yield s
 
 
 def run_record(run_id: str = "run-1", name: str = "demo", **overrides) -> dict:

@@ -5,8 +5,8 @@ from itertools import combinations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from collector.advisor.choice import aligned, candidates, choose_sizes, score
-from collector.advisor.objective import Objective, rows_objective
+from collector.analysis.advisor.choice import aligned, candidates, choose_sizes, score
+from collector.analysis.advisor.objective import Objective, rows_objective
 
 distributions = st.dictionaries(st.integers(1, 40), st.integers(1, 50), min_size=1, max_size=8)
 objectives = st.one_of(

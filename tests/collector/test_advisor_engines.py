@@ -13,9 +13,9 @@ import shlex
 
 from hypothesis import given, settings, strategies as st
 
-from collector.advisor import engines
-from collector.advisor.report import RunFacts, advise
-from collector.advisor.steps import StepRow
+from collector.analysis.advisor import engines
+from collector.analysis.advisor.report import RunFacts, advise
+from collector.analysis.advisor.steps import StepRow
 
 
 def vllm_parser():

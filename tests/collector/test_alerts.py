@@ -9,10 +9,11 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from collector import alerts, queries
+from collector.alerting import alerts
+from collector.models import queries
 from collector.ingest import ingest_events, ingest_run
-from collector.notifications import Delivery
-from collector.services import Evaluator, mark_interrupted_runs
+from collector.alerting.notifications import Delivery
+from collector.services.loops import Evaluator, mark_interrupted_runs
 from collector.settings import Settings
 from collector.tables import alert_notifications
 from tests.live_server import LOOPBACK_BASE
@@ -290,7 +291,7 @@ def test_each_transition_is_owed_once_per_receiver(store, live_run):
                         external_url="http://dash.example:8300")
     ingest_events(store, "run-1", steps_at(0, T0, 60, 4, 1.0))
     [fired] = alerts.evaluate_alerts(store, delivery=delivery)
-    from collector import notifications
+    from collector.alerting import notifications
     with store.write() as conn:    # enqueuing the same transition again changes nothing
         assert notifications.enqueue(conn, "firing", fired.alert, fired.rule, delivery, time.time()) == 0
     with store.read() as conn:

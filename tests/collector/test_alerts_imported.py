@@ -10,7 +10,8 @@ import sys
 import time
 from pathlib import Path
 
-from collector import alerts, queries
+from collector.alerting import alerts
+from collector.models import queries
 from collector.store import Store
 
 REPO = Path(__file__).resolve().parents[2]

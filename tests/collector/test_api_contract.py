@@ -8,7 +8,8 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from collector import queries, schemas
+from collector import schemas
+from collector.models import queries
 from collector.api import create_api
 from collector.api.app import ROUTERS
 from collector.ingest import ingest_events, ingest_run

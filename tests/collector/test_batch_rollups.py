@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from collector import queries
+from collector.models import queries
 from collector.ingest import ingest_events
 from collector.store import Store
 

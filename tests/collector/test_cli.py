@@ -104,7 +104,7 @@ runpy.run_module("app.cli", run_name="__main__", alter_sys=True)
 def test_db_prune_expires_raw_steps_past_the_retention_and_says_what_it_did(tmp_path, capsys):
     import time
 
-    from collector import queries
+    from collector.models import queries
     from collector.ingest import ingest_events, ingest_run
 
     from .conftest import run_record, step

@@ -6,7 +6,8 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector import alerts, ingest, store as store_module
+from collector import ingest, store as store_module
+from collector.alerting import alerts
 from collector.api import create_api, errors as api_errors
 from collector.settings import Settings
 from collector.store import Store

@@ -1,4 +1,4 @@
-"""collector.leader: a periodic job runs once per period however many collectors run it."""
+"""collector.services.leader: a periodic job runs once per period however many collectors run it."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from collector import leader
-from collector.services import Service
+from collector.services import leader
+from collector.services.loops import Service
 from collector.store import Store
 from tests.postgres import temporary_database
 

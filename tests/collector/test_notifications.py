@@ -14,11 +14,11 @@ import urllib.request
 import pytest
 import sqlalchemy as sa
 
-from collector import alerts, notifications
+from collector.alerting import alerts, notifications
 from collector.ingest import ingest_events, ingest_run
-from collector.notifications import Delivery, send_due
+from collector.alerting.notifications import Delivery, send_due
 from collector.tables import alert_notifications as an
-from collector.webhook_urls import TargetPolicy
+from collector.alerting.webhook_urls import TargetPolicy
 from tests.live_server import LOOPBACK_BASE, free_port
 from tests.receiver import LOOPBACK_ALLOW, Receiver
 

@@ -46,7 +46,7 @@ def test_the_shipped_rule_is_the_built_in_rule_with_its_defaults():
 
     import yaml
 
-    from collector.alerts import RULE_DEFAULTS
+    from collector.alerting.alerts import RULE_DEFAULTS
     from runner.wire import stages_of
 
     [group] = yaml.safe_load((RULES / "replayscope-rules.yml").read_text())["groups"]

@@ -4,7 +4,7 @@ API, on both dialects."""
 
 import pytest
 
-from collector import queries
+from collector.models import queries
 from collector.ingest import InvalidBatch, ingest_events, ingest_run
 from tests.collector.conftest import run_record
 

@@ -7,7 +7,9 @@ import random
 
 import pytest
 
-from collector import alerts, fleet, notifications, queries, regressions
+from collector.alerting import alerts, notifications
+from collector.analysis import fleet, regressions
+from collector.models import fleet as fleet_figures, queries
 from collector.ingest import ingest_events, ingest_run
 from tests.live_server import LOOPBACK_BASE
 
@@ -88,8 +90,8 @@ def test_runs_of_another_configuration_or_model_are_not_the_baseline(series):
 
 
 def test_a_seed_is_not_a_different_configuration():
-    assert fleet.config_key("m", "cuda", "d", dict(CONFIG, seed=1)) == fleet.config_key("m", "cuda", "d", CONFIG)
-    assert fleet.config_key("m", "cuda", "d", dict(CONFIG, max_bs=16)) != fleet.config_key("m", "cuda", "d", CONFIG)
+    assert fleet_figures.config_key("m", "cuda", "d", dict(CONFIG, seed=1)) == fleet_figures.config_key("m", "cuda", "d", CONFIG)
+    assert fleet_figures.config_key("m", "cuda", "d", dict(CONFIG, max_bs=16)) != fleet_figures.config_key("m", "cuda", "d", CONFIG)
 
 
 def test_too_few_earlier_runs_are_not_judged(store):

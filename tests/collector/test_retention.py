@@ -10,9 +10,9 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from collector import queries, retention
+from tests.stores import opened_store, partitions
+from collector.models import queries, retention
 from collector.ingest import ingest_events, ingest_run
-from collector.rollups import DetailExpired, rebuild
 from collector.store import Store
 from collector.tables import runs, step_counts, step_rollups, steps
 from tests.postgres import temporary_database
@@ -136,15 +136,6 @@ def test_keeping_raw_steps_forever_deletes_none(two_runs):
     assert queries.run_summary(store, "old")["step_detail"]["raw_expired_before"] is None
 
 
-def test_rollups_of_a_pruned_run_are_never_rebuilt(two_runs):
-    store = two_runs
-    retention.prune(store, POLICY, NOW)
-    with store.write() as conn:
-        pk = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == "old")).scalar_one()
-        with pytest.raises(DetailExpired):
-            rebuild(conn, pk)
-
-
 @pytest.mark.parametrize("text, seconds", [("14d", 14 * DAY), ("36h", 36 * 3600.0), ("90m", 5400.0),
                                            ("3600s", 3600.0), ("2w", 14 * DAY), ("3", 3 * DAY),
                                            ("forever", None), ("0", None)])
@@ -207,9 +198,8 @@ def pg_url():
 
 @pytest.fixture
 def pg_store(pg_url):
-    store = Store.open(pg_url, upgrade=True)
-    yield store
-    store.dispose()
+    with opened_store(pg_url) as store:
+        yield store
 
 
 @pytest.fixture
@@ -229,12 +219,12 @@ def test_postgresql_step_tables_are_partitioned_by_day(pg_store):
 def test_partitions_are_made_ahead_and_on_demand(pg_store, run_in):
     today = int(NOW // DAY)
     retention.create_ahead(pg_store, NOW)
-    made = retention.partitions(pg_store)
+    made = partitions(pg_store)
     for table in ("steps", "step_counts", "step_rollups"):
         assert set(range(today - 1, today + retention.DAYS_AHEAD + 1)) <= set(made[table])
     run_in(pg_store, "odd-day", started_at=1000.0)
     ingest_events(pg_store, "odd-day", [step(0, 1000.0)])       # 1970-01-01: no partition until now
-    assert 0 in retention.partitions(pg_store)["steps"]
+    assert 0 in partitions(pg_store)["steps"]
     assert queries.run_summary(pg_store, "odd-day")["steps"] == 1
 
 
@@ -244,7 +234,7 @@ def test_postgresql_prune_drops_whole_day_partitions(pg_two_runs):
     old_day, new_day = int((NOW - 20 * DAY) // DAY), int((NOW - 3600) // DAY)
     report = retention.prune(store, POLICY, NOW)
     assert retention.partition_name("steps", old_day) in report.partitions_dropped
-    left = retention.partitions(store)
+    left = partitions(store)
     assert old_day not in left["steps"] and old_day not in left["step_rollups"]
     assert new_day in left["steps"] and new_day in left["step_rollups"]
 
@@ -304,8 +294,8 @@ def test_the_migration_partitions_an_existing_postgresql_steps_table(pg_url):
         with store.read() as conn:
             assert conn.exec_driver_sql("SELECT count(*) FROM steps").scalar() == 10
             assert conn.exec_driver_sql("SELECT count(*) FROM step_rollups").scalar() == 2
-        assert retention.partitions(store)["steps"] == list(range(10))
-        assert retention.partitions(store)["step_rollups"] == [0]
+        assert partitions(store)["steps"] == list(range(10))
+        assert partitions(store)["step_rollups"] == [0]
         assert queries.run_summary(store, "r")["steps"] == 10
     finally:
         store.dispose()

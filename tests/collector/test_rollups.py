@@ -10,9 +10,9 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from collector import queries
+from collector.models import queries
 from collector.ingest import ingest_events, ingest_run
-from collector.rollups import rebuild
+from tests.stores import rebuild_rollups
 from collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
 
 from .conftest import run_record
@@ -59,7 +59,7 @@ def deliveries(draw):
 
 
 def raw_aggregates(conn, run_pk):
-    """What the raw rows say, computed independently of collector.rollups."""
+    """What the raw rows say, computed independently of collector.models.rollups."""
     per_bucket = defaultdict(lambda: [0, 0, 0, 0.0, 0])
     per_batch = defaultdict(lambda: [0, 0, 0, 0.0, 0])
     rows = [(r.ts, r.stage, r.mode, r.reason, 1, r.num_tokens, r.padded_tokens, r.duration_s, r.raw_bs)
@@ -128,7 +128,7 @@ def test_rebuild_reproduces_incremental_rollups(store, run_in):
         run_pk = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
         before = stored_rollups(conn, run_pk)
     with store.write() as conn:
-        rebuild(conn, run_pk)
+        rebuild_rollups(conn, run_pk)
     with store.read() as conn:
         after = stored_rollups(conn, run_pk)
     assert_same(after[0], before[0])

@@ -8,7 +8,8 @@ import random
 
 import sqlalchemy as sa
 
-from collector import alerts, queries
+from collector.alerting import alerts
+from collector.models import queries
 from collector.ingest import ingest_events, ingest_run
 from collector.tables import runs, steps
 from runner.emitter import GraphSampler

@@ -58,3 +58,25 @@ def test_a_bad_environment_value_is_one_clear_error(variable, value):
 
 def test_settings_without_flags_are_the_environment_over_the_defaults():
     assert Settings.from_env({"REPLAYSCOPE_MAX_BODY_BYTES": "1024"}).max_body_bytes == 1024
+
+
+def test_the_token_is_read_when_a_command_runs_not_when_its_parser_is_built(monkeypatch):
+    """runner's ``run``, ``runs delete`` and ``advise`` take $REPLAYSCOPE_TOKEN through the one
+    lookup (``runner.environment.token``, which ``resolve`` uses too), at use: a parser built
+    before the variable was set still sends it, and ``--token`` wins over it."""
+    from runner import environment
+    from runner.cli import make_sink
+
+    monkeypatch.delenv("REPLAYSCOPE_TOKEN", raising=False)
+    parser = build_parser()
+    run = parser.parse_args(["run", "--collector", "http://127.0.0.1:9", "--spool", "/dev/null"])
+    delete = parser.parse_args(["runs", "delete", "r1", "--collector", "http://127.0.0.1:9"])
+    advise = parser.parse_args(["advise", "r1", "--collector", "http://127.0.0.1:9"])
+    assert run.token is None and delete.token is None and advise.token is None
+    monkeypatch.setenv("REPLAYSCOPE_TOKEN", "late-token")
+    assert make_sink(run).token == "late-token"
+    assert resolve(delete).token == resolve(advise).token == "late-token"
+    flagged = parser.parse_args(["run", "--collector", "http://127.0.0.1:9", "--spool", "/dev/null", "--token", "t"])
+    assert make_sink(flagged).token == "t"
+    assert environment.token(None, {"REPLAYSCOPE_TOKEN": ""}) is None
+    assert Settings.from_env({"REPLAYSCOPE_TOKEN": ""}).token is None

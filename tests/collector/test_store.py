@@ -8,8 +8,9 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from collector import queries
-from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_jsonl,
+from collector.models import queries
+from tests.stores import ingest_events_file
+from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_events,
                               ingest_run)
 from collector.store import SchemaBehind, Store, head_revision
 from collector.tables import metadata, steps
@@ -237,9 +238,9 @@ def test_every_event_kind_is_stored_and_read_back(store, run_in):
 def test_jsonl_events_file_loads_run_and_events(store, tmp_path):
     path = tmp_path / "events.jsonl"
     write_events_file(path, run_record("file-run"), [step(i, 1000.0 + i) for i in range(10)])
-    result = ingest_jsonl(store, path)
+    result = ingest_events_file(store, path)
     assert result.accepted == 10
-    assert ingest_jsonl(store, path).duplicates == 10
+    assert ingest_events_file(store, path).duplicates == 10
     assert queries.run_summary(store, "file-run")["steps"] == 10
 
 
@@ -247,7 +248,7 @@ def test_jsonl_without_run_record_first_is_refused(sqlite_store, tmp_path):
     path = tmp_path / "events.jsonl"
     path.write_text(json.dumps(step(0, 1.0)) + "\n")
     with pytest.raises(ReplayscopeError, match="first line"):
-        ingest_jsonl(sqlite_store, path)
+        ingest_events_file(sqlite_store, path)
 
 
 def test_a_locked_database_fails_cleanly_and_writes_nothing(tmp_path):

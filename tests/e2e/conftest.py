@@ -16,6 +16,7 @@ from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
 from tests.live_server import free_port
+from tests.stores import opened_store
 
 SERVE_SCRIPT = """
 import sys, uvicorn
@@ -91,9 +92,8 @@ def db_url(tmp_path) -> str:
 
 @pytest.fixture
 def store(db_url):
-    s = Store.open(db_url, upgrade=True)
-    yield s
-    s.dispose()
+    with opened_store(db_url) as s:
+        yield s
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import time
 
 import sqlalchemy as sa
 
-from collector import queries
+from collector.models import queries
 from collector.tables import runs, steps
 from runner.emitter import Emitter
 from runner.sinks import HttpSink

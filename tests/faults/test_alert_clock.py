@@ -59,7 +59,7 @@ def test_a_heartbeat_an_hour_ahead_does_not_silence_the_alerts_of_the_steps_afte
 def test_the_run_page_says_its_clock_is_the_collectors(tmp_path):
     from app.server import create_server
     from collector.ingest import ingest_events, ingest_run
-    from collector.queries import run_summary
+    from collector.models.queries import run_summary
     from collector.settings import Settings
     from collector.store import Store
 

@@ -41,7 +41,7 @@ def test_every_event_is_stored_exactly_once_across_a_collector_kill(tmp_path):
     assert stored == expected, (f"missing {sorted(set(expected) - set(stored))[:10]}, "
                                 f"doubled {[s for s, n in stored.items() if n > 1][:10]}")
     assert not spool.exists(), "the spool is drained once the collector is back"
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     store = Store(db)

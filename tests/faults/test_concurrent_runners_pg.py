@@ -46,7 +46,7 @@ def test_two_concurrent_runners_on_postgresql_are_stored_whole_with_correct_roll
             stop_process(proc)
         collector.stop()
 
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     store = Store.open(pg_url)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from collector import queries, retention
+from collector.models import queries, retention
 from collector.ingest import ingest_events, ingest_run
 from collector.store import Store
 from collector.tables import runs, steps

@@ -81,7 +81,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
                 collector.stop()
         bodies = list(hook.received)
 
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     assert len(spread) == 3, f"the balancer reached only {spread}"
@@ -109,7 +109,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
         rows = [next(s for s in listing if s["name"] == name) for listing in services]
         ran = [r["ran_here"] for r in rows]
         periods = elapsed / interval
-        # A period is a slot floor(clock / interval) (collector.leader); the window touches the
+        # A period is a slot floor(clock / interval) (collector.services.leader); the window touches the
         # slots from the one it started in to the one it ended in, partial ones at both ends.
         slots = math.floor((started + elapsed) / interval) - math.floor(started / interval) + 1
         assert sum(ran) <= slots, f"{name} ran {sum(ran)} times in {slots} periods ({periods:.1f} long)"

@@ -30,7 +30,7 @@ RUN = "hostile-fields"
 
 
 def hostile_run(store) -> None:
-    from collector.alerts import create_rule
+    from collector.alerting.alerts import create_rule
     from collector.ingest import ingest_events, ingest_run
 
     t0 = time.time() - 60

@@ -18,7 +18,7 @@ schemathesis = pytest.importorskip("schemathesis")
 from schemathesis.checks import (content_type_conformance, not_a_server_error,  # noqa: E402
                                  response_schema_conformance, status_code_conformance)
 
-from collector.alerts import create_rule  # noqa: E402
+from collector.alerting.alerts import create_rule  # noqa: E402
 from collector.api import create_api  # noqa: E402
 from collector.ingest import ingest_events, ingest_run  # noqa: E402
 from collector.settings import Settings  # noqa: E402

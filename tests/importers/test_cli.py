@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from collector.importers import cli
+from collector import import_commands as cli
 from runner.errors import ReplayscopeError
 from tests.importers.conftest import FIXTURES, gib
 from tests.live_server import free_port
@@ -58,7 +58,7 @@ def test_json_output_lists_runs_with_their_figures(logs):
 
 
 def test_import_into_a_store_is_idempotent(logs, tmp_path):
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'imp.db'}"
@@ -84,7 +84,7 @@ def test_import_into_a_store_is_idempotent(logs, tmp_path):
 
 
 def test_failed_and_interrupted_runs_keep_their_status_in_the_store(logs, tmp_path):
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'st.db'}"
@@ -166,7 +166,7 @@ def collector_url(tmp_path):
 
 
 def test_import_through_the_collector_api(logs, collector_url):
-    from collector import queries
+    from collector.models import queries
 
     base, store = collector_url
     data = json.loads(run(["import", "vllm", str(logs / "vllm_restart.log"), "--collector", base,
@@ -182,8 +182,8 @@ def test_import_through_the_collector_api(logs, collector_url):
 
 
 def test_an_imported_vllm_metrics_table_feeds_padding_waste_and_the_advisor(logs, tmp_path):
-    from collector import queries
-    from collector.advisor.stored import advice_for_run
+    from collector.models import queries
+    from collector.analysis.advisor.stored import advice_for_run
     from collector.store import Store
 
     db = f"sqlite:///{tmp_path}/advise.db"

@@ -5,7 +5,7 @@ import json
 import pytest
 
 from app.cli import main
-from collector import queries
+from collector.models import queries
 from collector.store import Store
 from runner.events_file import read_events_file
 

@@ -16,8 +16,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from collector import queries
-from collector.importers import ENGINE_SPECS, cli
+from collector.models import queries
+from collector import import_commands as cli
+from collector.importers import ENGINE_SPECS
 from collector.importers.follow import follow
 from collector.store import Store
 

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.importers.common import parse_text
+from collector.importers.parser import parse_text
 from collector.importers.follow import HEARTBEAT_S, POST_AFTER_S, follow
 from collector.importers.sglang_log import ENGINE as SGLANG
 from collector.importers.vllm_log import ENGINE as VLLM

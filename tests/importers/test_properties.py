@@ -85,9 +85,10 @@ def test_byte_noise_in_a_real_log_imports_cleanly(name, noise):
 def _one_pass(engine, text, cut=None):
     """Every event the parser emits for ``text``; with ``cut``, the parser is saved after
     ``cut`` lines (as follow saves it) and a new one goes on from the saved state."""
-    from collector.importers.common import LogParser
+    from collector.importers.parser import LogParser
     from collector.importers.follow import dump_parser, load_parser
-    from collector.importers.lines import infer_year, split_lines
+    from collector.importers.lines import split_lines
+    from collector.importers.years import infer_year
 
     year = infer_year(text, MTIME)
     lines, ends_mid_line = split_lines(text)

@@ -10,7 +10,7 @@ import threading
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from collector.importers import cli
+from collector import import_commands as cli
 from collector.importers.scrape import Scraper
 from runner.errors import ReplayscopeError
 from runner.wire import validate_event, validate_run
@@ -96,7 +96,7 @@ def test_deltas_between_polls_become_step_counts_and_a_reset_is_handled(sglang):
 
 
 def test_scrape_command_writes_one_run_into_the_store(sglang, tmp_path):
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'scrape.db'}"
@@ -252,7 +252,7 @@ def test_scrape_prints_what_it_stores_for_a_vllm_histogram(tmp_path):
     not the count of the last bucket (issue 22), and the store holds the same 29."""
     import io
 
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     server = FakeVLLM()

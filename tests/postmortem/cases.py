@@ -92,10 +92,11 @@ CASES: list[Case] = (
 
 def load(case: Case, store) -> list[str]:
     """Put the case's run(s) into ``store`` the way a user does; returns the run ids."""
-    from collector.ingest import ingest_events, ingest_jsonl, ingest_run
+    from collector.ingest import ingest_events, ingest_run
+    from tests.stores import ingest_events_file
 
     if case.kind.startswith("runner-"):
-        ingest_jsonl(store, case.path)
+        ingest_events_file(store, case.path)
         return [_run_id_of(case.path)]
     from collector.importers import sglang_log, vllm_log
 
@@ -118,7 +119,7 @@ def _run_id_of(path: Path) -> str:
 def first_finding(case: Case, store) -> str:
     """The label of the first finding of the case's (last) run; ``none`` without findings;
     ``no run`` when nothing could be imported."""
-    from collector.diagnosis import diagnose_run
+    from collector.analysis.diagnosis import diagnose_run
 
     ids = load(case, store)
     if not ids:

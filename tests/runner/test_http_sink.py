@@ -189,7 +189,7 @@ def test_a_batch_the_collector_refuses_is_narrowed_to_the_event_it_names(tmp_pat
         for _ in range(5000):                   # one batch: flushed at close
             emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
         emitter.close()
-    from collector import queries
+    from collector.models import queries
     summary = queries.run_summary(store, "sink-1")
     warnings = queries.warnings(store, "sink-1")
     store.dispose()
@@ -414,7 +414,7 @@ def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_p
     finally:
         server.should_exit = True
         thread.join(10)
-    from collector import queries
+    from collector.models import queries
     summary = queries.run_summary(store, "sink-1")
     store.dispose()
     assert summary["steps"] == 50 and summary["status"] == "finished"
@@ -447,7 +447,7 @@ def test_a_newer_record_of_the_run_is_posted_with_the_next_write_and_replaces_th
 
 def test_a_spool_left_behind_imports_with_replayscope_import_events(tmp_path, capsys):
     from app.cli import main
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
 
     sink = HttpSink(f"http://127.0.0.1:{free_port()}", spool_path=str(tmp_path / "spool.jsonl"), retries=1,

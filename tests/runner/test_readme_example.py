@@ -35,7 +35,7 @@ def test_the_readme_example_is_twenty_lines():
 
 def test_the_readme_example_streams_into_a_collector_and_shows_on_the_run_page(live_server):
     from app.pages import run as run_page
-    from collector import queries
+    from collector.models import queries
 
     store, url = live_server
     code = readme_example().replace("http://127.0.0.1:8300", url)

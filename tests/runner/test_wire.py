@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from runner import wire
+from runner.wire import checks
 
 STEP = {"seq": 3, "ts": 1700000000.5, "kind": "step", "stage": "decode", "mode": "padded", "raw_bs": 5,
         "graph_bs": 8, "num_tokens": 5, "padded_tokens": 3, "reason": None, "duration_s": 0.002}
@@ -34,41 +35,41 @@ ODD_VALUES = [None, True, False, -1, 0, 1, 8, 2**63, -0.5, 1.5, math.nan, math.i
 
 def precise(event):
     """The slow path alone: the field tables checked one by one."""
-    wire._check_fields(event, wire.COMMON_EVENT_FIELDS)
-    wire._check_fields(event, wire.EVENT_FIELDS[event["kind"]])
+    checks._check_fields(event, wire.COMMON_EVENT_FIELDS)
+    checks._check_fields(event, wire.EVENT_FIELDS[event["kind"]])
 
 
 def test_every_valid_example_passes_both_paths():
     for kind, event in VALID.items():
-        assert wire._FAST_CHECKS[kind](event), kind
+        assert checks._FAST_CHECKS[kind](event), kind
         wire.validate_event(event)
 
 
 @settings(max_examples=600, deadline=None)
 @given(kind=st.sampled_from(sorted(VALID)), changes=st.dictionaries(
     st.sampled_from(sorted({f for k in VALID.values() for f in k} | {"extra"})),
-    st.sampled_from(ODD_VALUES) | st.just(wire._MISSING), max_size=3))
+    st.sampled_from(ODD_VALUES) | st.just(checks._MISSING), max_size=3))
 def test_the_fast_path_never_accepts_what_the_precise_path_rejects(kind, changes):
     event = dict(VALID[kind])
     for field, value in changes.items():
-        if value is wire._MISSING:
+        if value is checks._MISSING:
             event.pop(field, None)
         else:
             event[field] = value
     if event.get("kind") != kind:
         return
-    if wire._FAST_CHECKS[kind](event):
+    if checks._FAST_CHECKS[kind](event):
         precise(event)            # must not raise
 
 
 @settings(max_examples=600, deadline=None)
 @given(kind=st.sampled_from(sorted(VALID)), changes=st.dictionaries(
     st.sampled_from(sorted({f for k in VALID.values() for f in k})),
-    st.sampled_from(ODD_VALUES) | st.just(wire._MISSING), max_size=3))
+    st.sampled_from(ODD_VALUES) | st.just(checks._MISSING), max_size=3))
 def test_the_fast_path_accepts_whatever_the_precise_path_accepts(kind, changes):
     event = dict(VALID[kind])
     for field, value in changes.items():
-        if value is wire._MISSING:
+        if value is checks._MISSING:
             event.pop(field, None)
         else:
             event[field] = value
@@ -78,7 +79,7 @@ def test_the_fast_path_accepts_whatever_the_precise_path_accepts(kind, changes):
         precise(event)
     except wire.WireError:
         return
-    assert wire._FAST_CHECKS[kind](event), event
+    assert checks._FAST_CHECKS[kind](event), event
 
 
 @pytest.mark.parametrize("field, value, message", [

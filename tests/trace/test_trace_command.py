@@ -87,7 +87,7 @@ def test_a_program_that_fails_ends_its_run_failed_with_the_error_and_keeps_its_e
 
 
 def test_to_a_collector_each_process_is_a_stored_run(tmp_path):
-    from collector import queries
+    from collector.models import queries
     from collector.store import Store
     from tests.e2e.conftest import ThreadCollector
     from tests.live_server import free_port

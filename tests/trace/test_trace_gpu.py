@@ -167,7 +167,7 @@ def test_when_the_program_compiles_generates_forward_itself_inductors_skip_and_t
     end = recorded[-1]
     assert (end["kind"], end["status"]) == ("run_end", "failed")
     assert "overwritten by a subsequent run" in end["error"]
-    from collector.failures import classify
+    from collector.importers.failures import classify
     assert classify(end["error"]).key == "graph_output_overwritten"
 
 

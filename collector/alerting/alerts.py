@@ -1,0 +1,297 @@
+"""Alert rules: validated, stored, evaluated by their kind (``collector.alerting.kinds``);
+the ``eager_ratio`` kind (``collector.alerting.eager_ratio``) has Prometheus semantics:
+
+A rule is *active* for a run at a moment ``t`` of the run's own event time when, over
+``(t - window_s, t]``, at least ``min_steps`` steps of ``stage`` were recorded (steps and
+engines' step counts alike) and the share of them that ran eager is above ``threshold``.
+``stage`` is one stage or ``decode+mixed`` (the default): the decode stages,
+``runner.wire.DECODE_STAGES``, that every source's decode steps are in.
+Like a Prometheus alerting rule it is *pending* while active for less than ``for_s``,
+then *fires*. Once firing it holds while the share stays above ``resolve_threshold``
+(default: the threshold) and resolves only after being clear (too few steps, or at or
+below ``resolve_threshold``) for ``keep_firing_for_s`` without a break. With the defaults
+(``for_s`` 60, ``keep_firing_for_s`` 300) a share that oscillates around the threshold
+every few seconds never completes a pending period, a firing alert never resolves in less
+than five minutes, and the next firing needs a minute of being active after a resolve:
+per rule and run, transitions at least 60 s apart and at most two in any six minutes
+(while the run goes on; its end, or the rule's disabling, resolves at once).
+
+Time is the run's event time, evaluated second by second from where the last evaluation
+stopped (``alert_state``), never past the collector's clock: ingest counts an event
+stamped ahead of it only as of its arrival (``runs.last_event_ts``). So a runner whose
+clock is behind alerts like any other, one stamped ahead alerts late instead of never, and
+an imported or scraped run is evaluated over its whole history once it arrives. A run
+that ended (``run_end``, or the heartbeat timeout) resolves its alert when it ended.
+Each firing is one ``alert_events`` row: start and end (event time), peak ratio (of
+windows with ``min_steps`` steps), latest ratio, and the dominant eager reason at the peak.
+Each transition owes its receivers a notification (``collector.alerting.notifications``), written
+in the same transaction.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import re
+import time
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
+
+from collector.alerting import notifications, webhook_urls
+from collector.alerting.kinds import KIND_FIELDS, KINDS, kind_of
+from collector.alerting.notifications import Delivery
+from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row
+from collector.alerting.webhook_urls import TargetPolicy
+from collector.store import Store
+from collector.tables import alert_events as ae, alert_notifications as an, alert_rules as ar, alert_state as st, runs
+from runner.errors import Conflict, NotFound
+from runner.wire import DECODE_VIEW, RULE_STAGES
+
+RULE_DEFAULTS: dict[str, Any] = {
+    "window_s": 300, "min_steps": 100, "run_pattern": None, "stage": DECODE_VIEW,
+    "webhook_url": None, "enabled": True, "for_s": 60, "keep_firing_for_s": 300, "resolve_threshold": None,
+    "kind": "eager_ratio", "metric": None,
+}
+RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "stage", "webhook_url", "enabled",
+               "for_s", "keep_firing_for_s", "resolve_threshold", "kind", "metric")
+MAX_WINDOW_S = 7 * 24 * 3600
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
+_ADVISORY_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across collectors
+
+
+class UnknownRule(NotFound):
+    def __init__(self, rule_id: int):
+        super().__init__(f"no alert rule with id {rule_id}")
+        self.rule_id = rule_id
+
+
+class DuplicateRule(Conflict, InvalidRule):
+    def __init__(self, name: str):
+        super().__init__("name", f"a rule named {name!r} already exists")
+
+
+# -- rules ---------------------------------------------------------------------------------
+
+def _seconds(name: str, value: Any, low: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidRule(name, "must be a whole number of seconds")
+    if not low <= value <= MAX_WINDOW_S:
+        raise InvalidRule(name, f"must be {low}..{MAX_WINDOW_S} seconds")
+    return value
+
+
+def _ratio(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise InvalidRule(name, "must be a number")
+    if not 0 <= value <= 1:
+        raise InvalidRule(name, f"{value:g} is outside 0..1 (it is an eager ratio)")
+    return float(value)
+
+
+def _check_rule_field(name: str, value: Any, policy: TargetPolicy) -> Any:
+    if name == "name":
+        if not isinstance(value, str) or not _NAME.match(value):
+            raise InvalidRule(name, "1-100 characters: letters, digits, space, _ . : -, starting with a letter or digit")
+        return value
+    if name == "threshold":
+        return _ratio(name, value)
+    if name == "resolve_threshold":
+        return None if value is None else _ratio(name, value)
+    if name == "window_s":
+        return _seconds(name, value, 1)
+    if name in ("for_s", "keep_firing_for_s"):
+        return _seconds(name, value, 0)
+    if name == "min_steps":
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
+            raise InvalidRule(name, "must be an integer >= 1")
+        return value
+    if name == "run_pattern":
+        if value is None or value == "":
+            return None
+        if not isinstance(value, str) or len(value) > 200:
+            raise InvalidRule(name, "must be a glob on run names (up to 200 characters) or null for all runs")
+        try:
+            re.compile(fnmatch.translate(value))
+        except re.error as error:
+            raise InvalidRule(name, f"not a valid glob: {error}") from None
+        return value
+    if name == "stage":
+        if value not in RULE_STAGES:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(RULE_STAGES)}")
+        return value
+    if name == "webhook_url":
+        if value is None or value == "":
+            return None
+        check_webhook_url(value, policy, name)
+        return value
+    if name == "enabled":
+        if not isinstance(value, bool):
+            raise InvalidRule(name, "must be true or false")
+        return value
+    if name == "kind":
+        if value not in KINDS:
+            raise InvalidRule(name, f"{value!r} is not one of {', '.join(KINDS)}")
+        return value
+    if name in KIND_FIELDS:          # a kind's own field: that kind checks it (validate_rule)
+        return value
+    raise InvalidRule(name, f"unknown field (known: {', '.join(RULE_FIELDS)})")
+
+
+def check_webhook_url(value: Any, policy: TargetPolicy | None = None, field: str = "webhook_url") -> None:
+    """Webhooks are http(s) URLs with a host and a valid port, to an address the operator
+    allows (``collector.alerting.webhook_urls``); nothing else is ever posted to."""
+    try:
+        webhook_urls.checked(value, policy or TargetPolicy())
+    except webhook_urls.RefusedTarget as error:
+        raise InvalidRule(field, str(error)) from None
+    except webhook_urls.BadURL as error:
+        raise InvalidRule(field, f"{error}: must be an http(s) URL or null (then REPLAYSCOPE_ALERT_WEBHOOK "
+                                 f"is used)") from None
+
+
+def validate_rule(data: Any, *, partial: bool = False, policy: TargetPolicy | None = None) -> dict[str, Any]:
+    """The rule's fields, checked and normalised; defaults filled unless ``partial``.
+    ``policy``: the non-public webhook addresses the operator allows (none by default)."""
+    if not isinstance(data, dict):
+        raise InvalidRule("(rule)", "must be a JSON object")
+    policy = policy or TargetPolicy()
+    out: dict[str, Any] = {}
+    for name, value in data.items():
+        out[name] = _check_rule_field(name, value, policy)
+    if not partial:
+        for required in ("name", "threshold"):
+            if required not in out:
+                raise InvalidRule(required, "is required")
+        for name, default in RULE_DEFAULTS.items():
+            out.setdefault(name, default)
+        _check_thresholds(out)
+    # A partial change that names no kind is checked as the kind that has every field.
+    KINDS[out.get("kind", "regression")].validate(out)
+    return out
+
+
+def _check_thresholds(rule: dict) -> None:
+    resolve = rule.get("resolve_threshold")
+    if resolve is not None and resolve > rule["threshold"]:
+        raise InvalidRule("resolve_threshold", f"{resolve:g} is above the threshold {rule['threshold']:g}: "
+                                               "a rule resolves at or below the share it fires above")
+
+
+def _rule_dict(conn, rule_id: int) -> dict:
+    row = conn.execute(sa.select(ar).where(ar.c.id == rule_id)).mappings().first()
+    if row is None:
+        raise UnknownRule(rule_id)
+    return dict(row)
+
+
+def get_rule(store: Store, rule_id: int) -> dict:
+    with store.read() as conn:
+        return _rule_dict(conn, rule_id)
+
+
+def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> dict:
+    """Create a rule (``policy``: the non-public webhook addresses allowed, see ``validate_rule``)."""
+    fields = validate_rule(data, policy=policy)
+    now = time.time() if now is None else now
+    try:
+        with store.write() as conn:
+            rule_id = conn.execute(ar.insert().values(**fields, created_at=now, updated_at=now)).inserted_primary_key[0]
+            return _rule_dict(conn, rule_id)
+    except sa_exc.IntegrityError:
+        raise DuplicateRule(fields["name"]) from None
+
+
+def update_rule(store: Store, rule_id: int, data: Any, *, partial: bool = True, now: float | None = None,
+                delivery: Delivery | None = None) -> dict:
+    """Change a rule (``partial``: only the given fields; else a full replacement).
+    Disabling it resolves its firing alerts (and notifies their receivers)."""
+    fields = validate_rule(data, partial=partial, policy=delivery.policy if delivery is not None else None)
+    now = time.time() if now is None else now
+    try:
+        with store.write() as conn:
+            current = _rule_dict(conn, rule_id)
+            _check_thresholds({**current, **fields})
+            conn.execute(ar.update().where(ar.c.id == rule_id).values(**fields, updated_at=now))
+            rule = _rule_dict(conn, rule_id)
+            scope_changed = any(rule[k] != current[k] for k in ("run_pattern", "stage"))
+            if not rule["enabled"] or scope_changed:
+                _end_rule_alerts(conn, rule, delivery, now)    # other runs or steps: start afresh
+            return rule
+    except sa_exc.IntegrityError:
+        raise DuplicateRule(fields.get("name", "")) from None
+
+
+def delete_rule(store: Store, rule_id: int, *, now: float | None = None, delivery: Delivery | None = None) -> None:
+    """Delete a rule; its firing alerts resolve (notified), its history stays."""
+    now = time.time() if now is None else now
+    with store.write() as conn:
+        rule = _rule_dict(conn, rule_id)
+        _end_rule_alerts(conn, rule, delivery, now)
+        conn.execute(ae.update().where(ae.c.rule_id == rule_id).values(rule_id=None))
+        conn.execute(ar.delete().where(ar.c.id == rule_id))
+
+
+def _end_rule_alerts(conn, rule: dict, delivery: Delivery | None, now: float) -> None:
+    """Resolve a rule's firing alerts where each run's evaluation stands, and forget its state."""
+    states = {r.run_pk: r.evaluated_to for r in conn.execute(
+        sa.select(st.c.run_pk, st.c.evaluated_to).where(st.c.rule_id == rule["id"]))}
+    for alert in _open_alerts(conn, ae.c.rule_id == rule["id"]):
+        _resolve(conn, alert, rule, states.get(alert["run_pk"], alert["started_at"]), delivery, now)
+    conn.execute(st.delete().where(st.c.rule_id == rule["id"]))
+
+
+def _open_alerts(conn, where) -> list[dict]:
+    return [dict(r) for r in conn.execute(
+        sa.select(ae, runs.c.run_id, runs.c.name.label("run_name"))
+        .join(runs, runs.c.id == ae.c.run_pk).where(where, ae.c.status == "firing")).mappings()]
+
+
+def _resolve(conn, alert: dict, rule: dict, at: float, delivery: Delivery | None, now: float) -> dict:
+    resolve_row(conn, alert, at)
+    notifications.enqueue(conn, "resolved", alert, rule, delivery, now)
+    return alert
+
+
+# -- evaluation ------------------------------------------------------------------------------
+
+def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Delivery | None = None) -> list[Transition]:
+    """Evaluate every enabled rule, each by its kind (``collector.alerting.kinds``); returns the
+    transitions, each owed to its receivers in the outbox in the same transaction."""
+    now = time.time() if now is None else now
+    transitions: list[Transition] = []
+    with store.write() as conn:
+        if conn.dialect.name == "postgresql":
+            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK})")
+        rules = [dict(r) for r in conn.execute(sa.select(ar).order_by(ar.c.id)).mappings()]
+        for rule in rules:
+            if not rule["enabled"]:
+                _end_rule_alerts(conn, rule, delivery, now)
+                continue
+            for transition in kind_of(rule).evaluate(conn, rule, now):
+                notifications.enqueue(conn, transition.status, transition.alert, rule, delivery, now)
+                transitions.append(transition)
+    return transitions
+
+
+# -- what readers see -------------------------------------------------------------------------
+
+def public_rule(rule: dict, writer: bool) -> dict:
+    """A rule as a reader sees it: the webhook URL (itself often a secret) only for writers."""
+    if writer or not rule.get("webhook_url"):
+        return rule
+    return {**rule, "webhook_url": webhook_urls.redact(rule["webhook_url"])}
+
+
+def resolve_run_alerts(conn, run_pk: int, delivery: Delivery | None, now: float) -> None:
+    """A run is going away: its firing alerts resolve (notified), its outbox rows are kept."""
+    rules = {r["id"]: dict(r) for r in conn.execute(sa.select(ar)).mappings()}
+    for alert in _open_alerts(conn, ae.c.run_pk == run_pk):
+        rule = rules.get(alert["rule_id"])
+        if rule is not None:
+            run_last = conn.execute(sa.select(runs.c.last_event_ts).where(runs.c.id == run_pk)).scalar()
+            _resolve(conn, alert, rule, run_last or alert["started_at"], delivery, now)
+    conn.execute(an.update().where(an.c.alert_id.in_(sa.select(ae.c.id).where(ae.c.run_pk == run_pk)))
+                 .values(alert_id=None))
+    conn.execute(st.delete().where(st.c.run_pk == run_pk))

@@ -1,0 +1,14 @@
+"""The kinds of alert rule, by ``alert_rules.kind``: each a module with the interface of
+``collector.alerting.rule_kind.RuleKind`` (validate, evaluate, labels)."""
+
+from __future__ import annotations
+
+from collector.alerting import eager_ratio, regression
+from collector.alerting.rule_kind import RuleKind
+
+KINDS: dict[str, RuleKind] = {eager_ratio.NAME: eager_ratio, regression.NAME: regression}
+KIND_FIELDS = ("metric",)        # fields of a rule that its kind checks (the regression's metric)
+
+
+def kind_of(rule: dict) -> RuleKind:
+    return KINDS[rule.get("kind") or eager_ratio.NAME]

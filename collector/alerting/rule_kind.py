@@ -1,0 +1,58 @@
+"""What every kind of alert rule is (``alert_rules.kind``): the interface the evaluator,
+the rule checks and the outbox call, so no kind is special-cased anywhere else.
+
+A kind ``validate``s its own fields of a rule (``KIND_FIELDS``), ``evaluate``s one rule
+over the runs in its scope in the evaluator's transaction (its transitions are owed to
+the rule's receivers by the caller, ``collector.alerting.alerts.evaluate_alerts``), and
+gives the Alertmanager ``labels`` and annotations of one of its alerts. The kinds are
+listed in ``collector.alerting.kinds``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from collector.tables import alert_events as ae
+from runner.errors import Invalid
+
+
+class InvalidRule(Invalid):
+    pass
+
+
+@dataclass(frozen=True)
+class Transition:
+    """An alert that started firing or resolved in one evaluation."""
+
+    status: str                 # firing | resolved
+    alert: dict                 # the alert_events row (with run_id, run_name)
+    rule: dict                  # the rule row
+
+
+def watches(rule: dict[str, Any], run_name: str) -> bool:
+    """Whether the rule covers a run of this name (its ``run_pattern`` glob; none: every run):
+    the one place a rule's scope is applied, by every kind and by the run page."""
+    return rule.get("run_pattern") is None or fnmatch.fnmatchcase(run_name, rule["run_pattern"])
+
+
+class RuleKind(Protocol):
+    name: str
+
+    def validate(self, fields: dict[str, Any]) -> None:
+        """Raise ``InvalidRule`` when this kind's own fields of a rule are wrong."""
+
+    def evaluate(self, conn, rule: dict[str, Any], now: float) -> list[Transition]:
+        """The rule's alerts that fired or resolved since its last evaluation (rows written)."""
+
+    def labels(self, alert: dict[str, Any], rule: dict[str, Any], status: str) -> tuple[dict[str, str], dict[str, str]]:
+        """Alertmanager labels and annotations of one alert in ``status``."""
+
+
+def resolve_row(conn, alert: dict, at: float) -> dict:
+    """An open alert resolves at ``at`` (never before it started)."""
+    at = max(at, alert["started_at"])
+    conn.execute(ae.update().where(ae.c.id == alert["id"]).values(status="resolved", ended_at=at))
+    alert.update(status="resolved", ended_at=at)
+    return alert

@@ -1,0 +1,67 @@
+"""What the tests read and write in a store that nothing shipped needs: a whole events
+file loaded at once, a run's rollups recomputed from its raw rows (the oracle the
+incremental rollups are checked against), the day partitions PostgreSQL holds."""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from collector.ingest import IngestResult, ingest_events, ingest_run
+from collector.models import retention
+from collector.models.rollups import Accumulator
+from collector.store import Store
+from collector.tables import batch_rollups, step_counts, step_rollups, steps
+from runner.events_file import read_events_file
+
+
+def ingest_events_file(store: Store, path: str | Path, *, batch_size: int = 5000) -> IngestResult:
+    """Load an events file (``runner.events_file``), checked whole before anything is written."""
+    events_file = read_events_file(path)
+    ingest_run(store, events_file.run)
+    total = IngestResult(accepted=0, duplicates=0)
+    for start in range(0, len(events_file.events), batch_size):
+        part = ingest_events(store, events_file.run["run_id"], events_file.events[start:start + batch_size])
+        total.accepted += part.accepted
+        total.duplicates += part.duplicates
+    return total
+
+
+def rebuild_rollups(conn, run_pk: int) -> None:
+    """Recompute one run's rollups from its raw steps and step counts."""
+    conn.execute(step_rollups.delete().where(step_rollups.c.run_pk == run_pk))
+    conn.execute(batch_rollups.delete().where(batch_rollups.c.run_pk == run_pk))
+    acc = Accumulator()
+    for r in conn.execute(sa.select(steps).where(steps.c.run_pk == run_pk)).mappings():
+        acc.add_step(r["ts"], r["stage"], r["mode"], r["reason"], r["raw_bs"], r["num_tokens"],
+                     r["padded_tokens"], r["duration_s"])
+    for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
+        acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
+                       r["padded_tokens"], r["duration_s"], r["raw_bs"], r["batch_sizes"])
+    acc.flush(conn, run_pk)
+
+
+def partitions(store: Store) -> dict[str, list[int]]:
+    """Day numbers of the day partitions of each partitioned table (PostgreSQL)."""
+    if not retention.is_partitioned(store):
+        return {}
+    with store.read() as conn:
+        found = retention.partitions_of(conn)
+    out: dict[str, list[int]] = {}
+    for parent, child in found:
+        day = retention.day_of_partition(child)
+        if day is not None:
+            out.setdefault(parent, []).append(day)
+    return {k: sorted(v) for k, v in out.items()}
+
+
+@contextlib.contextmanager
+def opened_store(url: str):
+    """A store at ``url``, migrated, disposed of afterwards (the tests' store fixtures)."""
+    store = Store.open(url, upgrade=True)
+    try:
+        yield store
+    finally:
+        store.dispose()
