@@ -32,6 +32,7 @@ IMPORTS = {"vllm": ("vllm", "vllm_cudagraph_metrics.log"), "sglang": ("sglang", 
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
+    pytest.importorskip("torch", reason="the runner run is a real `replayscope run`'s")
     from app.server import create_server
     from collector.models import queries
     from tests.stores import ingest_events_file

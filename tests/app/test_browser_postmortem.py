@@ -44,7 +44,7 @@ def test_a_count_only_log_shows_its_captures_and_total(env, driver):
     assert text_of(driver, "startup-capture-s") == "57.0 s (from the log)"
     assert text_of(driver, "startup-captures").startswith("35")
     first = driver.find_elements(By.CSS_SELECTOR, ".card.finding")[0]
-    assert first.get_attribute("data-cause") == "too_many_sizes" and "35 capture sizes took 57 s" in first.text
+    assert first.get_attribute("data-cause") == "too_many_sizes" and "35 capture sizes took 57.0 s" in first.text
 
 
 def test_a_cpu_stand_in_run_says_its_times_are_cpu_timings(env, driver):

@@ -9,7 +9,8 @@ import dataclasses
 import os
 
 import pytest
-import torch
+
+torch = pytest.importorskip("torch", reason="the runs are the tracer's own, of PyTorch programs")
 
 from tests.browser import require_chromium
 from tests.live_server import serving

@@ -59,6 +59,8 @@ import pytest
 from tests.browser import chromium, require_chromium
 from tests.live_server import serving
 
+pytest.importorskip("torch", reason="the runner and traced runs are made with `replayscope run` and `trace`")
+
 pytestmark = pytest.mark.browser
 
 require_chromium()

@@ -217,7 +217,7 @@ def test_a_custom_reason_with_an_unbalanced_bracket_is_accepted(server):
     (b'[{"x": "{"}, {"y": [1, 2, "]"]}]', 3),
 ])
 def test_the_nesting_check_counts_structure_never_string_contents(text, depth):
-    assert collector_json.json_depth(text) == depth
+    assert collector_json._bracket_depth(collector_json._structure(text), collector_json.MAX_JSON_DEPTH) == depth
 
 
 def test_a_large_body_is_checked_off_the_event_loop(server, monkeypatch):

@@ -68,9 +68,12 @@ def environment(service: dict) -> dict[str, str]:
 
 
 def runner_flag_variables() -> set[str]:
-    """REPLAYSCOPE_* variables the runner's flags read as defaults (runner/cli.py)."""
+    """REPLAYSCOPE_* variables the runner's flags read as defaults (runner/cli.py, and the token
+    through runner/environment.py)."""
     source = (REPO / "runner" / "cli.py").read_text()
-    return set(re.findall(r'os\.environ\.get\("(REPLAYSCOPE_[A-Z_]+)"\)', source))
+    found = set(re.findall(r'os\.environ\.get\("(REPLAYSCOPE_[A-Z_]+)"\)', source))
+    environment = (REPO / "runner" / "environment.py").read_text()
+    return found | set(re.findall(r'^[A-Z_]+_VARIABLE = "(REPLAYSCOPE_[A-Z_]+)"', environment, re.M))
 
 
 def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
