@@ -8,9 +8,11 @@ The engines' parsers are mirrored from their source (vLLM ``vllm/engine/arg_util
 
 import argparse
 import ast
+import importlib.util
 import json
 import shlex
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from collector.analysis.advisor import engines
@@ -114,6 +116,11 @@ def facts_of(config, seq, source="runner", backend="cuda"):
     return RunFacts(run=run, rows=rows)
 
 
+needs_runner_parser = pytest.mark.skipif(importlib.util.find_spec("torch") is None,
+                                         reason="the runner's flag lines are read by its own parser, which needs torch")
+
+
+@needs_runner_parser
 @settings(max_examples=300, deadline=None)
 @given(st.one_of(vllm_configs().map(lambda c: (c, "vllm-log")), sglang_configs().map(lambda c: (c, "sglang-log")),
                  runner_configs().map(lambda c: (c, "runner"))), sequences, st.integers(1, 12))
@@ -131,6 +138,7 @@ def test_every_proposal_is_captured_as_given_by_its_engine(config_source, seq, b
             assert sizes_set_by(line) == (proposed or ([] if line["engine"] != "runner" else None))
 
 
+@needs_runner_parser
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(1, 4096), min_size=1, max_size=12, unique=True).map(sorted))
 def test_every_flag_line_sets_exactly_its_sizes(sizes):
