@@ -81,12 +81,6 @@ def _bracket_depth(brackets: bytes, limit: int) -> int:
     return removed + deepest
 
 
-def json_depth(body: bytes, limit: int = MAX_JSON_DEPTH) -> int:
-    """Nesting depth of a JSON text's structure, counted before any parser runs; brackets
-    inside strings never count. Exact up to ``limit`` + 1."""
-    return _bracket_depth(_structure(body), limit)
-
-
 def check_structure(body: bytes) -> None:
     """Refuse, before parsing, a body nested too deep or holding too many objects and arrays."""
     structure = _structure(body)
