@@ -1,0 +1,102 @@
+"""A run as the reads return it: the runs list, the summary, its charts' rows."""
+
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import Field
+
+from collector.schemas.base import ModeCounts, Out
+from runner import wire
+
+class RunListItem(Out):
+    run_id: str
+    name: str
+    source: str
+    backend: str
+    model: str
+    device: str
+    status: Literal[wire.RUN_STATUSES]  # type: ignore[valid-type]
+    started_at: float
+    ended_at: Optional[float]
+    steps: int
+    modes: ModeCounts
+    stage_steps: dict[str, int] = Field(description="steps per stage")
+    eager_ratio: float = Field(description="eager steps / all steps")
+    padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
+    num_tokens: int
+    padded_tokens: int
+    decode_num_tokens: int = Field(description="num_tokens of the decode stages' steps (decode and mixed)")
+    decode_padded_tokens: int = Field(description="padded_tokens of the decode stages' steps (decode and mixed)")
+    decode_padded_ratio: Optional[float] = Field(
+        description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without tokens in "
+                    "the decode stages")
+    capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
+    alerts_firing: int
+
+
+class LogSample(Out):
+    stage: str
+    every: int = Field(description="the source logs 1 in this many steps of the stage")
+    provenance: str
+    logged: int = Field(description="steps of the stage the log gave")
+
+
+class StepDetail(Out):
+    graph_sample: Optional[int] = Field(description="1 in N graph steps was sent one by one; null: all")
+    raw_expired_before: Optional[float] = Field(description="raw step events before this ts were pruned by "
+                                                            "retention; null: none")
+    seconds_expired_before: Optional[float] = Field(description="1-second rollups before this ts were pruned "
+                                                                "by retention; null: none")
+    log_sample: Optional[LogSample] = Field(description="the source logs 1 in N steps of a stage (SGLang's "
+                                                        "decode lines); null: every step")
+
+
+class RunSummary(RunListItem):
+    config: Optional[dict[str, Any]]
+    torch_version: Optional[str]
+    reasons: dict[str, int] = Field(description="eager steps per reason")
+    last_event_ts: Optional[float]
+    last_seen_at: Optional[float]
+    error: Optional[str]
+    partial: bool = Field(description="the source did not see the run's start")
+    time_provenance: Optional[str]
+    version: Optional[str] = Field(description="the engine's version as the run record names it")
+    step_detail: StepDetail = Field(description="how much step detail is stored for the run")
+    failure: Optional[dict[str, Any]] = Field(description="where a failed run failed: ts, error, rank, phase, graph_bs")
+    clock_ahead_s: Optional[float] = Field(
+        None, description="the furthest an event was stamped ahead of the collector's clock when it arrived "
+                          "(more than 60 s; such events count at their arrival in last_event_ts), else null")
+
+
+class TimelinePoint(Out):
+    t: float = Field(description="bucket start, unix seconds")
+    graph: int
+    padded: int
+    eager: int
+    steps: int
+    eager_ratio: float
+
+
+class ReasonRow(Out):
+    reason: Optional[str]
+    steps: int
+    duration_s: float
+    share: float = Field(description="share of the run's eager steps")
+
+
+class BatchRow(Out):
+    raw_bs: int
+    mode: str
+    steps: int
+    num_tokens: int
+    padded_tokens: int
+
+
+class StepTimeRow(Out):
+    stage: str
+    mode: str
+    steps: int
+    timed_steps: int
+    total_s: float
+    mean_s: Optional[float]
