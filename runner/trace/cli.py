@@ -4,8 +4,8 @@ the ``replayscope`` command). Torch-free: it only prepares the command's environ
 from __future__ import annotations
 
 import argparse
-import os
 
+from runner import environment
 from runner.timing import CUDA_TIME_EVERY
 
 
@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     target.add_argument("--events", metavar="FILE",
                         help="write the runs as JSON lines: FILE for the first traced process, "
                              "FILE-pidN.jsonl for the others")
-    parser.add_argument("--token", default=os.environ.get("REPLAYSCOPE_TOKEN"),
+    parser.add_argument("--token", default=None,
                         help="bearer token for the collector (default: $REPLAYSCOPE_TOKEN)")
     parser.add_argument("--name", help="the runs' name (default: the command); each process's run "
                                        "adds [rank N] or [pid N]")
@@ -47,5 +47,6 @@ def add_parser(sub) -> None:
 def trace_command(args) -> int:
     from runner.trace.launch import run_traced
 
-    return run_traced(list(args.program), collector=args.collector, events=args.events, token=args.token,
+    return run_traced(list(args.program), collector=args.collector, events=args.events,
+                      token=environment.token(args.token),
                       name=args.name, step=args.step, time_every=args.time_every)

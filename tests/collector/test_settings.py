@@ -80,3 +80,20 @@ def test_the_token_is_read_when_a_command_runs_not_when_its_parser_is_built(monk
     assert make_sink(flagged).token == "t"
     assert environment.token(None, {"REPLAYSCOPE_TOKEN": ""}) is None
     assert Settings.from_env({"REPLAYSCOPE_TOKEN": ""}).token is None
+
+
+def test_trace_reads_the_token_when_it_runs_not_when_its_parser_is_built(monkeypatch):
+    """``replayscope trace`` takes $REPLAYSCOPE_TOKEN through the same lookup, at run time;
+    ``--token`` wins over it."""
+    from runner.trace import launch
+
+    sent: list[str | None] = []
+    monkeypatch.setattr(launch, "run_traced", lambda program, **kw: sent.append(kw["token"]) or 0)
+    monkeypatch.delenv("REPLAYSCOPE_TOKEN", raising=False)
+    parser = build_parser()
+    trace = parser.parse_args(["trace", "--collector", "http://127.0.0.1:9", "--", "true"])
+    flagged = parser.parse_args(["trace", "--collector", "http://127.0.0.1:9", "--token", "t", "--", "true"])
+    assert trace.token is None
+    monkeypatch.setenv("REPLAYSCOPE_TOKEN", "late-token")
+    assert trace.handler(trace) == 0 and flagged.handler(flagged) == 0
+    assert sent == ["late-token", "t"]
