@@ -3,11 +3,14 @@ request, the collector's read functions the pages call, and the rule writes the 
 
 Every page imports this module (and no collector module): what the collector is made of can
 move without the pages following. The store is the serving app's (``create_api`` puts it on
-``app.state``); ``dash.get_app()`` is the Dash app attached to it (``app.server``).
+``app.state``): ``ServingApp``, a middleware on that app, names it for each request, so two
+dashboards in one process (tests, an embedding server) each read their own store. Outside a
+request (the page modules' warm-up) it is the app ``dash.get_app()`` names.
 """
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 import dash
@@ -31,8 +34,27 @@ from runner.errors import TooManyRequests
 InvalidRule, UnknownRule = alerts.InvalidRule, alerts.UnknownRule
 
 
+_serving_state: ContextVar[Any] = ContextVar("replayscope_serving_state")
+
+
+class ServingApp:
+    """ASGI middleware: the state of the app a request came to, for the callbacks and
+    layouts that serve it (they run in the request's context)."""
+
+    def __init__(self, app: Any, state: Any) -> None:
+        self.app, self.state = app, state
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        token = _serving_state.set(self.state)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            _serving_state.reset(token)
+
+
 def _state() -> Any:
-    return dash.get_app().server.state
+    state = _serving_state.get(None)
+    return state if state is not None else dash.get_app().server.state
 
 
 def store() -> Any:

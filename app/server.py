@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import FastAPI
+from starlette.middleware import Middleware
 
 log = logging.getLogger("replayscope.dashboard")
 _RUN_PAGE = re.compile(r"/(?:run|startup|advisor)/([^/?#]+)")
@@ -34,6 +35,8 @@ def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
     """Attach the Dash app to ``api``; returns the Dash instance."""
     import dash
 
+    from app.data import ServingApp
+
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
         title="replayscope", suppress_callback_exceptions=True, update_title=None,
@@ -44,6 +47,8 @@ def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
         dash.page_registry[page.__name__]["layout"] = page.layout
         page.callback.register(dash_app)
     dash_app.layout = dash.html.Div([dash.page_container], className="app")
+    # innermost, after the collector's guards: each request's pages read this app's store
+    api.user_middleware.append(Middleware(ServingApp, state=api.state))
     _warm_up(dash_app)
     api.state.dash = dash_app
     return dash_app

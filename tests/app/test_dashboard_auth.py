@@ -105,3 +105,24 @@ def test_a_failing_dashboard_callback_is_logged_with_its_run_id(dashboard, caplo
     assert response.status_code in (200, 204)
     [record] = [r for r in caplog.records if r.name == "replayscope.dashboard"]
     assert "for run run-42" in record.getMessage() and "a value the page cannot draw" in record.getMessage()
+
+
+def test_two_dashboards_in_one_process_each_write_to_their_own_store(tmp_path):
+    """A page's callback reads and writes the store of the app its request came to, not the
+    last dashboard made in the process (which ``dash.get_app()`` alone would name)."""
+    from app.server import create_server
+
+    first = Store.open(f"sqlite:///{tmp_path}/first.db", upgrade=True)
+    second = Store.open(f"sqlite:///{tmp_path}/second.db", upgrade=True)
+    first_app = create_server(first, Settings(run_services=False))
+    create_server(second, Settings(run_services=False))          # made last
+    with TestClient(first_app, base_url=LOOPBACK_BASE) as client:
+        client.get("/alerts")
+        body = callback_request(first_app.state.dash, "alerts-rules.rowData", "rule-create.n_clicks",
+                                {**RULE_FORM, "rule-name.value": "first only"})
+        response = client.post("/_dash-update-component", json=body)
+    assert response.status_code == 200 and "first only" in response.text
+    assert [r["name"] for r in queries.alert_rules(first)] == ["first only"]
+    assert queries.alert_rules(second) == []
+    first.dispose()
+    second.dispose()
