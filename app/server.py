@@ -15,8 +15,14 @@ import re
 from pathlib import Path
 from typing import Any
 
+import dash
+from dash import ctx
 from fastapi import FastAPI
 from starlette.middleware import Middleware
+
+from app.data import ServingApp
+from collector.api import create_api
+from collector.settings import Settings
 
 log = logging.getLogger("replayscope.dashboard")
 _RUN_PAGE = re.compile(r"/(?:run|startup|advisor)/([^/?#]+)")
@@ -33,9 +39,6 @@ def _pages() -> list[Any]:
 
 def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
     """Attach the Dash app to ``api``; returns the Dash instance."""
-    import dash
-
-    from app.data import ServingApp
 
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
@@ -56,8 +59,6 @@ def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
 
 def callback_run_id() -> str | None:
     """The run a failing callback was showing: its ``run-id`` store, else the page's address."""
-    from dash import ctx
-
     for values in (ctx.states, ctx.inputs):
         for key, value in (values or {}).items():
             if key.startswith("run-id") and isinstance(value, str):
@@ -69,8 +70,6 @@ def callback_run_id() -> str | None:
 def log_callback_error(error: Exception) -> None:
     """A dashboard callback failed: log it with the run it was for; the page keeps what it
     showed (no update) instead of answering 500."""
-    from dash import ctx
-
     try:
         outputs = ", ".join(o["id"] + "." + o["property"] for o in (ctx.outputs_list or []) if isinstance(o, dict))
         run_id = callback_run_id()
@@ -94,9 +93,6 @@ def _warm_up(dash_app: Any) -> None:
 
 def create_server(store: Any, settings: Any = None, dashboard: bool = True) -> FastAPI:
     """The collector's FastAPI app, with the dashboard on the same app unless told not to."""
-    from collector.api import create_api
-    from collector.settings import Settings
-
     settings = settings or Settings()
     api = create_api(store, settings)
     if dashboard:

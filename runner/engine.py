@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from runner.capture import capturing_size
+from runner.checkpoint import load_checkpoint
 from runner.dispatch import BatchShape
 from runner.errors import ReplayscopeError
 from runner.graphs import GraphRunner, StaticInput, resolve_backend
@@ -186,7 +187,6 @@ class DecodeEngine:
         self._cap_memory()
         started = time.perf_counter()
         if config.model_dir:
-            from runner.checkpoint import load_checkpoint
             with Progress(f"Loading safetensors weights ({os.path.basename(os.path.normpath(config.model_dir))})",
                           unit="tensors", enabled=config.progress) as bar:
                 self.model = load_checkpoint(config.model_dir, device, progress=bar)
