@@ -1,0 +1,57 @@
+"""docs/internals.md's module map is the tree: every module of app/, collector/ and runner/
+has a row (its own, or its package's), and every module a row names exists."""
+
+import re
+from fnmatch import fnmatch
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+INTERNALS = ROOT / "docs" / "internals.md"
+PACKAGES = ("app", "collector", "runner")
+
+
+def _module_rows() -> list[list[str]]:
+    """The backticked names of the first cell of each row of the "## Modules" table."""
+    text = INTERNALS.read_text()
+    table = text.split("## Modules", 1)[1].split("\n## ", 1)[0]
+    rows = []
+    for line in table.splitlines():
+        if line.startswith("| ") and not line.startswith("| module") and not line.startswith("| ---"):
+            first_cell = line.split("|")[1]
+            rows.append(re.findall(r"`([^`]+)`", first_cell))
+    return rows
+
+
+def _named_paths() -> set[str]:
+    """Each row's names as paths: the first one whole, the others beside it (``a/b.py``,
+    ``c.py`` is ``a/b.py`` and ``a/c.py``); a name ending in ``/`` is a package, one with ``*``
+    a pattern (``app/pages/*.py``)."""
+    paths = set()
+    for names in _module_rows():
+        folder = ""
+        for name in names:
+            if "/" in name.rstrip("/"):
+                folder = name.rstrip("/").rsplit("/", 1)[0] + "/"
+                paths.add(name)
+            else:
+                paths.add(folder + name)
+    return paths
+
+
+def _covered(module: str, named: set[str]) -> bool:
+    return module in named or any(p.endswith("/") and module.startswith(p) or "*" in p and fnmatch(module, p)
+                                  for p in named)
+
+
+def test_every_module_has_a_row():
+    named = _named_paths()
+    modules = [str(p.relative_to(ROOT)) for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))
+               if p.name != "__init__.py" and "assets" not in p.parts]
+    missing = [m for m in modules if not _covered(m, named)]
+    assert not missing, f"modules without a row in docs/internals.md: {missing}"
+
+
+def test_every_row_names_a_module_that_exists():
+    gone = [p for p in _named_paths() if p.startswith(tuple(f"{pkg}/" for pkg in PACKAGES))
+            and not ((ROOT / p).exists() or "*" in p and any(ROOT.glob(p)))]
+    assert not gone, f"docs/internals.md names modules that are not in the tree: {gone}"
