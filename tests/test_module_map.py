@@ -55,3 +55,13 @@ def test_every_row_names_a_module_that_exists():
     gone = [p for p in _named_paths() if p.startswith(tuple(f"{pkg}/" for pkg in PACKAGES))
             and not ((ROOT / p).exists() or "*" in p and any(ROOT.glob(p)))]
     assert not gone, f"docs/internals.md names modules that are not in the tree: {gone}"
+
+
+def test_every_path_the_page_names_exists():
+    """The fact table and the prose too: a backticked path of the tree names a file or folder
+    that is there (a moved module is not left behind in the page)."""
+    text = INTERNALS.read_text()
+    paths = {m for m in re.findall(r"`([\w./*-]+)`", text)
+             if m.startswith(tuple(f"{pkg}/" for pkg in (*PACKAGES, "tests", "benchmarks", "migrations", "deploy", "docs")))}
+    gone = sorted(p for p in paths if not any(ROOT.glob(p.rstrip("/"))))
+    assert not gone, f"docs/internals.md names paths that are not in the tree: {gone}"
