@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import sqlalchemy as sa
 
 from collector import tables as t
+from collector.store import Store
 
 # Column order of a ``steps`` row, as ingest builds it from a step event.
 STEP_COLUMNS = ("run_pk", "seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens",
@@ -130,7 +131,7 @@ def existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
     return found
 
 
-def insert_events(store, conn, step_rows: list[tuple], rows_by_kind: dict[str, list[tuple]]) -> None:
+def insert_events(store: Store, conn, step_rows: list[tuple], rows_by_kind: dict[str, list[tuple]]) -> None:
     """One executemany per table: ``step_rows`` as ``STEP_COLUMNS``, each other kind's rows
     as run_pk then ``EVENT_KEYS[kind]``. ``store`` gives the dialect's INSERT text."""
     if step_rows:
