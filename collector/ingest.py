@@ -4,8 +4,8 @@ Every event is validated with ``runner.wire.validate_event`` before anything is
 written; one invalid event rejects the batch (``InvalidBatch``) and nothing is written.
 A batch is one transaction: raw rows, rollups and the run's bookkeeping commit together
 or not at all. A repeated ``(run_id, seq)`` is a retry and is skipped, so rollups never
-count an event twice. The hot path uses Core ``exec_driver_sql`` executemany with
-positional tuples, not the ORM.
+count an event twice. The statements are ``collector.models.run_writes``' (the hot path:
+Core ``exec_driver_sql`` executemany with positional tuples, not the ORM).
 """
 
 from __future__ import annotations
@@ -16,11 +16,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
-from collector import tables as t
-from collector.models import retention
+from collector.models import retention, run_writes
 from collector.models.fleet import config_key
 from collector.models.rollups import Accumulator
 from collector.store import Store, StoreUnavailable
@@ -70,37 +68,6 @@ class IngestResult:
     pool_bytes: int | None = field(default=None, compare=False)
 
 
-# Column order of each event table's fast INSERT, and how an event maps onto it.
-_STEP_COLS = ("run_pk", "seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens",
-              "padded_tokens", "reason", "duration_s", "evidence")
-
-
-def _same(*columns: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    return columns, columns
-
-
-_OTHER: dict[str, tuple[sa.Table, tuple[str, ...], tuple[str, ...]]] = {
-    # kind: (table, columns after run_pk, event keys for those columns)
-    "phase": (t.phases, *_same("seq", "ts", "phase", "start_ts", "duration_s", "mem_bytes", "provenance",
-                               "rank")),
-    "capture": (t.captures, *_same("seq", "ts", "graph_bs", "stage", "duration_s", "pool_bytes",
-                                   "pool_delta_bytes", "status", "error", "variant", "provenance", "rank")),
-    "step_counts": (t.step_counts, *_same("seq", "ts", "stage", "mode", "reason", "count", "num_tokens",
-                                          "padded_tokens", "duration_s", "interval_s", "provenance",
-                                          "evidence", "raw_bs", "graph_bs", "batch_sizes")),
-    "degrade": (t.degrades, ("seq", "ts", "from_state", "to_state", "error", "graph_bs", "rank"),
-                ("seq", "ts", "from", "to", "error", "graph_bs", "rank")),
-    "parity": (t.parity_checks, *_same("seq", "ts", "graph_bs", "max_abs_diff", "rel_err", "tolerance")),
-    "run_end": (t.run_marks, *_same("seq", "ts", "kind", "status", "error", "rank", "phase", "graph_bs")),
-    "heartbeat": (t.run_marks, *_same("seq", "ts", "kind", "status", "error", "rank", "phase", "graph_bs")),
-    "warning": (t.run_warnings, *_same("seq", "ts", "code", "message", "rank")),
-    "recording": (t.recordings, *_same("seq", "ts", "function", "cause", "evidence", "graph_bs", "recordings",
-                                       "rerecords", "rerecord_limit", "rank")),
-}
-_SEQ_TABLES = (t.steps, t.phases, t.captures, t.step_counts, t.degrades, t.parity_checks, t.run_marks,
-               t.run_warnings, t.recordings)
-
-
 def _json_depth(value: Any, limit: int, depth: int = 0) -> int:
     if depth > limit:
         return depth
@@ -147,16 +114,15 @@ def ingest_run(store: Store, record: Any, *, now: float | None = None) -> dict:
     }
     try:
         with store.write() as conn:
-            columns = [t.runs.c.id] + [t.runs.c[name] for name in _DESCRIPTION]
-            existing = conn.execute(sa.select(*columns).where(t.runs.c.run_id == row["run_id"])).first()
+            existing = run_writes.run_columns(conn, row["run_id"], _DESCRIPTION)
             if existing is None:
-                conn.execute(t.runs.insert(), row)
+                run_writes.insert_run(conn, row)
                 created = True
             else:
                 created = False
                 changed = {name: row[name] for name in _DESCRIPTION if getattr(existing, name) != row[name]}
                 if changed:
-                    conn.execute(t.runs.update().where(t.runs.c.id == existing.id).values(**changed))
+                    run_writes.update_run(conn, existing.id, changed)
     except sa_exc.IntegrityError:
         created = False   # a concurrent post of the same run won the race
     except sa_exc.OperationalError as error:
@@ -181,16 +147,6 @@ class _TotalsOverflow(Exception):
 
 
 _OVERFLOW = ("events", "the run's totals would exceed what the store can sum (2^63); nothing was written")
-
-
-def _sums_overflowed(conn, run_pk: int) -> bool:
-    """SQLite turns an integer sum that overflows into a float, silently: look for one in
-    the run's whole-run totals (the largest sums) and batch-size totals."""
-    ints = ("steps", "num_tokens", "padded_tokens")
-    checks = " OR ".join(f"typeof({c}) = 'real'" for c in ints)
-    sql = (f"SELECT 1 FROM step_rollups WHERE run_pk = ? AND bucket_s = 0 AND ({checks} OR typeof(timed_steps) = 'real') "
-           f"UNION ALL SELECT 1 FROM batch_rollups WHERE run_pk = ? AND ({checks}) LIMIT 1")
-    return conn.exec_driver_sql(sql, (run_pk, run_pk)).first() is not None
 
 
 def _sqlstate(error: Exception) -> str | None:
@@ -223,53 +179,20 @@ def ingest_events(store: Store, run_id: str, events: Any, *, now: float | None =
     raise AssertionError("unreachable")
 
 
-_RANGE_SQL: dict[tuple, str] = {}
-
-
-def _seqs_in_range_sql(dialect) -> str:
-    """One text statement for the common case, built once: this runs in every ingest."""
-    key = (dialect.name, dialect.paramstyle)
-    sql = _RANGE_SQL.get(key)
-    if sql is None:
-        mark = "?" if dialect.paramstyle in ("qmark", "numeric") else "%s"
-        fmt = dialect.identifier_preparer.format_table
-        sql = " UNION ALL ".join(f"SELECT seq FROM {fmt(tb)} WHERE run_pk = {mark} AND seq BETWEEN {mark} AND {mark}"
-                                 for tb in _SEQ_TABLES)
-        _RANGE_SQL[key] = sql
-    return sql
-
-
-def _existing_seqs(conn, run_pk: int, seqs: list[int]) -> set[int]:
-    lo, hi = min(seqs), max(seqs)
-    if hi - lo <= 4 * len(seqs) + 64:
-        params = (run_pk, lo, hi) * len(_SEQ_TABLES)
-        return {r[0] for r in conn.exec_driver_sql(_seqs_in_range_sql(conn.dialect), params)}
-    found: set[int] = set()
-    for i in range(0, len(seqs), 500):
-        chunk = seqs[i:i + 500]
-        parts = [sa.select(tb.c.seq).where(tb.c.run_pk == run_pk, tb.c.seq.in_(chunk))
-                 for tb in _SEQ_TABLES]
-        found.update(r[0] for r in conn.execute(sa.union_all(*parts)))
-    return found
-
-
 def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> IngestResult:
-    run = conn.execute(
-        sa.select(t.runs.c.id, t.runs.c.source, t.runs.c.model, t.runs.c.status, t.runs.c.end_seq,
-                  t.runs.c.last_event_ts, t.runs.c.raw_expired_before, t.runs.c.clock_ahead_s)
-        .where(t.runs.c.run_id == run_id)
-    ).first()
+    run = run_writes.run_for_batch(conn, run_id)
     if run is None:
         raise UnknownRun(run_id)
     run_pk = run.id
     result = IngestResult(accepted=0, duplicates=0, source=run.source, model=run.model)
     if not events:
-        conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(last_seen_at=now))
+        run_writes.update_run(conn, run_pk, {"last_seen_at": now})
         return result
 
-    existing = _existing_seqs(conn, run_pk, [e["seq"] for e in events])
+    existing = run_writes.existing_seqs(conn, run_pk, [e["seq"] for e in events])
     seen = existing
-    step_rows: list[tuple] = []
+    step_rows: list[tuple] = []        # as run_writes.STEP_COLUMNS
+    event_keys = run_writes.EVENT_KEYS
     other_rows: dict[str, list[tuple]] = {}
     acc = Accumulator()
     seconds = acc.seconds
@@ -296,8 +219,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             step_rows.append((run_pk, seq, ts, e["stage"], e["mode"], e["raw_bs"], e["graph_bs"], e["num_tokens"],
                               e["padded_tokens"], e["reason"], e["duration_s"], e.get("evidence")))
             continue
-        table, cols, keys = _OTHER[kind]
-        row = (run_pk,) + tuple(e.get(k) for k in keys)
+        row = (run_pk,) + tuple(e.get(k) for k in event_keys[kind])
         if kind == "step_counts" and e.get("batch_sizes") is not None:
             row = row[:-1] + (json.dumps(e["batch_sizes"]),)   # a JSON column, bound as text
         other_rows.setdefault(kind, []).append(row)
@@ -313,7 +235,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
             if run_end is None or seq > run_end["seq"]:
                 run_end = e
 
-    acc.add_step_rows(step_rows, _STEP_COLS)
+    acc.add_step_rows(step_rows, run_writes.STEP_COLUMNS)
     counts, computed, padded = result.step_counts, result.tokens_by_stage, result.padded_by_stage
     for (_second, stage, mode, reason), a in seconds.items():
         key = (stage, mode, reason or None)
@@ -323,14 +245,10 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
         if a[2]:
             padded[stage] = padded.get(stage, 0) + a[2]
 
-    if step_rows:
-        conn.exec_driver_sql(store.insert_sql(t.steps, _STEP_COLS), step_rows)
-    for kind, rows in other_rows.items():
-        table, cols, _keys = _OTHER[kind]
-        conn.exec_driver_sql(store.insert_sql(table, ("run_pk",) + cols), rows)
+    run_writes.insert_events(store, conn, step_rows, other_rows)
     if acc:
         acc.flush(conn, run_pk)
-        if store.is_sqlite and _sums_overflowed(conn, run_pk):
+        if run_writes.sums_overflowed(conn, run_pk):
             raise _TotalsOverflow
 
     values: dict[str, Any] = {"last_seen_at": now}
@@ -345,7 +263,7 @@ def _write_batch(store: Store, conn, run_id: str, events: list, now: float) -> I
                       error=run_end.get("error"))
     elif run.status == "interrupted" and run.end_seq is None and duplicates < len(events):
         values.update(status="running", ended_at=None)   # the heartbeat timeout was wrong
-    conn.execute(t.runs.update().where(t.runs.c.id == run_pk).values(**values))
+    run_writes.update_run(conn, run_pk, values)
     result.accepted = len(events) - duplicates
     result.duplicates = duplicates
     return result

@@ -36,7 +36,6 @@ import re
 import time
 from typing import Any
 
-import sqlalchemy as sa
 from sqlalchemy import exc as sa_exc
 
 from collector.alerting import notifications, webhook_urls
@@ -44,8 +43,9 @@ from collector.alerting.kinds import KIND_FIELDS, KINDS, kind_of
 from collector.alerting.notifications import Delivery
 from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row
 from collector.alerting.webhook_urls import TargetPolicy
+from collector.models import alerts as alert_rows, outbox as outbox_rows
+from collector.models.events import last_event_ts
 from collector.store import Store
-from collector.tables import alert_events as ae, alert_notifications as an, alert_rules as ar, alert_state as st, runs
 from runner.errors import Conflict, NotFound
 from runner.wire import DECODE_VIEW, RULE_STAGES
 
@@ -58,7 +58,6 @@ RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "sta
                "for_s", "keep_firing_for_s", "resolve_threshold", "kind", "metric")
 MAX_WINDOW_S = 7 * 24 * 3600
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
-_ADVISORY_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across collectors
 
 
 class UnknownRule(NotFound):
@@ -180,10 +179,10 @@ def _check_thresholds(rule: dict) -> None:
 
 
 def _rule_dict(conn, rule_id: int) -> dict:
-    row = conn.execute(sa.select(ar).where(ar.c.id == rule_id)).mappings().first()
-    if row is None:
+    rule = alert_rows.rule(conn, rule_id)
+    if rule is None:
         raise UnknownRule(rule_id)
-    return dict(row)
+    return rule
 
 
 def get_rule(store: Store, rule_id: int) -> dict:
@@ -197,7 +196,7 @@ def create_rule(store: Store, data: Any, *, now: float | None = None, policy: Ta
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
-            rule_id = conn.execute(ar.insert().values(**fields, created_at=now, updated_at=now)).inserted_primary_key[0]
+            rule_id = alert_rows.insert_rule(conn, fields, now)
             return _rule_dict(conn, rule_id)
     except sa_exc.IntegrityError:
         raise DuplicateRule(fields["name"]) from None
@@ -213,7 +212,7 @@ def update_rule(store: Store, rule_id: int, data: Any, *, partial: bool = True, 
         with store.write() as conn:
             current = _rule_dict(conn, rule_id)
             _check_thresholds({**current, **fields})
-            conn.execute(ar.update().where(ar.c.id == rule_id).values(**fields, updated_at=now))
+            alert_rows.update_rule(conn, rule_id, fields, now)
             rule = _rule_dict(conn, rule_id)
             scope_changed = any(rule[k] != current[k] for k in ("run_pattern", "stage"))
             if not rule["enabled"] or scope_changed:
@@ -229,23 +228,15 @@ def delete_rule(store: Store, rule_id: int, *, now: float | None = None, deliver
     with store.write() as conn:
         rule = _rule_dict(conn, rule_id)
         _end_rule_alerts(conn, rule, delivery, now)
-        conn.execute(ae.update().where(ae.c.rule_id == rule_id).values(rule_id=None))
-        conn.execute(ar.delete().where(ar.c.id == rule_id))
+        alert_rows.delete_rule(conn, rule_id)
 
 
 def _end_rule_alerts(conn, rule: dict, delivery: Delivery | None, now: float) -> None:
     """Resolve a rule's firing alerts where each run's evaluation stands, and forget its state."""
-    states = {r.run_pk: r.evaluated_to for r in conn.execute(
-        sa.select(st.c.run_pk, st.c.evaluated_to).where(st.c.rule_id == rule["id"]))}
-    for alert in _open_alerts(conn, ae.c.rule_id == rule["id"]):
+    states = alert_rows.evaluated_to(conn, rule["id"])
+    for alert in alert_rows.firing_of_rule(conn, rule["id"]):
         _resolve(conn, alert, rule, states.get(alert["run_pk"], alert["started_at"]), delivery, now)
-    conn.execute(st.delete().where(st.c.rule_id == rule["id"]))
-
-
-def _open_alerts(conn, where) -> list[dict]:
-    return [dict(r) for r in conn.execute(
-        sa.select(ae, runs.c.run_id, runs.c.name.label("run_name"))
-        .join(runs, runs.c.id == ae.c.run_pk).where(where, ae.c.status == "firing")).mappings()]
+    alert_rows.forget_rule(conn, rule["id"])
 
 
 def _resolve(conn, alert: dict, rule: dict, at: float, delivery: Delivery | None, now: float) -> dict:
@@ -262,10 +253,8 @@ def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Deliver
     now = time.time() if now is None else now
     transitions: list[Transition] = []
     with store.write() as conn:
-        if conn.dialect.name == "postgresql":
-            conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_ADVISORY_LOCK})")
-        rules = [dict(r) for r in conn.execute(sa.select(ar).order_by(ar.c.id)).mappings()]
-        for rule in rules:
+        alert_rows.lock_evaluation(conn)
+        for rule in alert_rows.rules(conn):
             if not rule["enabled"]:
                 _end_rule_alerts(conn, rule, delivery, now)
                 continue
@@ -286,12 +275,11 @@ def public_rule(rule: dict, writer: bool) -> dict:
 
 def resolve_run_alerts(conn, run_pk: int, delivery: Delivery | None, now: float) -> None:
     """A run is going away: its firing alerts resolve (notified), its outbox rows are kept."""
-    rules = {r["id"]: dict(r) for r in conn.execute(sa.select(ar)).mappings()}
-    for alert in _open_alerts(conn, ae.c.run_pk == run_pk):
+    rules = {r["id"]: r for r in alert_rows.rules(conn)}
+    for alert in alert_rows.firing_of_run(conn, run_pk):
         rule = rules.get(alert["rule_id"])
         if rule is not None:
-            run_last = conn.execute(sa.select(runs.c.last_event_ts).where(runs.c.id == run_pk)).scalar()
+            run_last = last_event_ts(conn, run_pk)
             _resolve(conn, alert, rule, run_last or alert["started_at"], delivery, now)
-    conn.execute(an.update().where(an.c.alert_id.in_(sa.select(ae.c.id).where(ae.c.run_pk == run_pk)))
-                 .values(alert_id=None))
-    conn.execute(st.delete().where(st.c.run_pk == run_pk))
+    outbox_rows.detach_run(conn, run_pk)
+    alert_rows.forget_run(conn, run_pk)

@@ -10,11 +10,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-import sqlalchemy as sa
-
 from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row, watches
+from collector.models import alerts as alert_rows
+from collector.models.events import run_pk_of
 from collector.store import Store
-from collector.tables import alert_events as ae, alert_state as st, runs, step_rollups as sr
 from runner.wire import stages_of
 
 NAME = "eager_ratio"
@@ -88,13 +87,8 @@ class _Window:
 
 
 def _window_data(conn, rule: dict, run_pk: int, first: int, last: int) -> dict[int, tuple[int, int, dict]]:
-    rows = conn.execute(
-        sa.select(sr.c.t, sr.c.mode, sr.c.reason, sa.func.sum(sr.c.steps))
-        .where(sr.c.run_pk == run_pk, sr.c.bucket_s == 1, sr.c.stage.in_(stages_of(rule["stage"])),
-               sr.c.t >= first, sr.c.t <= last)
-        .group_by(sr.c.t, sr.c.mode, sr.c.reason))
     out: dict[int, list] = {}
-    for t, mode, reason, n in rows:
+    for t, mode, reason, n in alert_rows.second_counts(conn, run_pk, stages_of(rule["stage"]), first, last):
         entry = out.setdefault(int(t), [0, 0, {}])
         entry[0] += int(n)
         if mode == "eager":
@@ -109,11 +103,10 @@ def judged_ratios(store: Store, rule: dict, run_id: str, every_s: int = 1) -> li
     ``min_steps``), at every ``every_s``-th second from the run's first step of those stages to
     its last: ``t``, ``steps`` in the window, ``ratio`` (None where not judged). For drawing."""
     with store.read() as conn:
-        run_pk = conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
+        run_pk = run_pk_of(conn, run_id)
         if run_pk is None:
             return []
-        first, last = conn.execute(sa.select(sa.func.min(sr.c.t), sa.func.max(sr.c.t)).where(
-            sr.c.run_pk == run_pk, sr.c.bucket_s == 1, sr.c.stage.in_(stages_of(rule["stage"])))).one()
+        first, last = alert_rows.seconds_span(conn, run_pk, stages_of(rule["stage"]))
         if first is None:
             return []
         first, last = int(first), int(last)
@@ -126,25 +119,9 @@ def judged_ratios(store: Store, rule: dict, run_id: str, every_s: int = 1) -> li
     return out
 
 
-def _candidates(conn, rule: dict) -> list:
-    """Runs with event time this rule has not evaluated yet, or that ended while pending or firing."""
-    joined = runs.outerjoin(st, sa.and_(st.c.run_pk == runs.c.id, st.c.rule_id == rule["id"]))
-    return conn.execute(
-        sa.select(runs.c.id, runs.c.run_id, runs.c.name, runs.c.status, runs.c.created_at, runs.c.ended_at,
-                  runs.c.last_event_ts, runs.c.last_seen_at, st.c.run_pk.label("has_state"), st.c.evaluated_to, st.c.pending_since,
-                  st.c.clear_since, st.c.alert_id)
-        .select_from(joined)
-        .where(runs.c.last_event_ts.is_not(None), sa.or_(
-            sa.and_(st.c.run_pk.is_(None), runs.c.last_seen_at >= rule["created_at"]),
-            runs.c.last_event_ts > st.c.evaluated_to,
-            sa.and_(runs.c.status != "running", sa.or_(
-                st.c.alert_id.is_not(None), st.c.pending_since.is_not(None), runs.c.ended_at > st.c.evaluated_to))))
-        .order_by(runs.c.id)).all()
-
-
 def evaluate(conn, rule: dict, now: float) -> list[Transition]:
     out: list[Transition] = []
-    for run in _candidates(conn, rule):
+    for run in alert_rows.runs_to_evaluate(conn, rule):
         if not watches(rule, run.name):
             _skip_run(conn, rule, run)
             continue
@@ -156,10 +133,9 @@ def _skip_run(conn, rule: dict, run) -> None:
     """A run out of the rule's scope: remembered as evaluated, so it is not looked at again
     until it has new events."""
     if run.has_state is None:
-        conn.execute(st.insert().values(rule_id=rule["id"], run_pk=run.id, evaluated_to=run.last_event_ts))
+        alert_rows.insert_state(conn, rule["id"], run.id, evaluated_to=run.last_event_ts)
     else:
-        conn.execute(st.update().where(st.c.rule_id == rule["id"], st.c.run_pk == run.id)
-                     .values(evaluated_to=run.last_event_ts))
+        alert_rows.update_state(conn, rule["id"], run.id, evaluated_to=run.last_event_ts)
 
 
 def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
@@ -175,16 +151,14 @@ def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
     last = math.floor(frontier) - (0 if settled else 1)
     window_s = rule["window_s"]
     if run.has_state is None:
-        first_data = conn.execute(sa.select(sa.func.min(sr.c.t)).where(
-            sr.c.run_pk == run.id, sr.c.bucket_s == 1, sr.c.stage.in_(stages_of(rule["stage"])))).scalar()
+        first_data = alert_rows.first_second(conn, run.id, stages_of(rule["stage"]))
         if run.created_at < rule["updated_at"]:   # a run older than the rule: from its present on
             start = last - 1
         else:
             start = (int(first_data) if first_data is not None else last) - 1
-        adopted = conn.execute(sa.select(ae.c.id).where(ae.c.rule_id == rule["id"], ae.c.run_pk == run.id,
-                                                        ae.c.status == "firing")).scalar()
+        adopted = alert_rows.firing_alert_id(conn, rule["id"], run.id)
         state = {"evaluated_to": float(start), "pending_since": None, "clear_since": None, "alert_id": adopted}
-        conn.execute(st.insert().values(rule_id=rule["id"], run_pk=run.id, **state))
+        alert_rows.insert_state(conn, rule["id"], run.id, **state)
     else:
         state = {"evaluated_to": run.evaluated_to, "pending_since": run.pending_since,
                  "clear_since": run.clear_since, "alert_id": run.alert_id}
@@ -192,8 +166,8 @@ def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
     transitions: list[Transition] = []
     alert = None
     if state["alert_id"] is not None:
-        row = conn.execute(sa.select(ae).where(ae.c.id == state["alert_id"])).mappings().first()
-        alert = {**dict(row), **names} if row is not None and row["status"] == "firing" else None
+        row = alert_rows.alert(conn, state["alert_id"])
+        alert = {**row, **names} if row is not None and row["status"] == "firing" else None
         if alert is None:
             state["alert_id"] = None
 
@@ -230,7 +204,7 @@ def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
                     if state["clear_since"] is None:
                         state["clear_since"] = float(t)
                     if t - state["clear_since"] >= rule["keep_firing_for_s"]:
-                        _save_alert(conn, alert)
+                        alert_rows.save_figures(conn, alert)
                         resolve_row(conn, alert, float(t))
                         transitions.append(Transition("resolved", dict(alert), rule))
                         alert, changed = None, False
@@ -248,7 +222,7 @@ def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
             window.add(t, 1)
             window.add(t - window_s, -1)
         if alert is not None and changed:
-            _save_alert(conn, alert)
+            alert_rows.save_figures(conn, alert)
         state["evaluated_to"] = float(stop)
 
     if ended and state["evaluated_to"] >= last:
@@ -258,7 +232,7 @@ def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
             resolve_row(conn, alert, min(end, frontier))
             transitions.append(Transition("resolved", dict(alert), rule))
             state.update(alert_id=None, clear_since=None)
-    conn.execute(st.update().where(st.c.rule_id == rule["id"], st.c.run_pk == run.id).values(**state))
+    alert_rows.update_state(conn, rule["id"], run.id, **state)
     return transitions
 
 
@@ -267,10 +241,5 @@ def _fire(conn, rule: dict, run_pk: int, names: dict, t: float, ratio: float, st
     values = {"rule_id": rule["id"], "rule_name": rule["name"], "run_pk": run_pk, "status": "firing",
               "threshold": rule["threshold"], "started_at": t, "ended_at": None, "peak": ratio, "value": ratio,
               "steps": steps, "reason": reason}
-    alert_id = conn.execute(ae.insert().values(**values)).inserted_primary_key[0]
+    alert_id = alert_rows.insert_alert(conn, values)
     return {"id": alert_id, **values, **names}
-
-
-def _save_alert(conn, alert: dict) -> None:
-    conn.execute(ae.update().where(ae.c.id == alert["id"]).values(
-        value=alert["value"], peak=alert["peak"], steps=alert["steps"], reason=alert["reason"]))

@@ -33,12 +33,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
 
-import sqlalchemy as sa
+from sqlalchemy import exc as sa_exc
 
 from collector.alerting import webhook_client, webhook_urls
 from collector.alerting.kinds import kind_of
+from collector.models import outbox as outbox_rows
+from collector.models.outbox import DELIVERED, EXPIRED, PENDING, SENT, STATES, UNANSWERED, UNCONFIRMED
 from collector.store import Store
-from collector.tables import alert_events as ae, alert_notifications as an
 from collector.alerting.webhook_urls import TargetPolicy
 from runner.errors import ReplayscopeError
 
@@ -48,10 +49,6 @@ ALERTMANAGER_RESEND_S = 60.0     # as Prometheus does: an Alertmanager drops ale
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
 MAX_PARALLEL_RECEIVERS = 8
-PENDING, UNANSWERED, SENT, UNCONFIRMED, EXPIRED = "pending", "unanswered", "sent", "unconfirmed", "expired"
-OWED = (PENDING, UNANSWERED)              # still to be delivered
-DELIVERED = (SENT, UNCONFIRMED)           # a firing one is re-sent while it fires
-STATES = (PENDING, UNANSWERED, SENT, UNCONFIRMED, EXPIRED)
 
 
 @dataclass(frozen=True)
@@ -175,48 +172,20 @@ def enqueue(conn, status: str, alert: dict, rule: dict, delivery: Delivery | Non
     body = alert_body(status, alert, rule, delivery.external_url)
     new = 0
     for receiver, url in delivery.targets(rule):
-        exists = conn.execute(sa.select(an.c.id).where(an.c.fingerprint == body["fingerprint"],
-                                                       an.c.status == status, an.c.url == url)).first()
-        if exists is not None:
-            continue
-        conn.execute(an.insert().values(
-            alert_id=alert["id"], fingerprint=body["fingerprint"], status=status, receiver=receiver, url=url,
-            alert=body, state=PENDING, created_at=now, expires_at=now + delivery.expire_s,
-            next_attempt_at=now, attempts=0))
-        new += 1
+        new += outbox_rows.owe(conn, {
+            "alert_id": alert["id"], "fingerprint": body["fingerprint"], "status": status, "receiver": receiver,
+            "url": url, "alert": body, "state": PENDING, "created_at": now, "expires_at": now + delivery.expire_s,
+            "next_attempt_at": now, "attempts": 0})
     return new
 
 
-def due(conn, now: float, limit: int = 200) -> list[dict]:
-    """Rows to send now, oldest first: owed ones, and firing ones due for a repeat; a
-    resolved row waits while its firing row is still owed."""
-    still_firing = sa.exists().where(ae.c.id == an.c.alert_id, ae.c.status == "firing")
-    rows = conn.execute(
-        sa.select(an).where(an.c.next_attempt_at <= now, sa.or_(
-            an.c.state.in_(OWED),
-            sa.and_(an.c.state.in_(DELIVERED), an.c.status == "firing", still_firing)))
-        .order_by(an.c.id).limit(limit)).mappings().all()
-    if not rows:
-        return []
-    waiting_firing = {(r.fingerprint, r.url) for r in conn.execute(
-        sa.select(an.c.fingerprint, an.c.url).where(
-            an.c.state.in_(OWED), an.c.status == "firing",
-            sa.tuple_(an.c.fingerprint, an.c.url).in_([(r["fingerprint"], r["url"]) for r in rows])))}
-    return [dict(r) for r in rows
-            if not (r["status"] == "resolved" and (r["fingerprint"], r["url"]) in waiting_firing)]
-
-
-def pending_count(conn) -> int:
-    """Notifications not yet delivered (the pending gauge)."""
-    return int(conn.execute(sa.select(sa.func.count()).select_from(an).where(an.c.state.in_(OWED))).scalar())
-
-
 def pending_or_none(store: Store) -> int | None:
-    """``pending_count`` for the gauge at scrape time; None while the store does not answer."""
+    """Notifications not yet delivered, for the pending gauge at scrape time; None while the
+    store does not answer."""
     try:
         with store.read() as conn:
-            return pending_count(conn)
-    except sa.exc.OperationalError:
+            return outbox_rows.owed_count(conn)
+    except sa_exc.OperationalError:
         return None
 
 
@@ -272,7 +241,7 @@ def send_due(store: Store, delivery: Delivery, now: float | None = None, *,
     which never waits for a receiver."""
     now = clock() if now is None else now
     with store.read() as conn:
-        groups = list(by_receiver(due(conn, now)).values())
+        groups = list(by_receiver(outbox_rows.due(conn, now)).values())
     result = SendResult()
     if not groups:
         return result
@@ -293,9 +262,7 @@ def send_one(store: Store, delivery: Delivery, row: dict, now: float, *,
     ``unconfirmed`` (no answer twice: given up); ``expired``; ``skipped`` (another notifier has it)."""
     timeout_s = delivery.timeout_for(row)
     with store.write() as conn:          # claim it: another notifier (or a retry) sees it leased
-        claimed = conn.execute(an.update().where(an.c.id == row["id"],
-                                                 an.c.next_attempt_at == row["next_attempt_at"])
-                               .values(next_attempt_at=now + timeout_s + 30.0, attempts=an.c.attempts + 1)).rowcount
+        claimed = outbox_rows.claim(conn, row, now + timeout_s + 30.0)
     if not claimed:
         return "skipped"       # another notifier took it
     alert = row["alert"]
@@ -313,34 +280,33 @@ def send_one(store: Store, delivery: Delivery, row: dict, now: float, *,
     attempts = row["attempts"] + 1
     shown = _shown(row["url"])
     with store.write() as conn:
-        update = an.update().where(an.c.id == row["id"])
         if error is None:
-            conn.execute(update.values(state=SENT, sent_at=done, last_error=None,
-                                       next_attempt_at=done + delivery.repeat_for(row["receiver"])))
+            outbox_rows.update(conn, row["id"], state=SENT, sent_at=done, last_error=None,
+                               next_attempt_at=done + delivery.repeat_for(row["receiver"]))
             return "sent"
         if row["state"] in DELIVERED:        # a repeat that failed: the next repeat will remind it
-            conn.execute(update.values(last_error=error,
-                                       next_attempt_at=done + delivery.repeat_for(row["receiver"])))
+            outbox_rows.update(conn, row["id"], last_error=error,
+                               next_attempt_at=done + delivery.repeat_for(row["receiver"]))
             log.warning("alert notification %s (%s, repeat) to %s failed: %s", row["fingerprint"], row["status"],
                         shown, error)
             return "failed"
         if unanswered and row["state"] == UNANSWERED:
             error = (f"{error}; no answer twice (within {delivery.timeout_s:g}s, then {timeout_s:g}s): not sent "
                      f"again, so it may have arrived at most twice")
-            conn.execute(update.values(state=UNCONFIRMED, sent_at=done, last_error=error,
-                                       next_attempt_at=done + delivery.repeat_for(row["receiver"])))
+            outbox_rows.update(conn, row["id"], state=UNCONFIRMED, sent_at=done, last_error=error,
+                               next_attempt_at=done + delivery.repeat_for(row["receiver"]))
             log.warning("alert notification %s (%s) to %s unconfirmed: %s", row["fingerprint"], row["status"],
                         shown, error)
             return "unconfirmed"
         if done >= row["expires_at"]:
-            conn.execute(update.values(state=EXPIRED, last_error=error))
+            outbox_rows.update(conn, row["id"], state=EXPIRED, last_error=error)
             log.error("alert notification %s (%s) to %s expired after %d attempts: %s", row["fingerprint"],
                       row["status"], shown, attempts, error)
             return "expired"
         backoff = min(BACKOFF_FIRST_S * 2 ** (attempts - 1), BACKOFF_MAX_S)
         retry_at = min(done + backoff, row["expires_at"])      # one last attempt when it expires
-        conn.execute(update.values(next_attempt_at=retry_at, last_error=error,
-                                   state=UNANSWERED if unanswered else row["state"]))
+        outbox_rows.update(conn, row["id"], next_attempt_at=retry_at, last_error=error,
+                           state=UNANSWERED if unanswered else row["state"])
     if attempts == 1 or attempts % 10 == 0:
         log.warning("alert notification %s (%s) to %s failed (attempt %d, next in %.0fs): %s",
                     row["fingerprint"], row["status"], shown, attempts, backoff, error)
@@ -354,5 +320,4 @@ def _shown(url: str) -> str:
 def outbox(store: Store, states: Iterable[str] = STATES) -> list[dict]:
     """Outbox rows (newest first) for the API and tests."""
     with store.read() as conn:
-        return [dict(r) for r in conn.execute(
-            sa.select(an).where(an.c.state.in_(list(states))).order_by(an.c.id.desc()).limit(500)).mappings()]
+        return outbox_rows.rows(conn, states)

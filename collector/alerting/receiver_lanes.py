@@ -18,6 +18,7 @@ from typing import Any, Callable
 
 from collector.alerting import notifications
 from collector.alerting.notifications import Delivery, SendResult
+from collector.models import outbox as outbox_rows
 from collector.store import Store
 
 log = logging.getLogger("replayscope.notifications")
@@ -45,7 +46,7 @@ class ReceiverLanes:
         """Start a lane for each receiver that has rows due and is free; returns their URLs."""
         now = self.clock() if now is None else now
         with self.store.read() as conn:
-            groups = notifications.by_receiver(notifications.due(conn, now))
+            groups = notifications.by_receiver(outbox_rows.due(conn, now))
         started = []
         with self._lock:
             for url, rows in groups.items():

@@ -14,7 +14,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collector.tables import alert_events as ae
+from collector.models import alerts as alert_rows
 from runner.errors import Invalid
 
 
@@ -53,6 +53,6 @@ class RuleKind(Protocol):
 def resolve_row(conn, alert: dict, at: float) -> dict:
     """An open alert resolves at ``at`` (never before it started)."""
     at = max(at, alert["started_at"])
-    conn.execute(ae.update().where(ae.c.id == alert["id"]).values(status="resolved", ended_at=at))
+    alert_rows.resolve(conn, alert["id"], at)
     alert.update(status="resolved", ended_at=at)
     return alert

@@ -19,11 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-import sqlalchemy as sa
-
 from collector.models import fleet
 from collector.store import Store
-from collector.tables import runs
 
 BASELINE_RUNS = 10
 MIN_BASELINE = 3
@@ -135,18 +132,11 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
     ``regressions``, ``improvements``, ``judged`` (False with fewer than MIN_BASELINE runs).
     None for an unknown run."""
     with store.read() as conn:
-        run = conn.execute(sa.select(runs.c.id, runs.c.config_key, runs.c.started_at)
-                           .where(runs.c.run_id == run_id)).first()
+        run = fleet.run_config(conn, run_id)
         if run is None:
             return None
-        earlier = (sa.select(runs.c.id).where(runs.c.config_key == run.config_key, runs.c.status == "finished",
-                                              runs.c.started_at < run.started_at, runs.c.id != run.id)
-                   .order_by(runs.c.started_at.desc()).limit(BASELINE_RUNS))
-        pks = [run.id] + list(conn.execute(earlier).scalars())
-        rows = conn.execute(sa.select(*fleet.RUN_COLUMNS).where(runs.c.id.in_(pks))
-                            .order_by(runs.c.started_at, runs.c.id)).all()
-        figures = fleet.metrics(conn, [r.id for r in rows], runs.c.id.in_(pks))
-    table = {r.id: fleet.run_row(r, figures[r.id]) for r in rows}
+        pks = [run.id] + fleet.finished_before(conn, run.config_key, run.started_at, BASELINE_RUNS, other_than=run.id)
+        table = fleet.rows_of_runs(conn, pks)
     target = table.pop(run.id)
     baseline, worse, better = judge(target, list(table.values()))
     return {"baseline": baseline, "regressions": worse, "improvements": better,

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import sqlalchemy as sa
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
 from collector import schemas
+from collector.models import health
 from collector.services import leader
 from collector.api.deps import MetricsDep, StoreDep
 from collector.api.errors import responses
@@ -18,7 +18,7 @@ router = APIRouter(tags=["ops"], responses=responses(400, 503))
 def healthz(store: StoreDep) -> dict:
     """200 when the store answers."""
     with store.read() as conn:
-        conn.execute(sa.text("SELECT 1"))
+        health.ping(conn)
     return {"status": "ok", "db": store.dialect}
 
 

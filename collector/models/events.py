@@ -16,6 +16,11 @@ def run_pk_of(conn, run_id: str) -> int | None:
     return conn.execute(sa.select(runs.c.id).where(runs.c.run_id == run_id)).scalar()
 
 
+def last_event_ts(conn, run_pk: int) -> float | None:
+    """The run's clock (``runs.last_event_ts``): where alert evaluation follows it to."""
+    return conn.execute(sa.select(runs.c.last_event_ts).where(runs.c.id == run_pk)).scalar()
+
+
 def _event_rows(store: Store, run_id: str, table: sa.Table, rename: dict[str, str] | None = None) -> list[dict]:
     rename = rename or {}
     cols = [c for c in table.columns if c.name != "run_pk"]

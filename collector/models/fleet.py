@@ -192,6 +192,48 @@ def run_row(r, m: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def rows_of_runs(conn, pks) -> dict[int, dict[str, Any]]:
+    """Fleet rows of the runs ``pks`` (run key -> row), oldest first, with their figures."""
+    chosen = runs.c.id.in_(pks)
+    rows = conn.execute(sa.select(*RUN_COLUMNS).where(chosen).order_by(runs.c.started_at, runs.c.id)).all()
+    figures = metrics(conn, [r.id for r in rows], chosen)
+    return {r.id: run_row(r, figures[r.id]) for r in rows}
+
+
+def run_config(conn, run_id: str):
+    """The run's id, config_key and started_at (a row); None for an unknown run."""
+    return conn.execute(sa.select(runs.c.id, runs.c.config_key, runs.c.started_at)
+                        .where(runs.c.run_id == run_id)).first()
+
+
+def finished_before(conn, key: str, started_at: float, limit: int, *, other_than: int | None = None) -> list[int]:
+    """The newest ``limit`` finished runs of configuration ``key`` started before ``started_at``
+    (a baseline), newest first; ``other_than``: never that run."""
+    where = [runs.c.config_key == key, runs.c.status == "finished", runs.c.started_at < started_at]
+    if other_than is not None:
+        where.append(runs.c.id != other_than)
+    return list(conn.execute(sa.select(runs.c.id).where(*where)
+                             .order_by(runs.c.started_at.desc()).limit(limit)).scalars())
+
+
+def started_since(conn, key: str, started_at: float) -> list[int]:
+    """Every run of configuration ``key`` started at or after ``started_at``."""
+    return list(conn.execute(sa.select(runs.c.id).where(runs.c.config_key == key,
+                                                        runs.c.started_at >= started_at)).scalars())
+
+
+def newer_finished(conn, key: str, started_at: float) -> bool:
+    """Whether a run of configuration ``key`` started after ``started_at`` has finished."""
+    return conn.execute(sa.select(runs.c.id).where(
+        runs.c.config_key == key, runs.c.status == "finished", runs.c.started_at > started_at).limit(1)).first() is not None
+
+
+def seen_since(conn, last_event_after: float) -> list:
+    """Runs with an event after ``last_event_after``: id, name, config_key, started_at."""
+    return conn.execute(sa.select(runs.c.id, runs.c.name, runs.c.config_key, runs.c.started_at)
+                        .where(runs.c.last_event_ts > last_event_after)).all()
+
+
 def fleet_options(store: Store) -> dict[str, list[str]]:
     """The values each filter can take, over every run."""
     with store.read() as conn:

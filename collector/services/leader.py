@@ -13,7 +13,7 @@ tick runs only where ``mine`` is true, which needs both:
 
 So each job runs at most once per period, and at least once whenever some collector
 attempts it in that period. On SQLite (one collector per store) the lock is a thread lock
-in this process and the claim is the same.
+in this process and the claim is the same. The statements are ``collector.models.jobs``'.
 """
 
 from __future__ import annotations
@@ -23,14 +23,11 @@ import math
 import os
 import socket
 import threading
-import time
 from contextlib import contextmanager
 from typing import Iterator
 
-import sqlalchemy as sa
-
+from collector.models import jobs
 from collector.store import Store
-from collector.tables import service_ticks
 
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"[:200]
 _LOCAL_LOCKS: dict[str, threading.Lock] = {}
@@ -58,12 +55,12 @@ def exclusive(store: Store, name: str) -> Iterator[bool]:
     key = lock_key(name)
     conn = store.engine.connect().execution_options(isolation_level="AUTOCOMMIT")
     try:
-        held = bool(conn.exec_driver_sql("SELECT pg_try_advisory_lock(%s)", (key,)).scalar())
+        held = jobs.try_lock(conn, key)
         try:
             yield held
         finally:
             if held:
-                conn.exec_driver_sql("SELECT pg_advisory_unlock(%s)", (key,))
+                jobs.unlock(conn, key)
     except Exception:
         conn.invalidate()      # never hand a connection that may still hold the lock back to the pool
         raise
@@ -71,27 +68,13 @@ def exclusive(store: Store, name: str) -> Iterator[bool]:
         conn.close()
 
 
-def _clock(conn) -> float:
-    if conn.dialect.name == "postgresql":
-        return float(conn.exec_driver_sql("SELECT extract(epoch FROM clock_timestamp())").scalar())
-    return time.time()
-
-
 def claim(store: Store, name: str, interval_s: float) -> int | None:
     """Claim the job's current period; its slot number, or None when it already ran."""
     with store.write() as conn:
-        now = _clock(conn)
+        now = jobs.clock(conn)
         slot = math.floor(now / interval_s)
-        if conn.dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import insert
-        else:
-            from sqlalchemy.dialects.sqlite import insert
-        conn.execute(insert(service_ticks).values(name=name, slot=-1, ran_at=0.0, holder="", runs=0)
-                     .on_conflict_do_nothing(index_elements=["name"]))
-        claimed = conn.execute(
-            service_ticks.update().where(service_ticks.c.name == name, service_ticks.c.slot < slot)
-            .values(slot=slot, ran_at=now, holder=HOLDER, runs=service_ticks.c.runs + 1)).rowcount
-    return slot if claimed == 1 else None
+        claimed = jobs.claim_slot(conn, name, slot, now, HOLDER)
+    return slot if claimed else None
 
 
 @contextmanager
@@ -104,4 +87,4 @@ def turn(store: Store, name: str, interval_s: float) -> Iterator[bool]:
 def ticks(store: Store) -> dict[str, dict]:
     """Every job's last period: slot, ran_at, holder, runs (how many periods it ran in)."""
     with store.read() as conn:
-        return {r["name"]: dict(r) for r in conn.execute(sa.select(service_ticks)).mappings()}
+        return jobs.last_periods(conn)

@@ -16,15 +16,12 @@ import asyncio
 import logging
 import time
 
-import sqlalchemy as sa
-
 from collector.alerting import alerts, notifications
 from collector.services import leader
-from collector.models import retention
+from collector.models import retention, run_writes
 from collector.alerting.receiver_lanes import ReceiverLanes
 from collector.settings import Settings
 from collector.store import Store
-from collector.tables import runs
 
 log = logging.getLogger("replayscope.services")
 
@@ -32,12 +29,7 @@ log = logging.getLogger("replayscope.services")
 def mark_interrupted_runs(store: Store, now: float, timeout_s: float) -> list[str]:
     """Runs still ``running`` with no event for ``timeout_s`` become ``interrupted``."""
     with store.write() as conn:
-        stale = conn.execute(sa.select(runs.c.id, runs.c.run_id, runs.c.last_event_ts)
-                             .where(runs.c.status == "running", runs.c.last_seen_at < now - timeout_s)).all()
-        for row in stale:
-            conn.execute(runs.update().where(runs.c.id == row.id)
-                         .values(status="interrupted", ended_at=row.last_event_ts))
-    return [row.run_id for row in stale]
+        return run_writes.interrupt_stale_runs(conn, now - timeout_s)
 
 
 class Service:
