@@ -16,7 +16,7 @@ from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
 from tests.live_server import free_port
-from tests.stores import opened_store
+from tests.stores import store  # noqa: F401 (the store fixture, on db_url)
 
 SERVE_SCRIPT = """
 import sys, uvicorn
@@ -88,12 +88,6 @@ class ProcessCollector:
 @pytest.fixture
 def db_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path}/collector.db"
-
-
-@pytest.fixture
-def store(db_url):
-    with opened_store(db_url) as s:
-        yield s
 
 
 @pytest.fixture
