@@ -31,11 +31,11 @@ import os
 import random
 import statistics
 import sys
-import threading
 import time
 import uuid
 
 from benchmarks import collectors as collector_processes
+from benchmarks.harness import timed_threads
 from benchmarks.fleet_generate import CAPTURE_SIZES, DAY, DEVICES, Fleet, generate, sizes
 
 
@@ -101,13 +101,7 @@ def http_ingest(db_url: str, batches: dict[str, list[list[dict]]], collectors: i
             except BaseException as error:  # noqa: BLE001 (reported by the caller)
                 errors.append(error)
 
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(collectors)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
+        elapsed = timed_threads(client, collectors)
         if errors:
             raise errors[0]
         expected = sum(len(e) for b in batches.values() for e in b)
