@@ -169,7 +169,7 @@ def read_cases(store, recent: str, old: str, baseline: str):
     from collector.api import create_api
     from collector.settings import Settings
 
-    client = TestClient(create_api(store, Settings(run_services=False)))
+    client = TestClient(create_api(store, Settings(run_services=False)), base_url="http://127.0.0.1")  # a served host
     cases = [("list_runs (500 newest)", lambda: queries.list_runs(store))]
     for label, run_id in (("recent run", recent), ("30-day-old run", old)):
         cases += [

@@ -70,7 +70,7 @@ def _copy(cursor, table: str, columns: tuple[str, ...], rows) -> None:
 
 def generate(store, fleet: Fleet, log) -> dict:
     """Fill an empty, migrated store with the fleet; returns what was generated."""
-    from collector.analysis import fleet as fleet_model
+    from collector.models.fleet import config_key
     from collector.models import retention
 
     rng = random.Random(15)
@@ -84,7 +84,7 @@ def generate(store, fleet: Fleet, log) -> dict:
         graph_s, capture_s, load_s, pool = MODELS[model]
         config = {"capture_sizes": CAPTURE_SIZES, "max_bs": 64, "padding": True, "compile": False,
                   "workload": {"name": "chat"}}
-        key = fleet_model.config_key(model, "cuda", device, config)
+        key = config_key(model, "cuda", device, config)
         for k in range(per_gpu):
             pk += 1
             started = fleet.start + k * run_s + (g % 8) * 60
