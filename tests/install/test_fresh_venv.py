@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.live_server import free_port
+from tests.live_server import free_port, wait_answering
 from tests.receiver import LOOPBACK_ALLOW, Receiver
 from tests.stub_server import QuietHandler, start_server, stop_server
 
@@ -102,15 +102,8 @@ def served(venv):
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp / "serve.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "replayscope serve did not answer"
-                time.sleep(0.2)
+        wait_answering(url + "/healthz", proc, 120, "replayscope serve",
+                       exited=lambda: (tmp / "serve.log").read_text()[-3000:], interval_s=0.2)
         yield {**venv, "url": url, "db": db, "receiver": receiver}
     finally:
         proc.terminate()
