@@ -46,6 +46,17 @@ def _quiet_main(main, argv: list[str], verbose: bool) -> tuple[int, str]:
     return code, text
 
 
+def _json_result(main, verbose: bool) -> dict:
+    """The figures a benchmark's ``main(["--json", FILE])`` writes, read back from a temporary file."""
+    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
+        path = f.name
+    try:
+        _quiet_main(main, ["--json", path], verbose)
+        return json.loads(Path(path).read_text())
+    finally:
+        os.unlink(path)
+
+
 def _number(pattern: str, text: str) -> float:
     match = re.search(pattern, text)
     if match is None:
@@ -56,13 +67,7 @@ def _number(pattern: str, text: str) -> float:
 def runner_rows(verbose: bool) -> list[tuple[str, str, str]]:
     from benchmarks import runner_bench
 
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    try:
-        _quiet_main(runner_bench.main, ["--json", path], verbose)
-        result = json.loads(Path(path).read_text())
-    finally:
-        os.unlink(path)
+    result = _json_result(runner_bench.main, verbose)
     e = result["emitter"]
     rows = [("runner", "Emitter.step host cost", f"{e['emitter_step_us']:.2f} us/step "
                                                  f"(list append {e['list_append_us']:.2f} us)")]
@@ -87,13 +92,7 @@ def runner_rows(verbose: bool) -> list[tuple[str, str, str]]:
 def trace_rows(verbose: bool) -> list[tuple[str, str, str]]:
     from benchmarks import trace_bench
 
-    with tempfile.NamedTemporaryFile(suffix=".json", delete=False) as f:
-        path = f.name
-    try:
-        _quiet_main(trace_bench.main, ["--json", path], verbose)
-        result = json.loads(Path(path).read_text())
-    finally:
-        os.unlink(path)
+    result = _json_result(trace_bench.main, verbose)
     h = result["host"]
     rows = [("trace", "host cost added per hooked replay / per traced step",
              f"{h['replay_added_us']:.2f} us / {h['step_added_us']:.2f} us")]

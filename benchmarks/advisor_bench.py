@@ -31,13 +31,13 @@ tests/benchmarks), where its figures mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Any
 
 import torch
 
+from benchmarks.harness import ListSink, write_json
 from benchmarks.pairing import rotated, timed_once
 from collector.analysis.advisor import choice, engines, steps as stepping
 from collector.analysis.advisor.events import facts_from_events
@@ -52,22 +52,6 @@ from runner.plan import CapturePlan, default_capture_sizes
 BACKEND, DEVICE = "cuda", "cuda"      # the CPU stand-in test sets the static backend on the CPU
 NOISE = 0.01                          # the advisor's list is "not slower" within 1% of the default's mean
 WARMUP_STEPS = 20
-
-
-class ListSink:
-    """Keeps the run's events in memory."""
-
-    def __init__(self):
-        self.events: list[dict[str, Any]] = []
-
-    def open(self, run):
-        pass
-
-    def write(self, events):
-        self.events.extend(events)
-
-    def close(self):
-        pass
 
 
 def record(preset: str, steps: int, seed: int) -> tuple[DecodeEngine, dict[str, Any], list[dict[str, Any]]]:
@@ -237,9 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result = bench(options.preset, options.steps, budgets, options.seed)
     print_table(result)
-    if options.json:
-        with open(options.json, "w") as out:
-            json.dump(result, out, indent=2)
+    write_json(options.json, result)
     return 0
 
 

@@ -10,12 +10,13 @@ reports whether building the parser imported torch, numpy, SQLAlchemy or FastAPI
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from benchmarks.harness import write_json
 
 REPO = Path(__file__).resolve().parent.parent
 TARGET_S = 0.3
@@ -60,8 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"python -c pass          median {result['interpreter_s'] * 1000:.0f} ms "
           f"(--help is {result['ratio']:.1f}x a bare interpreter)")
     print(f"heavy imports at parse: {', '.join(result['heavy_imports']) or 'none'}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+    write_json(args.json, result)
     return 0 if result["help_s"] < TARGET_S and not result["heavy_imports"] else 1
 
 

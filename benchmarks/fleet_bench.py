@@ -31,11 +31,11 @@ import os
 import random
 import statistics
 import sys
-import threading
 import time
 import uuid
 
 from benchmarks import collectors as collector_processes
+from benchmarks.harness import timed_threads
 from benchmarks.fleet_generate import CAPTURE_SIZES, DAY, DEVICES, Fleet, generate, sizes
 
 
@@ -101,13 +101,7 @@ def http_ingest(db_url: str, batches: dict[str, list[list[dict]]], collectors: i
             except BaseException as error:  # noqa: BLE001 (reported by the caller)
                 errors.append(error)
 
-        threads = [threading.Thread(target=client, args=(k,)) for k in range(collectors)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        elapsed = time.perf_counter() - start
+        elapsed = timed_threads(client, collectors)
         if errors:
             raise errors[0]
         expected = sum(len(e) for b in batches.values() for e in b)
@@ -175,7 +169,7 @@ def read_cases(store, recent: str, old: str, baseline: str):
     from collector.api import create_api
     from collector.settings import Settings
 
-    client = TestClient(create_api(store, Settings(run_services=False)))
+    client = TestClient(create_api(store, Settings(run_services=False)), base_url="http://127.0.0.1")  # a served host
     cases = [("list_runs (500 newest)", lambda: queries.list_runs(store))]
     for label, run_id in (("recent run", recent), ("30-day-old run", old)):
         cases += [

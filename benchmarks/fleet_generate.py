@@ -70,7 +70,7 @@ def _copy(cursor, table: str, columns: tuple[str, ...], rows) -> None:
 
 def generate(store, fleet: Fleet, log) -> dict:
     """Fill an empty, migrated store with the fleet; returns what was generated."""
-    from collector.analysis import fleet as fleet_model
+    from collector.models.fleet import config_key
     from collector.models import retention
 
     rng = random.Random(15)
@@ -84,7 +84,7 @@ def generate(store, fleet: Fleet, log) -> dict:
         graph_s, capture_s, load_s, pool = MODELS[model]
         config = {"capture_sizes": CAPTURE_SIZES, "max_bs": 64, "padding": True, "compile": False,
                   "workload": {"name": "chat"}}
-        key = fleet_model.config_key(model, "cuda", device, config)
+        key = config_key(model, "cuda", device, config)
         for k in range(per_gpu):
             pk += 1
             started = fleet.start + k * run_s + (g % 8) * 60
@@ -125,46 +125,18 @@ def generate(store, fleet: Fleet, log) -> dict:
         raw_from = fleet.now - fleet.raw_window_days * DAY
         days = set(range(int(min(second_from, raw_from) // DAY), int(fleet.now // DAY) + 1))
         retention.ensure_partitions(store, days)
-        step_time = ("CASE k.kind WHEN 'graph' THEN (CASE k.mode WHEN 'graph' THEN r.graph_s ELSE r.padded_s END) "
-                     "WHEN 'eager' THEN r.eager_s ELSE r.prefill_s END")
         t0 = time.perf_counter()
-        cur.execute(f"""
-            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
-                                      duration_s, timed_steps)
-            SELECT r.run_pk, 1, s.t, k.stage, k.mode, k.reason, n.steps, n.steps * k.tokens, n.steps * k.pad,
-                   n.steps * {step_time} * (0.95 + 0.1 * random()), n.steps
-            FROM bench_runs r
-            CROSS JOIN LATERAL generate_series(greatest(ceil(r.started), {second_from})::bigint,
-                                               floor(r.ended)::bigint - 1) s(t)
-            CROSS JOIN bench_keys k
-            CROSS JOIN LATERAL (SELECT floor(k.share * {fleet.steps_per_s} + random())::bigint AS steps) n
-            WHERE r.ended > {second_from} AND n.steps > 0""")
+        cur.execute(_made_up_rollups(
+            1, "s.t", f"generate_series(greatest(ceil(r.started), {second_from})::bigint, "
+                      f"floor(r.ended)::bigint - 1) s(t)",
+            f"floor(k.share * {fleet.steps_per_s} + random())::bigint", where=f"r.ended > {second_from}"))
         seconds = cur.rowcount
-        cur.execute(f"""
-            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
-                                      duration_s, timed_steps)
-            SELECT run_pk, 60, t - t % 60, stage, mode, reason, sum(steps), sum(num_tokens), sum(padded_tokens),
-                   sum(duration_s), sum(timed_steps)
-            FROM step_rollups WHERE bucket_s = 1 GROUP BY run_pk, t - t % 60, stage, mode, reason""")
-        cur.execute(f"""
-            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
-                                      duration_s, timed_steps)
-            SELECT r.run_pk, 60, m.t, k.stage, k.mode, k.reason, n.steps, n.steps * k.tokens, n.steps * k.pad,
-                   n.steps * {step_time} * (0.95 + 0.1 * random()), n.steps
-            FROM bench_runs r
-            CROSS JOIN LATERAL generate_series((ceil(r.started / 60) * 60)::bigint,
-                                               least(floor(r.ended / 60) * 60 - 60, {second_from} - 60)::bigint,
-                                               60) m(t)
-            CROSS JOIN bench_keys k
-            CROSS JOIN LATERAL (SELECT round(k.share * {fleet.steps_per_s} * 60 * (0.8 + 0.4 * random()))::bigint
-                                AS steps) n
-            WHERE n.steps > 0""")
-        cur.execute("""
-            INSERT INTO step_rollups (run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens,
-                                      duration_s, timed_steps)
-            SELECT run_pk, 0, 0, stage, mode, reason, sum(steps), sum(num_tokens), sum(padded_tokens),
-                   sum(duration_s), sum(timed_steps)
-            FROM step_rollups WHERE bucket_s = 60 GROUP BY run_pk, stage, mode, reason""")
+        cur.execute(_summed_rollups(60, "t - t % 60", of_bucket=1))
+        cur.execute(_made_up_rollups(
+            60, "m.t", f"generate_series((ceil(r.started / 60) * 60)::bigint, "
+                       f"least(floor(r.ended / 60) * 60 - 60, {second_from} - 60)::bigint, 60) m(t)",
+            f"round(k.share * {fleet.steps_per_s} * 60 * (0.8 + 0.4 * random()))::bigint"))
+        cur.execute(_summed_rollups(0, None, of_bucket=60))
         raw.commit()
         log(f"rollups: {seconds:,} 1-second rows, minutes and whole runs in {time.perf_counter() - t0:.0f} s")
         t0 = time.perf_counter()
@@ -183,6 +155,39 @@ def generate(store, fleet: Fleet, log) -> dict:
     finally:
         raw.close()
     return {"runs": len(runs), "second_rows": seconds, "raw_steps": steps, "raw_counts": counts}
+
+
+ROLLUP_COLUMNS = "run_pk, bucket_s, t, stage, mode, reason, steps, num_tokens, padded_tokens, duration_s, timed_steps"
+# A key's step time in a run of bench_runs r: graph, padded, eager or prefill.
+STEP_TIME = ("CASE k.kind WHEN 'graph' THEN (CASE k.mode WHEN 'graph' THEN r.graph_s ELSE r.padded_s END) "
+             "WHEN 'eager' THEN r.eager_s ELSE r.prefill_s END")
+
+
+def _made_up_rollups(bucket_s: int, t: str, times: str, steps: str, where: str | None = None) -> str:
+    """SQL adding rollup rows of ``bucket_s`` for each run of bench_runs r, key of bench_keys k
+    and time ``t`` of the series ``times``: ``steps`` steps of the key (a row where that is > 0),
+    their tokens, and their step time with 5 % of noise."""
+    run_filter = f"{where} AND " if where else ""
+    return f"""
+        INSERT INTO step_rollups ({ROLLUP_COLUMNS})
+        SELECT r.run_pk, {bucket_s}, {t}, k.stage, k.mode, k.reason, n.steps, n.steps * k.tokens, n.steps * k.pad,
+               n.steps * {STEP_TIME} * (0.95 + 0.1 * random()), n.steps
+        FROM bench_runs r
+        CROSS JOIN LATERAL {times}
+        CROSS JOIN bench_keys k
+        CROSS JOIN LATERAL (SELECT {steps} AS steps) n
+        WHERE {run_filter}n.steps > 0"""
+
+
+def _summed_rollups(bucket_s: int, t: str | None, of_bucket: int) -> str:
+    """SQL adding rollup rows of ``bucket_s``, the sums of those of ``of_bucket`` per time ``t``
+    (an expression of theirs), or per run where ``t`` is None."""
+    per_t = f"{t}, " if t else ""
+    return f"""
+        INSERT INTO step_rollups ({ROLLUP_COLUMNS})
+        SELECT run_pk, {bucket_s}, {t or 0}, stage, mode, reason, sum(steps), sum(num_tokens), sum(padded_tokens),
+               sum(duration_s), sum(timed_steps)
+        FROM step_rollups WHERE bucket_s = {of_bucket} GROUP BY run_pk, {per_t}stage, mode, reason"""
 
 
 def _startup_rows(cur, per_run) -> None:

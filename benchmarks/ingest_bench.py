@@ -20,10 +20,10 @@ import random
 import sqlite3
 import sys
 import tempfile
-import threading
 import time
 
 from benchmarks import collectors
+from benchmarks.harness import timed_threads
 from runner.sinks import HTTP_BATCH_EVENTS
 
 TARGET_EVENTS_PER_S = 50_000
@@ -70,13 +70,7 @@ def http_ingest(batches: list[list[dict]], clients: int) -> tuple[float, int]:
                     raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
                 accepted[k] += json.loads(data)["accepted"]
 
-        threads = [threading.Thread(target=worker, args=(k,)) for k in range(clients)]
-        start = time.perf_counter()
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        return time.perf_counter() - start, sum(accepted)
+        return timed_threads(worker, clients), sum(accepted)
     finally:
         collectors.stop(proc)
 

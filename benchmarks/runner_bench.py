@@ -33,13 +33,13 @@ the overhead ratio need CUDA.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from typing import Callable
 
 import torch
 
+from benchmarks.harness import NullSink, write_json
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
 from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
@@ -53,17 +53,6 @@ RUN = {"run_id": "bench", "name": "bench", "source": "library", "started_at": 0.
 
 
 UNTIMED = 10**9     # a CudaClock.every that times no step after each key's first
-
-
-class NullSink:
-    def open(self, run):
-        pass
-
-    def write(self, events):
-        pass
-
-    def close(self):
-        pass
 
 
 def decode_inputs(scratch_slot: int) -> list[StaticInput]:
@@ -385,9 +374,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
                   f"{(s['pool_bytes'] or 0) / 2**20:9.1f} {s['padded_5_on_8_ms']:9.3f} {s['eager_5_ms']:8.3f} "
                   f"{s['padding_speedup']:7.1f}x")
-    if options.json:
-        with open(options.json, "w") as out:
-            json.dump(result, out, indent=2)
+    write_json(options.json, result)
     return 0
 
 

@@ -29,12 +29,12 @@ Every figure is against the same program untraced, measured in the same process:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 import types
 
 import torch
 
+from benchmarks.harness import NullSink, write_json
 from benchmarks.pairing import paired, pipelined_ms
 from runner.trace.graph_trees import install_graph_tree_hooks
 from runner.trace.hooks import Patches, install_cuda_graph_hooks
@@ -42,17 +42,6 @@ from runner.trace.recipes import step_wrapper, tensor_batch
 from runner.trace.settings import TraceSettings
 from runner.timing import CUDA_TIME_EVERY
 from runner.trace.tracer import Tracer
-
-
-class NullSink:
-    def open(self, run):
-        pass
-
-    def write(self, events):
-        pass
-
-    def close(self):
-        pass
 
 
 def new_tracer(time_every: int = CUDA_TIME_EVERY) -> Tracer:
@@ -345,9 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         result["worst_ratio_all_timed"] = max(r["ratio_synced_all_timed"] for r in result["rows"])
         print(f"worst traced/untraced: {worst:.4f} (target <= 1.01); every step timed: "
               f"{result['worst_ratio_all_timed']:.4f}")
-    if options.json:
-        with open(options.json, "w") as out:
-            json.dump(result, out, indent=2)
+    write_json(options.json, result)
     return 0
 
 
@@ -363,9 +350,7 @@ def _print_compiled(result: dict, options: argparse.Namespace) -> int:
               f"{r['ratio_mean']:7.4f}")
     result["worst_ratio"] = max(max(r["ratio_synced"], r["ratio_mean"]) for r in result["rows"])
     print(f"worst traced/untraced: {result['worst_ratio']:.4f} (target <= 1.01)")
-    if options.json:
-        with open(options.json, "w") as out:
-            json.dump(result, out, indent=2)
+    write_json(options.json, result)
     return 0
 
 

@@ -1,4 +1,5 @@
-"""Headless Debian Chromium for the browser tests (never a downloaded browser)."""
+"""Headless Debian Chromium for the browser tests (never a downloaded browser), and the
+module-wide ``driver`` fixture they share."""
 
 import os
 import shutil
@@ -34,3 +35,12 @@ def chromium(user_data_dir, *, console_log: bool = False):
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
     return driver
+
+
+@pytest.fixture(scope="module")
+def driver(tmp_path_factory):
+    """One Chromium for a module's tests, keeping the console log (a test may check it for
+    SEVERE errors); quit after the module."""
+    d = chromium(tmp_path_factory.mktemp("chromium"), console_log=True)
+    yield d
+    d.quit()

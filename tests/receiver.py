@@ -5,12 +5,12 @@ and brought back on the same port."""
 from __future__ import annotations
 
 import base64
-import json
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 
 from tests.live_server import free_port
+from tests.stub_server import QuietHandler, start_server, stop_server
 
 # What a collector needs in REPLAYSCOPE_WEBHOOK_ALLOW to post to a receiver on loopback.
 LOOPBACK_ALLOW = "127.0.0.1"
@@ -39,9 +39,9 @@ class Receiver:
     def start(self) -> "Receiver":
         receiver = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"null")
+                body = self.json_body()
                 authorization = self.headers.get("Authorization")
                 with receiver.lock:
                     receiver.requests += 1
@@ -65,18 +65,12 @@ class Receiver:
                 except (BrokenPipeError, ConnectionResetError):
                     pass                       # the sender stopped waiting (its timeout)
 
-            def log_message(self, *args):
-                pass
-
-        self._server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        self._server = start_server(Handler, self.port)
         return self
 
     def stop(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            stop_server(self._server)
             self._server = None
 
     def __enter__(self) -> "Receiver":

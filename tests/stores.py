@@ -1,12 +1,14 @@
 """What the tests read and write in a store that nothing shipped needs: a whole events
 file loaded at once, a run's rollups recomputed from its raw rows (the oracle the
-incremental rollups are checked against), the day partitions PostgreSQL holds."""
+incremental rollups are checked against), the day partitions PostgreSQL holds; and the
+``store`` fixture of the folders whose conftest names a ``db_url``."""
 
 from __future__ import annotations
 
 import contextlib
 from pathlib import Path
 
+import pytest
 import sqlalchemy as sa
 
 from collector.ingest import IngestResult, ingest_events, ingest_run
@@ -65,3 +67,10 @@ def opened_store(url: str):
         yield store
     finally:
         store.dispose()
+
+
+@pytest.fixture
+def store(db_url):
+    """A migrated store at the ``db_url`` of the conftest that imports this fixture."""
+    with opened_store(db_url) as s:
+        yield s

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.app import synthetic
-from tests.browser import chromium, require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 pytestmark = pytest.mark.browser
@@ -63,13 +63,6 @@ def env(tmp_path_factory):
     with serving(create_server(store, Settings(run_services=False))) as url:
         yield {"store": store, "url": url, "live_next_seq": 100_000, "live": live}
     store.dispose()
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    d = chromium(tmp_path_factory.mktemp("chromium"), console_log=True)
-    yield d
-    d.quit()
 
 
 def wait(driver, condition, timeout=30):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 pytestmark = pytest.mark.browser
@@ -21,8 +21,7 @@ require_chromium()
 
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from tests.app.test_browser import (driver, open_page, screenshot, severe_errors, text_of,  # noqa: E402,F401
-                                    wait)
+from tests.app.test_browser import open_page, screenshot, severe_errors, text_of, wait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "importers" / "fixtures"

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.browser import chromium, require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 pytestmark = pytest.mark.browser
@@ -21,7 +21,7 @@ SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, driver):
     from app.server import create_server
     from collector.alerting import alerts
     from collector.settings import Settings
@@ -31,11 +31,7 @@ def env(tmp_path_factory):
     store = Store.open(f"sqlite:///{tmp / 'a.db'}", upgrade=True)
     alerts.create_rule(store, {"name": "slack-rule", "threshold": 0.3, "webhook_url": SLACK})
     with serving(create_server(store, Settings(run_services=False, token=TOKEN))) as url:
-        driver = chromium(tmp / "chromium")
-        try:
-            yield {"store": store, "url": url, "driver": driver}
-        finally:
-            driver.quit()
+        yield {"store": store, "url": url, "driver": driver}
     store.dispose()
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.test_browser import (By, driver, open_page, screenshot, severe_errors,  # noqa: F401
-                                    text_of, wait)
+from tests.app.test_browser import By, open_page, screenshot, severe_errors, text_of, wait
+from tests.browser import driver  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 FIXTURES = Path(__file__).resolve().parents[1] / "importers" / "fixtures"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from tests.app.test_browser import open_page, severe_errors, wait
-from tests.browser import chromium, require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.collector.test_regressions import make_run
 from tests.live_server import serving
 
@@ -42,13 +42,6 @@ def env(tmp_path_factory):
     with serving(create_server(store, Settings(run_services=False))) as url:
         yield {"store": store, "url": url}
     store.dispose()
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    d = chromium(tmp_path_factory.mktemp("chromium-fleet"), console_log=True)
-    yield d
-    d.quit()
 
 
 ROWS = """

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.test_browser import (By, driver, open_page, severe_errors, text_of, wait)  # noqa: F401
+from tests.app.test_browser import By, open_page, severe_errors, text_of, wait
+from tests.browser import driver  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 from tests.postmortem.cases import CASES, load
 

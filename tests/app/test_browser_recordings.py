@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="the runs are the tracer's own, of PyTorch programs")
 
-from tests.browser import require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 pytestmark = [pytest.mark.browser, pytest.mark.skipif(
@@ -21,7 +21,7 @@ require_chromium()
 
 from selenium.webdriver.common.by import By  # noqa: E402
 
-from tests.app.test_browser import driver, wait  # noqa: E402,F401 (the browser and its wait, shared)
+from tests.app.test_browser import wait  # noqa: E402
 
 
 def traced_events(monkeypatch, scenario, step=None):

@@ -56,7 +56,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.browser import chromium, require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 pytest.importorskip("torch", reason="the runner and traced runs are made with `replayscope run` and `trace`")
@@ -141,13 +141,6 @@ def site(tmp_path_factory):
         yield {"url": url, "runner": ids["runner"], "traced": ids["trace"], "vllm": ids["vllm-log"],
                "sglang": ids["sglang-log"]}
     store.dispose()
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    d = chromium(tmp_path_factory.mktemp("chromium-pictures"))
-    yield d
-    d.quit()
 
 
 def path_of(site: dict, kind: str | None, page: str) -> str:
@@ -282,13 +275,13 @@ def take(driver, site: dict, kind: str | None, page: str, width: int) -> Picture
 
 
 @pytest.fixture(scope="module")
-def pictures(site, browser):
+def pictures(site, driver):
     """Each page read once per width, on first use."""
     taken: dict[tuple, Picture] = {}
 
     def get(kind, page, width):
         if (kind, page, width) not in taken:
-            taken[(kind, page, width)] = take(browser, site, kind, page, width)
+            taken[(kind, page, width)] = take(driver, site, kind, page, width)
         return taken[(kind, page, width)]
     return get
 
@@ -527,17 +520,17 @@ Plotly.newPlot(div, [{type: 'bar', x: [], y: [], name: 'nothing'}], {});
 """
 
 
-def test_the_checks_catch_a_cut_cell_and_an_empty_chart(site, browser):
+def test_the_checks_catch_a_cut_cell_and_an_empty_chart(site, driver):
     """On a real page: a cell made to cut its text and an empty chart added are both caught."""
-    browser.set_window_size(1280, 1000)
-    browser.get(site["url"] + "/fleet?period=all")         # a page with Plotly loaded and a grid
-    settle(browser)
-    WebDriverWait(browser, 20).until(lambda d: d.execute_script(
+    driver.set_window_size(1280, 1000)
+    driver.get(site["url"] + "/fleet?period=all")         # a page with Plotly loaded and a grid
+    settle(driver)
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script(
         "return !!document.querySelector('.ag-center-cols-container .ag-row .ag-cell')"))
-    browser.execute_script(INJECTED)
-    WebDriverWait(browser, 20).until(lambda d: d.execute_script(
+    driver.execute_script(INJECTED)
+    WebDriverWait(driver, 20).until(lambda d: d.execute_script(
         "const g = document.getElementById('injected-empty-chart'); return !!(g && g._fullLayout);"))
-    facts = browser.execute_script(FACTS)
+    facts = driver.execute_script(FACTS)
     assert any("far too long" in p for p in cells_and_headers_fit(facts))
     assert any("injected-empty-chart" in p or "#_pages_content" in p for p in empty_charts_say_why(facts))
 

@@ -10,7 +10,7 @@ import pytest
 
 from collector.ingest import ingest_run
 from tests.postgres import temporary_database
-from tests.stores import opened_store
+from tests.stores import opened_store, store  # noqa: F401 (the store fixture, on db_url)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
@@ -23,11 +23,8 @@ def db_url(request, tmp_path):
         yield url
 
 
-@pytest.fixture
-def store(db_url):
-    """A migrated store on each dialect."""
-    with opened_store(db_url) as s:
-        yield s
+# A PostgreSQL-only case: the db_url above (and the store on it) on PostgreSQL alone.
+postgresql_only = pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
 
 
 @pytest.fixture

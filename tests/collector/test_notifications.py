@@ -19,7 +19,7 @@ from collector.ingest import ingest_events, ingest_run
 from collector.alerting.notifications import Delivery, send_due
 from collector.tables import alert_notifications as an
 from collector.alerting.webhook_urls import TargetPolicy
-from tests.live_server import LOOPBACK_BASE, free_port
+from tests.live_server import LOOPBACK_BASE, free_port, wait_answering
 from tests.receiver import LOOPBACK_ALLOW, Receiver
 
 from .conftest import run_record
@@ -202,14 +202,7 @@ def alertmanager(tmp_path):
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                urllib.request.urlopen(url + "/-/ready", timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "alertmanager did not start"
-                time.sleep(0.1)
+        wait_answering(url + "/-/ready", proc, 30, "alertmanager")
         yield url
     finally:
         proc.terminate()

@@ -5,19 +5,18 @@ going while a prune runs."""
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import sqlalchemy as sa
 
-from tests.stores import opened_store, partitions
+from tests.stores import partitions
 from collector.models import queries, retention
 from collector.ingest import ingest_events, ingest_run
 from collector.store import Store
 from collector.tables import runs, step_counts, step_rollups, steps
-from tests.postgres import temporary_database
+from tests.waiting import wait_until
 
-from .conftest import run_record, step
+from .conftest import postgresql_only, run_record, step
 
 DAY = 86400.0
 NOW = 1_800_000_000.0                 # 2027-01-15: a fixed "now" for every prune
@@ -61,17 +60,13 @@ def rows(store, table: sa.Table, run_id: str, **where) -> int:
         return conn.execute(query).scalar_one()
 
 
-def fill_two_runs(store):
+@pytest.fixture
+def two_runs(store):
     """An old run (20 days before NOW) and a recent one (1 hour before)."""
     for run_id, t0 in (("old", NOW - 20 * DAY), ("new", NOW - 3600)):
         ingest_run(store, run_record(run_id, started_at=t0))
         ingest_events(store, run_id, run_events(t0, 400))
     return store
-
-
-@pytest.fixture
-def two_runs(store):
-    return fill_two_runs(store)
 
 
 def test_prune_removes_old_raw_steps_and_second_rollups_only(two_runs):
@@ -167,7 +162,7 @@ def test_sqlite_ingest_completes_while_a_prune_is_under_way(sqlite_store, run_in
     pruning = threading.Thread(target=retention.prune, args=(store, POLICY, NOW), kwargs={"batch_rows": 500})
     pruning.start()
     try:
-        assert _wait(lambda: rows(store, steps, "old") < 40_000), "the prune did not start"
+        assert wait_until(lambda: rows(store, steps, "old") < 40_000, 30.0), "the prune did not start"
         for k in range(5):
             result = ingest_events(store, "live", [step(k * 100 + i, NOW - 60 + k) for i in range(100)])
             assert result.accepted == 100
@@ -179,58 +174,35 @@ def test_sqlite_ingest_completes_while_a_prune_is_under_way(sqlite_store, run_in
     assert queries.run_summary(store, "live")["steps"] == 500
 
 
-def _wait(predicate, timeout_s: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
 # -- PostgreSQL: partitions ----------------------------------------------------------------------
 
-@pytest.fixture
-def pg_url():
-    with temporary_database("retention tests") as url:
-        yield url
-
-
-@pytest.fixture
-def pg_store(pg_url):
-    with opened_store(pg_url) as store:
-        yield store
-
-
-@pytest.fixture
-def pg_two_runs(pg_store):
-    return fill_two_runs(pg_store)
-
-
 @pytest.mark.postgres
-def test_postgresql_step_tables_are_partitioned_by_day(pg_store):
-    with pg_store.read() as conn:
+@postgresql_only
+def test_postgresql_step_tables_are_partitioned_by_day(store):
+    with store.read() as conn:
         kinds = dict(conn.exec_driver_sql(
             "SELECT c.relname, p.partstrat FROM pg_partitioned_table p JOIN pg_class c ON c.oid = p.partrelid").all())
     assert kinds == {"steps": "r", "step_counts": "r", "step_rollups": "r"}
 
 
 @pytest.mark.postgres
-def test_partitions_are_made_ahead_and_on_demand(pg_store, run_in):
+@postgresql_only
+def test_partitions_are_made_ahead_and_on_demand(store, run_in):
     today = int(NOW // DAY)
-    retention.create_ahead(pg_store, NOW)
-    made = partitions(pg_store)
+    retention.create_ahead(store, NOW)
+    made = partitions(store)
     for table in ("steps", "step_counts", "step_rollups"):
         assert set(range(today - 1, today + retention.DAYS_AHEAD + 1)) <= set(made[table])
-    run_in(pg_store, "odd-day", started_at=1000.0)
-    ingest_events(pg_store, "odd-day", [step(0, 1000.0)])       # 1970-01-01: no partition until now
-    assert 0 in partitions(pg_store)["steps"]
-    assert queries.run_summary(pg_store, "odd-day")["steps"] == 1
+    run_in(store, "odd-day", started_at=1000.0)
+    ingest_events(store, "odd-day", [step(0, 1000.0)])       # 1970-01-01: no partition until now
+    assert 0 in partitions(store)["steps"]
+    assert queries.run_summary(store, "odd-day")["steps"] == 1
 
 
 @pytest.mark.postgres
-def test_postgresql_prune_drops_whole_day_partitions(pg_two_runs):
-    store = pg_two_runs
+@postgresql_only
+def test_postgresql_prune_drops_whole_day_partitions(two_runs):
+    store = two_runs
     old_day, new_day = int((NOW - 20 * DAY) // DAY), int((NOW - 3600) // DAY)
     report = retention.prune(store, POLICY, NOW)
     assert retention.partition_name("steps", old_day) in report.partitions_dropped
@@ -240,10 +212,11 @@ def test_postgresql_prune_drops_whole_day_partitions(pg_two_runs):
 
 
 @pytest.mark.postgres
-def test_postgresql_ingest_is_not_blocked_by_a_prune_waiting_on_a_long_transaction(pg_two_runs, run_in):
+@postgresql_only
+def test_postgresql_ingest_is_not_blocked_by_a_prune_waiting_on_a_long_transaction(two_runs, run_in):
     """DETACH ... CONCURRENTLY: while the prune waits for an open transaction, new batches
     still go in (a plain DROP would queue an exclusive lock that blocks them all)."""
-    store = pg_two_runs
+    store = two_runs
     run_in(store, "live", started_at=NOW - 60)
     ingest_events(store, "live", [step(0, NOW - 60)])
     long = store.engine.connect()
@@ -252,7 +225,7 @@ def test_postgresql_ingest_is_not_blocked_by_a_prune_waiting_on_a_long_transacti
     pruning = threading.Thread(target=retention.prune, args=(store, POLICY, NOW))
     pruning.start()
     try:
-        assert _wait(lambda: _waiting_detach(store)), "the prune never reached the detach"
+        assert wait_until(lambda: _waiting_detach(store), 30.0), "the prune never reached the detach"
         done = threading.Event()
         batch = [step(1 + i, NOW - 59) for i in range(100)]
         writer = threading.Thread(target=lambda: (ingest_events(store, "live", batch), done.set()))
@@ -275,9 +248,10 @@ def _waiting_detach(store) -> bool:
 
 
 @pytest.mark.postgres
-def test_the_migration_partitions_an_existing_postgresql_steps_table(pg_url):
+@postgresql_only
+def test_the_migration_partitions_an_existing_postgresql_steps_table(db_url):
     """A store at 0002 with steps in it: upgraded, the same steps are there, day-partitioned."""
-    store = Store(pg_url)
+    store = Store(db_url)
     try:
         store.upgrade("0002")
         with store.write() as conn:

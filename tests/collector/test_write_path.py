@@ -18,6 +18,7 @@ from collector.settings import Settings
 from collector.store import Store
 from collector.tables import step_rollups
 from tests.live_server import LOOPBACK_BASE
+from tests.spying import spy
 
 from .conftest import run_record, step
 
@@ -227,17 +228,15 @@ def test_a_large_body_is_checked_off_the_event_loop(server, monkeypatch):
     client, _store = server()
     client.post("/v1/runs", json=run_record())
     where = []
-    real = collector_json.check_structure
 
-    def spying(body):
+    def note_where(_body):
         try:
             asyncio.get_running_loop()
             where.append("event loop")
         except RuntimeError:
             where.append(threading.current_thread().name)
-        return real(body)
 
-    monkeypatch.setattr(collector_json, "check_structure", spying)
+    spy(monkeypatch, collector_json, "check_structure", note_where)
     body = b'{"events": [' + (b"[" * 30 + b"]" * 30 + b",") * 130_000 + b"1]}"     # 7.9 MB, depth 32
     response = client.post("/v1/runs/run-1/events", content=body, headers={"Content-Type": "application/json"})
     assert response.status_code == 400
@@ -249,13 +248,7 @@ def test_a_body_of_millions_of_arrays_is_refused_before_parsing(server, monkeypa
     client, store = server()
     client.post("/v1/runs", json=run_record())
     parsed = []
-    real = collector_json._loads
-
-    def spying(body):
-        parsed.append(len(body))
-        return real(body)
-
-    monkeypatch.setattr(collector_json, "_loads", spying)
+    spy(monkeypatch, collector_json, "_loads", lambda body: parsed.append(len(body)))
     before = row_counts(store)
     body = b'{"events": [' + b",".join([b"[[]]"] * 150_000) + b"]}"
     response = client.post("/v1/runs/run-1/events", content=body, headers={"Content-Type": "application/json"})

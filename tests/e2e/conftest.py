@@ -6,8 +6,6 @@ import os
 import subprocess
 import sys
 import threading
-import time
-import urllib.request
 
 import pytest
 import uvicorn
@@ -15,8 +13,8 @@ import uvicorn
 from collector.api import create_api
 from collector.settings import Settings
 from collector.store import Store
-from tests.live_server import free_port
-from tests.stores import opened_store
+from tests.live_server import free_port, wait_answering
+from tests.stores import store  # noqa: F401 (the store fixture, on db_url)
 
 SERVE_SCRIPT = """
 import sys, uvicorn
@@ -28,20 +26,6 @@ store = Store.open(db, upgrade=True)
 uvicorn.run(create_api(store, Settings(db=db, run_services=False)), host="127.0.0.1", port=port,
             log_level="warning")
 """
-
-
-def wait_healthy(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"the collector exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.05)
-    raise RuntimeError(f"the collector at {url} did not come up")
 
 
 class ThreadCollector:
@@ -56,7 +40,7 @@ class ThreadCollector:
 
     def start(self) -> "ThreadCollector":
         self.thread.start()
-        wait_healthy(self.url)
+        wait_answering(f"{self.url}/healthz", None, 30.0, "the collector", interval_s=0.05)
         return self
 
     def stop(self) -> None:
@@ -75,7 +59,7 @@ class ProcessCollector:
     def start(self) -> "ProcessCollector":
         self.proc = subprocess.Popen([sys.executable, "-c", SERVE_SCRIPT, self.db_url, str(self.port)],
                                      env={**os.environ, "OMP_NUM_THREADS": "1"})
-        wait_healthy(self.url, proc=self.proc)
+        wait_answering(f"{self.url}/healthz", self.proc, 30.0, "the collector", interval_s=0.05)
         return self
 
     def stop(self) -> None:
@@ -88,12 +72,6 @@ class ProcessCollector:
 @pytest.fixture
 def db_url(tmp_path) -> str:
     return f"sqlite:///{tmp_path}/collector.db"
-
-
-@pytest.fixture
-def store(db_url):
-    with opened_store(db_url) as s:
-        yield s
 
 
 @pytest.fixture

@@ -19,6 +19,7 @@ from runner.events_file import read_events_file
 
 from tests.e2e.conftest import ProcessCollector, ThreadCollector
 from tests.live_server import free_port
+from tests.waiting import wait_until
 
 
 def run_record(run_id):
@@ -38,15 +39,6 @@ def stored_step_seqs(store, run_id):
     with store.read() as conn:
         return [seq for (seq,) in conn.execute(
             sa.select(steps.c.seq).join(runs, runs.c.id == steps.c.run_pk).where(runs.c.run_id == run_id))]
-
-
-def wait_until(condition, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def test_http_sink_delivers_every_event_to_a_running_collector(collector, store, tmp_path):
@@ -72,7 +64,7 @@ def test_an_unreachable_collector_gets_the_spooled_events_once_it_is_back(store,
     sink = HttpSink(f"http://127.0.0.1:{port}", spool_path=str(spool), retries=2, backoff_s=0.01, timeout_s=2)
     emitter = Emitter(sink, run_record("spool-1"), flush_interval_s=0.02, heartbeat_s=60).start()
     emit_steps(emitter, 60)
-    assert wait_until(lambda: sink.spooled == 60)
+    assert wait_until(lambda: sink.spooled == 60, 10.0, interval_s=0.02)
 
     run, spooled, _ = read_events_file(spool)           # the spool is itself a valid events file
     assert run["run_id"] == "spool-1"
@@ -103,7 +95,7 @@ def test_a_collector_restart_in_the_middle_of_a_run_loses_and_duplicates_nothing
          "--spool", str(spool), "--events", str(events_file), "--quiet"],
         env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)
     try:
-        assert wait_until(lambda: (queries.run_summary(store, run_id) or {}).get("steps", 0) > 0, timeout=60), \
+        assert wait_until(lambda: (queries.run_summary(store, run_id) or {}).get("steps", 0) > 0, 60.0, interval_s=0.02), \
             "no step reached the collector"
         collector.stop()
         down_at = time.time()

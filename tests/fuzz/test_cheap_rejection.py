@@ -15,6 +15,7 @@ from collector.ingest import ingest_run
 from collector.settings import Settings
 from collector.store import Store
 from tests.live_server import free_port
+from tests.spying import spy
 
 LIMIT = 1024 * 1024
 
@@ -44,13 +45,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 def parser_calls(monkeypatch):
     calls = []
-    real = collector_json._loads
-
-    def counting(body):
-        calls.append(len(body))
-        return real(body)
-
-    monkeypatch.setattr(collector_json, "_loads", counting)
+    spy(monkeypatch, collector_json, "_loads", lambda body: calls.append(len(body)))
     return calls
 
 

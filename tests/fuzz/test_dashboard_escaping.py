@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests.browser import chromium, require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
 pytestmark = pytest.mark.browser
@@ -64,13 +64,6 @@ def url(tmp_path_factory):
     with serving(create_server(store, Settings(run_services=False))) as base:
         yield base
     store.dispose()
-
-
-@pytest.fixture(scope="module")
-def driver(tmp_path_factory):
-    d = chromium(tmp_path_factory.mktemp("chromium"))
-    yield d
-    d.quit()
 
 
 def shows_as_text(driver, page_url: str, literals: list[str]) -> None:

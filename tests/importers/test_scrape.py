@@ -4,8 +4,6 @@ tensor-parallel ranks and a restart, both SGLang spellings, and vLLM's histogram
 from __future__ import annotations
 
 import argparse
-import http.server
-import threading
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
@@ -15,6 +13,7 @@ from collector.importers.scrape import Scraper
 from runner.errors import ReplayscopeError
 from runner.wire import validate_event, validate_run
 from tests.live_server import free_port
+from tests.stub_server import QuietHandler, start_server, stop_server
 
 NAME = "sglang:cuda_graph_passes"
 
@@ -121,41 +120,29 @@ def test_unreachable_endpoint_is_one_clear_error():
         Scraper(f"http://127.0.0.1:{port}/metrics").poll()
 
 
-class _Html(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        body = b"<html><body>not metrics</body></html>"
-        self.send_response(200)
-        self.send_header("Content-Type", "text/html")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+def assert_scraping_refused(server, message: str) -> None:
+    """A poll of ``server``'s /metrics is one clear error matching ``message``; the server is stopped after."""
+    try:
+        with pytest.raises(ReplayscopeError, match=message):
+            Scraper(f"http://127.0.0.1:{server.server_port}/metrics").poll()
+    finally:
+        stop_server(server)
 
-    def log_message(self, *args):
-        pass
+
+class _Html(QuietHandler):
+    def do_GET(self):
+        self.answer(200, b"<html><body>not metrics</body></html>", "text/html")
 
 
 def test_a_page_that_is_not_prometheus_text_is_one_clear_error():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Html)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        with pytest.raises(ReplayscopeError, match="not Prometheus text"):
-            Scraper(f"http://127.0.0.1:{server.server_port}/metrics").poll()
-    finally:
-        server.shutdown()
-        server.server_close()
+    assert_scraping_refused(start_server(_Html), "not Prometheus text")
 
 
 def test_prometheus_text_without_sglang_counters_is_an_error():
     registry = CollectorRegistry()
     Counter("something_else", "x", registry=registry).inc()
     server, _ = start_http_server(0, addr="127.0.0.1", registry=registry)
-    try:
-        with pytest.raises(ReplayscopeError, match="--enable-metrics, or vLLM"):
-            Scraper(f"http://127.0.0.1:{server.server_port}/metrics").poll()
-    finally:
-        server.shutdown()
-        server.server_close()
+    assert_scraping_refused(server, "--enable-metrics, or vLLM")
 
 
 def test_a_url_that_is_not_http_is_refused():

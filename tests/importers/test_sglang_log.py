@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 import pytest
 
 from collector.importers import parse_sglang_text
-from tests.importers.conftest import MTIME, gib, kind, parsed, phases, rank_phases, read_fixture, run_end, the_only_run
+from tests.importers.conftest import (MTIME, gib, kind, parsed, phases, rank_phases, read_fixture, run_end,
+                                      the_only_run, utc)
 
 
 def parse(name: str):
@@ -21,10 +20,6 @@ def only_run(name: str):
 def captures(run):
     return [(e["graph_bs"], e["stage"], e["duration_s"], e["pool_delta_bytes"], e["pool_bytes"], e["status"])
             for e in kind(run, "capture")]
-
-
-def utc(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
 
 
 def test_old_wording_gives_phases_per_size_captures_and_a_finished_run():

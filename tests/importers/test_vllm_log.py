@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
-
 from collector.importers import parse_vllm_text
-from tests.importers.conftest import MTIME, gib, kind, parsed, phases, rank_phases, read_fixture, run_end, the_only_run
+from tests.importers.conftest import (MTIME, gib, kind, parsed, phases, rank_phases, read_fixture, run_end,
+                                      the_only_run, utc)
 
 
 def parse(name: str):
@@ -14,10 +13,6 @@ def parse(name: str):
 
 def only_run(name: str):
     return the_only_run(parse(name))
-
-
-def utc(text: str) -> float:
-    return datetime.strptime(text, "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
 
 
 def test_old_wording_v0():

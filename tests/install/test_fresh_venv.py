@@ -14,17 +14,16 @@ import os
 import shutil
 import subprocess
 import sys
-import threading
 import time
 import tomllib
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
-from tests.live_server import free_port
+from tests.live_server import free_port, wait_answering
 from tests.receiver import LOOPBACK_ALLOW, Receiver
+from tests.stub_server import QuietHandler, start_server, stop_server
 
 pytestmark = pytest.mark.venv
 
@@ -103,15 +102,8 @@ def served(venv):
                             stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                urllib.request.urlopen(url + "/healthz", timeout=2).close()
-                break
-            except OSError:
-                assert proc.poll() is None, (tmp / "serve.log").read_text()[-3000:]
-                assert time.monotonic() < deadline, "replayscope serve did not answer"
-                time.sleep(0.2)
+        wait_answering(url + "/healthz", proc, 120, "replayscope serve",
+                       exited=lambda: (tmp / "serve.log").read_text()[-3000:], interval_s=0.2)
         yield {**venv, "url": url, "db": db, "receiver": receiver}
     finally:
         proc.terminate()
@@ -169,32 +161,22 @@ def test_import_events_and_a_vllm_log_through_the_collector(served):
 def test_scrape_an_sglang_metrics_endpoint_into_the_collector(served):
     passes = {"n": 0}
 
-    class Metrics(BaseHTTPRequestHandler):
+    class Metrics(QuietHandler):
         def do_GET(self):
             passes["n"] += 100
             body = ("# HELP sglang:cuda_graph_passes_total Forward passes by CUDA-graph mode\n"
                     "# TYPE sglang:cuda_graph_passes_total counter\n"
                     f'sglang:cuda_graph_passes_total{{mode="decode_cuda_graph",model_name="m"}} {passes["n"]}\n'
                     f'sglang:cuda_graph_passes_total{{mode="decode_none",model_name="m"}} {passes["n"] // 10}\n')
-            raw = body.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            self.answer(200, body.encode(), "text/plain; version=0.0.4")
 
-        def log_message(self, *args):
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = start_server(Metrics)
     try:
-        metrics_url = f"http://127.0.0.1:{server.server_address[1]}/metrics"
+        metrics_url = f"http://127.0.0.1:{server.server_port}/metrics"
         out = run([str(served["bin"] / "replayscope"), "scrape", metrics_url, "--count", "3", "--interval", "0.2",
                    "--collector", served["url"], "--token", TOKEN], served["env"], served["tmp"]).stdout
     finally:
-        server.shutdown()
-        server.server_close()
+        stop_server(server)
     assert "poll 3" in out
     runs = http("GET", served["url"] + "/v1/runs", token=None)
     assert any(r["source"] == "sglang-metrics" and r["steps"] > 0 for r in runs)

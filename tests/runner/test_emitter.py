@@ -10,6 +10,7 @@ from runner import wire
 from runner.emitter import Emitter
 from runner.sinks import JsonlSink
 from runner.events_file import read_events_file
+from tests.waiting import wait_until
 
 
 def run_record(**overrides):
@@ -71,13 +72,12 @@ class FakeTiming:
         self.released = True
 
 
-def wait_until(condition, timeout=3.0):
-    deadline = time.monotonic() + timeout
+def graph_steps_for(emitter, seconds, bs, pause_s):
+    """A decode graph step of batch size ``bs`` every ``pause_s`` seconds for ``seconds`` seconds."""
+    deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        if condition():
-            return True
-        time.sleep(0.01)
-    return False
+        emitter.step("decode", "graph", bs, bs, bs, 0, None, 0.001)
+        time.sleep(pause_s)
 
 
 def test_the_events_file_holds_the_run_record_then_valid_events_in_sequence(tmp_path):
@@ -129,11 +129,11 @@ def test_a_step_waits_for_its_timing_and_later_events_wait_behind_it():
     timing = FakeTiming(0.25)
     emitter.step("decode", "graph", 4, 4, 4, 0, None, timing)
     emitter.emit("parity", graph_bs=4, max_abs_diff=0.0, rel_err=0.0)
-    assert wait_until(lambda: len(sink.events) == 1)
+    assert wait_until(lambda: len(sink.events) == 1, 3.0)
     time.sleep(0.1)                                     # several flushes pass: the step is not ready
     assert [e["kind"] for e in sink.events] == ["phase"]
     timing.is_ready = True
-    assert wait_until(lambda: len(sink.events) == 3)
+    assert wait_until(lambda: len(sink.events) == 3, 3.0)
     events = sink.events
     assert [e["kind"] for e in events] == ["phase", "step", "parity"]
     assert [e["seq"] for e in events] == [0, 1, 2]
@@ -183,7 +183,7 @@ def test_leaving_a_with_block_on_an_exception_ends_the_run_failed():
 def test_an_idle_emitter_sends_heartbeats():
     sink = ListSink()
     emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=0.05).start()
-    assert wait_until(lambda: sum(e["kind"] == "heartbeat" for e in sink.events) >= 2)
+    assert wait_until(lambda: sum(e["kind"] == "heartbeat" for e in sink.events) >= 2, 3.0)
     emitter.close()
     for event in sink.events:
         wire.validate_event(event)
@@ -192,10 +192,7 @@ def test_an_idle_emitter_sends_heartbeats():
 def test_no_heartbeat_while_events_keep_flowing():
     sink = ListSink()
     emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=1.0).start()
-    deadline = time.monotonic() + 0.5
-    while time.monotonic() < deadline:
-        emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
-        time.sleep(0.005)
+    graph_steps_for(emitter, 0.5, bs=1, pause_s=0.005)
     emitter.close()
     assert not [e for e in sink.events if e["kind"] == "heartbeat"]
 
@@ -204,7 +201,7 @@ def test_a_failing_sink_does_not_stop_the_emitter(capsys):
     sink = ListSink(fail=1)
     emitter = Emitter(sink, run_record(), flush_interval_s=0.01, heartbeat_s=60).start()
     emitter.step("decode", "graph", 1, 1, 1, 0, None, 0.001)
-    assert wait_until(lambda: sink.fail == 0)            # the first write raised
+    assert wait_until(lambda: sink.fail == 0, 3.0)          # the first write raised
     emitter.step("decode", "graph", 2, 2, 2, 0, None, 0.001)
     emitter.close()
     assert [(e["kind"], e.get("raw_bs")) for e in sink.events] == [("step", 2), ("run_end", None)]
@@ -314,10 +311,7 @@ def test_the_counts_of_skipped_graph_steps_are_exact_and_valid_wire_events():
 def test_counts_never_span_two_seconds():
     sink = ListSink()
     emitter = Emitter(sink, run_record(), flush_interval_s=0.01, graph_sample=50).start()
-    deadline = time.time() + 2.5
-    while time.time() < deadline:
-        emitter.step("decode", "graph", 2, 2, 2, 0, None, 0.001)
-        time.sleep(0.002)
+    graph_steps_for(emitter, 2.5, bs=2, pause_s=0.002)
     emitter.close()
     counts = [e for e in sink.events if e["kind"] == "step_counts"]
     assert len({int(c["ts"]) for c in counts}) == len(counts) >= 2

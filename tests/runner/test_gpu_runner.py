@@ -3,7 +3,6 @@
 Run on the device machine with ``pytest -m gpu``; skipped where CUDA is absent.
 """
 
-import collections
 import statistics
 
 import pytest
@@ -17,23 +16,10 @@ from runner.graphs import GraphRunner, StaticInput
 from runner.model import ModelArgs, Transformer
 from runner.plan import CapturePlan
 from runner.timing import CUDA_TIME_EVERY
+from tests.run_events import ListSink, sampled
 
 pytestmark = pytest.mark.gpu
 BF16_TOL = 2e-2
-
-
-class ListSink:
-    def __init__(self):
-        self.run, self.events = None, []
-
-    def open(self, run):
-        self.run = run
-
-    def write(self, events):
-        self.events.extend(events)
-
-    def close(self):
-        pass
 
 
 def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None, time_every=CUDA_TIME_EVERY):
@@ -45,16 +31,6 @@ def decode_runner(model, sizes, emitter=None, parity_every=0, scratch=None, time
               StaticInput("slots", (), torch.long, pad_value=scratch)]
     return GraphRunner(step, inputs, CapturePlan(sizes), backend="cuda", device="cuda", emitter=emitter,
                        parity_every=parity_every, progress=False, time_every=time_every), step
-
-
-def sampled(keys, every=CUDA_TIME_EVERY):
-    """Which steps carry a duration: the first of each key, then every ``every``-th of that key."""
-    seen = collections.Counter()
-    timed = []
-    for key in keys:
-        timed.append(seen[key] % every == 0)
-        seen[key] += 1
-    return timed
 
 
 def new_emitter(sink, run_id):

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from runner import wire
 from runner.emitter import Emitter
 from runner.sinks import HttpSink
 from tests.live_server import free_port, serving
+from tests.stub_server import QuietHandler, start_server, stop_server
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
@@ -61,9 +61,9 @@ class FakeCollector:
     def __enter__(self) -> "FakeCollector":
         fake = self
 
-        class Handler(BaseHTTPRequestHandler):
+        class Handler(QuietHandler):
             def do_POST(self):
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                body = self.json_body()
                 if self.path == "/v1/runs":
                     fake.records.append(body)
                     return self._reply(201, {"run_id": body["run_id"], "created": True})
@@ -89,23 +89,13 @@ class FakeCollector:
                 return self._reply(200, {"accepted": len(body["events"]), "duplicates": 0})
 
             def _reply(self, status, payload):
-                raw = json.dumps(payload).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
-                self.end_headers()
-                self.wfile.write(raw)
+                self.answer(status, json.dumps(payload).encode(), "application/json")
 
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.server = start_server(Handler, self.port)
         return self
 
     def __exit__(self, *exc) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+        stop_server(self.server)
 
 
 def sink_to(url: str, tmp_path: Path, **kwargs) -> HttpSink:

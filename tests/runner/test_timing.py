@@ -9,6 +9,7 @@ from runner.errors import ReplayscopeError
 from runner.graphs import GraphRunner, StaticInput
 from runner.plan import CapturePlan
 from runner.timing import CudaClock, HostClock
+from tests.run_events import ListSink
 
 STEP_MS = 2.5
 
@@ -68,20 +69,6 @@ def test_on_the_cpu_every_step_is_timed_on_the_host():
     assert HostClock.every == 1
     started = HostClock.record_start()
     assert HostClock.stop(started) >= 0
-
-
-class ListSink:
-    def __init__(self):
-        self.events = []
-
-    def open(self, run):
-        pass
-
-    def write(self, events):
-        self.events.extend(events)
-
-    def close(self):
-        pass
 
 
 def test_the_runners_untimed_steps_carry_no_duration_and_its_timed_ones_the_gpus(cuda_events):

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tests.browser import chromium, require_chromium
+from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.faults.conftest import http_json
 from tests.live_server import serving
 
@@ -29,7 +29,7 @@ STORED = {"port-99999": "http://example.invalid:99999/x", "broken-ipv6": "http:/
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory):
+def env(tmp_path_factory, driver):
     """A store holding rules written before URLs were checked (straight into the table)."""
     from app.server import create_server
     from collector.settings import Settings
@@ -44,11 +44,7 @@ def env(tmp_path_factory):
                 name=name, threshold=0.5, window_s=60, min_steps=20, stage="decode", webhook_url=url, enabled=True,
                 created_at=time.time(), updated_at=time.time(), for_s=0, keep_firing_for_s=0))
     with serving(create_server(store, Settings(run_services=False, token=TOKEN))) as url:
-        driver = chromium(tmp / "chromium")
-        try:
-            yield {"store": store, "url": url, "driver": driver}
-        finally:
-            driver.quit()
+        yield {"store": store, "url": url, "driver": driver}
     store.dispose()
 
 

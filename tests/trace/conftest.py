@@ -1,5 +1,5 @@
 """Fakes for the tracer's tests on CPU: a CUDA graph object with torch's methods, a capture
-context like ``torch.cuda.graph``, a sink that keeps events, and a tracer wired to them."""
+context like ``torch.cuda.graph``, and a tracer wired to them and to sinks that keep its events."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from runner import wire
 from runner.trace.hooks import Patches, install_cuda_graph_hooks
 from runner.trace.settings import TraceSettings
 from runner.trace.tracer import Tracer
+from tests.run_events import ListSink
 
 _pools = itertools.count(1)
 
@@ -51,20 +52,6 @@ class FakeGraphContext:
 
     def __exit__(self, exc_type, exc, tb):
         self.cuda_graph.capture_end()
-
-
-class ListSink:
-    def __init__(self):
-        self.run, self.events, self.closed = None, [], False
-
-    def open(self, run):
-        self.run = run
-
-    def write(self, events):
-        self.events.extend(events)
-
-    def close(self):
-        self.closed = True
 
 
 class Traced:

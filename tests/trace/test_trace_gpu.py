@@ -12,7 +12,6 @@ device machine needs no installed command.
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import re
@@ -23,8 +22,8 @@ from pathlib import Path
 import pytest
 
 from runner.events_file import read_events_file
-from runner.timing import CUDA_TIME_EVERY
 from runner.trace.causes import inductor_skip_reason
+from tests.run_events import sampled
 
 pytestmark = pytest.mark.gpu
 
@@ -52,16 +51,6 @@ def read_run(path: Path) -> tuple[dict, list[dict]]:
 
 def of(events: list[dict], kind: str) -> list[dict]:
     return [e for e in events if e["kind"] == kind]
-
-
-def sampled(keys, every=CUDA_TIME_EVERY):
-    """Which steps carry a duration: the first of each key, then every ``every``-th of that key."""
-    seen = collections.Counter()
-    timed = []
-    for key in keys:
-        timed.append(seen[key] % every == 0)
-        seen[key] += 1
-    return timed
 
 
 def test_transformers_static_cache_generation_under_reduce_overhead_traced_with_nothing_to_configure(tmp_path):

@@ -1,0 +1,54 @@
+"""What the benchmarks share around their measurements: sinks for a run's events (dropped,
+or kept in memory), the ``--json`` file of the figures, and client threads timed together.
+
+Standard library only: the GPU benchmarks import it on a host without the collector's packages.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any, Callable
+
+
+class NullSink:
+    """The runner's sink interface, dropping every event: a run's cost without its output."""
+
+    def open(self, run):
+        pass
+
+    def write(self, events):
+        pass
+
+    def close(self):
+        pass
+
+
+class ListSink(NullSink):
+    """Keeps the run's events in memory."""
+
+    def __init__(self):
+        self.events: list[dict[str, Any]] = []
+
+    def write(self, events):
+        self.events.extend(events)
+
+
+def write_json(path: str | None, result: dict[str, Any]) -> None:
+    """The figures as JSON into ``path`` (the ``--json`` option), when one is given."""
+    if path:
+        with open(path, "w") as out:
+            json.dump(result, out, indent=2)
+
+
+def timed_threads(work: Callable[[int], None], count: int) -> float:
+    """Seconds from starting ``count`` threads running ``work(k)`` (k = 0 .. count - 1) to the
+    last one's end."""
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(count)]
+    start = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
