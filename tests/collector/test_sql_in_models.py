@@ -22,8 +22,8 @@ def _sql_uses(path: Path) -> list[str]:
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "sqlalchemy":
             if node.module != "sqlalchemy" or any(a.name != "exc" for a in node.names):
                 found.append(f"from {node.module} import {', '.join(a.name for a in node.names)}")
-        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "execute":
-            found.append(f"line {node.lineno}: .execute(...)")
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in ("execute", "exec_driver_sql", "executemany"):
+            found.append(f"line {node.lineno}: .{node.func.attr}(...)")
     return found
 
 
