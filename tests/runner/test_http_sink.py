@@ -482,8 +482,10 @@ def test_a_refused_token_keeps_every_event_in_the_spool(tmp_path, capsys):
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_sigterm_ends_the_run_interrupted_like_ctrl_c(tmp_path, sig):
     events = tmp_path / "run.jsonl"
-    runner = subprocess.Popen([sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
-                               "--workload", "mixed", "--steps", "1000000", "--events", str(events), "--quiet"],
+    # -X faulthandler: should it not end, SIGABRT makes it print where each of its threads is
+    runner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "app.cli", "run", "--backend", "static",
+                               "--preset", "tiny", "--workload", "mixed", "--steps", "1000000", "--events", str(events),
+                               "--quiet"],
                               cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                               stderr=subprocess.PIPE, text=True)
     try:
@@ -492,7 +494,12 @@ def test_sigterm_ends_the_run_interrupted_like_ctrl_c(tmp_path, sig):
             assert runner.poll() is None and time.monotonic() < deadline, "the runner did not start stepping"
             time.sleep(0.1)
         runner.send_signal(sig)
-        _, err = runner.communicate(timeout=60)
+        try:
+            _, err = runner.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            runner.send_signal(signal.SIGABRT)
+            _, stacks = runner.communicate(timeout=30)
+            pytest.fail(f"the runner did not end within 60 s of {sig.name}; its threads:\n{stacks}")
     finally:
         if runner.poll() is None:
             runner.kill()
