@@ -39,7 +39,6 @@ def _pages() -> list[Any]:
 
 def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
     """Attach the Dash app to ``api``; returns the Dash instance."""
-
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
         title="replayscope", suppress_callback_exceptions=True, update_title=None,

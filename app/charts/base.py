@@ -14,7 +14,7 @@ from app import formats
 MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b"}
 MODE_ORDER = ("graph", "padded", "eager")
 LAYOUT = dict(margin=dict(l=50, r=20, t=30, b=40),
-               legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
+              legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))
 
 
 @lru_cache(maxsize=1)
