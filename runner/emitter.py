@@ -265,7 +265,9 @@ class Emitter:
 @contextlib.contextmanager
 def sigterm_as_interrupt() -> Iterator[None]:
     """Within the block, SIGTERM (docker stop, Kubernetes, systemd) interrupts like Ctrl-C,
-    so an ``Emitter`` block ends its run ``interrupted`` instead of dying without run_end."""
+    so an ``Emitter`` block ends its run ``interrupted`` instead of dying without run_end.
+    SIGINT does too even where the process started with it ignored (a shell script's
+    background job inherits that): the demo and other supervisors stop a run with SIGINT."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -273,11 +275,14 @@ def sigterm_as_interrupt() -> Iterator[None]:
     def interrupt(_signum, _frame):
         raise KeyboardInterrupt("SIGTERM")
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {signal.SIGTERM: signal.signal(signal.SIGTERM, interrupt)}
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def open_emitter(target: str, *, name: str, model: str, backend: str, device: str = "unknown",

@@ -479,15 +479,23 @@ def test_a_refused_token_keeps_every_event_in_the_spool(tmp_path, capsys):
     assert json.loads(lines[0])["kind"] == "run" and len(lines) == 1 + 21
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
-def test_sigterm_ends_the_run_interrupted_like_ctrl_c(tmp_path, sig):
+def _sigint_ignored() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("sig, started", [(signal.SIGTERM, None), (signal.SIGINT, None),
+                                          (signal.SIGINT, _sigint_ignored)],
+                         ids=["SIGTERM", "SIGINT", "SIGINT-ignored-at-start"])
+def test_sigterm_ends_the_run_interrupted_like_ctrl_c(tmp_path, sig, started):
+    """SIGTERM and SIGINT end the run ``interrupted``, SIGINT also in a process started with it
+    ignored (a script's background job inherits that; the demo stops its runner with SIGINT)."""
     events = tmp_path / "run.jsonl"
     # -X faulthandler: should it not end, SIGABRT makes it print where each of its threads is
     runner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "app.cli", "run", "--backend", "static",
                                "--preset", "tiny", "--workload", "mixed", "--steps", "1000000", "--events", str(events),
                                "--quiet"],
                               cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.PIPE, text=True)
+                              stderr=subprocess.PIPE, text=True, preexec_fn=started)
     try:
         deadline = time.monotonic() + 120
         while not (events.exists() and events.read_text().count('"kind": "step"') >= 20):
