@@ -122,6 +122,7 @@ class CaptureTracking:
         self._capture_first_ts: float | None = None
         self._capture_last_ts: float | None = None
         self._capture_mem: int | None = None
+        self.engine_capture_mem: int | None = None   # the device memory an engine's capture took, as it measures it
         self._capture_phase_sent = False
         self._unsized: list[Any] = []          # graphs captured without a known size
 
@@ -245,4 +246,5 @@ class CaptureTracking:
         self._capture_phase_sent = True
         self.emit("phase", phase="capture", start_ts=self._capture_first_ts,
                   duration_s=max(0.0, self._capture_last_ts - self._capture_first_ts),
-                  mem_bytes=self._capture_mem, rank=self._label())
+                  mem_bytes=self.engine_capture_mem if self.engine_capture_mem is not None else self._capture_mem,
+                  rank=self._label())

@@ -102,3 +102,15 @@ def allow_synchronisation() -> None:
             torch.cuda.set_sync_debug_mode(0)
     except Exception:  # noqa: BLE001
         pass
+
+
+def free_bytes() -> int | None:
+    """The device's free memory (``cudaMemGetInfo``, no synchronisation): what vLLM measures its
+    capture's memory with. None without CUDA."""
+    try:
+        torch = _torch()
+        if not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # noqa: BLE001
+        return None

@@ -26,6 +26,8 @@ class StepTracking:
         self.step_bs: int | None = None
         self.step_tokens = 0
         self.step_hint: Cause | None = None
+        self.step_note: str | None = None       # what the engine's dispatcher decided, for a step on graphs
+        self.engine_startup = 0                 # > 0 inside an engine's start-up (warm-up forwards are not steps)
         self.step_timing: Any = None
         self._cuda_clock: CudaClock | None = None     # once the process uses CUDA
         self._replayed: dict[tuple[int, int], Any] = {}
@@ -49,6 +51,7 @@ class StepTracking:
             self.step_bs = raw_bs
             self.step_tokens = num_tokens if num_tokens is not None else (raw_bs or 0)
             self.step_hint = hint
+            self.step_note = None
             self.step_captures = 0
             self.step_inductor = None
             self.step_timing = self._start_timing(stage, raw_bs)
@@ -136,6 +139,7 @@ class StepTracking:
                 no_graph=self._no_graph() if not replays and self.step_inductor is None else None,
                 captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes))
         mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
+        evidence = outcome.evidence if outcome.evidence is not None or mode == "eager" else self.step_note
         tokens = self.step_tokens
         padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
         emitter = self.emitter if self.emitter is not None else self._ensure_run()
@@ -144,7 +148,7 @@ class StepTracking:
         if reason is not None:
             self.reasons[reason] += 1
         if emitter is not None:
-            emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, outcome.evidence)
+            emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, evidence)
         if not self._capture_phase_sent:
             self._maybe_capture_phase()
 

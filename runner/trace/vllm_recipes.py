@@ -1,26 +1,35 @@
-"""vLLM: its step and its per-size captures, in the V1 runner and the model runner V2.
+"""vLLM: its step, its per-size captures and its dispatcher's decisions, in the V1 runner and the
+model runner V2.
 
-Read in vllm-project/vllm's source (the search index's stored versions; commit of the file read):
+Read in vllm-project/vllm's source (the search index's stored versions; commit of the file read),
+and run on an H200 with vLLM 0.25.0 (docs/engines.md):
 
 | layout | step | a capture of one size |
 | --- | --- | --- |
 | V1: ``v1/worker/gpu_model_runner.py`` | ``GPUModelRunner.execute_model(scheduler_output, intermediate_tensors=None)`` | ``GPUModelRunner._dummy_run(num_tokens, cudagraph_runtime_mode=None, ...)`` (@000fc94), called per size by ``capture_model`` |
-| model runner V2: ``v1/worker/gpu/model_runner.py`` | ``GPUModelRunner.execute_model(scheduler_output, intermediate_tensors=None, dummy_run=False, skip_attn_for_dummy_run=False, is_profile=False)``; its dummy and profile runs are not steps (@0036d38) | the ``cudagraph/`` manager: ``CudaGraphManager.capture_graph(cudagraph_key, model, ...)``, ``cudagraph_key.total_num_tokens``, ``.is_full_graph`` (``gpu/cudagraph/manager.py`` @1f8c5b6); ``gpu/cudagraph_utils.py``'s ``CudaGraphManager.capture`` has no per-size call: each graph is sized from the capturing frames' ``desc.num_tokens`` |
+| model runner V2: ``v1/worker/gpu/model_runner.py`` | ``GPUModelRunner.execute_model(scheduler_output, intermediate_tensors=None, dummy_run=False, skip_attn_for_dummy_run=False, is_profile=False)``; its dummy and profile runs are not steps (@0036d38, 0.25.0) | ``gpu/cudagraph_utils.py`` (0.25.0): ``CudaGraphManager.capture(create_forward_fn, ...)`` calls ``create_forward_fn(desc, warmup)`` once or twice per ``BatchExecutionDescriptor`` (PIECEWISE sizes first, then FULL); everything captured from one descriptor's first call to the next is that (mode, size)'s capture, its pieces counted in it. Older V2: ``gpu/cudagraph/manager.py`` ``CudaGraphManager.capture_graph(cudagraph_key, ...)`` (@1f8c5b6) |
+| both: ``v1/worker/gpu_worker.py`` | ``Worker.compile_or_warm_up_model`` and ``determine_available_memory`` are start-up: the forwards they run (V2's ``warmup_kernels`` prefill and decode through ``execute_model``, the profile run) are not steps | |
 
 The step's batch is its scheduled tokens (vLLM keys its graphs by tokens, so padding is to the
-captured token count); nothing scheduled, no step. Graphs off: ``enforce_eager`` or
-``cudagraph_mode`` ``NONE``.
+captured token count); nothing scheduled, no step. In V2 the dispatcher's decision
+(``CudaGraphManager.dispatch``) gives the step's stage and why it ran eager or PIECEWISE
+(``runner.trace.vllm_dispatch``). Graphs off: ``enforce_eager`` or ``cudagraph_mode`` ``NONE``.
+The capture phase's memory is what vLLM itself logs as "took X GiB": the device's free memory
+before the capture minus after (``cudaMemGetInfo``), which counts the graphs' own device memory
+beside the allocator's pool.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
+from runner.trace import device
 from runner.trace.causes import Cause
 from runner.trace.hooks import Patches
 from runner.trace.recipes import BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete, size_value, \
     step_wrapper
 from runner.trace.tracer import Tracer
+from runner.trace.vllm_dispatch import Graphs, explain
 
 
 def graphs_off(runner: Any) -> bool:
@@ -36,8 +45,8 @@ def vllm_batch(tracer: Tracer) -> BatchOf:
     known: dict[str, Any] = {}
 
     def batch(args: tuple, kwargs: dict) -> StepBatch | None:
-        if kwargs.get("dummy_run") or kwargs.get("is_profile"):
-            return None                       # the V2 runner's warm-up and capture runs
+        if kwargs.get("dummy_run") or kwargs.get("is_profile") or tracer.engine_startup:
+            return None                       # start-up: warm-up, profile and capture forwards
         runner, scheduled = args[0], arg(args, kwargs, 1, "scheduler_output")
         tokens = size_value(getattr(scheduled, "total_num_scheduled_tokens", None))
         if tokens is None:
@@ -65,8 +74,9 @@ def dummy_run_size(tracer: Tracer) -> SizeOf:
             return None
         tracer.set_model(getattr(getattr(args[0], "model_config", None), "model", None))
         mode = kwargs.get("cudagraph_runtime_mode")
-        label = f"vllm {getattr(mode, 'name', mode)}" if mode is not None else "vllm"
-        return size, "decode", label
+        name = getattr(mode, "name", mode)
+        label = f"vllm {name}" if mode is not None else "vllm"
+        return size, "decode" if name == "FULL" and kwargs.get("uniform_decode") else "mixed", label
     return size_of
 
 
@@ -76,7 +86,19 @@ def graph_key_size(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
     if size is None:
         return None
     full = getattr(key, "is_full_graph", None)
-    return size, "decode", "vllm FULL" if full else "vllm PIECEWISE" if full is False else "vllm"
+    stage = "decode" if full and getattr(key, "is_uniform", False) else "mixed"
+    return size, stage, "vllm FULL" if full else "vllm PIECEWISE" if full is False else "vllm"
+
+
+def descriptor_capture(desc: Any) -> tuple[int, str, str] | None:
+    """(size, stage, label) of a V2 ``BatchExecutionDescriptor``: FULL graphs of uniform decode
+    batches are ``decode``; PIECEWISE (and FULL under mode FULL) graphs serve any batch: ``mixed``."""
+    size = size_value(getattr(desc, "num_tokens", None))
+    if size is None:
+        return None
+    mode = getattr(getattr(desc, "cg_mode", None), "name", None)
+    stage = "decode" if mode == "FULL" and getattr(desc, "uniform_token_count", None) is not None else "mixed"
+    return size, stage, f"vllm {mode}" if mode else "vllm"
 
 
 def install_runner(tracer: Tracer, module: Any, patches: Patches) -> None:
@@ -105,9 +127,136 @@ def install_graph_manager(tracer: Tracer, module: Any, patches: Patches) -> None
     tracer.recipes.append("vllm cudagraph manager")
 
 
+def startup_wrapper(tracer: Tracer, original: Callable) -> Callable:
+    """``original`` (a worker's start-up step) with the forwards it runs kept out of the steps."""
+    def startup(*args, **kwargs):
+        tracer.engine_startup += 1
+        try:
+            return original(*args, **kwargs)
+        finally:
+            tracer.engine_startup -= 1
+    startup.__wrapped__ = original
+    return startup
+
+
+def install_worker(tracer: Tracer, module: Any, patches: Patches) -> None:
+    worker = getattr(module, "Worker", None)
+    found = [name for name in ("determine_available_memory", "compile_or_warm_up_model")
+             if callable(getattr(worker, name, None))]
+    if "compile_or_warm_up_model" not in found:
+        incomplete(tracer, "vLLM", "Worker.compile_or_warm_up_model (its warm-up forwards may be counted as steps)")
+    for name in found:
+        patches.replace(worker, name, lambda original: startup_wrapper(tracer, original))
+
+
+def per_descriptor_capture(tracer: Tracer, original: Callable) -> Callable:
+    """V2's ``CudaGraphManager.capture(create_forward_fn, ...)``: one capture per descriptor (its
+    pieces counted in it), and the device memory the whole capture took, measured as vLLM does."""
+    def capture(self, *args, **kwargs):
+        create = args[0] if args else kwargs.get("create_forward_fn")
+        if not callable(create):
+            return original(self, *args, **kwargs)
+        current: list = [None, None]          # the descriptor being captured, its capture context
+
+        def close(error: BaseException | None = None) -> None:
+            context, current[0], current[1] = current[1], None, None
+            if context is not None:
+                context.__exit__(type(error) if error else None, error, None)
+
+        def create_forward_fn(desc, *more, **named):
+            if current[0] is None or desc != current[0]:
+                close()
+                spec = None
+                try:
+                    spec = descriptor_capture(desc)
+                except Exception as error:  # noqa: BLE001
+                    tracer.hook_error("vllm capture", error)
+                if spec is not None:
+                    current[0], current[1] = desc, tracer.capture_context(*spec).__enter__()
+            return create(desc, *more, **named)
+        free_before = device.free_bytes()
+        rest = args[1:] if args else ()
+        if args:
+            call = lambda: original(self, create_forward_fn, *rest, **kwargs)          # noqa: E731
+        else:
+            call = lambda: original(self, **{**kwargs, "create_forward_fn": create_forward_fn})  # noqa: E731
+        try:
+            result = call()
+        except BaseException as error:
+            close(error)
+            raise
+        close()
+        free_after = device.free_bytes()
+        if free_before is not None and free_after is not None:
+            tracer.engine_capture_mem = (tracer.engine_capture_mem or 0) + free_before - free_after
+        return result
+    capture.__wrapped__ = original
+    return capture
+
+
+def _graphs(manager: Any) -> Graphs:
+    mode = getattr(getattr(manager, "cudagraph_mode", None), "name", None) or "NONE"
+    decode, mixed = [], []
+    for descs in (getattr(manager, "_capture_descs", None) or {}).values():
+        for desc in descs:
+            loras = getattr(desc, "num_active_loras", 0) or 0
+            if getattr(desc, "uniform_token_count", None) is not None:
+                decode.append((desc.num_tokens, desc.uniform_token_count, loras))
+            else:
+                mixed.append((desc.num_tokens, loras))
+    return Graphs(mode, bool(getattr(manager, "_graphs_captured", False)),
+                  int(getattr(manager, "decode_query_len", 1) or 1), tuple(decode), tuple(mixed))
+
+
+def dispatch_wrapper(tracer: Tracer, original: Callable) -> Callable:
+    """V2's ``CudaGraphManager.dispatch``: the step's stage, and why it ran eager or PIECEWISE."""
+    graphs: dict[tuple[int, bool], Graphs] = {}
+    decided: dict[tuple, Any] = {}
+
+    def dispatch(self, num_reqs, num_tokens, uniform_token_count, num_active_loras=0, *args, **kwargs):
+        desc = original(self, num_reqs, num_tokens, uniform_token_count, num_active_loras, *args, **kwargs)
+        if not tracer.in_step:
+            return desc
+        try:
+            chosen = getattr(getattr(desc, "cg_mode", None), "name", None) or "NONE"
+            captured = bool(getattr(self, "_graphs_captured", False))
+            key = (id(self), captured, num_reqs, num_tokens, uniform_token_count,
+                   getattr(desc, "num_active_loras", num_active_loras), chosen)
+            decision = decided.get(key)
+            if decision is None:
+                known = graphs.get((id(self), captured))
+                if known is None:
+                    known = graphs[(id(self), captured)] = _graphs(self)
+                decision = decided[key] = explain(known, num_reqs, num_tokens, uniform_token_count, key[5], chosen)
+            tracer.step_stage = decision.stage
+            if decision.hint is not None:
+                tracer.step_hint = decision.hint
+            tracer.step_note = decision.note
+        except Exception as error:  # noqa: BLE001
+            tracer.hook_error("vllm dispatch", error)
+        return desc
+    dispatch.__wrapped__ = original
+    return dispatch
+
+
+def install_graph_utils(tracer: Tracer, module: Any, patches: Patches) -> None:
+    manager = getattr(module, "CudaGraphManager", None)
+    if manager is None or not callable(getattr(manager, "capture", None)):
+        tracer.warn("recipe_incomplete", f"the vLLM recipe found no CudaGraphManager.capture in {module.__name__} "
+                                         f"(a layout it does not know): captures are sized from the capturing frames",
+                    once=f"recipe_incomplete:{module.__name__}")
+        return
+    patches.replace(manager, "capture", lambda original: per_descriptor_capture(tracer, original))
+    if callable(getattr(manager, "dispatch", None)):
+        patches.replace(manager, "dispatch", lambda original: dispatch_wrapper(tracer, original))
+    tracer.recipes.append("vllm cudagraph dispatcher")
+
+
 # module imported -> installer; the bootstrap registers these as post-import hooks
 RECIPES = {
     "vllm.v1.worker.gpu_model_runner": install_runner,
     "vllm.v1.worker.gpu.model_runner": install_runner,          # the model runner V2
     "vllm.v1.worker.gpu.cudagraph.manager": install_graph_manager,
+    "vllm.v1.worker.gpu.cudagraph_utils": install_graph_utils,  # the model runner V2 in vLLM 0.25
+    "vllm.v1.worker.gpu_worker": install_worker,
 }

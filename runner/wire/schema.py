@@ -40,7 +40,7 @@ def stages_of(selection: str) -> tuple[str, ...]:
     return DECODE_STAGES if selection == DECODE_VIEW else (selection,)
 
 
-CAPTURE_STAGES = ("decode", "prefill", "verify")
+CAPTURE_STAGES = ("decode", "prefill", "verify", "mixed")   # mixed: graphs that serve any batch (vLLM PIECEWISE)
 CAPTURE_STATUSES = ("ok", "failed")
 RUN_END_STATUSES = ("finished", "failed", "interrupted")
 RUN_STATUSES = ("running",) + RUN_END_STATUSES

@@ -1,0 +1,223 @@
+"""Run a real vLLM on a GPU, traced by replayscope or not, and read what the engine says about
+itself: its log lines (capture passes and counts, "Graph capturing finished in N secs, took X GiB",
+compile and init times) and its own step counts (``vllm:iteration_tokens_total``: one observation
+per engine step, from ``/metrics`` when serving and ``LLM.get_metrics()`` offline), next to what
+the program asked for. The GPU tests (tests/engines/) and ``benchmarks.vllm_bench`` use it; the
+model is a small random Llama made here (no download).
+
+    python -m benchmarks.vllm_harness record OUT_DIR      # the runs that record vLLM's own shapes
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRAMS = Path(__file__).resolve().parent / "vllm_programs"
+ENV = {**os.environ, "VLLM_USE_FLASHINFER_SAMPLER": "0", "TOKENIZERS_PARALLELISM": "false",
+       "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def vllm_available() -> bool:
+    try:
+        import importlib.util
+        return importlib.util.find_spec("vllm") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def make_model(path: Path) -> Path:
+    """A random 4-layer Llama in bfloat16 (head size 64, as FlashAttention wants), no tokenizer."""
+    if (path / "config.json").exists():
+        return path
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(0)
+    config = LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
+                         num_key_value_heads=2, vocab_size=4096, max_position_embeddings=2048)
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(path, safe_serialization=True)
+    config_path = path / "config.json"
+    data = json.loads(config_path.read_text())
+    data["torch_dtype"] = "bfloat16"
+    config_path.write_text(json.dumps(data, indent=1))
+    return path
+
+
+# -- what the engine says about itself -------------------------------------------------------------
+_CAPTURE_BAR = re.compile(r"Capturing CUDA graphs \((?P<mode>[A-Z_]+)\)[^\r\n]*?(?P<done>\d+)/(?P<total>\d+)")
+_FINISHED = re.compile(r"Graph capturing finished in (?P<secs>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")
+_INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s")
+_COMPILE = re.compile(r"torch\.compile takes (?P<secs>[\d.]+) s in total")
+
+
+def log_facts(text: str) -> dict:
+    """The capture passes (mode -> sizes captured, the bar's last count), the capture's time and
+    memory, the engine's init and compile times, as the log states them; None where it does not."""
+    passes: dict[str, int] = {}
+    for match in _CAPTURE_BAR.finditer(text):
+        passes[match["mode"]] = max(passes.get(match["mode"], 0), int(match["done"]))
+    finished = _FINISHED.search(text)
+    init = _INIT.search(text)
+    compiled = _COMPILE.search(text)
+    return {"capture_passes": passes,
+            "capture_secs": float(finished["secs"]) if finished else None,
+            "capture_gib": float(finished["gib"]) if finished else None,
+            "init_engine_s": float(init["secs"]) if init else None,
+            "compile_s": float(compiled["secs"]) if compiled else None}
+
+
+def metrics_facts(text: str) -> dict:
+    """``vllm:iteration_tokens_total`` (``_count``: engine steps; ``_sum``: the tokens they ran) and
+    the prompt and generation token counters, summed over engines."""
+    def total(name: str) -> float | None:
+        values = [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                  if line.startswith(name) and (line[len(name)] in " {")]
+        return sum(values) if values else None
+    steps = total("vllm:iteration_tokens_total_count")
+    tokens = total("vllm:iteration_tokens_total_sum")
+    prompt = total("vllm:prompt_tokens_total")
+    generated = total("vllm:generation_tokens_total")
+    return {"iteration_steps": None if steps is None else int(steps),
+            "iteration_tokens": None if tokens is None else int(tokens),
+            "prompt_tokens": None if prompt is None else int(prompt),
+            "generation_tokens": None if generated is None else int(generated)}
+
+
+# -- runs ------------------------------------------------------------------------------------------
+@dataclass
+class EngineRun:
+    name: str
+    traced: bool
+    log: Path
+    events: Path | None
+    report: dict = field(default_factory=dict)
+    log_facts: dict = field(default_factory=dict)
+    returncode: int | None = None
+    seconds: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        return {"name": self.name, "traced": self.traced, "returncode": self.returncode, "report": self.report,
+                "log_facts": self.log_facts, "seconds": self.seconds,
+                "events": str(self.events) if self.events else None}
+
+
+def _trace_prefix(events: Path) -> list[str]:
+    return [sys.executable, "-m", "runner.trace", "--events", str(events), "--"]
+
+
+def run_offline(model: Path, out: Path, name: str, traced: bool, *options: str, timeout: float = 420) -> EngineRun:
+    out.mkdir(parents=True, exist_ok=True)
+    events = out / f"{name}.jsonl" if traced else None
+    command = [sys.executable, str(PROGRAMS / "offline.py"), str(model), str(out / f"{name}.report.json"), *options]
+    if traced:
+        command = _trace_prefix(events) + command
+    log = out / f"{name}.log"
+    started = time.time()
+    with open(log, "w") as stream:
+        result = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=ENV, timeout=timeout, cwd=out)
+    run = EngineRun(name, traced, log, events, returncode=result.returncode)
+    run.seconds["command"] = time.time() - started
+    report_path = out / f"{name}.report.json"
+    run.report = json.loads(report_path.read_text()) if report_path.exists() else {}
+    run.log_facts = log_facts(log.read_text(errors="replace"))
+    return run
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
+            return answer.status == 200
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, requests: int = 24, later: int = 8,
+              ready_timeout: float = 300) -> EngineRun:
+    """``vllm serve`` (its own process group, as a terminal runs it), requests, ``/metrics``, then
+    Ctrl-C (SIGINT to the group) and the wait for it to end."""
+    out.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    events = out / f"{name}.jsonl" if traced else None
+    command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--port", str(port),
+               "--skip-tokenizer-init", "--max-num-seqs", "16", "--gpu-memory-utilization", "0.25",
+               "--max-model-len", "1024", "--served-model-name", "m", *options]
+    if traced:
+        command = _trace_prefix(events) + command
+    log = out / f"{name}.log"
+    run = EngineRun(name, traced, log, events)
+    started = time.time()
+    with open(log, "w") as stream:
+        server = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=ENV, cwd=out,
+                                  start_new_session=True)
+        try:
+            while not _healthy(url):
+                if server.poll() is not None or time.time() - started > ready_timeout:
+                    raise RuntimeError(f"vllm serve did not become healthy (exit {server.poll()}); see {log}")
+                time.sleep(0.25)
+            run.seconds["to_healthy"] = time.time() - started
+            client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), url, "m", str(out),
+                                     "--requests", str(requests), "--later", str(later)],
+                                    capture_output=True, text=True, env=ENV, timeout=300)
+            report = json.loads((out / "client.json").read_text()) if (out / "client.json").exists() else {}
+            (out / "client.json").rename(out / f"{name}.client.json") if (out / "client.json").exists() else None
+            metrics = (out / "metrics.txt").read_text() if (out / "metrics.txt").exists() else ""
+            if metrics:
+                (out / "metrics.txt").rename(out / f"{name}.metrics.txt")
+            run.report = {**report, "engine": metrics_facts(metrics), "client_stderr": client.stderr[-2000:]}
+        finally:
+            stopped = time.time()
+            try:
+                os.killpg(server.pid, signal.SIGINT)            # Ctrl-C
+                run.returncode = server.wait(timeout=90)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                os.killpg(server.pid, signal.SIGKILL)
+                run.returncode = server.wait()
+            run.seconds["stop"] = time.time() - stopped
+    run.log_facts = log_facts(log.read_text(errors="replace"))
+    return run
+
+
+def record(out: Path) -> list[dict]:
+    """The runs that record vLLM's own shapes and logs (see the module docstring)."""
+    model = make_model(out / "model")
+    results = []
+    recorder = subprocess.run([sys.executable, str(PROGRAMS / "recorder.py"), str(model), str(out / "recorded.jsonl")],
+                              capture_output=True, text=True, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
+                              timeout=400, cwd=out)
+    (out / "recorder.log").write_text(recorder.stdout + recorder.stderr)
+    results.append({"name": "recorder", "returncode": recorder.returncode})
+    for runner in (lambda: run_offline(model, out, "offline", False),
+                   lambda: run_offline(model, out, "offline-traced", True),
+                   lambda: run_serve(model, out, "serve-traced", True)):
+        try:
+            results.append(runner().summary())
+        except Exception as error:  # noqa: BLE001
+            results.append({"error": repr(error)})
+        print(json.dumps(results[-1], default=str)[:1500], flush=True)
+    (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
+    return results
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "record":
+        record(Path(sys.argv[2]))
+    else:
+        sys.exit(__doc__)
