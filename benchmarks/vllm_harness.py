@@ -149,9 +149,10 @@ def _healthy(url: str) -> bool:
 
 
 def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, requests: int = 24, later: int = 8,
-              ready_timeout: float = 300) -> EngineRun:
-    """``vllm serve`` (its own process group, as a terminal runs it), requests, ``/metrics``, then
-    Ctrl-C (SIGINT to the group) and the wait for it to end."""
+              ready_timeout: float = 300, rounds: int = 1) -> EngineRun:
+    """``vllm serve`` (its own process group, as a terminal runs it), ``rounds`` of requests (each
+    round's requests per second in ``seconds["rounds"]``), ``/metrics``, then Ctrl-C (SIGINT to the
+    group) and the wait for it to end."""
     out.mkdir(parents=True, exist_ok=True)
     port = free_port()
     url = f"http://127.0.0.1:{port}"
@@ -173,10 +174,14 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
                     raise RuntimeError(f"vllm serve did not become healthy (exit {server.poll()}); see {log}")
                 time.sleep(0.25)
             run.seconds["to_healthy"] = time.time() - started
-            client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), url, "m", str(out),
-                                     "--requests", str(requests), "--later", str(later)],
-                                    capture_output=True, text=True, env=ENV, timeout=300)
-            report = json.loads((out / "client.json").read_text()) if (out / "client.json").exists() else {}
+            per_round = []
+            for _ in range(rounds):
+                client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), url, "m", str(out),
+                                         "--requests", str(requests), "--later", str(later)],
+                                        capture_output=True, text=True, env=ENV, timeout=300)
+                report = json.loads((out / "client.json").read_text()) if (out / "client.json").exists() else {}
+                per_round.append(report.get("requests_per_s"))
+            run.seconds["rounds"] = per_round
             (out / "client.json").rename(out / f"{name}.client.json") if (out / "client.json").exists() else None
             metrics = (out / "metrics.txt").read_text() if (out / "metrics.txt").exists() else ""
             if metrics:
@@ -221,3 +226,25 @@ if __name__ == "__main__":
         record(Path(sys.argv[2]))
     else:
         sys.exit(__doc__)
+
+
+def traced_runs(events: Path) -> list[tuple[dict, list[dict]]]:
+    """Every run a trace wrote for ``events`` (the first traced process writes the file itself,
+    every other one ``<file>-pidN.jsonl``), as (run record, events)."""
+    from runner.events_file import read_events_file
+    paths = [events] if events.exists() else []
+    paths += sorted(events.parent.glob(f"{events.name}-pid*.jsonl"))
+    runs = []
+    for path in paths:
+        read = read_events_file(path)
+        runs.append((read.run, read.events))
+    return runs
+
+
+def engine_core_run(events: Path) -> tuple[dict, list[dict]]:
+    """The traced run of vLLM's engine core: the process that captured graphs or ran steps."""
+    busy = [(run, evs) for run, evs in traced_runs(events)
+            if any(e["kind"] in ("step", "capture") for e in evs)]
+    if len(busy) != 1:
+        raise AssertionError(f"expected one engine-core run in {events}, found {len(busy)}")
+    return busy[0]
