@@ -145,9 +145,11 @@ def engine_flags(change: list[str] | tuple[str, ...], vllm: list[str] | tuple[st
     return html.Div(rows, className="flags")
 
 
-def explanation_card(cost: dict[str, Any], cost_text: str) -> html.Div:
+def explanation_card(cost: dict[str, Any], cost_text: str, seen: list[dict[str, Any]] = (),
+                     seen_note: str = "") -> html.Div:
     """An explanation card: what happened, why, what it cost here (or saved: eager measured
-    faster than replay at the same sizes is no cost), what to change."""
+    faster than replay at the same sizes is no cost), what to change; ``seen``: what the steps'
+    evidence said (``queries.step_evidence`` rows of this reason)."""
     e = cost["explanation"]
     compared = cost.get("compared") or {}
     cost_label = "What it saved here. " if (compared.get("extra_s") or 0) < 0 else "What it cost here. "
@@ -157,6 +159,9 @@ def explanation_card(cost: dict[str, Any], cost_text: str) -> html.Div:
         html.P([html.B("What happened. "), e["what"]]),
         html.P([html.B("Why a graph cannot serve it. "), e["why"]]),
         html.P([html.B(cost_label), cost_text], className="card-cost"),
+        *([html.Div([html.B(f"What the steps' evidence says{seen_note}."),
+                     bullet_list([f"{r['example']} ({plural(r['steps'], 'step')})" for r in seen[:3]])])]
+          if seen else []),
         html.Div([html.B("What to change."), engine_flags(e["change"], e["vllm"], e["sglang"])]),
     ], className="card explanation", **{"data-reason": cost["reason"]})
 

@@ -105,6 +105,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
             "run-parity": charts.parity_figure(queries.parity(store, run_id)),
         },
         "reasons": [(cost, data.cost_sentence(cost)) for cost in costs],
+        "evidence": queries.step_evidence(store, run_id),
         "alerts": spans,
         "comparison": data.regressions.run_regressions(store, run_id),
         "scope": scope,
@@ -177,10 +178,22 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     ], className="page")
 
 
-def reason_cards(reasons: list[tuple[dict[str, Any], str]]) -> list[Any]:
-    if not reasons:
-        return [html.P("No step ran eager.", className="hint")]
-    return [c.explanation_card(cost, text) for cost, text in reasons]
+def reason_cards(reasons: list[tuple[dict[str, Any], str]], evidence: dict[str, Any]) -> list[Any]:
+    """A card per eager reason, with what the steps' evidence said; then the notes graph steps
+    carry (vLLM's PIECEWISE steps: why not FULL)."""
+    rows = evidence["rows"]
+    read = "" if evidence["complete"] else f" (in the first {c.count(evidence['read_steps'])} steps with evidence)"
+    cards = [c.explanation_card(cost, text, [r for r in rows if r["mode"] == "eager" and r["reason"] == cost["reason"]],
+                                read) for cost, text in reasons] or [html.P("No step ran eager.", className="hint")]
+    notes = [r for r in rows if r["mode"] != "eager"]
+    if notes:
+        cards.append(html.Div([
+            html.Div(html.Span("Steps on graphs, with a note of why not the full graph", className="card-title"),
+                     className="card-head"),
+            html.P("What the engine's dispatcher decided for these steps, as the trace read it" + read + "."),
+            c.bullet_list([f"{r['head']}: {c.plural(r['steps'], 'step')} ({r['mode']}); e.g. {r['example']}"
+                           for r in notes])], className="card explanation", **{"data-notes": "graph"}))
+    return cards
 
 
 FIGURE_IDS = ("run-mode-mix", "run-eager-ratio", "run-batch-hist", "run-padding", "run-step-time",
@@ -200,4 +213,4 @@ def refresh(_n, run_id):
     live = (f"live: refreshing every {REFRESH_MS // 1000} s, last event {c.when(shown['summary']['last_event_ts'])}"
             if running else f"run {shown['summary']['status']}: not refreshing")
     return ([shown["stats"][i] for i in STAT_IDS] + [shown["figures"][i] for i in FIGURE_IDS]
-            + [reason_cards(shown["reasons"]), comparisons.comparison_block(shown["comparison"]), live, not running])
+            + [reason_cards(shown["reasons"], shown["evidence"]), comparisons.comparison_block(shown["comparison"]), live, not running])

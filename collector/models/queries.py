@@ -29,10 +29,11 @@ from collector.models.runs import (earlier_runs, gauge_counts, headline_rows, he
                                    list_runs, rank_table, run_exists, run_summary)
 from collector.models.steps import (SEQUENCE_BUCKETS, SEQUENCE_READ, SEQUENCE_WINDOWS, TIMELINE_MAX_POINTS,
                                     batch_histogram, batch_sequence, batch_times, choose_bucket_s,
-                                    mode_timeline, reason_breakdown, step_time_by_mode)
+                                    mode_timeline, reason_breakdown, step_evidence,
+                                    step_time_by_mode)
 
 __all__ = ["SEQUENCE_BUCKETS", "SEQUENCE_READ", "SEQUENCE_WINDOWS", "TIMELINE_MAX_POINTS", "alert_events",
            "alert_rules", "batch_histogram", "batch_sequence", "batch_times", "captures", "choose_bucket_s",
            "degrades", "earlier_runs", "gauge_counts", "headline_rows", "headlines", "is_headline", "list_runs",
            "mode_timeline", "parity", "phases", "rank_table", "reason_breakdown", "recordings", "run_exists",
-           "run_summary", "step_time_by_mode", "warnings"]
+           "run_summary", "step_evidence", "step_time_by_mode", "warnings"]

@@ -79,6 +79,38 @@ def reason_breakdown(store: Store, run_id: str) -> list[dict]:
              "share": ratio(int(n), eager)} for reason, n, d in rows]
 
 
+EVIDENCE_READ = 20_000
+
+
+def step_evidence(store: Store, run_id: str, read: int = EVIDENCE_READ) -> dict:
+    """What the steps' ``evidence`` says, grouped: ``rows`` of ``mode, reason, head`` (the evidence up
+    to its first colon: e.g. ``PIECEWISE, not FULL (prefill)``), ``steps``, ``example`` (the most
+    frequent full text), most steps first; read from the first ``read`` stored steps that carry
+    evidence (``read_steps``; ``complete``: whether that was all of them)."""
+    with store.read() as conn:
+        pk = run_pk_of(conn, run_id)
+        if pk is None:
+            return {"rows": [], "read_steps": 0, "complete": True}
+        rows = conn.execute(
+            sa.select(st.c.mode, st.c.reason, st.c.evidence)
+            .where(st.c.run_pk == pk, st.c.evidence.is_not(None))
+            .order_by(st.c.seq).limit(read + 1)).all()
+    complete = len(rows) <= read
+    groups: dict[tuple, dict] = {}
+    for mode, reason, evidence in rows[:read]:
+        head = evidence.split(":", 1)[0].strip() if ":" in evidence else evidence
+        group = groups.setdefault((mode, reason, head), {"mode": mode, "reason": reason, "head": head,
+                                                          "steps": 0, "texts": {}})
+        group["steps"] += 1
+        group["texts"][evidence] = group["texts"].get(evidence, 0) + 1
+    out = []
+    for group in sorted(groups.values(), key=lambda g: (-g["steps"], g["head"])):
+        texts = group.pop("texts")
+        group["example"] = max(texts, key=lambda text: (texts[text], text))
+        out.append(group)
+    return {"rows": out, "read_steps": min(len(rows), read), "complete": complete}
+
+
 def batch_histogram(store: Store, run_id: str, stage: str | None = None) -> list[dict]:
     """Steps per (raw_bs, mode): raw_bs, mode, steps, num_tokens, padded_tokens."""
     with store.read() as conn:
