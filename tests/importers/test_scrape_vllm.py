@@ -1,0 +1,182 @@
+"""``replayscope scrape`` of vLLM's /metrics as vLLM 0.25 serves it (``vllm/v1/metrics/loggers.py``):
+``vllm:iteration_tokens_total`` with its fixed buckets, observed once per engine step with the
+step's tokens, and the engine's token and request counters. Issue 33's run: 104 steps, 914
+tokens, one of 58 tokens above the largest capture size 32."""
+
+from __future__ import annotations
+
+import argparse
+import io
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+from collector import import_commands as cli
+from collector.importers.scrape import Scraper
+from runner.errors import ReplayscopeError
+from runner.wire import validate_event, validate_run
+
+# vLLM 0.25's buckets (loggers.py), whatever the capture sizes
+VLLM_025_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+# Issue 33's 104 steps, 914 tokens: one of 58 (above 32), one of 30 (in the bucket 17-32)
+ISSUE_33_STEPS = [58] + [12] * 40 + [30] + [6] * 37 + [5] * 24 + [4]
+MODEL = "Qwen/Qwen3-0.6B"
+
+
+class FakeVLLM:
+    """vLLM 0.25's iteration-tokens histogram and counters for DP engines, served by
+    prometheus_client's own HTTP server."""
+
+    def __init__(self):
+        self.registry = CollectorRegistry()
+        labels = ["model_name", "engine"]
+        self.hist = Histogram("vllm:iteration_tokens_total", "Histogram of number of tokens per engine_step.",
+                              labels, buckets=VLLM_025_BUCKETS, registry=self.registry)
+        self.prompt = Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", labels,
+                              registry=self.registry)
+        self.generated = Counter("vllm:generation_tokens", "Number of generation tokens processed.", labels,
+                                 registry=self.registry)
+        self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
+                               labels + ["finished_reason"], registry=self.registry)
+        self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
+        self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
+
+    def step(self, tokens: int, engine: str = "0") -> None:
+        self.hist.labels(model_name=MODEL, engine=engine).observe(tokens)
+
+    def serve(self, steps: list[int], prompt: int, generated: int, requests: int, engine: str = "0") -> None:
+        for tokens in steps:
+            self.step(tokens, engine)
+        self.prompt.labels(model_name=MODEL, engine=engine).inc(prompt)
+        self.generated.labels(model_name=MODEL, engine=engine).inc(generated)
+        self.success.labels(model_name=MODEL, engine=engine, finished_reason="length").inc(requests)
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def vllm():
+    server = FakeVLLM()
+    yield server
+    server.close()
+
+
+def two_polls(server: FakeVLLM, **sizes) -> list[dict]:
+    clock = iter([10.0, 20.0])
+    scraper = Scraper(server.url, clock=lambda: next(clock), **sizes)
+    server.serve([8, 3], prompt=10, generated=1, requests=0)        # before the first poll: the baseline
+    assert scraper.poll() == []
+    validate_run(scraper.run)
+    server.serve(ISSUE_33_STEPS, prompt=288, generated=626, requests=24)
+    events = scraper.poll()
+    for e in events:
+        validate_event(e)
+    return events
+
+
+def test_steps_and_tokens_are_the_histograms_count_and_sum_and_no_mode_is_invented(vllm):
+    """Without capture sizes nothing says how a step ran: 104 steps of mode unknown holding
+    vLLM's own 914 tokens (not 104 graph steps and 1,335 tokens from the buckets' bounds)."""
+    (event,) = two_polls(vllm)
+    assert (event["stage"], event["mode"], event["reason"], event["count"], event["num_tokens"]) == \
+        ("mixed", "unknown", None, 104, 914)
+    assert event["padded_tokens"] == 0 and "raw_bs" not in event and "graph_bs" not in event
+    assert "288 prompt tokens, 626 generated tokens, 24 requests finished" in event["evidence"]
+
+
+def test_a_bucket_wholly_above_the_largest_capture_size_is_eager_the_rest_unknown(vllm):
+    """--max-cudagraph-capture-size 32: the step of 58 (bucket 33-64) is batch_too_large; the
+    step of 30 (bucket 17-32) may be either side of a size, like every other: unknown."""
+    events = two_polls(vllm, max_capture_size=32)
+    assert [(e["mode"], e["reason"], e["count"], e["provenance"]) for e in events] == [
+        ("eager", "batch_too_large", 1, "inferred"), ("unknown", None, 103, "measured")]
+    assert sum(e["count"] for e in events) == 104 and sum(e["num_tokens"] for e in events) == 914
+    assert "above 32" in events[0]["evidence"]
+
+
+def test_a_bucket_that_straddles_the_largest_size_stays_unknown(vllm):
+    """Largest size 24: the bucket 17-32 holds 30 (eager) and maybe 20 (a graph): unknown;
+    only 33-64 is wholly above."""
+    events = two_polls(vllm, capture_sizes=[1, 2, 4, 8, 16, 24])
+    assert [(e["mode"], e["count"]) for e in events] == [("eager", 1), ("unknown", 103)]
+
+
+def test_data_parallel_engines_add_up_and_a_restart_counts_from_zero(vllm):
+    clock = iter([1.0, 2.0, 3.0])
+    scraper = Scraper(vllm.url, clock=lambda: next(clock))
+    vllm.serve([5] * 10, prompt=5, generated=45, requests=1)
+    scraper.poll()
+    vllm.serve([7] * 3, prompt=0, generated=21, requests=0, engine="0")
+    vllm.serve([9] * 2, prompt=0, generated=18, requests=0, engine="1")
+    (event,) = scraper.poll()
+    assert (event["count"], event["num_tokens"]) == (5, 39)
+    vllm.registry.unregister(vllm.hist)                      # the server restarted: its histogram anew
+    vllm.hist = Histogram("vllm:iteration_tokens_total", "x", ["model_name", "engine"],
+                          buckets=VLLM_025_BUCKETS, registry=vllm.registry)
+    vllm.step(11)
+    (event,) = scraper.poll()
+    assert (event["count"], event["num_tokens"]) == (1, 11)
+
+
+def scrape_into_store(server: FakeVLLM, tmp_path, **flags) -> tuple[int, str, str]:
+    url = f"sqlite:///{tmp_path / 'scrape.db'}"
+    args = argparse.Namespace(url=server.url, interval=0.01, count=2, db=url, collector=None, token=None,
+                              cudagraph_capture_sizes=None, max_cudagraph_capture_size=None)
+    vars(args).update(flags)
+    out = io.StringIO()
+    server.serve([8, 3], prompt=10, generated=1, requests=0)
+    code = cli.run_scrape(args, out=out, sleep=lambda s: server.serve(ISSUE_33_STEPS, 288, 626, 24))
+    return code, url, out.getvalue()
+
+
+def test_the_store_and_the_api_hold_the_engines_counts_and_say_what_is_unknown(vllm, tmp_path):
+    from fastapi.testclient import TestClient
+
+    from collector.api import create_api
+    from collector.models import queries
+    from collector.settings import Settings
+    from collector.store import Store
+    from tests.live_server import LOOPBACK_BASE
+
+    code, url, out = scrape_into_store(vllm, tmp_path, max_cudagraph_capture_size=32)
+    assert code == 0
+    assert "poll 2: mixed/eager +1 (batch_too_large 1), mixed/unknown +103" in out
+    store = Store.open(url)
+    try:
+        (run,) = queries.list_runs(store)
+        assert run["modes"] == {"graph": 0, "padded": 0, "eager": 1, "unknown": 103}
+        assert (run["steps"], run["num_tokens"]) == (104, 914)
+        # what /metrics cannot give is null, not 0 % (issue 34)
+        assert (run["eager_ratio"], run["padded_ratio"], run["decode_padded_ratio"]) == (None, None, None)
+        assert {"modes", "padding", "reasons"} <= set(run["not_measured"])
+        client = TestClient(create_api(store, Settings(run_services=False)), base_url=LOOPBACK_BASE)
+        summary = client.get(f"/v1/runs/{run['run_id']}").json()
+        assert summary["modes"]["unknown"] == 103 and summary["decode_padded_ratio"] is None
+        assert summary["config"]["max_capture_size"] == 32
+        timeline = client.get(f"/v1/runs/{run['run_id']}/timeline").json()
+        assert sum(p["unknown"] for p in timeline) == 103 and sum(p["steps"] for p in timeline) == 104
+    finally:
+        store.dispose()
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"cudagraph_capture_sizes": ["1,2,x"]}, "--cudagraph-capture-sizes: 'x' is not an integer"),
+    ({"cudagraph_capture_sizes": ["1", "8"], "max_cudagraph_capture_size": 16}, "differs from the largest"),
+    ({"max_cudagraph_capture_size": 0}, "at least 1"),
+])
+def test_bad_capture_sizes_are_one_clear_error_and_write_nothing(vllm, tmp_path, flags, message):
+    with pytest.raises(ReplayscopeError, match=message):
+        scrape_into_store(vllm, tmp_path, **flags)
+    assert not (tmp_path / "scrape.db").exists()
+
+
+def test_the_command_line_takes_vllms_flag_spellings_and_exits_2_on_bad_ones(tmp_path, capsys):
+    from app.cli import main
+
+    code = main(["scrape", "http://127.0.0.1:9/metrics", "--cudagraph-capture-sizes", "1", "2", "0",
+                 "--db", f"sqlite:///{tmp_path / 'x.db'}"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["replayscope scrape: error: --cudagraph-capture-sizes: batch sizes must be >= 1, got 0"]
