@@ -38,6 +38,8 @@ class FakeVLLM:
                                  registry=self.registry)
         self.success = Counter("vllm:request_success", "Count of successfully processed requests.",
                                labels + ["finished_reason"], registry=self.registry)
+        for metric in (self.hist, self.prompt, self.generated):    # vLLM labels each engine's at start
+            metric.labels(model_name=MODEL, engine="0")
         self.server, self.thread = start_http_server(0, addr="127.0.0.1", registry=self.registry)
         self.url = f"http://127.0.0.1:{self.server.server_port}/metrics"
 
