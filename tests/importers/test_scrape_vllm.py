@@ -182,3 +182,22 @@ def test_the_command_line_takes_vllms_flag_spellings_and_exits_2_on_bad_ones(tmp
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["replayscope scrape: error: --cudagraph-capture-sizes: batch sizes must be >= 1, got 0"]
+
+
+def test_the_fleet_counts_a_scraped_runs_steps_of_unknown_mode_as_unknown(vllm, tmp_path):
+    """The fleet's figures of a scraped run: its eager share and padding null, its unknown
+    steps counted; a group of it weighs only what is known (no 1 eager in 104 = 1 %)."""
+    from collector.analysis import fleet
+    from collector.store import Store
+
+    code, url, _ = scrape_into_store(vllm, tmp_path, max_cudagraph_capture_size=32)
+    store = Store.open(url)
+    try:
+        shown = fleet.fleet(store)
+        (run,) = shown["runs"]
+        assert run["modes"] == {"graph": 0, "padded": 0, "eager": 1, "unknown": 103}
+        assert (run["eager_ratio"], run["decode_padded_ratio"]) == (None, None)
+        (group,) = shown["groups"]
+        assert (group["eager_ratio"], group["decode_padded_ratio"]) == (None, None)
+    finally:
+        store.dispose()
