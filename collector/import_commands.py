@@ -269,17 +269,25 @@ def poll_summary(events: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "no new passes"
 
 
-def scrape_capture_sizes(args: argparse.Namespace) -> tuple[list[int] | None, int | None]:
-    """vLLM's capture sizes as the user gives them to ``scrape`` (its own flags' spelling):
-    the list, and the largest size (or the bound ``--max-cudagraph-capture-size`` sets)."""
+def scrape_capture_sizes(args: argparse.Namespace) -> tuple[list[int] | None, int | None, str | None]:
+    """vLLM's capture sizes as the user gives them to ``scrape`` (its own flags' spelling, or
+    the server's log): the list, the largest size (or the bound ``--max-cudagraph-capture-size``
+    sets), and why graphs are off where the log says they are."""
+    from collector.importers.scrape_vllm import sizes_from_log
     from runner.plan import parse_capture_sizes
 
     given = getattr(args, "cudagraph_capture_sizes", None)
     largest = getattr(args, "max_cudagraph_capture_size", None)
+    log = getattr(args, "engine_log", None)
+    if log is not None:
+        if given or largest is not None:
+            raise ReplayscopeError("give the capture sizes by --engine-log or by --cudagraph-capture-sizes / "
+                                   "--max-cudagraph-capture-size, not both")
+        return sizes_from_log(log)
     if largest is not None and largest < 1:
         raise ReplayscopeError(f"--max-cudagraph-capture-size must be at least 1, got {largest}")
     if not given:
-        return None, largest
+        return None, largest, None
     try:
         sizes = list(parse_capture_sizes(" ".join(given)))
     except ReplayscopeError as error:
@@ -287,7 +295,7 @@ def scrape_capture_sizes(args: argparse.Namespace) -> tuple[list[int] | None, in
     if largest is not None and largest != sizes[-1]:
         raise ReplayscopeError(f"--max-cudagraph-capture-size {largest} differs from the largest of "
                                f"--cudagraph-capture-sizes ({sizes[-1]}); vLLM requires them to agree")
-    return sizes, sizes[-1]
+    return sizes, sizes[-1], None
 
 
 def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None] = time.sleep) -> int:
@@ -298,8 +306,8 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
         raise ReplayscopeError("--interval must be more than 0 seconds")
     if args.count is not None and args.count < 1:
         raise ReplayscopeError("--count must be at least 1")
-    sizes, largest = scrape_capture_sizes(args)
-    scraper = Scraper(metrics_url(args.url), capture_sizes=sizes, max_capture_size=largest)
+    sizes, largest, graphs_off = scrape_capture_sizes(args)
+    scraper = Scraper(metrics_url(args.url), capture_sizes=sizes, max_capture_size=largest, graphs_off=graphs_off)
     first = scraper.poll()                              # unreachable / not Prometheus: raises here
     sink = open_sink(args)
     status = "finished"
@@ -402,5 +410,8 @@ def add_parsers(sub) -> None:
                              "steps above the largest are known eager (batch_too_large)")
     scrape.add_argument("--max-cudagraph-capture-size", type=int, metavar="N",
                         help="vLLM: the server's largest capture size, when the list is not known")
+    scrape.add_argument("--engine-log", metavar="FILE",
+                        help="vLLM: the server's log, for its capture sizes (or that graphs are off) instead of "
+                             "the two flags above")
     _add_target(scrape)
     scrape.set_defaults(handler=run_scrape)

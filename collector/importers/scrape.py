@@ -24,7 +24,8 @@ from typing import Any, Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.importers.scrape_vllm import VLLM_NOT_MEASURED, VLLM_TOKENS, is_vllm, vllm_events
+from collector.importers.scrape_vllm import (VLLM_NOT_MEASURED, VLLM_NOT_MEASURED_GRAPHS_OFF, VLLM_TOKENS, is_vllm,
+                                             vllm_events)
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, validate_event, validate_run
 
@@ -108,9 +109,11 @@ class Scraper:
     """Polls one SGLang or vLLM /metrics URL; ``poll()`` returns the events of that poll."""
 
     def __init__(self, url: str, *, fetch_text: Callable[[str], str] = fetch, clock: Callable[[], float] = time.time,
-                 capture_sizes: list[int] | None = None, max_capture_size: int | None = None):
+                 capture_sizes: list[int] | None = None, max_capture_size: int | None = None,
+                 graphs_off: str | None = None):
         """``capture_sizes`` / ``max_capture_size``: vLLM's, where the user knows them (the
-        server's flags or log); without them no vLLM step's mode is known."""
+        server's flags or log); without them no vLLM step's mode is known. ``graphs_off``: why
+        the vLLM server runs without graphs (its log says so), when it does."""
         self.url = url
         self.fetch_text = fetch_text
         self.clock = clock
@@ -122,6 +125,7 @@ class Scraper:
         self.engine: str | None = None
         self.capture_sizes: list[int] = sorted(set(capture_sizes or []))
         self.max_capture_size = self.capture_sizes[-1] if self.capture_sizes else max_capture_size
+        self.graphs_off = graphs_off
         self.warnings: list[str] = []
         self.reset_polls = 0
 
@@ -135,7 +139,8 @@ class Scraper:
         config: dict[str, Any] = {"engine": self.engine, "metrics_url": self.url,
                                   "rank_policy": "ranks that count the same steps are counted once"}
         if self.engine == "vllm":
-            config.update(metric=VLLM_TOKENS, not_measured=list(VLLM_NOT_MEASURED))
+            config.update(metric=VLLM_TOKENS, not_measured=list(VLLM_NOT_MEASURED_GRAPHS_OFF if self.graphs_off
+                                                                 else VLLM_NOT_MEASURED))
             if self.capture_sizes:
                 config.update(capture_sizes=self.capture_sizes)
             if self.max_capture_size:
@@ -237,7 +242,7 @@ class Scraper:
               baseline: bool) -> list[dict[str, Any]]:
         base = {"ts": ts, "kind": "step_counts", "duration_s": None, "interval_s": interval}
         return vllm_events(samples, lambda key, value, created: self.counters.delta(key, value, created, baseline),
-                           base, self.max_capture_size)
+                           base, self.max_capture_size, self.graphs_off)
 
     def end(self, status: str = "finished") -> dict[str, Any]:
         event = {"seq": self.seq, "ts": self.clock(), "kind": "run_end", "status": status, "error": None}

@@ -9,13 +9,15 @@ mode, its padding or why it ran eager: its steps are stored with mode ``unknown`
 where the capture sizes are known (``scrape --cudagraph-capture-sizes`` /
 ``--max-cudagraph-capture-size``) a bucket whose every value is above the largest size is
 eager ``batch_too_large`` (inferred); every other bucket may hold steps either side of a
-captured size, and stays unknown.
+captured size, and stays unknown. Where the server's log (``--engine-log``) says graphs are
+off, every step is eager ``graphs_disabled``; where it states the sizes, they serve as the flags.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+from runner.errors import ReplayscopeError
 from runner.wire import MODE_UNKNOWN
 
 VLLM_TOKENS = "vllm:iteration_tokens_total"
@@ -23,8 +25,10 @@ VLLM_TOKENS = "vllm:iteration_tokens_total"
 VLLM_COUNTERS = (("prompt tokens", "vllm:prompt_tokens_total"),
                  ("generated tokens", "vllm:generation_tokens_total"),
                  ("requests finished", "vllm:request_success_total"))
-# What a vLLM scrape cannot know, whatever the flags (the run's config ``not_measured``).
+# What a vLLM scrape cannot know (the run's config ``not_measured``); with graphs off (the
+# server's log says so) every step is eager, unpadded, for that reason: only the sizes are not known.
 VLLM_NOT_MEASURED = ["modes", "padding", "reasons", "batch_sizes"]
+VLLM_NOT_MEASURED_GRAPHS_OFF = ["batch_sizes"]
 
 Delta = Callable[[tuple, float, "float | None"], float]   # (series key, value, created) -> increase
 
@@ -89,12 +93,31 @@ def above_largest(per_le: dict[float, float], largest: int) -> tuple[int, int | 
     return int(round(count)), lowest
 
 
+def sizes_from_log(path: str) -> tuple[list[int] | None, int | None, str | None]:
+    """What the server's own log (``scrape --engine-log``) says of its graphs: (the capture
+    sizes, the largest, why graphs are off or None); ReplayscopeError when it says none."""
+    from collector.importers import import_log
+
+    result = import_log("vllm", path)
+    config = (result.runs[-1].run.get("config") or {}) if result.runs else {}
+    if config.get("enforce_eager") or str(config.get("cudagraph_mode") or "").upper() == "NONE":
+        why = "enforce_eager=True" if config.get("enforce_eager") else "cudagraph_mode NONE"
+        return None, None, f"the server's log ({path}) says {why}: no graphs"
+    sizes = config.get("capture_sizes") or None
+    largest = config.get("max_capture_size") or (max(sizes) if sizes else None)
+    if not largest:
+        raise ReplayscopeError(f"{path} states no capture sizes (its last run's); give "
+                               f"--cudagraph-capture-sizes or --max-cudagraph-capture-size instead")
+    return sizes, largest, None
+
+
 def vllm_events(samples: list[tuple[str, dict[str, str], float]], delta: Delta, base: dict[str, Any],
-                largest: int | None) -> list[dict[str, Any]]:
+                largest: int | None, graphs_off: str | None = None) -> list[dict[str, Any]]:
     """One poll's ``step_counts``: eager ``batch_too_large`` for the steps known to be above
     ``largest`` (the largest capture size, or a bound on it: None when unknown), mode
-    ``unknown`` for the rest; together they hold the poll's steps and tokens as the
-    histogram's ``_count`` and ``_sum`` give them."""
+    ``unknown`` for the rest; every step eager ``graphs_disabled`` where ``graphs_off`` says
+    why. Together they hold the poll's steps and tokens as the histogram's ``_count`` and
+    ``_sum`` give them."""
     steps_f, tokens_f, per_le = histogram_deltas(samples, delta)
     counters = counter_deltas(samples, delta)
     steps, tokens = int(round(steps_f)), int(round(max(0.0, tokens_f)))
@@ -103,11 +126,14 @@ def vllm_events(samples: list[tuple[str, dict[str, str], float]], delta: Delta, 
     engine = f"{steps} engine steps, {tokens} tokens ({VLLM_TOKENS} _count, _sum)"
     if counters:
         engine += "; " + ", ".join(f"{n} {words}" for words, n in counters.items())
+    base = dict(base, stage="mixed", padded_tokens=0)
+    if graphs_off:
+        return [dict(base, mode="eager", reason="graphs_disabled", count=steps, num_tokens=tokens,
+                     provenance="inferred", evidence=(graphs_off + ". " + engine)[:500])]
     eager, lowest = above_largest(per_le, largest) if largest else (0, None)
     eager = min(eager, steps)
     unknown = steps - eager
     events: list[dict[str, Any]] = []
-    base = dict(base, stage="mixed", padded_tokens=0)
     if eager:
         where = (f"{eager} steps in buckets above {lowest} tokens, above {largest}, the largest capture "
                  f"size given to scrape")

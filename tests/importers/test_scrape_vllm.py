@@ -201,3 +201,44 @@ def test_the_fleet_counts_a_scraped_runs_steps_of_unknown_mode_as_unknown(vllm, 
         assert (group["eager_ratio"], group["decode_padded_ratio"]) == (None, None)
     finally:
         store.dispose()
+
+
+def fixture_log(name: str) -> str:
+    from tests.importers.conftest import FIXTURES
+    return str(FIXTURES / name)
+
+
+def test_the_servers_log_gives_the_sizes_or_that_graphs_are_off(vllm, tmp_path):
+    """--engine-log: vllm_new.log captures 1, 2, 4, 8: the 40 steps of 12 (bucket 9-16), the one
+    of 30 and the one of 58 are above 8; an --enforce-eager log makes every step eager."""
+    from collector.importers.scrape import Scraper
+
+    sizes, largest, off = cli.scrape_capture_sizes(argparse.Namespace(engine_log=fixture_log("vllm_new.log")))
+    assert (sizes, largest, off) == ([1, 2, 4, 8], 8, None)
+    events = two_polls(vllm, capture_sizes=sizes, max_capture_size=largest)
+    assert [(e["mode"], e["reason"], e["count"]) for e in events] == [
+        ("eager", "batch_too_large", 42), ("unknown", None, 62)]
+
+    args = argparse.Namespace(engine_log=fixture_log("vllm_v011_enforce_eager_metrics.log"))
+    sizes, largest, off = cli.scrape_capture_sizes(args)
+    assert (sizes, largest) == (None, None) and "enforce_eager=True" in off
+    clock = iter([1.0, 2.0])
+    scraper = Scraper(vllm.url, clock=lambda: next(clock), graphs_off=off)
+    scraper.poll()
+    vllm.serve(ISSUE_33_STEPS, 288, 626, 24)
+    (event,) = scraper.poll()
+    assert (event["mode"], event["reason"], event["count"], event["num_tokens"]) == \
+        ("eager", "graphs_disabled", 104, 914)
+    assert scraper.run["config"]["not_measured"] == ["batch_sizes"]
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"engine_log": "vllm_old.log"}, "states no capture sizes"),
+    ({"engine_log": "vllm_new.log", "max_cudagraph_capture_size": 8}, "not both"),
+    ({"engine_log": "no_such.log"}, "no_such.log"),
+])
+def test_a_log_without_sizes_or_with_the_flags_is_one_clear_error(vllm, tmp_path, flags, message):
+    flags = dict(flags, engine_log=fixture_log(flags["engine_log"]))
+    with pytest.raises(ReplayscopeError, match=message):
+        scrape_into_store(vllm, tmp_path, **flags)
+    assert not (tmp_path / "scrape.db").exists()
