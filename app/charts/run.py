@@ -20,8 +20,9 @@ def mode_mix_figure(timeline: list[dict[str, Any]], bucket_s: float = 1.0, count
         return empty("no steps yet")
     x = utc_times(p["t"] + bucket_s / 2 for p in timeline)         # a bar spans its bucket
     modes = MODE_ORDER + (("unknown",) if any(p.get("unknown") for p in timeline) else ())
-    return figure([dict(type="bar", x=x, y=[p.get(m, 0) for p in timeline], name="mode unknown" if m == "unknown" else m,
-                        width=bucket_s * 1000 * 0.9, marker=dict(color=MODE_COLORS[m])) for m in modes],
+    return figure([dict(type="bar", x=x, y=[p.get(m, 0) for p in timeline],
+                        name="mode unknown" if m == "unknown" else m, width=bucket_s * 1000 * 0.9,
+                        marker=dict(color=MODE_COLORS[m])) for m in modes],
                    barmode="stack", bargap=0.05, xaxis=time_axis([p["t"] for p in timeline], bucket_s),
                    yaxis=dict(title=dict(text=f"{counted} per {per_bucket(bucket_s)}")))
 
