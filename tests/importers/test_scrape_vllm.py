@@ -122,10 +122,10 @@ def test_data_parallel_engines_add_up_and_a_restart_counts_from_zero(vllm):
     assert (event["count"], event["num_tokens"]) == (1, 11)
 
 
-def scrape_into_store(server: FakeVLLM, tmp_path, **flags) -> tuple[int, str, str]:
-    url = f"sqlite:///{tmp_path / 'scrape.db'}"
+def scrape_into_store(server: FakeVLLM, tmp_path, url: str | None = None, **flags) -> tuple[int, str, str]:
+    url = url or f"sqlite:///{tmp_path / 'scrape.db'}"
     args = argparse.Namespace(url=server.url, interval=0.01, count=2, db=url, collector=None, token=None,
-                              cudagraph_capture_sizes=None, max_cudagraph_capture_size=None)
+                              cudagraph_capture_sizes=None, max_cudagraph_capture_size=None, migrate=True)
     vars(args).update(flags)
     out = io.StringIO()
     server.serve([8, 3], prompt=10, generated=1, requests=0)
@@ -133,7 +133,17 @@ def scrape_into_store(server: FakeVLLM, tmp_path, **flags) -> tuple[int, str, st
     return code, url, out.getvalue()
 
 
-def test_the_store_and_the_api_hold_the_engines_counts_and_say_what_is_unknown(vllm, tmp_path):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def store_url(request, tmp_path):
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'scrape.db'}"
+        return
+    from tests.postgres import temporary_database
+    with temporary_database("scrape case") as url:
+        yield url
+
+
+def test_the_store_and_the_api_hold_the_engines_counts_and_say_what_is_unknown(vllm, tmp_path, store_url):
     from fastapi.testclient import TestClient
 
     from collector.api import create_api
@@ -142,7 +152,7 @@ def test_the_store_and_the_api_hold_the_engines_counts_and_say_what_is_unknown(v
     from collector.store import Store
     from tests.live_server import LOOPBACK_BASE
 
-    code, url, out = scrape_into_store(vllm, tmp_path, max_cudagraph_capture_size=32)
+    code, url, out = scrape_into_store(vllm, tmp_path, store_url, max_cudagraph_capture_size=32)
     assert code == 0
     assert "poll 2: mixed/eager +1 (batch_too_large 1), mixed/unknown +103" in out
     store = Store.open(url)
