@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from runner.errors import ReplayscopeError
+from runner.formats import plural
 from runner.wire import MODE_UNKNOWN
 
 VLLM_TOKENS = "vllm:iteration_tokens_total"
@@ -135,8 +136,8 @@ def vllm_events(samples: list[tuple[str, dict[str, str], float]], delta: Delta, 
     unknown = steps - eager
     events: list[dict[str, Any]] = []
     if eager:
-        where = (f"{eager} steps in buckets above {lowest} tokens, above {largest}, the largest capture "
-                 f"size given to scrape")
+        where = (f"{plural(eager, 'step')} in buckets above {lowest} tokens, all above {largest}, the largest "
+                 f"capture size known")
         tokens_note = (f"; their tokens are counted with the poll's {unknown} other steps (vLLM sums all)"
                        if unknown else "")
         events.append(dict(base, mode="eager", reason="batch_too_large", count=eager,
