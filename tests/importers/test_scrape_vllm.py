@@ -252,3 +252,57 @@ def test_a_log_without_sizes_or_with_the_flags_is_one_clear_error(vllm, tmp_path
     with pytest.raises(ReplayscopeError, match=message):
         scrape_into_store(vllm, tmp_path, **flags)
     assert not (tmp_path / "scrape.db").exists()
+
+
+# vLLM 0.25.0's own /metrics, recorded from a real `vllm serve` (H200, model runner V2,
+# FULL_AND_PIECEWISE, capture sizes 1, 2, 4, 8, 16, 24, 32; max_num_seqs 16) after 32 requests:
+# 92 engine steps (_count), 1,221 tokens (_sum) = 384 prompt + 837 generated.
+REAL_METRICS = "vllm_v025_serve_metrics.txt"
+
+
+def real_metrics() -> str:
+    from tests.importers.conftest import FIXTURES
+    return (FIXTURES / REAL_METRICS).read_text()
+
+
+def just_started(text: str) -> str:
+    """The same server's /metrics before its first request: every series there, at 0 (vLLM
+    labels each engine's series at start), with the same ``_created`` times."""
+    out = []
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if line and not line.startswith("#") and not name.endswith("_created"):
+            line = line.rsplit(" ", 1)[0] + " 0.0"
+        out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def real_scrape(**sizes) -> tuple[Scraper, list[dict]]:
+    pages = iter([just_started(real_metrics()), real_metrics()])
+    clock = iter([100.0, 115.0])
+    scraper = Scraper("http://vllm:8000/metrics", fetch_text=lambda url: next(pages), clock=lambda: next(clock),
+                      **sizes)
+    assert scraper.poll() == []
+    events = scraper.poll()
+    for e in events:
+        validate_event(e)
+    return scraper, events
+
+
+def test_a_real_vllm_025_metrics_page_stores_its_count_as_steps_and_its_sum_as_tokens():
+    text = real_metrics()
+    assert 'vllm:iteration_tokens_total_count{engine="0",model_name="m"} 92.0' in text
+    assert 'vllm:iteration_tokens_total_sum{engine="0",model_name="m"} 1221.0' in text
+    scraper, events = real_scrape()
+    (event,) = events
+    assert (event["mode"], event["reason"], event["count"], event["num_tokens"]) == ("unknown", None, 92, 1221)
+    assert "384 prompt tokens, 837 generated tokens, 32 requests finished" in event["evidence"]
+    assert (scraper.run["source"], scraper.run["model"]) == ("vllm-metrics", "m")
+
+
+def test_a_real_vllm_025_metrics_page_with_its_capture_sizes_has_5_steps_above_32():
+    """Its buckets: 87 steps up to 32 tokens (either side of a size: unknown), 5 in 33-64."""
+    _, events = real_scrape(capture_sizes=[1, 2, 4, 8, 16, 24, 32])
+    assert [(e["mode"], e["reason"], e["count"]) for e in events] == [
+        ("eager", "batch_too_large", 5), ("unknown", None, 87)]
+    assert sum(e["num_tokens"] for e in events) == 1221
