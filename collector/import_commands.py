@@ -333,6 +333,9 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
         status = "interrupted"
     finally:
         try:
+            final = scraper.final_run()
+            if final is not None:
+                sink.write_run(final)                     # the engine's own counts over the scrape
             sink.write_events(scraper.run["run_id"], [scraper.end(status)])
         finally:
             sink.close()

@@ -126,6 +126,7 @@ class Scraper:
         self.capture_sizes: list[int] = sorted(set(capture_sizes or []))
         self.max_capture_size = self.capture_sizes[-1] if self.capture_sizes else max_capture_size
         self.graphs_off = graphs_off
+        self.engine_counts: dict[str, int] = {}      # vLLM's own counts since the first poll
         self.warnings: list[str] = []
         self.reset_polls = 0
 
@@ -242,7 +243,17 @@ class Scraper:
               baseline: bool) -> list[dict[str, Any]]:
         base = {"ts": ts, "kind": "step_counts", "duration_s": None, "interval_s": interval}
         return vllm_events(samples, lambda key, value, created: self.counters.delta(key, value, created, baseline),
-                           base, self.max_capture_size, self.graphs_off)
+                           base, self.max_capture_size, self.graphs_off, self.engine_counts)
+
+    def final_run(self) -> dict[str, Any] | None:
+        """The run's record with the engine's own counts over the scrape (vLLM: config
+        ``engine_counts``: engine steps, tokens, prompt and generated tokens, requests
+        finished), to send again at its end; None when there is nothing to add."""
+        if self.run is None or not self.engine_counts:
+            return None
+        record = dict(self.run, config=dict(self.run["config"], engine_counts=dict(self.engine_counts)))
+        validate_run(record)
+        return record
 
     def end(self, status: str = "finished") -> dict[str, Any]:
         event = {"seq": self.seq, "ts": self.clock(), "kind": "run_end", "status": status, "error": None}

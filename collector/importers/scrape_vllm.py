@@ -113,15 +113,20 @@ def sizes_from_log(path: str) -> tuple[list[int] | None, int | None, str | None]
 
 
 def vllm_events(samples: list[tuple[str, dict[str, str], float]], delta: Delta, base: dict[str, Any],
-                largest: int | None, graphs_off: str | None = None) -> list[dict[str, Any]]:
+                largest: int | None, graphs_off: str | None = None,
+                totals: dict[str, int] | None = None) -> list[dict[str, Any]]:
     """One poll's ``step_counts``: eager ``batch_too_large`` for the steps known to be above
     ``largest`` (the largest capture size, or a bound on it: None when unknown), mode
     ``unknown`` for the rest; every step eager ``graphs_disabled`` where ``graphs_off`` says
     why. Together they hold the poll's steps and tokens as the histogram's ``_count`` and
-    ``_sum`` give them."""
+    ``_sum`` give them. ``totals`` adds up the engine's own counts since the first poll."""
     steps_f, tokens_f, per_le = histogram_deltas(samples, delta)
     counters = counter_deltas(samples, delta)
     steps, tokens = int(round(steps_f)), int(round(max(0.0, tokens_f)))
+    if totals is not None:
+        for key, n in [("steps", steps), ("tokens", tokens), *counters.items()]:
+            key = key.replace(" ", "_")
+            totals[key] = totals.get(key, 0) + max(0, n)
     if steps < 1:
         return []
     engine = f"{steps} engine steps, {tokens} tokens ({VLLM_TOKENS} _count, _sum)"

@@ -167,6 +167,9 @@ def test_the_store_and_the_api_hold_the_engines_counts_and_say_what_is_unknown(v
         summary = client.get(f"/v1/runs/{run['run_id']}").json()
         assert summary["modes"]["unknown"] == 103 and summary["decode_padded_ratio"] is None
         assert summary["config"]["max_capture_size"] == 32
+        # the engine's own counts over the scrape, as /metrics gave them
+        assert summary["config"]["engine_counts"] == {"steps": 104, "tokens": 914, "prompt_tokens": 288,
+                                                      "generated_tokens": 626, "requests_finished": 24}
         timeline = client.get(f"/v1/runs/{run['run_id']}/timeline").json()
         assert sum(p["unknown"] for p in timeline) == 103 and sum(p["steps"] for p in timeline) == 104
     finally:
@@ -298,6 +301,8 @@ def test_a_real_vllm_025_metrics_page_stores_its_count_as_steps_and_its_sum_as_t
     assert (event["mode"], event["reason"], event["count"], event["num_tokens"]) == ("unknown", None, 92, 1221)
     assert "384 prompt tokens, 837 generated tokens, 32 requests finished" in event["evidence"]
     assert (scraper.run["source"], scraper.run["model"]) == ("vllm-metrics", "m")
+    assert scraper.final_run()["config"]["engine_counts"] == {
+        "steps": 92, "tokens": 1221, "prompt_tokens": 384, "generated_tokens": 837, "requests_finished": 32}
 
 
 def test_a_real_vllm_025_metrics_page_with_its_capture_sizes_has_5_steps_above_32():
