@@ -1,7 +1,7 @@
 """What the pages say about a run beyond its own figures: how it compares with the earlier
 runs of its model and configuration (``collector.analysis.regressions``), and how much of its step
-detail is stored (sampled at the source, expired by retention). Text only, from query
-results; the run page and the fleet page both use it."""
+detail is stored (sampled at the source, expired by retention), and what its source cannot
+know. Text only, from query results; the run page and the fleet page both use it."""
 
 from __future__ import annotations
 
@@ -82,6 +82,26 @@ def detail_notes(detail: dict[str, Any]) -> list[str]:
         notes.append(f"1-second detail before {formats.when(detail['seconds_expired_before'], seconds=False)} UTC "
                      "has expired: timelines are in whole minutes.")
     return notes
+
+
+# What each entry of a run's ``not_measured`` (runner.wire NOT_MEASURABLE) is, in words.
+NOT_MEASURED_WORDS = {"modes": "how each step ran (graph, padded or eager)", "padding": "padding",
+                      "reasons": "why a step ran eager", "batch_sizes": "each step's batch size"}
+
+
+def not_measured_note(summary: dict[str, Any]) -> str | None:
+    """What a run's source cannot know (a scrape of /metrics), said once on its page."""
+    missing = [NOT_MEASURED_WORDS.get(m, m) for m in summary.get("not_measured") or []]
+    if not missing:
+        return None
+    unknown = summary["modes"].get("unknown", 0)
+    text = (f"Scraped from {summary['source'].removesuffix('-metrics')}'s /metrics, which cannot show "
+            f"{', '.join(missing[:-1]) + ' or ' if len(missing) > 1 else ''}{missing[-1]}: "
+            "those read \"not measured\" here, never 0 or graph.")
+    if unknown:
+        text += (f" {formats.plural(unknown, 'step')} of unknown mode (counted by the engine; "
+                 "eager only where known above the largest capture size).")
+    return text
 
 
 def log_sample_note(sample: dict[str, Any]) -> str:

@@ -269,6 +269,35 @@ def poll_summary(events: list[dict[str, Any]]) -> str:
     return ", ".join(parts) or "no new passes"
 
 
+def scrape_capture_sizes(args: argparse.Namespace) -> tuple[list[int] | None, int | None, str | None]:
+    """vLLM's capture sizes as the user gives them to ``scrape`` (its own flags' spelling, or
+    the server's log): the list, the largest size (or the bound ``--max-cudagraph-capture-size``
+    sets), and why graphs are off where the log says they are."""
+    from collector.importers.scrape_vllm import sizes_from_log
+    from runner.plan import parse_capture_sizes
+
+    given = getattr(args, "cudagraph_capture_sizes", None)
+    largest = getattr(args, "max_cudagraph_capture_size", None)
+    log = getattr(args, "engine_log", None)
+    if log is not None:
+        if given or largest is not None:
+            raise ReplayscopeError("give the capture sizes by --engine-log or by --cudagraph-capture-sizes / "
+                                   "--max-cudagraph-capture-size, not both")
+        return sizes_from_log(log)
+    if largest is not None and largest < 1:
+        raise ReplayscopeError(f"--max-cudagraph-capture-size must be at least 1, got {largest}")
+    if not given:
+        return None, largest, None
+    try:
+        sizes = list(parse_capture_sizes(" ".join(given)))
+    except ReplayscopeError as error:
+        raise ReplayscopeError(str(error).replace("--capture-sizes", "--cudagraph-capture-sizes")) from None
+    if largest is not None and largest != sizes[-1]:
+        raise ReplayscopeError(f"--max-cudagraph-capture-size {largest} differs from the largest of "
+                               f"--cudagraph-capture-sizes ({sizes[-1]}); vLLM requires them to agree")
+    return sizes, sizes[-1], None
+
+
 def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None] = time.sleep) -> int:
     out = out or sys.stdout
     from collector.importers.scrape import Scraper
@@ -277,7 +306,8 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
         raise ReplayscopeError("--interval must be more than 0 seconds")
     if args.count is not None and args.count < 1:
         raise ReplayscopeError("--count must be at least 1")
-    scraper = Scraper(metrics_url(args.url))
+    sizes, largest, graphs_off = scrape_capture_sizes(args)
+    scraper = Scraper(metrics_url(args.url), capture_sizes=sizes, max_capture_size=largest, graphs_off=graphs_off)
     first = scraper.poll()                              # unreachable / not Prometheus: raises here
     sink = open_sink(args)
     status = "finished"
@@ -303,6 +333,9 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
         status = "interrupted"
     finally:
         try:
+            final = scraper.final_run()
+            if final is not None:
+                sink.write_run(final)                     # the engine's own counts over the scrape
             sink.write_events(scraper.run["run_id"], [scraper.end(status)])
         finally:
             sink.close()
@@ -367,11 +400,21 @@ def add_parsers(sub) -> None:
 
     scrape = sub.add_parser("scrape", help="poll an SGLang or vLLM /metrics endpoint into step counts",
                             description="Poll SGLang's sglang:cuda_graph_passes_total or vLLM's "
-                                        "vllm:iteration_tokens_total (and vllm:cudagraph_iterations where "
-                                        "present) and record the increase between polls as step counts.")
+                                        "vllm:iteration_tokens_total and record the increase between polls "
+                                        "as step counts. vLLM's /metrics gives steps and tokens, not how "
+                                        "each step ran: its steps are stored with mode unknown, except "
+                                        "those known to be above the largest capture size (given here).")
     scrape.add_argument("url", metavar="URL", help="the server's /metrics URL (or its base URL)")
     scrape.add_argument("--interval", type=float, default=15.0, metavar="S", help="seconds between polls (default 15)")
     scrape.add_argument("--count", type=int, default=None, metavar="N",
                         help="stop after N polls (the first is the baseline); default: until Ctrl-C")
+    scrape.add_argument("--cudagraph-capture-sizes", nargs="+", metavar="N",
+                        help="vLLM: the server's capture sizes (its own flag's value; commas or spaces), so "
+                             "steps above the largest are known eager (batch_too_large)")
+    scrape.add_argument("--max-cudagraph-capture-size", type=int, metavar="N",
+                        help="vLLM: the server's largest capture size, when the list is not known")
+    scrape.add_argument("--engine-log", metavar="FILE",
+                        help="vLLM: the server's log, for its capture sizes (or that graphs are off) instead of "
+                             "the two flags above")
     _add_target(scrape)
     scrape.set_defaults(handler=run_scrape)

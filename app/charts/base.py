@@ -11,7 +11,7 @@ import plotly.graph_objects as go
 
 from app import formats
 
-MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b"}
+MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b", "unknown": "#9a9a9a"}
 MODE_ORDER = ("graph", "padded", "eager")
 LAYOUT = dict(margin=dict(l=50, r=20, t=30, b=40),
               legend=dict(orientation="h", yanchor="bottom", y=1.02, x=0))

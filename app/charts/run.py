@@ -13,13 +13,16 @@ from app.charts.base import MODE_COLORS, MODE_ORDER, empty, figure, hline, per_b
 
 
 def mode_mix_figure(timeline: list[dict[str, Any]], bucket_s: float = 1.0, counted: str = "steps") -> go.Figure:
-    """Steps per bucket, stacked graph / padded / eager (``counted``: what a step count is,
-    "logged steps (1 in 40 decode)" where the log samples them)."""
+    """Steps per bucket, stacked graph / padded / eager, and "mode unknown" where the source
+    counted steps without their mode (``counted``: what a step count is, "logged steps (1 in
+    40 decode)" where the log samples them)."""
     if not timeline:
         return empty("no steps yet")
     x = utc_times(p["t"] + bucket_s / 2 for p in timeline)         # a bar spans its bucket
-    return figure([dict(type="bar", x=x, y=[p[m] for p in timeline], name=m, width=bucket_s * 1000 * 0.9,
-                         marker=dict(color=MODE_COLORS[m])) for m in MODE_ORDER],
+    modes = MODE_ORDER + (("unknown",) if any(p.get("unknown") for p in timeline) else ())
+    return figure([dict(type="bar", x=x, y=[p.get(m, 0) for p in timeline],
+                        name="mode unknown" if m == "unknown" else m, width=bucket_s * 1000 * 0.9,
+                        marker=dict(color=MODE_COLORS[m])) for m in modes],
                    barmode="stack", bargap=0.05, xaxis=time_axis([p["t"] for p in timeline], bucket_s),
                    yaxis=dict(title=dict(text=f"{counted} per {per_bucket(bucket_s)}")))
 

@@ -114,8 +114,9 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
 
 def header(summary: dict[str, Any]) -> list[Any]:
     source_note = None if summary["source"] in ("runner", "library") else (
-        f"Imported from {summary['source']}: steps and their modes come from the engine's own "
-        "reports; an eager step without a reported cause is listed as 'unknown'.")
+        comparisons.not_measured_note(summary)
+        or f"Imported from {summary['source']}: steps and their modes come from the engine's own "
+           "reports; an eager step without a reported cause is listed as 'unknown'.")
     parts = [
         html.H2(summary["name"], id="run-name"),
         html.Div([html.Span(f"run {summary['run_id']}"), html.Span(f"source {summary['source']}", id="run-source"),
@@ -124,7 +125,7 @@ def header(summary: dict[str, Any]) -> list[Any]:
                  className="meta"),
     ]
     if source_note:
-        parts.append(html.P(source_note, className="note imported"))
+        parts.append(html.P(source_note, className="note imported", id="run-source-note"))
     stages = stage_note(summary)
     if stages:
         parts.append(html.P(stages, className="note imported", id="run-stages"))

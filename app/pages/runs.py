@@ -39,7 +39,7 @@ def table_rows(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The table's rows from ``queries.list_runs``: percentages sort and filter as numbers."""
     return c.grid_rows(COLUMNS, ({
         **r, "started": c.when(r["started_at"], seconds=False),
-        "eager_pct": round(r["eager_ratio"] * 100, 1),
+        "eager_pct": None if r["eager_ratio"] is None else round(r["eager_ratio"] * 100, 1),
         "padded_pct": None if r["decode_padded_ratio"] is None else round(r["decode_padded_ratio"] * 100, 1),
         "capture_s": r["capture_total_s"],
     } for r in runs))

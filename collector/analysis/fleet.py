@@ -35,10 +35,12 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
     totals = {m: [0.0, 0] for m in MODES}
     captures, startups, pools = [], [], []
     for r in rows:
-        steps += r["steps"]
-        eager += r["modes"]["eager"]
-        tokens += r["decode_num_tokens"]
-        padded += r["decode_padded_tokens"]
+        if r["eager_ratio"] is not None or not r["steps"]:     # a run whose steps' modes are known
+            steps += r["steps"]
+            eager += r["modes"]["eager"]
+        if r["decode_padded_ratio"] is not None:              # a scrape's padding is unknown, not 0
+            tokens += r["decode_num_tokens"]
+            padded += r["decode_padded_tokens"]
         for mode, (seconds, timed) in r["step_sums"].items():
             acc = totals[mode]
             acc[0] += seconds

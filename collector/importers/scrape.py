@@ -2,9 +2,8 @@
 
 SGLang counts forward passes by mode in ``sglang:cuda_graph_passes_total{mode=...}``
 (some deployments spell it ``sglang_cuda_graph_passes_total``), once per tensor-parallel
-rank. vLLM has ``vllm:iteration_tokens_total``, a histogram of tokens per scheduler
-iteration whose buckets are the CUDA-graph capture sizes, and, where the server has it,
-``vllm:cudagraph_iterations_total{runtime_mode}``.
+rank. vLLM counts engine steps and their tokens in ``vllm:iteration_tokens_total``, without
+their mode (``scrape_vllm.py``).
 
 A ``Scraper`` polls the endpoint; the first poll is the baseline and each later poll's
 increase becomes ``step_counts`` events. Every series is followed on its own: a value
@@ -25,14 +24,14 @@ from typing import Any, Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from collector.importers.scrape_vllm import (VLLM_NOT_MEASURED, VLLM_NOT_MEASURED_GRAPHS_OFF, VLLM_TOKENS, is_vllm,
+                                             vllm_events)
 from runner.errors import ReplayscopeError
 from runner.wire import WIRE_VERSION, validate_event, validate_run
 
 SGLANG_PASSES = ("sglang:cuda_graph_passes_total", "sglang_cuda_graph_passes_total")
-VLLM_TOKENS = "vllm:iteration_tokens_total"
-VLLM_MODES = ("vllm:cudagraph_iterations_total", "vllm:cudagraph_iterations")
-# vLLM's iteration_tokens buckets when graphs are off (build_cudagraph_buckets, enforce_eager)
-VLLM_EAGER_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8096)
+# What SGLang's counter cannot give: the padding, why a pass ran eager, its batch size.
+SGLANG_NOT_MEASURED = ["padding", "reasons", "batch_sizes"]
 # Labels whose values are ranks that see the same steps (counted once, from the lowest).
 _SAME_STEP_RANKS = ("tp_rank", "pp_rank", "moe_ep_rank", "ep_rank", "attn_tp_rank", "attn_cp_rank", "cp_rank",
                     "rank", "pid")
@@ -109,7 +108,12 @@ def _group_once_per_step(series: dict[tuple, Any]) -> dict[tuple, Any]:
 class Scraper:
     """Polls one SGLang or vLLM /metrics URL; ``poll()`` returns the events of that poll."""
 
-    def __init__(self, url: str, *, fetch_text: Callable[[str], str] = fetch, clock: Callable[[], float] = time.time):
+    def __init__(self, url: str, *, fetch_text: Callable[[str], str] = fetch, clock: Callable[[], float] = time.time,
+                 capture_sizes: list[int] | None = None, max_capture_size: int | None = None,
+                 graphs_off: str | None = None):
+        """``capture_sizes`` / ``max_capture_size``: vLLM's, where the user knows them (the
+        server's flags or log); without them no vLLM step's mode is known. ``graphs_off``: why
+        the vLLM server runs without graphs (its log says so), when it does."""
         self.url = url
         self.fetch_text = fetch_text
         self.clock = clock
@@ -119,7 +123,10 @@ class Scraper:
         self.seq = 0
         self.run: dict[str, Any] | None = None
         self.engine: str | None = None
-        self.capture_sizes: list[int] = []
+        self.capture_sizes: list[int] = sorted(set(capture_sizes or []))
+        self.max_capture_size = self.capture_sizes[-1] if self.capture_sizes else max_capture_size
+        self.graphs_off = graphs_off
+        self.engine_counts: dict[str, int] = {}      # vLLM's own counts since the first poll
         self.warnings: list[str] = []
         self.reset_polls = 0
 
@@ -133,9 +140,14 @@ class Scraper:
         config: dict[str, Any] = {"engine": self.engine, "metrics_url": self.url,
                                   "rank_policy": "ranks that count the same steps are counted once"}
         if self.engine == "vllm":
-            config.update(metric=VLLM_TOKENS, capture_sizes=self.capture_sizes)
+            config.update(metric=VLLM_TOKENS, not_measured=list(VLLM_NOT_MEASURED_GRAPHS_OFF if self.graphs_off
+                                                                 else VLLM_NOT_MEASURED))
+            if self.capture_sizes:
+                config.update(capture_sizes=self.capture_sizes)
+            if self.max_capture_size:
+                config.update(max_capture_size=self.max_capture_size)
         else:
-            config.update(metric=SGLANG_PASSES[0])
+            config.update(metric=SGLANG_PASSES[0], not_measured=list(SGLANG_NOT_MEASURED))
         record = {
             "run_id": f"{self.engine}-metrics-{digest}", "name": f"{self.engine} metrics {self.url}"[:200],
             "source": f"{self.engine}-metrics", "started_at": ts, "backend": self.engine, "device": "unknown",
@@ -185,7 +197,7 @@ class Scraper:
         names = {name for name, _, _ in samples}
         if names & set(SGLANG_PASSES):
             return "sglang"
-        if VLLM_TOKENS + "_bucket" in names or names & set(VLLM_MODES):
+        if is_vllm(names):
             return "vllm"
         return None
 
@@ -226,85 +238,22 @@ class Scraper:
             events.append(event)
         return events
 
-    # -- vLLM --------------------------------------------------------------------------
+    # -- vLLM (collector/importers/scrape_vllm.py) --------------------------------------
     def _vllm(self, samples: list[Sample], ts: float, interval: float | None,
               baseline: bool) -> list[dict[str, Any]]:
-        buckets: dict[tuple, dict[float, float]] = {}
-        for name, labels, value in samples:
-            if name == VLLM_TOKENS + "_bucket" and "le" in labels:
-                series = tuple(sorted((k, v) for k, v in labels.items() if k != "le"))
-                try:
-                    buckets.setdefault(series, {})[float(labels["le"])] = value
-                except ValueError:
-                    continue
-        created = self._created(samples, VLLM_TOKENS)
-        per_le: dict[float, float] = {}
-        for series, cumulative in buckets.items():
-            les = sorted(cumulative)
-            counts = [cumulative[le] - (cumulative[les[i - 1]] if i else 0.0) for i, le in enumerate(les)]
-            for le, count in zip(les, counts):
-                delta = self.counters.delta(("tokens", series, le), count, created.get(series), baseline)
-                per_le[le] = per_le.get(le, 0.0) + delta
-        finite = sorted(int(le) for le in per_le if math.isfinite(le))
-        if finite:
-            self.capture_sizes = finite if tuple(finite) != VLLM_EAGER_BUCKETS else []
-        if self.run is not None and finite and self.run["config"].get("capture_sizes") != self.capture_sizes:
-            self.warnings.append("the histogram's buckets changed (a restart with other capture sizes)")
-        mode_deltas: dict[str, float] = {}
-        for name in VLLM_MODES:
-            mcreated = self._created(samples, name)
-            for sample_name, labels, value in samples:
-                if sample_name == name and "runtime_mode" in labels:
-                    key = tuple(sorted(labels.items()))
-                    delta = self.counters.delta((name, key), value, mcreated.get(key), baseline)
-                    mode = labels["runtime_mode"].split(".")[-1].upper()
-                    mode_deltas[mode] = mode_deltas.get(mode, 0.0) + delta
-        over = int(round(per_le.get(math.inf, 0.0)))
-        largest = max(finite) if finite else None
-        base = {"ts": ts, "kind": "step_counts", "stage": "mixed", "duration_s": None, "interval_s": interval,
-                "padded_tokens": 0}
-        events: list[dict[str, Any]] = []
-        if mode_deltas:
-            graph = int(round(sum(v for m, v in mode_deltas.items() if m != "NONE")))
-            eager = int(round(mode_deltas.get("NONE", 0.0)))
-            if graph >= 1:
-                events.append(dict(base, mode="graph", reason=None, count=graph, num_tokens=0,
-                                   provenance="measured"))
-            too_large = min(eager, over)
-            if too_large >= 1 and largest is not None:
-                events.append(dict(base, mode="eager", reason="batch_too_large", count=too_large,
-                                   num_tokens=too_large * (largest + 1), provenance="inferred",
-                                   evidence=f"{too_large} iterations above {largest} tokens, the largest "
-                                            f"captured size (vllm:iteration_tokens_total)"))
-            if eager - too_large >= 1:
-                events.append(dict(base, mode="eager", reason="unknown", count=eager - too_large, num_tokens=0))
-            return events
-        if not finite:
-            return events
-        eager_list = not self.capture_sizes
-        previous = 0
-        for le in finite:
-            count = int(round(per_le.get(float(le), 0.0)))
-            if count >= 1:
-                where = f"{count} iterations of {previous + 1}-{le} tokens (vllm:iteration_tokens_total)"
-                if eager_list:
-                    events.append(dict(base, mode="eager", reason="graphs_disabled", count=count,
-                                       num_tokens=count * le, raw_bs=le, graph_bs=None, provenance="inferred",
-                                       evidence=where + "; its buckets are vLLM's list for enforce-eager servers"))
-                else:
-                    events.append(dict(base, mode="graph", reason=None, count=count, num_tokens=count * le,
-                                       raw_bs=le, graph_bs=le, provenance="inferred",
-                                       evidence=where + f"; vLLM pads them to its captured size {le} (the "
-                                                        f"exact sizes, and so the padding, are not exposed)"))
-            previous = le
-        if over >= 1:
-            events.append(dict(base, mode="eager",
-                               reason="graphs_disabled" if eager_list else "batch_too_large", count=over,
-                               num_tokens=over * (finite[-1] + 1), provenance="inferred",
-                               evidence=f"{over} iterations above {finite[-1]} tokens"
-                                        + ("" if eager_list else ", the largest captured size")
-                                        + " (vllm:iteration_tokens_total)"))
-        return events
+        base = {"ts": ts, "kind": "step_counts", "duration_s": None, "interval_s": interval}
+        return vllm_events(samples, lambda key, value, created: self.counters.delta(key, value, created, baseline),
+                           base, self.max_capture_size, self.graphs_off, self.engine_counts)
+
+    def final_run(self) -> dict[str, Any] | None:
+        """The run's record with the engine's own counts over the scrape (vLLM: config
+        ``engine_counts``: engine steps, tokens, prompt and generated tokens, requests
+        finished), to send again at its end; None when there is nothing to add."""
+        if self.run is None or not self.engine_counts:
+            return None
+        record = dict(self.run, config=dict(self.run["config"], engine_counts=dict(self.engine_counts)))
+        validate_run(record)
+        return record
 
     def end(self, status: str = "finished") -> dict[str, Any]:
         event = {"seq": self.seq, "ts": self.clock(), "kind": "run_end", "status": status, "error": None}

@@ -130,19 +130,23 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
         if pk not in wanted:
             continue
         steps, tokens, padded = steps or 0, tokens or 0, padded or 0
+        unknown = steps - (graph or 0) - (padded_n or 0) - (eager or 0)     # step_counts of mode unknown
         out[pk] = {
             "steps": steps, "decode_num_tokens": tokens, "decode_padded_tokens": padded,
-            "modes": {"graph": graph or 0, "padded": padded_n or 0, "eager": eager or 0},
+            "modes": {"graph": graph or 0, "padded": padded_n or 0, "eager": eager or 0, "unknown": unknown},
             "step_sums": {"graph": (graph_s or 0.0, graph_t or 0), "padded": (padded_s or 0.0, padded_t or 0),
                           "eager": (eager_s or 0.0, eager_t or 0)},
             "step_s": {"graph": graph_s / graph_t if graph_t else None,
                        "padded": padded_s / padded_t if padded_t else None,
                        "eager": eager_s / eager_t if eager_t else None},
-            "eager_ratio": (eager or 0) / steps if steps else None,
+            "eager_ratio": (eager or 0) / steps if steps and not unknown else None,
             "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None,
             "capture_total_s": None, "startup_s": None, "pool_bytes": None}
     for pk in wanted - out.keys():
         out[pk] = _no_figures()
+    for pk, missing in run_reads.not_measured(conn, sorted(wanted)).items():
+        if "padding" in missing:             # a source that cannot see padding (a scrape): unknown, not 0
+            out[pk]["decode_padded_ratio"] = None
     # Capture time as queries.run_summary has it: the capture phases when logged (the whole
     # capture's time), else the per-size sum; of a multi-rank log only its headline rank's rows.
     query = _of_runs(sa.select(cap.c.run_pk, cap.c.rank, _sum(cap.c.duration_s, sa.Float),

@@ -15,7 +15,7 @@ from collector.models.rollups import NO_REASON, WHOLE_RUN
 from collector.store import Store
 from collector.tables import (alert_events as ae, captures as cap, phases as ph, run_marks as rm, runs,
                               step_rollups as sr)
-from runner.wire import DECODE_STAGES, MODES, readable_config
+from runner.wire import DECODE_STAGES, MODE_UNKNOWN, STEP_COUNT_MODES, readable_config
 
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
@@ -82,10 +82,22 @@ def rank_table(store: Store, run_id: str) -> list[dict]:
                                                    str(e["rank"])))
 
 
+def not_measured(conn, run_pks: list[int]) -> dict[int, list[str]]:
+    """Per run whose source names them (a scrape's ``config.not_measured``): what it cannot give."""
+    out = {}
+    for pk, config in conn.execute(sa.select(runs.c.id, runs.c.config).where(runs.c.id.in_(run_pks))):
+        missing = readable_config(config).get("not_measured")
+        if missing:
+            out[pk] = [m for m in missing if m]
+    return out
+
+
 def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
-    """Per run: modes, steps (and per stage), tokens (all stages and the decode stages), capture
-    time and firing alerts."""
-    out = {pk: {"steps": 0, "modes": {m: 0 for m in MODES}, "stage_steps": {}, "num_tokens": 0, "padded_tokens": 0,
+    """Per run: modes (``unknown``: steps the source counted without their mode), steps (and
+    per stage), tokens (all stages and the decode stages), capture time and firing alerts.
+    A share the source cannot give is None: the eager ratio when some steps' mode is
+    unknown, the padding when the run's source cannot see it (``not_measured``)."""
+    out = {pk: {"steps": 0, "modes": {m: 0 for m in STEP_COUNT_MODES}, "stage_steps": {}, "num_tokens": 0, "padded_tokens": 0,
                 "decode_num_tokens": 0, "decode_padded_tokens": 0,
                 "capture_total_s": None, "alerts_firing": 0} for pk in run_pks}
     if not run_pks:
@@ -132,11 +144,14 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
             sa.select(ae.c.run_pk, sa.func.count())
             .where(ae.c.status == "firing", ae.c.run_pk.in_(run_pks)).group_by(ae.c.run_pk)):
         out[pk]["alerts_firing"] = int(n)
-    for o in out.values():
-        o["eager_ratio"] = ratio(o["modes"]["eager"], o["steps"])
-        o["padded_ratio"] = ratio(o["padded_tokens"], o["num_tokens"] + o["padded_tokens"])
+    missing = not_measured(conn, run_pks)
+    for pk, o in out.items():
+        o["not_measured"] = missing.get(pk, [])
+        o["eager_ratio"] = None if o["modes"][MODE_UNKNOWN] else ratio(o["modes"]["eager"], o["steps"])
+        padding_unknown = "padding" in o["not_measured"]
+        o["padded_ratio"] = None if padding_unknown else ratio(o["padded_tokens"], o["num_tokens"] + o["padded_tokens"])
         decode = o["decode_num_tokens"] + o["decode_padded_tokens"]
-        o["decode_padded_ratio"] = o["decode_padded_tokens"] / decode if decode else None
+        o["decode_padded_ratio"] = o["decode_padded_tokens"] / decode if decode and not padding_unknown else None
     return out
 
 

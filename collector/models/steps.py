@@ -14,7 +14,7 @@ from collector.models.rollups import BUCKETS_S, WHOLE_RUN
 from collector.models.runs import ratio
 from collector.store import Store
 from collector.tables import batch_rollups as br, runs, step_counts as sc, step_rollups as sr, steps as st
-from runner.wire import MODES, stages_of
+from runner.wire import STEP_COUNT_MODES, stages_of
 
 
 _NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)
@@ -49,17 +49,18 @@ def mode_timeline(store: Store, run_id: str, bucket_s: int | None = None,
         tb = sr.c.t if bucket_s == source else (sr.c.t // bucket_s) * bucket_s
         tb = tb.label("tb")
         # One row per bucket, the modes side by side (a long run at 1 s has tens of thousands).
-        by_mode = [sa.func.sum(sa.case((sr.c.mode == mode, sr.c.steps), else_=0)) for mode in MODES]
+        by_mode = [sa.func.sum(sa.case((sr.c.mode == mode, sr.c.steps), else_=0)) for mode in STEP_COUNT_MODES]
         query = (sa.select(tb, *by_mode).where(sr.c.run_pk == run.id, sr.c.bucket_s == source))
         if stage is not None:
             query = query.where(sr.c.stage.in_(stages_of(stage)))
         rows = conn.execute(query.group_by(tb).order_by(tb)).all()
     out: list[dict] = []
-    for t, graph, padded, eager in rows:
-        graph, padded, eager = int(graph), int(padded), int(eager)
-        steps = graph + padded + eager
-        out.append({"t": float(t), "graph": graph, "padded": padded, "eager": eager,
-                    "steps": steps, "eager_ratio": eager / steps if steps else 0.0})
+    for t, graph, padded, eager, unknown in rows:
+        graph, padded, eager, unknown = int(graph), int(padded), int(eager), int(unknown)
+        steps = graph + padded + eager + unknown
+        out.append({"t": float(t), "graph": graph, "padded": padded, "eager": eager, "unknown": unknown,
+                    "steps": steps,
+                    "eager_ratio": None if unknown else (eager / steps if steps else 0.0)})
     return out
 
 

@@ -59,6 +59,8 @@ class ModeCounts(Out):
     graph: int
     padded: int
     eager: int
+    unknown: int = Field(0, description="steps the source counted without saying how they ran (a scrape of "
+                                        "vLLM's /metrics)")
 
 
 def request_body(model: type[BaseModel]) -> dict:

@@ -22,15 +22,20 @@ class RunListItem(Out):
     steps: int
     modes: ModeCounts
     stage_steps: dict[str, int] = Field(description="steps per stage")
-    eager_ratio: float = Field(description="eager steps / all steps")
-    padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
+    eager_ratio: Optional[float] = Field(description="eager steps / all steps; null when some steps' mode is "
+                                                     "unknown (modes.unknown)")
+    padded_ratio: Optional[float] = Field(description="padded_tokens / (num_tokens + padded_tokens); null when "
+                                                      "the source cannot see padding (not_measured)")
     num_tokens: int
     padded_tokens: int
     decode_num_tokens: int = Field(description="num_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_tokens: int = Field(description="padded_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_ratio: Optional[float] = Field(
         description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without tokens in "
-                    "the decode stages")
+                    "the decode stages, or when the source cannot see padding (not_measured)")
+    not_measured: list[str] = Field(
+        description="what the run's source cannot give (runner.wire NOT_MEASURABLE: modes, padding, reasons, "
+                    "batch_sizes), shown as unknown, never 0; e.g. a scrape of vLLM's /metrics")
     capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int
 
@@ -74,8 +79,9 @@ class TimelinePoint(Out):
     graph: int
     padded: int
     eager: int
+    unknown: int = Field(0, description="steps counted without their mode (a scrape of vLLM's /metrics)")
     steps: int
-    eager_ratio: float
+    eager_ratio: Optional[float] = Field(description="eager / steps; null when some steps' mode is unknown")
 
 
 class ReasonRow(Out):

@@ -17,6 +17,10 @@ from typing import Any
 
 WIRE_VERSION = 1
 MODES = ("graph", "padded", "eager")
+# A count of steps whose mode the source does not give (vLLM's /metrics counts engine steps,
+# not how each ran): only ``step_counts`` may say it; a ``step`` event always knows its mode.
+MODE_UNKNOWN = "unknown"
+STEP_COUNT_MODES = MODES + (MODE_UNKNOWN,)
 # What a step's stage means, whatever its source (docs/importing.md maps each engine's batches):
 STEP_STAGES = (
     "decode",    # known to hold only decode tokens: each request's next token
@@ -238,7 +242,8 @@ EVENT_FIELDS: dict[str, dict[str, FieldSpec]] = {
     # counters) arrive as counts of steps rather than one event per step.
     "step_counts": {
         "stage": _f("str", choices=STEP_STAGES),
-        "mode": _f("str", choices=MODES),
+        "mode": _f("str", choices=STEP_COUNT_MODES,
+                   doc="unknown: the source counted these steps but not how they ran"),
         "reason": _f("reason", nullable=True),
         "count": _f("int", minimum=1, maximum=MAX_COUNT),
         "num_tokens": _f("int", minimum=0, maximum=MAX_COUNT),
@@ -360,6 +365,9 @@ def _optional(type_: str, **kw: Any) -> FieldSpec:
     return _f(type_, required=False, nullable=True, **kw)
 
 
+# What a run's source may be unable to give (config ``not_measured``): each step's mode, its
+# padding, why a step ran eager, and each step's batch size.
+NOT_MEASURABLE = ("modes", "padding", "reasons", "batch_sizes")
 _GRAPHS = _optional("int", minimum=0, maximum=MAX_BATCH)
 CONFIG_FIELDS: dict[str, Any] = {
     "capture_sizes": ListOf(_batch(), doc="the batch sizes with a captured graph"),
@@ -372,6 +380,8 @@ CONFIG_FIELDS: dict[str, Any] = {
     "capture_timing": _optional("str", max_chars=64),
     "compile": _optional("bool"),
     "padding": _optional("bool"),
+    "not_measured": ListOf(_optional("str", choices=NOT_MEASURABLE),
+                           doc="what the source cannot give (a scrape of /metrics): shown as unknown, never 0"),
     "weights_mem": _optional("int", minimum=0, maximum=MAX_BYTES),
     "weight_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
     "graph_mem_bytes": _optional("int", minimum=-MAX_BYTES, maximum=MAX_BYTES),

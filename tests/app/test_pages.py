@@ -181,3 +181,30 @@ def test_startup_page_shows_the_sizes_and_kv_cache_an_imported_log_states(filled
                                      "KV cache GPU blocks: 27,000", "KV cache CPU blocks: 2,048"]
     assert pages["startup"].log_figures(queries.run_summary(filled, "syn-1")) is None     # not from a log
 
+
+
+def test_a_scraped_vllm_run_says_what_metrics_cannot_show_and_shows_no_share_of_it(store, pages):
+    """Issue 34: a scrape of vLLM's /metrics stored 104 graph steps and its page said PADDING
+    0.0 %; its modes, padding and reasons are not in /metrics."""
+    from collector.importers.scrape import Scraper
+    from collector.ingest import ingest_events, ingest_run
+    from tests.importers.test_scrape_vllm import ISSUE_33_STEPS, FakeVLLM
+
+    server = FakeVLLM()
+    try:
+        clock = iter([1000.0, 1010.0])
+        scraper = Scraper(server.url, clock=lambda: next(clock), max_capture_size=32)
+        first = scraper.poll()
+        server.serve(ISSUE_33_STEPS, prompt=288, generated=626, requests=24)
+        events = first + scraper.poll()
+    finally:
+        server.close()
+    ingest_run(store, scraper.run)
+    ingest_events(store, scraper.run["run_id"], events)
+    data = pages["run"].page_data(store, scraper.run["run_id"])
+    assert data["stats"]["run-eager"] == "not measured" and data["stats"]["run-padded"] != "0.0%"
+    text = " ".join(str(p.children) for p in pages["run"].header(data["summary"]) if hasattr(p, "children"))
+    assert "/metrics, which cannot show how each step ran" in text and "padding" in text
+    assert "why a step ran eager" in text and "103 steps of unknown mode" in text
+    row = next(r for r in pages["runs"].page_data(store) if r["run_id"] == scraper.run["run_id"])
+    assert row["eager_pct"] is None and row["padded_pct"] is None

@@ -57,7 +57,7 @@ def test_events_are_accepted_and_summarised(client):
     assert response.json() == {"accepted": 3, "duplicates": 0}
     summary = client.get("/v1/runs/run-1").json()
     assert summary["steps"] == 3
-    assert summary["modes"] == {"graph": 1, "padded": 1, "eager": 1}
+    assert summary["modes"] == {"graph": 1, "padded": 1, "eager": 1, "unknown": 0}
     assert summary["reasons"] == {"prefill": 1}
     assert summary["eager_ratio"] == pytest.approx(1 / 3)
     assert summary["padded_tokens"] == 1

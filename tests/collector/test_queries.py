@@ -10,7 +10,8 @@ from .conftest import step
 
 RUN_KEYS = {"run_id", "name", "source", "backend", "model", "device", "status", "started_at", "ended_at",
             "steps", "modes", "stage_steps", "eager_ratio", "padded_ratio", "num_tokens", "padded_tokens",
-            "decode_num_tokens", "decode_padded_tokens", "decode_padded_ratio", "capture_total_s", "alerts_firing"}
+            "decode_num_tokens", "decode_padded_tokens", "decode_padded_ratio", "capture_total_s", "alerts_firing",
+            "not_measured"}
 
 
 def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
@@ -25,7 +26,8 @@ def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
                                                                  "last_event_ts", "error", "last_seen_at",
                                                                  "failure", "partial", "time_provenance", "version", "step_detail",
                                                                  "clock_ahead_s"}
-    assert set(queries.mode_timeline(store, run_id)[0]) == {"t", "graph", "padded", "eager", "eager_ratio", "steps"}
+    assert set(queries.mode_timeline(store, run_id)[0]) == {"t", "graph", "padded", "eager", "unknown", "eager_ratio",
+                                                            "steps"}
     assert set(queries.reason_breakdown(store, run_id)[0]) == {"reason", "steps", "duration_s", "share"}
     assert set(queries.batch_histogram(store, run_id)[0]) == {"raw_bs", "mode", "steps", "num_tokens", "padded_tokens"}
     assert set(queries.step_time_by_mode(store, run_id)[0]) == {"stage", "mode", "steps", "timed_steps",

@@ -51,5 +51,5 @@ def test_every_event_is_stored_exactly_once_across_a_collector_kill(tmp_path):
         store.dispose()
     steps = [e for e in produced if e["kind"] == "step"]
     assert summary["steps"] == len(steps)
-    assert summary["modes"] == {m: sum(e["mode"] == m for e in steps) for m in ("graph", "padded", "eager")}
+    assert summary["modes"] == {m: sum(e["mode"] == m for e in steps) for m in ("graph", "padded", "eager", "unknown")}
     assert summary["status"] == "finished"

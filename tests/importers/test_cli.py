@@ -71,10 +71,10 @@ def test_import_into_a_store_is_idempotent(logs, tmp_path):
     store = Store.open(url)
     try:
         runs = {r["source"]: r for r in queries.list_runs(store)}
-        assert runs["sglang-log"]["modes"] == {"graph": 2, "padded": 1, "eager": 3}
+        assert runs["sglang-log"]["modes"] == {"graph": 2, "padded": 1, "eager": 3, "unknown": 0}
         assert runs["sglang-log"]["padded_tokens"] == 1
         assert runs["sglang-log"]["status"] == "finished"
-        assert runs["vllm-log"]["modes"] == {"graph": 17, "padded": 25, "eager": 6}
+        assert runs["vllm-log"]["modes"] == {"graph": 17, "padded": 25, "eager": 6, "unknown": 0}
         assert runs["vllm-log"]["padded_tokens"] == 30
         sg = runs["sglang-log"]["run_id"]
         assert [c["graph_bs"] for c in queries.captures(store, sg)] == [8, 4, 2, 1]

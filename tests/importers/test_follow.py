@@ -92,7 +92,7 @@ def test_follow_reads_a_file_another_process_appends_to_and_rotates(tmp_path):
     store = Store.open(f"sqlite:///{tmp_path}/follow.db")
     (run,) = queries.list_runs(store)
     assert run["source"] == "sglang-log"
-    assert run["modes"] == {"graph": 10, "padded": 0, "eager": 5}   # lines before and after the rotation
+    assert run["modes"] == {"graph": 10, "padded": 0, "eager": 5, "unknown": 0}   # lines before and after the rotation
     assert run["status"] == "finished"
     assert dict(queries.run_summary(store, run["run_id"])["reasons"]) == {"batch_too_large": 5}
     assert run["capture_total_s"] == 4.0
@@ -141,7 +141,7 @@ def test_a_restart_resumes_at_the_saved_offset_and_goes_on_with_the_same_run(tmp
     assert second.runs_sent == first.runs_sent          # the same run, not a new one
     store = Store.open(store_url)
     (run,) = queries.list_runs(store)
-    assert run["modes"] == {"graph": 3, "padded": 0, "eager": 2}
+    assert run["modes"] == {"graph": 3, "padded": 0, "eager": 2, "unknown": 0}
     assert run["status"] == "finished"
 
 

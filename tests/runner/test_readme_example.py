@@ -47,7 +47,7 @@ def test_the_readme_example_streams_into_a_collector_and_shows_on_the_run_page(l
     assert summary["source"] == "library" and summary["status"] == "finished"
     assert summary["device"] != "unknown"                   # the example names its device
     assert summary["steps"] == 5
-    assert summary["modes"] == {"graph": 2, "padded": 1, "eager": 2}
+    assert summary["modes"] == {"graph": 2, "padded": 1, "eager": 2, "unknown": 0}
     assert summary["reasons"] == {"batch_too_large": 1, "custom:adapter 7 not loaded": 1}
     assert sorted(c["graph_bs"] for c in queries.captures(store, run_id)) == [1, 2, 4, 8]
 
