@@ -114,3 +114,24 @@ def test_an_aligned_choice_stays_in_the_family_and_is_exact_within_it(dist, budg
         assert set(sizes) <= set(dist)                                   # no padding: only a batch's own size
     assert score(dist, sizes, objective, padding).cost == pytest.approx(
         brute_force(dist, budget, objective, cap, 1, padding, align=8), rel=1e-9, abs=1e-12)
+
+
+launch_like = st.tuples(st.floats(0.0, 0.01), st.floats(0.0, 1e-4), st.floats(0.0, 1e-3), st.floats(0.0, 1.0),
+                        st.one_of(st.none(), st.integers(0, 40))).map(     # a PIECEWISE graph pays part of the launch
+    lambda t: Objective("time", t[0], t[1], t[0], t[1], "estimated", "test", eager_extra=t[2],
+                        piecewise_extra=t[2] * t[3], full_max=t[4]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(distributions, st.integers(0, 5), launch_like, st.data(), st.booleans())
+def test_the_choice_stays_exact_when_mixed_steps_cost_more_on_a_piecewise_graph(dist, budget, objective, data,
+                                                                                  padding):
+    mixed = {s: data.draw(st.integers(0, n)) for s, n in dist.items()}
+    sizes = choose_sizes(dist, budget, objective, padding=padding, mixed=mixed)
+    cands = candidates(dist, None, 1, 1)
+    best = score(dist, [], objective, padding, mixed).cost
+    for k in range(1, min(budget, len(cands)) + 1):
+        for subset in combinations(cands, k):
+            best = min(best, score(dist, subset, objective, padding, mixed).cost)
+    assert len(sizes) <= budget
+    assert score(dist, sizes, objective, padding, mixed).cost == pytest.approx(best, rel=1e-9, abs=1e-12)
