@@ -41,7 +41,8 @@ def _per_step(value: float | None, unit: str) -> str:
 
 
 def plan_columns(scored: str, unit: str, estimated: bool = False) -> tuple[c.Column, ...]:
-    on = ("estimated, " if estimated else "") + ("held back" if scored == "held_back" else "all steps")
+    on = "held back" if scored == "held_back" else "all steps"
+    cost_on = ("estimated, " if estimated else "") + on          # the shares are counted, the time estimated
     return (
         c.Column("plan", "plan", min_width=90),
         c.Column("graphs", "graphs", numeric=True, min_width=75),
@@ -49,7 +50,7 @@ def plan_columns(scored: str, unit: str, estimated: bool = False) -> tuple[c.Col
         c.Column("eager", f"eager share ({on})", numeric=True, shown=lambda r: c.pct(r["eager"]), min_width=115),
         c.Column("padding", f"padding waste ({on})", numeric=True, shown=lambda r: c.pct(r["padding"]),
                  min_width=120),
-        c.Column("cost", f"{'step time' if unit == 's' else 'rows per step'} ({on})", numeric=True,
+        c.Column("cost", f"{'step time' if unit == 's' else 'rows per step'} ({cost_on})", numeric=True,
                  shown=lambda r: _per_step(r["cost"], r["unit"]), min_width=120),
         c.Column("capture", "capture time", numeric=True, shown=lambda r: r["capture_text"], min_width=180),
         c.Column("pool", "pool memory", numeric=True, shown=lambda r: r["pool_text"], min_width=180),
@@ -190,7 +191,8 @@ def budget_text(advice: dict[str, Any]) -> str:
     used = advice["graphs_used"]
     text = f"at most {c.plural(advice['budget'], 'graph')} ({advice['budget_basis']})"
     if used < advice["budget"]:
-        text += (f"; {used} used: more would not lower the cost" if used < advice["distinct_batch_sizes"]
+        text += (f"; {used} used: more would not pay for their graphs" if advice.get("dropped") else
+                 f"; {used} used: more would not lower the cost" if used < advice["distinct_batch_sizes"]
                  else f"; {used} used, one per batch size the run had")
     return text
 

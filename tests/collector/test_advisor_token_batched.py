@@ -152,3 +152,11 @@ def test_the_model_size_comes_from_the_log_else_the_models_name():
     assert launch.params_in_name("facebook/opt-125m") is None
     assert launch.weight_bytes(None, "gpt2")[0] is None
     assert launch.launch_objective({}, "gpt2", None, []) is None
+
+
+def test_under_full_decode_only_a_mixed_batch_gains_nothing_from_any_size():
+    obj = launch.launch_objective({"cudagraph_mode": "FULL_DECODE_ONLY"}, "", WEIGHTS_8B, [])
+    assert obj.graph_cost(144, mixed=True) == pytest.approx(obj.eager_cost(144))
+    assert obj.graph_cost(144, mixed=True) > obj.eager_cost(140)
+    advice = advise(vllm_facts(rows_of([140] * 200, "mixed"), {"cudagraph_mode": "FULL_DECODE_ONLY"}))
+    assert advice["sizes"] == [] and "FULL_DECODE_ONLY runs them eager" in advice["objective"]["basis"]

@@ -36,6 +36,7 @@ BYTES_PER_PARAM = 2                # BF16 / FP16 weights
 
 PIECEWISE_ONLY_MODES = ("PIECEWISE",)
 FULL_ONLY_MODES = ("FULL",)
+DECODE_ONLY_MODES = ("FULL_DECODE_ONLY",)
 
 
 def params_in_name(model: str) -> float | None:
@@ -86,11 +87,14 @@ def launch_objective(config: dict[str, Any], model: str, load_bytes: int | None,
     full_max, full_why = full_graph_max(config, sizes)
     mode = str(config.get("cudagraph_mode") or "").upper()
     extra = 0.0 if mode in FULL_ONLY_MODES else LAUNCH_S * (1 - PIECEWISE_SAVES)
+    mixed_text = f"{PIECEWISE_SAVES:.0%} by a PIECEWISE one (mixed batches)"
+    if mode in DECODE_ONLY_MODES:              # mixed batches run eager whatever the list
+        extra, mixed_text = LAUNCH_S, "nothing for a mixed batch (FULL_DECODE_ONLY runs them eager)"
     memory_s, per_token_s = weights / HBM_BYTES_PER_S, weights / DENSE_FLOPS
     basis = (f"estimated (the run timed no steps): a step of T tokens computes for {memory_s * 1e3:.2f} ms + "
              f"{per_token_s * 1e6:.1f} µs × T ({where}, on an H200: reading the weights, and 2 FLOPs per "
              f"parameter and token); an eager step launches its kernels for {LAUNCH_S * 1e6:.0f} µs more, all "
-             f"saved by a FULL graph, {PIECEWISE_SAVES:.0%} by a PIECEWISE one (mixed batches); {full_why}; "
+             f"saved by a FULL graph, {mixed_text}; {full_why}; "
              f"a size saving under {MIN_GAIN_SHARE:.0%} of its steps' time is not worth a graph")
     return Objective("time", memory_s, per_token_s, memory_s, per_token_s, "estimated", basis,
                      eager_extra=LAUNCH_S, piecewise_extra=extra, full_max=full_max)
