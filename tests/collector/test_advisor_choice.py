@@ -135,3 +135,25 @@ def test_the_choice_stays_exact_when_mixed_steps_cost_more_on_a_piecewise_graph(
             best = min(best, score(dist, subset, objective, padding, mixed).cost)
     assert len(sizes) <= budget
     assert score(dist, sizes, objective, padding, mixed).cost == pytest.approx(best, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(distributions, st.lists(st.integers(1, 48), min_size=1, max_size=6), launch_like, st.data(), st.booleans(),
+       st.floats(0.0, 0.2))
+def test_a_size_goes_only_when_its_saving_on_its_steps_is_below_the_share(dist, sizes, objective, data, padding,
+                                                                           min_share):
+    from collector.analysis.advisor.choice import paying_sizes
+
+    mixed = {s: data.draw(st.integers(0, n)) for s, n in dist.items()}
+    kept, dropped = paying_sizes(dist, sizes, objective, padding=padding, mixed=mixed, min_share=min_share)
+    assert sorted(kept + [d["size"] for d in dropped]) == sorted(set(sizes))
+    for d in dropped:                  # its saving, as the whole list's score sees it when it went
+        before = sorted(kept + [x["size"] for x in dropped[dropped.index(d):]])
+        after = [s for s in before if s != d["size"]]
+        saving = score(dist, after, objective, padding, mixed).cost - score(dist, before, objective, padding, mixed).cost
+        assert d["saving"] == pytest.approx(saving, rel=1e-9, abs=1e-12)
+        assert d["saving"] <= 0 or d["share"] < min_share
+    for size in kept:                  # every kept size saves at least the share
+        after = [s for s in kept if s != size]
+        saving = score(dist, after, objective, padding, mixed).cost - score(dist, kept, objective, padding, mixed).cost
+        assert saving > 0

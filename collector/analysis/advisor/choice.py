@@ -229,15 +229,21 @@ def _best_padded_sizes(items, cands, budget, objective, mixed) -> list[int]:
     return sorted(chosen)
 
 
-def _served_cost(distribution: Mapping[int, int], sizes: list[int], size: int, objective: Objective,
-                 padding: bool, mixed: Mapping[int, int]) -> float:
-    """The cost of the steps the graph of ``size`` serves under ``sizes``."""
-    total = 0.0
+def _marginal(distribution: Mapping[int, int], sizes: list[int], objective: Objective, padding: bool,
+              mixed: Mapping[int, int]) -> dict[int, tuple[float, float]]:
+    """Per size of ``sizes``: (what its steps cost on it, what they would cost without it: on the
+    next larger size with padding, else eager), in one pass over the distribution."""
+    out = {size: [0.0, 0.0] for size in sizes}
     for s, count in _clean(distribution):
-        if served(s, sizes, padding) == size:
-            m = min(count, int(mixed.get(s, 0)))
-            total += objective.graph_cost(size) * (count - m) + objective.graph_cost(size, mixed=True) * m
-    return total
+        g = served(s, sizes, padding)
+        if g is None:
+            continue
+        after = sizes[sizes.index(g) + 1] if padding and g != sizes[-1] else None
+        m = min(count, int(mixed.get(s, 0)))
+        out[g][0] += objective.graph_cost(g) * (count - m) + objective.graph_cost(g, mixed=True) * m
+        out[g][1] += (objective.eager_cost(s) * count if after is None else
+                      objective.graph_cost(after) * (count - m) + objective.graph_cost(after, mixed=True) * m)
+    return {size: (on, without) for size, (on, without) in out.items()}
 
 
 def paying_sizes(distribution: Mapping[int, int], sizes: Iterable[int], objective: Objective, *,
@@ -246,18 +252,16 @@ def paying_sizes(distribution: Mapping[int, int], sizes: Iterable[int], objectiv
     """``sizes`` less those the gain does not pay for, one at a time: while a size saves less than
     ``min_share`` of the cost of the steps it serves (or nothing), the one that saves the smallest
     share goes; then, while ``fits`` says the list does not fit (its pool over the budget), the
-    largest (a pool is mostly its largest graph's). Returns (the sizes kept, each size dropped with why)."""
+    largest (a pool is mostly its largest graph's). Returns (the sizes kept, each size dropped
+    with why)."""
     mixed = mixed or {}
     kept = sorted(set(int(s) for s in sizes))
     dropped: list[dict] = []
     while kept:
-        base = score(distribution, kept, objective, padding, mixed).cost
         worth = []
-        for size in kept:
-            rest = [s for s in kept if s != size]
-            saving = score(distribution, rest, objective, padding, mixed).cost - base
-            served_cost = _served_cost(distribution, kept, size, objective, padding, mixed)
-            worth.append((saving / served_cost if served_cost > 0 else 0.0, saving, size))
+        for size, (on, without) in _marginal(distribution, kept, objective, padding, mixed).items():
+            saving = without - on
+            worth.append((saving / on if on > 0 else 0.0, saving, size))
         share, saving, size = min(worth)
         if share < min_share or saving <= 0:
             why = "saves nothing" if saving <= 0 else f"saves {share:.2%} of its steps' time"
