@@ -81,6 +81,7 @@ def test_an_estimated_gain_is_labelled_estimated_on_the_api(imported):
     assert advice["objective"]["provenance"] == "estimated" and advice["objective"]["kind"] == "time"
     assert advice["objective"]["basis"].startswith("estimated (the run timed no steps)")
     assert advice["verdict"]["estimated"] is True and advice["verdict"]["text"].startswith("Estimated")
+    assert advice["verdict"]["text"].endswith(f"It needs {len(advice['sizes'])} graphs instead of 51.")
 
 
 def test_full_and_piecewise_graphs_are_priced_apart():

@@ -120,6 +120,9 @@ def _verdict(current: dict | None, proposed: dict, unit: str, estimated: bool = 
     out = _compare(current, proposed, unit)
     if estimated and out["compared"]:
         out["text"] = "Estimated (no step was timed): " + out["text"][0].lower() + out["text"][1:]
+        if current["sizes"] and len(proposed["sizes"]) != len(current["sizes"]):
+            out["text"] += (f" It needs {len(proposed['sizes'])} graph{'s' * (len(proposed['sizes']) != 1)} "
+                            f"instead of {len(current['sizes'])}.")
     out["estimated"] = estimated
     return out
 
