@@ -260,8 +260,10 @@ def add_parsers(sub) -> None:
 
     advise = sub.add_parser("advise", help="capture sizes for a budget of K graphs, from a run's batches",
                             description="Choose the capture sizes of least cost for a run's decode batch sizes "
-                                        "(exact; the cost is the run's measured step time on a GPU, else rows "
-                                        "computed), on the first 70% of its decode steps, and score them on the "
+                                        "(exact; the cost is the run's measured step time on a GPU; for a vLLM log, "
+                                        "which times no step, an estimate of what a graph saves, said to be one; "
+                                        "else rows computed), on the first 70% of its decode steps, keeping only "
+                                        "sizes whose gain pays for them, and score them on the "
                                         "rest against the current list. Prints each list's eager share, padding "
                                         "waste, capture time and pool memory (measured, fit or estimated), the "
                                         "proposal's validity under vLLM's, SGLang's and this runner's rules, and "
@@ -272,7 +274,7 @@ def add_parsers(sub) -> None:
                              "off, the number its engine would capture for it)")
     advise.add_argument("--eager-weight", type=float, metavar="W",
                         help="score rows computed, an eager row counted 1 + W times (default: the run's measured "
-                             "step times on a GPU, else W = 3)")
+                             "step times on a GPU; for a vLLM log, the estimate; else W = 3)")
     advise.add_argument("--json", action="store_true", help="print the advice as JSON (what the API answers)")
     source = advise.add_mutually_exclusive_group()
     source.add_argument("--db", metavar="URL", help=db_help)

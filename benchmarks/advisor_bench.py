@@ -1,10 +1,20 @@
 """Advisor benchmark: do the advisor's capture sizes make decode steps faster on the GPU?
 
     python -m benchmarks.advisor_bench [--preset 1b] [--steps 2000] [--budgets 4,8,11] [--json FILE]
+                                       [--shape requests | tokens [--max-num-batched-tokens 512]
+                                        [--max-num-seqs 64]]
 
-1. Record: the ``mixed`` workload runs through ``runner.engine.DecodeEngine`` on CUDA
-   graphs with the runner's default capture list, every step timed (``time_every=1``)
-   and its events kept in memory.
+1. Record, by ``--shape``:
+   ``requests`` (SGLang's shape, the default): the ``mixed`` workload runs through
+   ``runner.engine.DecodeEngine`` on CUDA graphs with the runner's default capture list,
+   batches counted in requests;
+   ``tokens`` (vLLM's shape): a chunked-prefill scheduler's steps (``benchmarks.token_batches``:
+   a decode token per running request plus prompt chunks up to ``--max-num-batched-tokens``,
+   ``mixed`` steps where a chunk is in) run as rows of the engine's decode step (a token a row,
+   each at its own cache position) on CUDA graphs with vLLM's default list up to
+   ``min(2 x --max-num-seqs, 512)``, batches counted in tokens, the run recorded as a vLLM one
+   (``cudagraph_mode`` FULL: this runner's graphs are full ones), so vLLM's rules apply.
+   Either way every step is timed (``time_every=1``) and its events kept in memory.
 2. Advise: the advisor (``collector.analysis.advisor``, pure: no store) takes the recorded run's
    decode steps, chooses K sizes on the first 70% of them in time order with the run's
    measured step times, for each K of ``--budgets``.
@@ -39,6 +49,7 @@ import torch
 
 from benchmarks.harness import ListSink, write_json
 from benchmarks.pairing import rotated, timed_once
+from benchmarks.token_batches import token_steps
 from collector.analysis.advisor import choice, engines, steps as stepping
 from collector.analysis.advisor.events import facts_from_events
 from collector.analysis.advisor.objective import Objective
@@ -47,7 +58,7 @@ from runner.dispatch import BatchShape
 from runner.emitter import Emitter
 from runner.engine import DecodeEngine, RunConfig
 from runner.graphs import GraphRunner
-from runner.plan import CapturePlan, default_capture_sizes
+from runner.plan import CapturePlan, default_capture_sizes, vllm_default_sizes
 
 BACKEND, DEVICE = "cuda", "cuda"      # the CPU stand-in test sets the static backend on the CPU
 NOISE = 0.01                          # the advisor's list is "not slower" within 1% of the default's mean
@@ -65,6 +76,31 @@ def record(preset: str, steps: int, seed: int) -> tuple[DecodeEngine, dict[str, 
     with engine.emitter:
         engine.setup()
         engine.run()
+    return engine, run, sink.events
+
+
+def record_tokens(preset: str, steps: int, seed: int, max_num_batched_tokens: int, max_num_seqs: int
+                  ) -> tuple[DecodeEngine, dict[str, Any], list[dict[str, Any]]]:
+    """Run a vLLM-shaped step sequence (``token_steps``) as token rows, keep every event (every
+    step timed), recorded as a vLLM run with its default list."""
+    config = RunConfig(backend=BACKEND, device=DEVICE, preset=preset, workload="mixed", steps=1, seed=seed,
+                       time_every=1, progress=False, name="advisor-bench-tokens")
+    engine = DecodeEngine(config)
+    engine.setup()
+    sizes = [s for s in vllm_default_sizes(min(2 * max_num_seqs, 512)) if s <= max_num_batched_tokens]
+    sequence = token_steps(steps, seed, max_num_batched_tokens=max_num_batched_tokens, max_num_seqs=max_num_seqs)
+    run = engine.run_record()
+    run["config"].update({"engine": "vllm", "capture_sizes": sizes, "cudagraph_mode": "FULL",
+                          "max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs})
+    inputs = batches(engine, {t.tokens for t in sequence})
+    sink = ListSink()
+    with Emitter(sink, run, flush_interval_s=0.5) as emitter, torch.inference_mode():
+        runner = GraphRunner(engine._graph_step, engine._static_inputs(1), CapturePlan(tuple(sizes)),
+                             backend=BACKEND, device=engine.device, emitter=emitter, time_every=1, progress=False)
+        runner.capture()
+        for step in sequence:
+            decision = runner.decide(BatchShape("decode", step.tokens))    # graphs keyed by the token count
+            runner.run(decision, inputs[step.tokens], stage=step.stage)
     return engine, run, sink.events
 
 
@@ -86,9 +122,11 @@ def batches(engine: DecodeEngine, sizes: set[int]) -> dict[int, dict[str, torch.
     longest = engine.spec.max_tokens_per_request
     out = {}
     for bs in sorted(sizes):
+        slots = (torch.randperm(engine.num_slots - 1, device=device)[:bs] if bs < engine.num_slots
+                 else torch.randint(0, engine.num_slots - 1, (bs,), device=device))   # token rows share slots
         out[bs] = {"tokens": torch.randint(1, args.vocab_size, (bs, 1), device=device),
                    "positions": torch.randint(0, longest - 1, (bs, 1), device=device),
-                   "slots": torch.randperm(engine.num_slots - 1, device=device)[:bs],
+                   "slots": slots,
                    "lora_rows": torch.zeros(bs, dtype=torch.long, device=device)}
     return out
 
@@ -115,9 +153,13 @@ def served(runner: GraphRunner, sequence: list[int]) -> dict[str, float]:
             "eager_share": eager / len(sequence) if sequence else 0.0}
 
 
-def bench(preset: str, steps: int, budgets: list[int], seed: int = 0) -> dict[str, Any]:
+def bench(preset: str, steps: int, budgets: list[int], seed: int = 0, shape: str = "requests",
+          max_num_batched_tokens: int = 512, max_num_seqs: int = 64) -> dict[str, Any]:
     started = time.perf_counter()
-    engine, run, events = record(preset, steps, seed)
+    if shape == "tokens":
+        engine, run, events = record_tokens(preset, steps, seed, max_num_batched_tokens, max_num_seqs)
+    else:
+        engine, run, events = record(preset, steps, seed)
     recorded_s = time.perf_counter() - started
     facts = facts_from_events(run, events)
     rules = engines.rules_for(run)
@@ -135,10 +177,14 @@ def bench(preset: str, steps: int, budgets: list[int], seed: int = 0) -> dict[st
     runners: dict[tuple[int, ...], GraphRunner] = {}
     result: dict[str, Any] = {
         "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "torch": torch.__version__,
-        "preset": preset, "steps": steps, "seed": seed, "record_s": recorded_s,
+        "preset": preset, "steps": steps, "seed": seed, "record_s": recorded_s, "shape": shape,
+        "engine": rules.engine, **({"max_num_batched_tokens": max_num_batched_tokens, "max_num_seqs": max_num_seqs}
+                                   if shape == "tokens" else {}),
         "recorded": {"decode_steps": first["decode_steps"], "held_back_steps": len(sequence),
                      "fit_steps": first["split"]["fit_steps"], "left_out": first["left_out"],
-                     "objective": first["objective"], "run_list": current},
+                     "objective": first["objective"], "run_list": current,
+                     "stages": {stage: sum(1 for e in events if e["kind"] == "step" and e["stage"] == stage)
+                                for stage in ("decode", "mixed")}},
         "budgets": []}
     with torch.inference_mode():
         for k in budgets:
@@ -178,7 +224,10 @@ def bench(preset: str, steps: int, budgets: list[int], seed: int = 0) -> dict[st
 
 def print_table(result: dict[str, Any]) -> None:
     rec = result["recorded"]
-    print(f"{result['device']}, torch {result['torch']}, preset {result['preset']}, mixed workload, "
+    shape = ("mixed workload, batches in requests" if result["shape"] == "requests" else
+             f"vLLM-shaped token batches (max_num_batched_tokens {result['max_num_batched_tokens']}, max_num_seqs "
+             f"{result['max_num_seqs']}; {rec['stages']['mixed']} mixed, {rec['stages']['decode']} decode steps)")
+    print(f"{result['device']}, torch {result['torch']}, preset {result['preset']}, {shape}, "
           f"{result['steps']} steps recorded in {result['record_s']:.1f} s (every step timed); run list "
           f"{','.join(map(str, rec['run_list']))}")
     print(f"advisor: chosen on the first {rec['fit_steps']} decode steps, replayed: the {rec['held_back_steps']} "
@@ -214,12 +263,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budgets", default="4,8,11", help="K values, comma separated (default 4,8,11)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", help="also write the figures as JSON to this file")
+    parser.add_argument("--shape", choices=("requests", "tokens"), default="requests",
+                        help="requests: the runner's mixed workload (batches in requests, the default); tokens: "
+                             "vLLM-shaped token batches, decode tokens and prefill chunks mixed")
+    parser.add_argument("--max-num-batched-tokens", type=int, default=512, help="--shape tokens: tokens per step "
+                        "at most (default 512)")
+    parser.add_argument("--max-num-seqs", type=int, default=64, help="--shape tokens: running requests at most "
+                        "(default 64)")
     options = parser.parse_args(argv)
     budgets = [int(k) for k in options.budgets.split(",")]
     if DEVICE == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: the advisor benchmark replays on CUDA graphs")
         return 1
-    result = bench(options.preset, options.steps, budgets, options.seed)
+    if options.shape == "tokens" and options.max_num_batched_tokens < options.max_num_seqs:
+        parser.error("--max-num-batched-tokens must be at least --max-num-seqs")
+    result = bench(options.preset, options.steps, budgets, options.seed, options.shape,
+                   options.max_num_batched_tokens, options.max_num_seqs)
     print_table(result)
     write_json(options.json, result)
     return 0

@@ -40,8 +40,9 @@ def _per_step(value: float | None, unit: str) -> str:
     return c.seconds(value) if unit == "s" else f"{c.number(value)} rows"
 
 
-def plan_columns(scored: str, unit: str) -> tuple[c.Column, ...]:
+def plan_columns(scored: str, unit: str, estimated: bool = False) -> tuple[c.Column, ...]:
     on = "held back" if scored == "held_back" else "all steps"
+    cost_on = ("estimated, " if estimated else "") + on          # the shares are counted, the time estimated
     return (
         c.Column("plan", "plan", min_width=90),
         c.Column("graphs", "graphs", numeric=True, min_width=75),
@@ -49,7 +50,7 @@ def plan_columns(scored: str, unit: str) -> tuple[c.Column, ...]:
         c.Column("eager", f"eager share ({on})", numeric=True, shown=lambda r: c.pct(r["eager"]), min_width=115),
         c.Column("padding", f"padding waste ({on})", numeric=True, shown=lambda r: c.pct(r["padding"]),
                  min_width=120),
-        c.Column("cost", f"{'step time' if unit == 's' else 'rows per step'} ({on})", numeric=True,
+        c.Column("cost", f"{'step time' if unit == 's' else 'rows per step'} ({cost_on})", numeric=True,
                  shown=lambda r: _per_step(r["cost"], r["unit"]), min_width=120),
         c.Column("capture", "capture time", numeric=True, shown=lambda r: r["capture_text"], min_width=180),
         c.Column("pool", "pool memory", numeric=True, shown=lambda r: r["pool_text"], min_width=180),
@@ -93,8 +94,9 @@ def page_data(store: Any, run_id: str, budget: int | None = None) -> dict[str, A
                         "pool_text": _price(p["pool_bytes"], unknown, "bytes")})
     current = next((p["sizes"] for p in advice["plans"] if p["name"] == "current"), [])
     x_title = "batch size (tokens)" if advice["engine"] == "vllm" else "batch size (requests)"
-    return {"advice": advice, "scored": scored, "unit": unit, "records": records,
-            "rows": c.grid_rows(plan_columns(scored, unit), records),
+    estimated = advice["objective"]["provenance"] == "estimated"
+    return {"advice": advice, "scored": scored, "unit": unit, "estimated": estimated, "records": records,
+            "rows": c.grid_rows(plan_columns(scored, unit, estimated), records),
             "figure": charts.advisor_histogram_figure(advice["histogram"], advice["sizes"], current, x_title)}
 
 
@@ -134,7 +136,16 @@ def graphs_off_banner(advice: dict[str, Any]) -> Any:
 def verdict(advice: dict[str, Any]) -> html.Div:
     v = advice["verdict"]
     return html.Div(v["text"], id="advisor-verdict",
-                    className="verdict" + (" verdict-worse" if v.get("worse") else ""))
+                    className="verdict" + (" verdict-worse" if v.get("worse") else "")
+                    + (" verdict-estimated" if v.get("estimated") else ""))
+
+
+def dropped(advice: dict[str, Any]) -> Any:
+    """The sizes the choice found and left off, and why."""
+    if not advice.get("dropped"):
+        return None
+    left = "; ".join(f"{d['size']} ({d['why']})" for d in advice["dropped"])
+    return html.P(f"Left off, the gain does not pay for them: {left}.", className="hint", id="advisor-dropped")
 
 
 def price_notes(advice: dict[str, Any]) -> html.Ul:
@@ -180,14 +191,15 @@ def budget_text(advice: dict[str, Any]) -> str:
     used = advice["graphs_used"]
     text = f"at most {c.plural(advice['budget'], 'graph')} ({advice['budget_basis']})"
     if used < advice["budget"]:
-        text += (f"; {used} used: more would not lower the cost" if used < advice["distinct_batch_sizes"]
+        text += (f"; {used} used: more would not pay for their graphs" if advice.get("dropped") else
+                 f"; {used} used: more would not lower the cost" if used < advice["distinct_batch_sizes"]
                  else f"; {used} used, one per batch size the run had")
     return text
 
 
 def body(shown: dict[str, Any]) -> list[Any]:
     advice = shown["advice"]
-    return [verdict(advice),
+    return [verdict(advice), dropped(advice),
             c.section("Price of each list", price_notes(advice)),
             c.section("Validity per engine", validity(advice)),
             c.section("Flags to copy", flags(advice)),
@@ -217,7 +229,8 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
                              htmlFor="advisor-budget"),
                   dcc.Slider(id="advisor-budget", min=1, max=top, step=1, value=initial, marks=marks)],
                  className="slider"),
-        c.grid("advisor-table", plan_columns(shown["scored"], shown["unit"]), shown["rows"], filters=False,
+        c.grid("advisor-table", plan_columns(shown["scored"], shown["unit"], shown["estimated"]), shown["rows"],
+               filters=False,
                row_id="plan"),
         html.Div(body(shown), id="advisor-body"),
     ], className="page")

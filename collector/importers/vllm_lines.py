@@ -58,6 +58,8 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     ("init_engine", re.compile(r"init engine (?:\(profile, create kv cache, warmup model\) )?took " + SECS +
                                r"(?:\s*\(compilation:\s*" + SECS + ")?")),
     ("args", re.compile(r"non-default args:\s*(?P<rest>\{.*)$")),
+    # vllm/config/scheduler.py: "Chunked prefill is enabled with max_num_batched_tokens=8192."
+    ("batched_tokens", re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(?P<tokens>\d+)")),
     (LOAD, re.compile(r"Starting to load model (?P<model>\S+?)(?:\.\.\.)?$")),
     (BANNER, re.compile(r"vLLM API server version|Initializing a V1 LLM engine|Initializing an LLM engine")),
     (READY, re.compile(r"Application startup complete|Starting vLLM API server\b.*\bon http|"
@@ -125,6 +127,9 @@ def config_line(text: str) -> dict[str, Any]:
     m = re.search(r"['\"]?max_num_seqs['\"]?\s*[:=]\s*(\d+)", text)
     if m:
         out["max_num_seqs"] = int(m.group(1))
+    m = re.search(r"['\"]?max_num_batched_tokens['\"]?\s*[:=]\s*(\d+)", text)
+    if m:
+        out["max_num_batched_tokens"] = int(m.group(1))
     m = re.search(r"(?:version|engine \(v)\s*v?(\d+\.\d+(?:\.\d+)?[\w.+-]*)", text)
     if m:
         out["vllm_version"] = m.group(1).rstrip(")")

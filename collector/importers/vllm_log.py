@@ -69,6 +69,9 @@ class VllmRun(RunBuilder):
         for key, value in config_line(fact.data["rest"]).items():
             self.meta.setdefault(key, value)
 
+    def on_batched_tokens(self, fact: Fact) -> None:
+        self.meta["max_num_batched_tokens"] = int(fact.data["tokens"])
+
     def on_load(self, fact: Fact) -> None:
         self.meta.setdefault("model", fact.data["model"])
         self.stage = "load_weights"
@@ -398,8 +401,8 @@ class VllmRun(RunBuilder):
         cache = self._headline_figure("compile_cache")
         if cache is not None:
             config["compile_cache_hits"], config["compile_cache_saves"] = cache
-        for key in ("enforce_eager", "cudagraph_mode", "max_num_seqs", "vllm_version", "tensor_parallel_size",
-                    "capture_size_cap"):
+        for key in ("enforce_eager", "cudagraph_mode", "max_num_seqs", "max_num_batched_tokens", "vllm_version",
+                    "tensor_parallel_size", "capture_size_cap"):
             if key in self.meta:
                 config[key] = self.meta[key]
         if largest is not None:

@@ -85,10 +85,19 @@ class Advice(Out):
     graphs_used: int
     graphs_off: Optional[str] = Field(description="why the run had no graphs and what turns them on")
     padding: bool
-    objective: dict[str, Any] = Field(description="kind (time | rows), unit, the cost line's numbers, provenance, basis")
+    objective: dict[str, Any] = Field(description="kind (time | rows), unit, the cost line's numbers, provenance "
+                                                  "(measured | estimated | given | default), basis; eager_extra "
+                                                  "and piecewise_extra: the launch overhead an eager step and a "
+                                                  "PIECEWISE graph step pay, full_max: the largest FULL graph")
     split: dict[str, Any] = Field(description="fit_share, fit_steps, held_back_steps, held_back_from_ts")
     plans: list[PlanOut]
-    verdict: dict[str, Any] = Field(description="the proposal against the current list on the held-back steps")
+    verdict: dict[str, Any] = Field(description="the proposal against the current list on the held-back steps; "
+                                                "estimated: true when no step was timed (the cost is the estimate's)")
+    dropped: list[dict[str, Any]] = Field(description="sizes the choice found and left off: size, saving, share of "
+                                                      "its steps' cost, why (the gain does not pay for the graph, or "
+                                                      "its pool is over the current list's)")
+    cap: Optional[int] = Field(description="the largest size that could be chosen (the engine's limit, the "
+                                           "largest batch; null: none)")
     validity: list[dict[str, Any]] = Field(description="per engine: label, own, problems, facts, unknown")
     flags: list[dict[str, Any]] = Field(description="engine, label (the versions that accept it), text, for_this_run, kind")
     decode_steps: int = Field(description="decode steps with a batch size the list decides")

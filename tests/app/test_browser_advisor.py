@@ -26,7 +26,8 @@ from tests.app.test_browser import open_page, screenshot, severe_errors, text_of
 REPO = Path(__file__).resolve().parents[2]
 LOGS = REPO / "tests" / "importers" / "fixtures"
 IMPORTS = {"vllm": ("vllm", "vllm_cudagraph_metrics.log"), "sglang": ("sglang", "sglang_decode_batches.log"),
-           "enforce-eager": ("vllm", "vllm_v011_enforce_eager_metrics.log")}
+           "enforce-eager": ("vllm", "vllm_v011_enforce_eager_metrics.log"),
+           "vllm-serving": ("vllm", "vllm_v013_cudagraph_metrics_serving.log")}
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +67,7 @@ def shown_table(driver) -> dict[str, dict[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("kind", ["runner", "vllm", "sglang", "enforce-eager"])
+@pytest.mark.parametrize("kind", ["runner", "vllm", "sglang", "enforce-eager", "vllm-serving"])
 def test_the_advisor_page_shows_the_apis_advice(env, driver, kind):
     from app.pages.advisor import page_data
 
@@ -97,6 +98,16 @@ def test_the_advisor_page_shows_the_apis_advice(env, driver, kind):
         banner = text_of(driver, "advisor-graphs-off")
         assert "Graphs were off" in banner and "--enforce-eager" in banner
         assert table["current"]["sizes"] == "graphs off" and table["current"]["eager"] == "100%"
+    headers = [e.text for e in driver.find_elements(By.CSS_SELECTOR, "#advisor-table .ag-header-cell-text")]
+    if advice["objective"]["provenance"] == "estimated":      # a vLLM log times no step
+        assert any("step time" in h and "estimated" in h for h in headers), headers
+        assert text_of(driver, "advisor-verdict").startswith("Estimated (no step was timed)") or not advice[
+            "verdict"]["compared"]
+        assert text_of(driver, "advisor-dropped").startswith("Left off, the gain does not pay for them")
+    else:
+        assert not any("estimated" in h for h in headers), headers
+    if kind == "vllm-serving":
+        assert 2048 not in advice["sizes"] and advice["objective"]["provenance"] == "estimated"
     screenshot(driver, f"advisor-{kind}", room=200)
     assert severe_errors(driver) == []
 

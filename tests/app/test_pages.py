@@ -68,6 +68,39 @@ def test_advisor_page_follows_the_budget(filled, pages):
     assert data["rows"][1]["eager"] == held["eager_share"] and data["rows"][1]["cost"] == held["cost_per_step"]
 
 
+def test_the_advisor_page_labels_an_estimated_gain_estimated(tmp_path):
+    """An imported vLLM run timed no steps: the table's step time, the verdict and the
+    objective say the figures are the estimate's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from app.server import create_server
+    from collector.models import queries
+    from collector.settings import Settings
+    from collector.store import Store
+
+    repo = Path(__file__).resolve().parents[2]
+    url = f"sqlite:///{tmp_path / 'rs.db'}"
+    subprocess.run([sys.executable, "-m", "app.cli", "import", "vllm", "--db", url,
+                    str(repo / "tests/importers/fixtures/vllm_v013_cudagraph_metrics_serving.log")],
+                   cwd=repo, check=True, timeout=120, capture_output=True)
+    store = Store.open(url)
+    try:
+        create_server(store, Settings(run_services=False))
+        from app.pages import advisor
+        (run_id,) = [r["run_id"] for r in queries.list_runs(store)]
+        shown = advisor.page_data(store, run_id)
+        assert shown["estimated"] is True
+        cost = next(col for col in advisor.plan_columns(shown["scored"], shown["unit"], True) if col.field == "cost")
+        assert cost.header == "step time (estimated, held back)"
+        page = str(advisor.layout(run_id))
+        assert "estimated, held back" in page and "Estimated (no step was timed)" in page
+        assert "Left off, the gain does not pay for them: " in page
+    finally:
+        store.dispose()
+
+
 def test_alerts_page_lists_rules_and_history(filled, pages):
     from collector.alerting.alerts import create_rule
 

@@ -57,6 +57,57 @@ def test_the_benchmark_replays_the_held_back_steps_on_cuda_graphs(tmp_path, monk
         assert all(r["pool_bytes"] and r["capture_s"] > 0 and r["predicted_ms"] > 0 for r in b["lists"])
 
 
+def check_tokens(result: dict, budgets: list[int], max_tokens: int, max_seqs: int) -> None:
+    """A vLLM-shaped record: token batches, mixed steps among them, vLLM's default list and rules."""
+    from runner.plan import vllm_default_sizes
+
+    rec = result["recorded"]
+    assert result["shape"] == "tokens" and result["engine"] == "vllm"
+    assert rec["run_list"] == [s for s in vllm_default_sizes(min(2 * max_seqs, 512)) if s <= max_tokens]
+    assert rec["stages"]["mixed"] > 0 and rec["stages"]["decode"] > 0 and rec["held_back_steps"] > 0
+    assert [b["k"] for b in result["budgets"]] == budgets
+    for b in result["budgets"]:
+        default, advisor, run = b["lists"]
+        assert len(advisor["sizes"]) <= b["k"] and all(s <= max_tokens for s in advisor["sizes"])
+        for r in b["lists"]:
+            assert r["mean_ms"] > 0 and 0 <= r["eager_share"] <= 1
+
+
+def test_the_benchmark_records_vllm_shaped_token_batches_on_the_cpu_stand_in(tmp_path, capsys, monkeypatch):
+    monkeypatch.setitem(model.PRESETS, "tiny", TINY)
+    monkeypatch.setattr(advisor_bench, "BACKEND", "static")
+    monkeypatch.setattr(advisor_bench, "DEVICE", "cpu")
+    with mock.patch.object(torch.cuda, "synchronize", lambda *a: None):
+        assert advisor_bench.main(["--preset", "tiny", "--shape", "tokens", "--steps", "200", "--budgets", "2,4",
+                                   "--max-num-batched-tokens", "64", "--max-num-seqs", "16",
+                                   "--json", str(tmp_path / "advisor.json")]) == 0
+    result = json.loads((tmp_path / "advisor.json").read_text())
+    check_tokens(result, [2, 4], 64, 16)
+    printed = capsys.readouterr().out
+    assert "vLLM-shaped token batches (max_num_batched_tokens 64, max_num_seqs 16;" in printed
+
+
+def test_the_token_batches_mix_prefill_chunks_and_decode_tokens_within_the_limits():
+    from benchmarks.token_batches import token_steps
+
+    steps = token_steps(1500, seed=3, max_num_batched_tokens=256, max_num_seqs=32)
+    assert len(steps) > 1000 and all(1 <= s.tokens <= 256 for s in steps)
+    assert all(s.tokens <= 32 for s in steps if s.stage == "decode")          # a token per running request
+    assert {s.stage for s in steps} == {"decode", "mixed"}
+    assert any(s.tokens == 256 for s in steps if s.stage == "mixed")          # chunks fill the step
+    assert token_steps(1500, seed=3, max_num_batched_tokens=256, max_num_seqs=32) == steps   # seeded
+
+
+@pytest.mark.gpu
+def test_the_benchmark_replays_vllm_shaped_token_batches_on_cuda_graphs(tmp_path, monkeypatch):
+    monkeypatch.setitem(model.PRESETS, "tiny", TINY)
+    assert advisor_bench.main(["--preset", "tiny", "--shape", "tokens", "--steps", "400", "--budgets", "4,8",
+                               "--json", str(tmp_path / "advisor.json")]) == 0
+    result = json.loads((tmp_path / "advisor.json").read_text())
+    check_tokens(result, [4, 8], 512, 64)
+    assert result["recorded"]["objective"]["kind"] == "time"             # the run's own measured step times
+
+
 GPU_HOST_LACKS = ("sqlalchemy", "fastapi", "dash", "plotly", "orjson", "uvicorn", "alembic")
 WITHOUT = f"""
 import sys

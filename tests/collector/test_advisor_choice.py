@@ -114,3 +114,46 @@ def test_an_aligned_choice_stays_in_the_family_and_is_exact_within_it(dist, budg
         assert set(sizes) <= set(dist)                                   # no padding: only a batch's own size
     assert score(dist, sizes, objective, padding).cost == pytest.approx(
         brute_force(dist, budget, objective, cap, 1, padding, align=8), rel=1e-9, abs=1e-12)
+
+
+launch_like = st.tuples(st.floats(0.0, 0.01), st.floats(0.0, 1e-4), st.floats(0.0, 1e-3), st.floats(0.0, 1.0),
+                        st.one_of(st.none(), st.integers(0, 40))).map(     # a PIECEWISE graph pays part of the launch
+    lambda t: Objective("time", t[0], t[1], t[0], t[1], "estimated", "test", eager_extra=t[2],
+                        piecewise_extra=t[2] * t[3], full_max=t[4]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(distributions, st.integers(0, 5), launch_like, st.data(), st.booleans())
+def test_the_choice_stays_exact_when_mixed_steps_cost_more_on_a_piecewise_graph(dist, budget, objective, data,
+                                                                                  padding):
+    mixed = {s: data.draw(st.integers(0, n)) for s, n in dist.items()}
+    sizes = choose_sizes(dist, budget, objective, padding=padding, mixed=mixed)
+    cands = candidates(dist, None, 1, 1)
+    best = score(dist, [], objective, padding, mixed).cost
+    for k in range(1, min(budget, len(cands)) + 1):
+        for subset in combinations(cands, k):
+            best = min(best, score(dist, subset, objective, padding, mixed).cost)
+    assert len(sizes) <= budget
+    assert score(dist, sizes, objective, padding, mixed).cost == pytest.approx(best, rel=1e-9, abs=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(distributions, st.lists(st.integers(1, 48), min_size=1, max_size=6), launch_like, st.data(), st.booleans(),
+       st.floats(0.0, 0.2))
+def test_a_size_goes_only_when_its_saving_on_its_steps_is_below_the_share(dist, sizes, objective, data, padding,
+                                                                           min_share):
+    from collector.analysis.advisor.choice import paying_sizes
+
+    mixed = {s: data.draw(st.integers(0, n)) for s, n in dist.items()}
+    kept, dropped = paying_sizes(dist, sizes, objective, padding=padding, mixed=mixed, min_share=min_share)
+    assert sorted(kept + [d["size"] for d in dropped]) == sorted(set(sizes))
+    for d in dropped:                  # its saving, as the whole list's score sees it when it went
+        before = sorted(kept + [x["size"] for x in dropped[dropped.index(d):]])
+        after = [s for s in before if s != d["size"]]
+        saving = score(dist, after, objective, padding, mixed).cost - score(dist, before, objective, padding, mixed).cost
+        assert d["saving"] == pytest.approx(saving, rel=1e-9, abs=1e-12)
+        assert d["saving"] <= 0 or d["share"] < min_share
+    for size in kept:                  # every kept size saves at least the share
+        after = [s for s in kept if s != size]
+        saving = score(dist, after, objective, padding, mixed).cost - score(dist, kept, objective, padding, mixed).cost
+        assert saving > 0

@@ -15,8 +15,10 @@ sorted candidates, ``best[k][j]`` is the least cost of the steps up to candidate
     best[k][j] = min over p < j of best[k-1][p] + graph_cost(c_j) * (N(c_j) - N(c_p))
 
 (``N(x)``: steps of size at most ``x``), plus the eager cost of every step above ``c_j``.
-The segment cost satisfies the quadrangle inequality (``graph_cost`` and ``N`` both
-non-decreasing), so the best ``p`` does not decrease with ``j`` and each layer is computed
+Mixed prefill-decode steps (``mixed``, a part of the distribution) may cost more on the same
+graph (a PIECEWISE one): the segment cost is then the sum of that term for the decode and for
+the mixed steps, each with its own ``graph_cost``. The segment cost satisfies the quadrangle
+inequality (each ``graph_cost`` and ``N`` non-decreasing), so the best ``p`` does not decrease with ``j`` and each layer is computed
 by divide and conquer: O(K · C log C) for C candidates. Ties go to fewer sizes. With padding
 off every size serves only itself: the K sizes that save the most.
 
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import asdict, dataclass
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 from collector.analysis.advisor.objective import Objective
 from collector.analysis.advisor.steps import served
@@ -76,8 +78,10 @@ def _clean(distribution: Mapping[int, int]) -> list[tuple[int, int]]:
 
 
 def score(distribution: Mapping[int, int], sizes: Iterable[int], objective: Objective,
-          padding: bool = True) -> PlanScore:
-    """What serving ``distribution`` with capture ``sizes`` costs."""
+          padding: bool = True, mixed: Mapping[int, int] | None = None) -> PlanScore:
+    """What serving ``distribution`` with capture ``sizes`` costs (``mixed``: how many of each
+    size's steps were mixed prefill-decode ones)."""
+    mixed = mixed or {}
     chosen = sorted(set(int(s) for s in sizes))
     steps = graph = padded = eager = padded_rows = computed = 0
     cost = 0.0
@@ -95,7 +99,8 @@ def score(distribution: Mapping[int, int], sizes: Iterable[int], objective: Obje
                 padded += count
             padded_rows += (g - s) * count
             computed += g * count
-            cost += objective.graph_cost(g) * count
+            m = min(count, int(mixed.get(s, 0)))
+            cost += objective.graph_cost(g) * (count - m) + objective.graph_cost(g, mixed=True) * m
     return PlanScore(tuple(chosen), steps, graph, padded, eager, padded_rows, computed, cost)
 
 
@@ -136,10 +141,12 @@ def candidates(distribution: Mapping[int, int], cap: int | None = None, multiple
 
 
 def choose_sizes(distribution: Mapping[int, int], budget: int, objective: Objective, *,
-                 cap: int | None = None, multiple_of: int = 1, padding: bool = True, align: int = 1) -> list[int]:
+                 cap: int | None = None, multiple_of: int = 1, padding: bool = True, align: int = 1,
+                 mixed: Mapping[int, int] | None = None) -> list[int]:
     """The capture sizes (at most ``budget``) of least cost under ``objective``, found exactly
     among the ``candidates`` (``align`` applies with padding on only: without it a batch runs
-    on a graph of its own size or not at all)."""
+    on a graph of its own size or not at all); ``mixed`` as for ``score``."""
+    mixed = {s: min(int(m), int(distribution.get(s, 0))) for s, m in (mixed or {}).items()}
     if budget < 0:
         raise ValueError("budget must be >= 0")
     items = _clean(distribution)
@@ -147,32 +154,41 @@ def choose_sizes(distribution: Mapping[int, int], budget: int, objective: Object
     if budget == 0 or not cands:
         return []
     if not padding:
-        return _best_exact_sizes(items, cands, budget, objective)
-    return _best_padded_sizes(items, cands, budget, objective)
+        return _best_exact_sizes(items, cands, budget, objective, mixed)
+    return _best_padded_sizes(items, cands, budget, objective, mixed)
 
 
-def _best_exact_sizes(items, cands, budget, objective) -> list[int]:
+def _best_exact_sizes(items, cands, budget, objective, mixed) -> list[int]:
     """Padding off: a size serves its own steps only; keep the ``budget`` that save most."""
     counts = dict(items)
-    saving = [(counts[c] * (objective.eager_cost(c) - objective.graph_cost(c)), c) for c in cands if c in counts]
+
+    def saving_of(c: int) -> float:
+        m = mixed.get(c, 0)
+        eager = objective.eager_cost(c)
+        return (counts[c] - m) * (eager - objective.graph_cost(c)) + m * (eager - objective.graph_cost(c, mixed=True))
+
+    saving = [(saving_of(c), c) for c in cands if c in counts]
     best = sorted((v, c) for v, c in saving if v > 0)[::-1][:budget]
     return sorted(c for _, c in best)
 
 
-def _best_padded_sizes(items, cands, budget, objective) -> list[int]:
+def _best_padded_sizes(items, cands, budget, objective, mixed) -> list[int]:
     sizes = [s for s, _ in items]
-    n_prefix, e_prefix = [0], [0.0]
+    n_prefix, x_prefix, e_prefix = [0], [0], [0.0]
     for s, c in items:
-        n_prefix.append(n_prefix[-1] + c)
+        n_prefix.append(n_prefix[-1] + c - mixed.get(s, 0))
+        x_prefix.append(x_prefix[-1] + mixed.get(s, 0))
         e_prefix.append(e_prefix[-1] + c * objective.eager_cost(s))
     m = len(cands)
     upto = [bisect.bisect_right(sizes, c) for c in cands]        # observed sizes at or below each candidate
-    steps_upto = [n_prefix[u] for u in upto]
+    steps_upto = [n_prefix[u] for u in upto]                      # decode steps
+    mixed_upto = [x_prefix[u] for u in upto]                      # mixed steps
     eager_total = e_prefix[-1]
     tail = [eager_total - e_prefix[u] for u in upto]              # eager cost of every step above
     g_cost = [objective.graph_cost(c) for c in cands]
+    x_cost = [objective.graph_cost(c, mixed=True) for c in cands]
     inf = float("inf")
-    layers: list[list[float]] = [[g_cost[j] * steps_upto[j] for j in range(m)]]
+    layers: list[list[float]] = [[g_cost[j] * steps_upto[j] + x_cost[j] * mixed_upto[j] for j in range(m)]]
     backs: list[list[int]] = [[-1] * m]
     for _ in range(1, min(budget, m)):
         prev = layers[-1]
@@ -187,7 +203,8 @@ def _best_padded_sizes(items, cands, budget, objective) -> list[int]:
                 mid = (lo + hi) // 2
                 best, arg = inf, opt_lo
                 for p in range(opt_lo, min(mid - 1, opt_hi) + 1):
-                    v = prev[p] + g_cost[mid] * (steps_upto[mid] - steps_upto[p])
+                    v = (prev[p] + g_cost[mid] * (steps_upto[mid] - steps_upto[p])
+                         + x_cost[mid] * (mixed_upto[mid] - mixed_upto[p]))
                     if v < best:
                         best, arg = v, p
                 cur[mid], back[mid] = best, arg
@@ -210,3 +227,49 @@ def _best_padded_sizes(items, cands, budget, objective) -> list[int]:
         j = backs[k - 1][j]
         k -= 1
     return sorted(chosen)
+
+
+def _marginal(distribution: Mapping[int, int], sizes: list[int], objective: Objective, padding: bool,
+              mixed: Mapping[int, int]) -> dict[int, tuple[float, float]]:
+    """Per size of ``sizes``: (what its steps cost on it, what they would cost without it: on the
+    next larger size with padding, else eager), in one pass over the distribution."""
+    out = {size: [0.0, 0.0] for size in sizes}
+    for s, count in _clean(distribution):
+        g = served(s, sizes, padding)
+        if g is None:
+            continue
+        after = sizes[sizes.index(g) + 1] if padding and g != sizes[-1] else None
+        m = min(count, int(mixed.get(s, 0)))
+        out[g][0] += objective.graph_cost(g) * (count - m) + objective.graph_cost(g, mixed=True) * m
+        out[g][1] += (objective.eager_cost(s) * count if after is None else
+                      objective.graph_cost(after) * (count - m) + objective.graph_cost(after, mixed=True) * m)
+    return {size: (on, without) for size, (on, without) in out.items()}
+
+
+def paying_sizes(distribution: Mapping[int, int], sizes: Iterable[int], objective: Objective, *,
+                 padding: bool = True, mixed: Mapping[int, int] | None = None, min_share: float = 0.0,
+                 fits: Callable[[list[int]], bool] | None = None) -> tuple[list[int], list[dict]]:
+    """``sizes`` less those the gain does not pay for, one at a time: while a size saves less than
+    ``min_share`` of the cost of the steps it serves (or nothing), the one that saves the smallest
+    share goes; then, while ``fits`` says the list does not fit (its pool over the budget), the
+    largest (a pool is mostly its largest graph's). Returns (the sizes kept, each size dropped
+    with why)."""
+    mixed = mixed or {}
+    kept = sorted(set(int(s) for s in sizes))
+    dropped: list[dict] = []
+    while kept:
+        worth = []
+        for size, (on, without) in _marginal(distribution, kept, objective, padding, mixed).items():
+            saving = without - on
+            worth.append((saving / on if on > 0 else 0.0, saving, size))
+        share, saving, size = min(worth)
+        if share < min_share or saving <= 0:
+            why = "saves nothing" if saving <= 0 else f"saves {share:.2%} of its steps' time"
+        elif fits is not None and not fits(kept):
+            share, saving, size = worth[-1]                # the pool is the largest graph's, mostly
+            why = "its pool would be larger than the current list's"
+        else:
+            break
+        kept.remove(size)
+        dropped.append({"size": size, "saving": saving, "share": share, "why": why})
+    return kept, dropped

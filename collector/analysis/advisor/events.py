@@ -22,6 +22,7 @@ def facts_from_events(run: dict[str, Any], events: Iterable[dict[str, Any]]) -> 
     timed: dict[tuple, list] = {}
     captures: list[dict[str, Any]] = []
     capture_phases: list[dict[str, Any]] = []
+    weights = None
     for e in sorted(events, key=lambda e: (e["ts"], e["seq"])):
         kind = e["kind"]
         if kind == "step":
@@ -34,6 +35,8 @@ def facts_from_events(run: dict[str, Any], events: Iterable[dict[str, Any]]) -> 
             captures.append(e)
         elif kind == "phase" and e.get("phase") == "capture":
             capture_phases.append(e)
+        elif kind == "phase" and e.get("phase") == "load_weights" and e.get("mem_bytes") and weights is None:
+            weights = int(e["mem_bytes"])
     timings = [TimingRow(stage, bs, mode, reason, n, total) for (stage, bs, mode, reason), (n, total) in timed.items()]
     found = None
     if captures or capture_phases:
@@ -46,4 +49,4 @@ def facts_from_events(run: dict[str, Any], events: Iterable[dict[str, Any]]) -> 
             total_s=sum(p["duration_s"] for p in capture_phases if p.get("duration_s") is not None) or None,
             total_bytes=next((p["mem_bytes"] for p in capture_phases if p.get("mem_bytes")), None),
             sizes=tuple(sorted({e["graph_bs"] for e in captures})))
-    return RunFacts(run=run, rows=rows, timings=timings, captures=found)
+    return RunFacts(run=run, rows=rows, timings=timings, captures=found, weight_bytes=weights)

@@ -18,6 +18,12 @@ set the numbers:
   itself). The weight is given, or ``DEFAULT_EAGER_WEIGHT``: eager steps took 1.1-7.2x a
   graph step on an H200 by model and batch size (docs/gpu-results.md).
 
+A third way, for a token-batched engine whose run timed no steps (a vLLM log): ``launch``
+builds an ``estimated`` time objective from what a graph saves (a step's compute
+``a + b * tokens`` whether a graph runs it or not, an eager step paying ``eager_extra`` launch
+overhead on top, a PIECEWISE graph still paying ``piecewise_extra`` of it: mixed steps, and decode
+steps served by a size above ``full_max``, the largest a FULL graph was captured for).
+
 A graph step's cost must not fall with its size (``graph_b >= 0``): that is what makes the
 choice over the observed sizes exact (``choice``).
 """
@@ -60,25 +66,34 @@ class Objective:
     basis: str              # where the numbers come from, in words
     eager_lo: int | None = None     # the eager line holds for these batch sizes, flat beyond them
     eager_hi: int | None = None
+    eager_extra: float = 0.0        # what an eager step pays on top: its kernel launches
+    piecewise_extra: float = 0.0    # what a PIECEWISE graph step still pays of it
+    full_max: int | None = None     # decode steps served by a larger size run on a PIECEWISE graph
 
     @property
     def unit(self) -> str:
         return "s" if self.kind == "time" else "rows"
 
-    def graph_cost(self, graph_bs: int) -> float:
-        return self.graph_a + self.graph_b * graph_bs
+    def piecewise(self, graph_bs: int, mixed: bool = False) -> bool:
+        """Whether the graph of ``graph_bs`` serving such a step is a PIECEWISE one."""
+        return bool(self.piecewise_extra) and (mixed or (self.full_max is not None and graph_bs > self.full_max))
+
+    def graph_cost(self, graph_bs: int, mixed: bool = False) -> float:
+        """A step on the graph of ``graph_bs``; ``mixed``: a mixed prefill-decode step."""
+        extra = self.piecewise_extra if self.piecewise(graph_bs, mixed) else 0.0
+        return self.graph_a + self.graph_b * graph_bs + extra
 
     def eager_cost(self, raw_bs: int) -> float:
         if self.eager_lo is not None:
             raw_bs = min(max(raw_bs, self.eager_lo), self.eager_hi)
-        return self.eager_a + self.eager_b * raw_bs
+        return self.eager_a + self.eager_b * raw_bs + self.eager_extra
 
     def as_dict(self) -> dict:
         return {**asdict(self), "unit": self.unit}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Objective":
-        return cls(**{f.name: d[f.name] for f in fields(cls)})
+        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def rows_objective(eager_weight: float, provenance: str, basis: str) -> Objective:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from collector.analysis.advisor import choice, engines, objective as objectives, pricing, steps as stepping
+from collector.analysis.advisor import choice, engines, launch, objective as objectives, pricing, steps as stepping
 from collector.analysis.advisor.objective import TimingRow
 from collector.analysis.advisor.pricing import CaptureSet
 from collector.analysis.advisor.steps import StepRow
@@ -38,6 +38,7 @@ class RunFacts:
     earlier: list[CaptureSet] = field(default_factory=list)        # same model, device and backend, older
     earlier_timings: list[tuple[list[TimingRow], list[int]]] = field(default_factory=list)  # (timings, list)
     notes: list[str] = field(default_factory=list)       # what the reader should know of the data
+    weight_bytes: int | None = None                      # the model's weights, as loaded (a log's figure)
 
 
 def current_sizes(facts: RunFacts, rules: engines.Rules) -> list[int]:
@@ -61,14 +62,30 @@ def default_budget(current: Sequence[int], rules: engines.Rules, config: dict) -
                              f"by default for this run is not known")
 
 
-def _plan(name: str, sizes: list[int], fit: dict, held: dict, everything: dict, obj, rules, facts) -> dict:
+def _plan(name: str, sizes: list[int], parts: dict, obj, rules, facts) -> dict:
+    """``parts``: (distribution, mixed steps per size) for ``fit``, ``held_back`` and ``all``."""
     captured = pricing.capture_time(sizes, facts.captures, facts.earlier)
     pool = pricing.pool_memory(sizes, facts.captures, facts.earlier)
-    return {"name": name, "sizes": sizes,
-            "fit": choice.score(fit, sizes, obj, rules.padding).as_dict(),
-            "held_back": choice.score(held, sizes, obj, rules.padding).as_dict() if held else None,
-            "all": choice.score(everything, sizes, obj, rules.padding).as_dict(),
-            "capture_s": captured.as_dict(), "pool_bytes": pool.as_dict()}
+    scored = {key: choice.score(dist, sizes, obj, rules.padding, mixed).as_dict() if dist else None
+              for key, (dist, mixed) in parts.items()}
+    scored["fit"] = scored["fit"] or choice.score({}, sizes, obj).as_dict()
+    scored["all"] = scored["all"] or choice.score({}, sizes, obj).as_dict()
+    return {"name": name, "sizes": sizes, **scored, "capture_s": captured.as_dict(), "pool_bytes": pool.as_dict()}
+
+
+def _pool_fits(facts: RunFacts, current: list[int]):
+    """The memory budget: a proposal's graph pool within the current list's (the memory the
+    engine set aside for its graphs; more comes out of the KV cache), where both are priced."""
+    if not current:
+        return None
+    budget = pricing.pool_memory(current, facts.captures, facts.earlier).value
+    if budget is None:
+        return None
+
+    def fits(sizes: list[int]) -> bool:
+        pool = pricing.pool_memory(sizes, facts.captures, facts.earlier).value
+        return pool is None or pool <= budget
+    return fits
 
 
 def _objective(facts: RunFacts, stage: str | None, current: list[int], rules, eager_weight) -> objectives.Objective:
@@ -76,14 +93,41 @@ def _objective(facts: RunFacts, stage: str | None, current: list[int], rules, ea
     for timings, sizes in facts.earlier_timings:
         earlier_graph += objectives.graph_points(timings, stage, sizes, rules.padding)
         earlier_eager += objectives.eager_points(timings, stage)
-    return objectives.choose_objective(
+    chosen = objectives.choose_objective(
         backend=facts.run.get("backend") or "", device=facts.run.get("device") or "",
         graph=objectives.graph_points(facts.timings, stage, current, rules.padding),
         eager=objectives.eager_points(facts.timings, stage),
         earlier_graph=earlier_graph, earlier_eager=earlier_eager, eager_weight=eager_weight)
+    if chosen.provenance == "default" and rules.engine == "vllm":       # token-batched, no step timed
+        config = facts.run.get("config") or {}
+        estimate = launch.launch_objective(config, facts.run.get("model") or "", facts.weight_bytes, current)
+        return estimate or chosen
+    return chosen
 
 
-def _verdict(current: dict | None, proposed: dict, unit: str) -> dict:
+def _cap(rules: engines.Rules, everything: dict[int, int], current: Sequence[int]) -> int | None:
+    """The largest size to choose: the engine's (``Rules.cap``); for vLLM without
+    max_num_batched_tokens in its log, no larger than what the run shows the engine can batch:
+    its largest batch, or its largest captured size (vLLM drops sizes above the limit)."""
+    cap = rules.cap
+    if rules.engine == "vllm" and rules.limit is None and everything:
+        known = max(max(everything), max(current, default=0))
+        cap = known if cap is None else min(cap, known)
+    return cap
+
+
+def _verdict(current: dict | None, proposed: dict, unit: str, estimated: bool = False) -> dict:
+    out = _compare(current, proposed, unit)
+    if estimated and out["compared"]:
+        out["text"] = "Estimated (no step was timed): " + out["text"][0].lower() + out["text"][1:]
+        if current["sizes"] and len(proposed["sizes"]) != len(current["sizes"]):
+            out["text"] += (f" It needs {len(proposed['sizes'])} graph{'s' * (len(proposed['sizes']) != 1)} "
+                            f"instead of {len(current['sizes'])}.")
+    out["estimated"] = estimated
+    return out
+
+
+def _compare(current: dict | None, proposed: dict, unit: str) -> dict:
     held = proposed["held_back"]
     if held is None:
         return {"compared": False, "worse": None,
@@ -100,13 +144,18 @@ def _verdict(current: dict | None, proposed: dict, unit: str) -> dict:
     worse = mine > theirs * (1 + 1e-9)
     what = _cost(mine, unit) + " per step against the current list's " + _cost(theirs, unit)
     if worse:
-        text = (f"Worse than the current list on the held-back steps: {what} ({change:+.1%}). Keep the "
+        text = (f"Worse than the current list on the held-back steps: {what} ({_change(change)}). Keep the "
                 f"current list, or give more graphs.")
     elif change < -1e-9:
-        text = f"Better than the current list on the held-back steps: {what} ({change:+.1%})."
+        text = f"Better than the current list on the held-back steps: {what} ({_change(change)})."
     else:
         text = f"As good as the current list on the held-back steps: {what}."
     return {"compared": True, "worse": worse, "change": change, "text": text}
+
+
+def _change(change: float) -> str:
+    """A relative change, with the digits a small one needs (−0.02%, not −0.0%)."""
+    return f"{change:+.1%}" if abs(change) >= 0.001 else f"{change * 100:+.3f}%"
 
 
 def _cost(value: float, unit: str) -> str:
@@ -126,17 +175,24 @@ def advise(facts: RunFacts, budget: int | None = None, eager_weight: float | Non
     fit_rows, held_rows, held_from = stepping.split(kept, fit_share)
     fit, held = stepping.distribution(fit_rows), stepping.distribution(held_rows)
     everything = stepping.distribution(kept)
+    parts = {"fit": (fit, stepping.distribution(fit_rows, "mixed")),
+             "held_back": (held, stepping.distribution(held_rows, "mixed")),
+             "all": (everything, stepping.distribution(kept, "mixed"))}
     obj = _objective(facts, stage, current, rules, eager_weight)
     if budget is None:
         budget, budget_basis = default_budget(current, rules, config)
     else:
         budget_basis = "given"
-    proposed = choice.choose_sizes(fit, budget, obj, cap=rules.cap, multiple_of=rules.multiple_of,
-                                   padding=rules.padding, align=choice.ALIGN)
+    cap = _cap(rules, everything, current)
+    proposed = choice.choose_sizes(fit, budget, obj, cap=cap, multiple_of=rules.multiple_of,
+                                   padding=rules.padding, align=choice.ALIGN, mixed=parts["fit"][1])
+    min_share = launch.MIN_GAIN_SHARE if obj.eager_extra else 0.0
+    proposed, dropped = choice.paying_sizes(fit, proposed, obj, padding=rules.padding, mixed=parts["fit"][1],
+                                            min_share=min_share, fits=_pool_fits(facts, current))
     plans = []
     if current or rules.graphs_off:
-        plans.append(_plan("current", current, fit, held, everything, obj, rules, facts))
-    plans.append(_plan("proposed", proposed, fit, held, everything, obj, rules, facts))
+        plans.append(_plan("current", current, parts, obj, rules, facts))
+    plans.append(_plan("proposed", proposed, parts, obj, rules, facts))
     current_plan = plans[0] if len(plans) == 2 else None
     validity = [{"engine": rules.engine, "label": rules.label, "own": True, "problems": rules.problems(proposed),
                  "facts": list(rules.facts), "unknown": list(rules.unknown)}]
@@ -162,7 +218,8 @@ def advise(facts: RunFacts, budget: int | None = None, eager_weight: float | Non
         "objective": obj.as_dict(),
         "split": {"fit_share": fit_share if held else 1.0, "fit_steps": sum(fit.values()),
                   "held_back_steps": sum(held.values()), "held_back_from_ts": held_from},
-        "plans": plans, "verdict": _verdict(current_plan, plans[-1], obj.unit),
+        "plans": plans, "verdict": _verdict(current_plan, plans[-1], obj.unit, obj.provenance == "estimated"),
+        "dropped": dropped, "cap": cap,
         "validity": validity, "flags": flags,
         "decode_steps": total, "distinct_batch_sizes": len(everything),
         "left_out": left_out, "histogram": _histogram(kept), "notes": list(facts.notes), "note": note,
@@ -208,6 +265,8 @@ def format_text(advice: dict, run_label: str = "") -> str:
                      f"{_per_step(s['cost_per_step'], obj['unit']):>11} {_figure(p['capture_s'], 's', unknown):>16} "
                      f"{_figure(p['pool_bytes'], 'bytes', unknown):>20}")
     lines.append(f"  {advice['verdict']['text']}")
+    for d in advice.get("dropped") or []:
+        lines.append(f"  left off: {d['size']} ({d['why']})")
     if advice["left_out"]:
         left = ", ".join(f"{k} {v:,}" for k, v in sorted(advice["left_out"].items(), key=lambda kv: -kv[1]))
         lines.append(f"  left out (eager whatever the list): {left}")

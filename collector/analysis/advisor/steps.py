@@ -111,9 +111,10 @@ def split(rows: Sequence[StepRow], fit_share: float = FIT_SHARE
     return [r for r in rows if r.t < at], [r for r in rows if r.t >= at], at
 
 
-def distribution(rows: Iterable[StepRow]) -> dict[int, int]:
-    """Steps per batch size."""
+def distribution(rows: Iterable[StepRow], stage: str | None = None) -> dict[int, int]:
+    """Steps per batch size (``stage``: of that stage only)."""
     out: Counter = Counter()
     for r in rows:
-        out[r.raw_bs] += r.steps
+        if stage is None or r.stage == stage:
+            out[r.raw_bs] += r.steps
     return dict(sorted(out.items()))

@@ -70,7 +70,14 @@ def run_facts(store: Any, run_id: str, summary: dict[str, Any] | None = None) ->
         sizes = sorted(found.sizes) if found else sorted((full.get("config") or {}).get("capture_sizes") or [])
         earlier_timings.append((_timings(store, other), sizes))
     return RunFacts(run=summary, rows=rows, timings=_timings(store, run_id), captures=capture_set(store, summary),
-                    earlier=earlier, earlier_timings=earlier_timings, notes=notes)
+                    earlier=earlier, earlier_timings=earlier_timings, notes=notes,
+                    weight_bytes=weight_bytes(store, summary))
+
+
+def weight_bytes(store: Any, summary: dict[str, Any]) -> int | None:
+    """The model's weights as loaded (the load phase's memory, its headline rank's), or None."""
+    phases = queries.headline_rows(queries.phases(store, summary["run_id"]), summary.get("config") or {})
+    return next((int(p["mem_bytes"]) for p in phases if p["phase"] == "load_weights" and p.get("mem_bytes")), None)
 
 
 def advice_for_run(store: Any, run_id: str, budget: int | None = None,
