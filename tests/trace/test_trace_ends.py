@@ -1,0 +1,86 @@
+"""``replayscope trace`` ends every run, whatever ends the program (issue 36 item 7, issue 33):
+SIGTERM passed on to the program, ``os._exit``."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.trace.test_trace_command import ENV, PROGRAMS, REPO, read_run, steps_of, trace
+
+PROGRAM = str(PROGRAMS / "cpu_signals.py")
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+
+
+def steps_written(path) -> int:
+    try:
+        return path.read_text(encoding="utf-8").count('"kind": "step"')
+    except FileNotFoundError:
+        return 0
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def start_trace(events, *program):
+    return subprocess.Popen(["replayscope", "trace", "--events", str(events), "--step", "__main__:decode_step",
+                             "--", sys.executable, PROGRAM, *program], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def program_pid(events) -> int:
+    run, _ = read_run(events)
+    return run["config"]["trace"]["pid"]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM], ids=["SIGTERM"])
+@pytest.mark.parametrize("to", ["pid"])
+def test_a_signal_to_trace_ends_the_program_and_its_run_interrupted_with_its_events(tmp_path, signum, to):
+    events = tmp_path / "trace.jsonl"
+    traced = start_trace(events, "loop")
+    try:
+        wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
+        (os.killpg if to == "group" else os.kill)(traced.pid, signum)
+        _out, err = traced.communicate(timeout=60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+    assert traced.returncode == 128 + signum, err
+    _run, run_events = read_run(events)
+    end = run_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert len(steps_of(run_events)) >= 3
+    assert "ended without a summary" not in err
+
+
+def test_a_program_that_leaves_through_os_exit_ends_its_run_with_every_event(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable, PROGRAM,
+                   "os_exit", "3")
+    assert result.returncode == 3, result.stderr
+    _run, run_events = read_run(events)
+    assert [s["raw_bs"] for s in steps_of(run_events)] == [3, 5, 2]
+    end = run_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "failed")
+    assert end["error"] == "the process left through os._exit(3)"
+    assert "3 steps" in result.stderr
