@@ -13,8 +13,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import uuid
@@ -22,6 +20,7 @@ from pathlib import Path
 
 from runner.errors import ReplayscopeError
 from runner.timing import CUDA_TIME_EVERY
+from runner.trace import supervision
 from runner.trace.settings import REGISTRY_FILE, STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
@@ -102,23 +101,12 @@ def run_traced(command: list[str], *, collector: str | None = None, events: str 
 
 def _run(command: list[str], env: dict[str, str]) -> int:
     try:
-        child = subprocess.Popen(command, env=env)
+        child, own_group = supervision.start(command, env)
     except FileNotFoundError:
         raise ReplayscopeError(f"command not found: {command[0]}") from None
     except PermissionError:
         raise ReplayscopeError(f"cannot run {command[0]}: permission denied") from None
-
-    def forward(signum, _frame):
-        child.send_signal(signum)
-
-    # Ctrl-C reaches the command from the terminal; SIGTERM to us is passed on to it.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, forward)}
-    try:
-        code = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    code = supervision.wait(child, own_group)
     return 128 - code if code < 0 else code
 
 

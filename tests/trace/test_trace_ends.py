@@ -1,5 +1,5 @@
 """``replayscope trace`` ends every run, whatever ends the program (issue 36 item 7, issue 33):
-SIGTERM passed on to the program, ``os._exit``."""
+SIGINT or SIGTERM to trace's PID or its group, SIGKILL of trace itself, ``os._exit``."""
 
 from __future__ import annotations
 
@@ -41,10 +41,15 @@ def alive(pid: int) -> bool:
         return False
 
 
-def start_trace(events, *program):
+def start_trace(events, *program, sigint_ignored=False):
+    """trace in a session of its own (its group is not the test's); started with SIGINT ignored
+    as a script's background job is, when asked."""
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     return subprocess.Popen(["replayscope", "trace", "--events", str(events), "--step", "__main__:decode_step",
                              "--", sys.executable, PROGRAM, *program], cwd=REPO, env=ENV,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=ignore_sigint if sigint_ignored else None)
 
 
 def program_pid(events) -> int:
@@ -52,11 +57,14 @@ def program_pid(events) -> int:
     return run["config"]["trace"]["pid"]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM], ids=["SIGTERM"])
-@pytest.mark.parametrize("to", ["pid"])
-def test_a_signal_to_trace_ends_the_program_and_its_run_interrupted_with_its_events(tmp_path, signum, to):
+@pytest.mark.parametrize("signum, to, sigint_ignored", [
+    (signal.SIGINT, "pid", False), (signal.SIGTERM, "pid", False), (signal.SIGINT, "group", False),
+    (signal.SIGTERM, "group", False), (signal.SIGINT, "pid", True)],
+    ids=["SIGINT-pid", "SIGTERM-pid", "SIGINT-group", "SIGTERM-group", "SIGINT-pid-started-ignoring-it"])
+def test_a_signal_to_trace_ends_the_program_and_its_run_interrupted_with_its_events(tmp_path, signum, to,
+                                                                                      sigint_ignored):
     events = tmp_path / "trace.jsonl"
-    traced = start_trace(events, "loop")
+    traced = start_trace(events, "loop", sigint_ignored=sigint_ignored)
     try:
         wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
         (os.killpg if to == "group" else os.kill)(traced.pid, signum)
@@ -71,6 +79,27 @@ def test_a_signal_to_trace_ends_the_program_and_its_run_interrupted_with_its_eve
     assert (end["kind"], end["status"]) == ("run_end", "interrupted")
     assert len(steps_of(run_events)) >= 3
     assert "ended without a summary" not in err
+
+
+def test_sigkill_of_trace_ends_the_program_and_its_run(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    traced = start_trace(events, "loop")
+    pid = None
+    try:
+        wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
+        pid = program_pid(events)
+        traced.send_signal(signal.SIGKILL)
+        traced.wait(10)
+        wait_for(lambda: not alive(pid), 20, "the program to end once trace was killed")
+    finally:
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        if traced.poll() is None:
+            traced.kill()
+            traced.wait()
+    _run, run_events = read_run(events)
+    assert (run_events[-1]["kind"], run_events[-1]["status"]) == ("run_end", "interrupted")
+    assert len(steps_of(run_events)) >= 3
 
 
 def test_a_program_that_leaves_through_os_exit_ends_its_run_with_every_event(tmp_path):
