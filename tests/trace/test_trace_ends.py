@@ -1,5 +1,6 @@
 """``replayscope trace`` ends every run, whatever ends the program (issue 36 item 7, issue 33):
-SIGINT or SIGTERM to trace's PID or its group, SIGKILL of trace itself, ``os._exit``."""
+SIGINT or SIGTERM to trace's PID or its group, SIGKILL of trace itself, ``os._exit``, a process
+SIGKILLed by itself or by its parent (vLLM's API server kills its engine core that way)."""
 
 from __future__ import annotations
 
@@ -113,3 +114,61 @@ def test_a_program_that_leaves_through_os_exit_ends_its_run_with_every_event(tmp
     assert (end["kind"], end["status"]) == ("run_end", "failed")
     assert end["error"] == "the process left through os._exit(3)"
     assert "3 steps" in result.stderr
+
+
+def test_a_program_killed_by_sigkill_gets_its_run_ended_by_trace(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable, PROGRAM,
+                   "self_kill", str(events))
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    _run, run_events = read_run(events)
+    assert [s["raw_bs"] for s in steps_of(run_events)] == [3, 5, 2]
+    end = run_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert end["seq"] == run_events[-2]["seq"] + 1
+    assert "killed by SIGKILL" in end["error"] and "replayscope trace ended its run" in end["error"]
+    assert "ended without a summary" not in result.stderr
+    assert "killed by SIGKILL" in result.stderr
+
+
+def test_a_child_sigkilled_by_its_parent_gets_its_run_ended_interrupted_with_its_events(tmp_path):
+    """vLLM's shape: its API server SIGKILLs the engine core at shutdown (``force killing
+    remaining processes``); the engine core's run had no end and no summary."""
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable, PROGRAM,
+                   "kill_child", str(events))
+    assert result.returncode == 0, result.stderr
+    assert f"child exit code {-signal.SIGKILL}" in result.stdout
+    [child_file] = tmp_path.glob("trace-pid*.jsonl")
+    _run, child_events = read_run(child_file)
+    assert [s["raw_bs"] for s in steps_of(child_events)] == [3, 5, 2]
+    end = child_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert "replayscope trace ended its run" in end["error"]
+    _run, parent_events = read_run(events)
+    assert (parent_events[-1]["kind"], parent_events[-1]["status"]) == ("run_end", "finished")
+    assert "ended without a summary" not in result.stderr
+
+
+def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_with_its_steps(tmp_path):
+    from collector.models import queries
+    from collector.store import Store
+    from tests.e2e.conftest import ThreadCollector
+    from tests.live_server import free_port
+
+    store = Store.open(f"sqlite:///{tmp_path}/collector.db", upgrade=True)
+    server = ThreadCollector(store, free_port()).start()
+    try:
+        result = trace("--collector", server.url, "--step", "__main__:decode_step", "--",
+                       sys.executable, PROGRAM, "kill_child", server.url, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        runs = {r["steps"]: r for r in queries.list_runs(store) if r["source"] == "trace"}
+        assert sorted(runs) == [1, 3]
+        assert runs[1]["status"] == "finished"
+        child = queries.run_summary(store, runs[3]["run_id"])
+        assert child["status"] == "interrupted"
+        assert "killed" in child["error"] and "replayscope trace ended its run" in child["error"]
+        assert "ended without a summary" not in result.stderr
+    finally:
+        server.stop()
+        store.dispose()

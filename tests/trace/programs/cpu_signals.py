@@ -5,14 +5,19 @@
 - ``self_kill EVENTS``: three steps, waits for them to be in its events file, then SIGKILLs itself;
 - ``kill_child EVENTS``: one step, then a multiprocessing child (forked) that records three
   steps and waits; once those are in the child's events file (EVENTS-pidN.jsonl) the parent
-  SIGKILLs it, as vLLM's API server kills its engine core, and ends normally.
+  SIGKILLs it, as vLLM's API server kills its engine core, and ends normally;
+- ``kill_child URL``: the same where the runs go to the collector at URL (the child's steps
+  are waited for there).
 """
 
+import json
 import multiprocessing
 import os
 import signal
 import sys
 import time
+import urllib.error
+import urllib.request
 
 import torch
 
@@ -33,6 +38,15 @@ def steps_in(path: str) -> int:
         with open(path, encoding="utf-8") as f:
             return sum('"kind": "step"' in line for line in f)
     except FileNotFoundError:
+        return 0
+
+
+def steps_stored(url: str, pid: int) -> int:
+    run_id = f"{os.environ['REPLAYSCOPE_TRACE_ID']}-{pid}"     # the trace's run ids: <trace id>-<pid>
+    try:
+        with urllib.request.urlopen(f"{url}/v1/runs/{run_id}", timeout=5) as answer:
+            return json.load(answer)["steps"]
+    except urllib.error.URLError:
         return 0
 
 
@@ -67,8 +81,11 @@ if __name__ == "__main__":
         decode_step(torch.ones(1, 1))
         child = multiprocessing.get_context("fork").Process(target=child_steps)
         child.start()
-        stem, ext = os.path.splitext(sys.argv[2])
-        wait_until(lambda: steps_in(f"{stem}-pid{child.pid}{ext}") == 3)
+        if sys.argv[2].startswith("http"):
+            wait_until(lambda: steps_stored(sys.argv[2], child.pid) == 3)
+        else:
+            stem, ext = os.path.splitext(sys.argv[2])
+            wait_until(lambda: steps_in(f"{stem}-pid{child.pid}{ext}") == 3)
         os.kill(child.pid, signal.SIGKILL)
         child.join()
         print(f"child exit code {child.exitcode}")
