@@ -17,7 +17,8 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from runner.errors import ReplayscopeError
+from runner.errors import EXIT_INCOMPLETE, ReplayscopeError
+from runner.formats import plural
 from runner.timing import CUDA_TIME_EVERY
 from runner.trace import supervision
 from runner.trace.outside import OutsideEnds, read_registry
@@ -93,9 +94,11 @@ def run_traced(command: list[str], *, collector: str | None = None, events: str 
                                  time_every=time_every)
         code = _run(command, child_environment(settings, boot),
                     OutsideEnds(workdir, collector=collector, token=token))
-        for line in summary_lines(read_registry(workdir), collector):
+        runs = read_registry(workdir)
+        incomplete = incomplete_line(runs)
+        for line in summary_lines(runs, collector) + ([incomplete] if incomplete else []):
             print(line, file=out)
-        return code
+        return EXIT_INCOMPLETE if code == 0 and incomplete else code
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -129,7 +132,7 @@ def _run_text(run: dict, collector: str | None) -> str:
     if "status" not in run:
         return "still running: its process outlived the command" + where
     if run.get("ended_by") == "trace":
-        return f"{run['status']}: {run.get('error')}" + where
+        return f"{run['status']}: {run.get('error')}" + _losses(run) + where
     modes = run.get("modes") or {}
     reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
                                                       key=lambda item: -item[1]))
@@ -138,4 +141,23 @@ def _run_text(run: dict, collector: str | None) -> str:
             + (f" (eager: {reasons})" if reasons else "")
             + f"; {run.get('captures', 0)} captures"
             + (f", {run['failed_captures']} failed" if run.get("failed_captures") else "")
-            + where)
+            + _losses(run) + where)
+
+
+def _losses(run: dict) -> str:
+    lost, unsent = run.get("lost") or 0, run.get("unsent") or 0
+    return ((f"; {plural(lost, 'event')} lost (not written or sent)" if lost else "")
+            + (f"; {plural(unsent, 'event')} not sent, kept in {run.get('spool')}" if unsent else ""))
+
+
+def incomplete_line(runs: dict[str, dict]) -> str | None:
+    """What did not get where it was going, when something did not: the summary's last line."""
+    lost = sum(run.get("lost") or 0 for run in runs.values())
+    unsent = sum(run.get("unsent") or 0 for run in runs.values())
+    if not lost and not unsent:
+        return None
+    spools = " ".join(shlex.quote(run["spool"]) for run in runs.values() if run.get("unsent") and run.get("spool"))
+    parts = ([f"{plural(lost, 'event')} lost"] if lost else []) + \
+        ([f"{plural(unsent, 'event')} not sent (re-send them with `replayscope import events {spools}`)"]
+         if unsent else [])
+    return "replayscope trace: incomplete: " + "; ".join(parts)

@@ -236,4 +236,6 @@ class RunLifecycle:
             print(f"replayscope trace: closing the run of pid {self.pid} failed: {failure!r}", file=sys.stderr)
         self._register({"event": "close", "run_id": self.run_id, "pid": self.pid, "status": status,
                         "steps": self.steps, "modes": dict(self.modes), "reasons": dict(self.reasons),
-                        "captures": self.captures, "failed_captures": self.failed_captures})
+                        "captures": self.captures, "failed_captures": self.failed_captures,
+                        "lost": self.emitter.lost, "unsent": getattr(self.emitter.sink, "spooled", 0),
+                        "spool": getattr(self.emitter.sink, "spool_path", None)})
