@@ -136,7 +136,7 @@ def _run_text(run: dict, collector: str | None) -> str:
     modes = run.get("modes") or {}
     reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
                                                       key=lambda item: -item[1]))
-    return (f"{run.get('steps', 0)} steps: graph {modes.get('graph', 0)}, padded {modes.get('padded', 0)}, "
+    return (f"{plural(run.get('steps', 0), 'step')}: graph {modes.get('graph', 0)}, padded {modes.get('padded', 0)}, "
             f"eager {modes.get('eager', 0)}"
             + (f" (eager: {reasons})" if reasons else "")
             + f"; {run.get('captures', 0)} captures"

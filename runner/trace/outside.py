@@ -39,8 +39,8 @@ def read_registry(workdir: str) -> dict[str, dict[str, Any]]:
                     continue
                 if isinstance(record, dict):
                     runs.setdefault(str(record.get("run_id", "?")), {}).update(record)
-    except FileNotFoundError:
-        pass
+    except OSError:
+        pass                # no registry yet (no process reported a run), or it cannot be read
     return runs
 
 

@@ -4,6 +4,7 @@ SIGKILLed by itself or by its parent (vLLM's API server kills its engine core th
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -80,6 +81,49 @@ def test_a_signal_to_trace_ends_the_program_and_its_run_interrupted_with_its_eve
     assert (end["kind"], end["status"]) == ("run_end", "interrupted")
     assert len(steps_of(run_events)) >= 3
     assert "ended without a summary" not in err
+
+
+def test_ctrl_c_in_the_terminal_reaches_the_program_once_and_so_does_a_sigint_to_traces_group(tmp_path):
+    """On a terminal, Ctrl-C reaches the program from the terminal: trace does not pass it on
+    again. Off a terminal the program has its own group: a SIGINT to trace's group reaches it
+    through trace, once."""
+    import fcntl
+    import pty
+    import termios
+
+    counted = tmp_path / "sigints"
+    master, slave = pty.openpty()
+
+    def take_the_terminal():            # a session of its own whose controlling terminal is the pty
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    traced = subprocess.Popen(["replayscope", "trace", "--events", str(tmp_path / "tty.jsonl"), "--step",
+                               "__main__:decode_step", "--", sys.executable, PROGRAM, "count_sigint", str(counted)],
+                              cwd=REPO, env=ENV, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                              preexec_fn=take_the_terminal)
+    os.close(slave)
+    try:
+        wait_for(lambda: steps_written(tmp_path / "tty.jsonl") >= 3, 120, "the program's first steps")
+        os.write(master, b"\x03")        # Ctrl-C: the terminal signals its foreground group
+        traced.wait(60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+        os.close(master)
+    assert json.loads(counted.read_text()) == {"senders": ["kernel"], "own_group": False}
+
+    counted.unlink()
+    events = tmp_path / "group.jsonl"
+    traced = start_trace(events, "count_sigint", str(counted))
+    try:
+        wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
+        os.killpg(traced.pid, signal.SIGINT)
+        traced.communicate(timeout=60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+    assert json.loads(counted.read_text()) == {"senders": ["parent"], "own_group": True}
 
 
 def test_sigkill_of_trace_ends_the_program_and_its_run(tmp_path):

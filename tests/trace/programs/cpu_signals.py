@@ -3,6 +3,9 @@
 - ``loop``: steps every 10 ms until a signal ends it (gives up after 30 s and ends by itself);
 - ``os_exit N``: three steps, then ``os._exit(N)``;
 - ``self_kill EVENTS``: three steps, waits for them to be in its events file, then SIGKILLs itself;
+- ``count_sigint FILE``: steps every 10 ms until the first SIGINT, then waits 1 s for more and
+  writes to FILE who sent each SIGINT (``kernel``: the terminal; ``parent``: its parent, the
+  trace; ``other``) and whether it has a process group of its own;
 - ``kill_child EVENTS``: one step, then a multiprocessing child (forked) that records three
   steps and waits; once those are in the child's events file (EVENTS-pidN.jsonl) the parent
   SIGKILLs it, as vLLM's API server kills its engine core, and ends normally;
@@ -70,6 +73,20 @@ if __name__ == "__main__":
         while time.monotonic() < deadline:
             decode_step(torch.ones(4, 1))
             time.sleep(0.01)
+    elif how == "count_sigint":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        senders = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not senders:
+                decode_step(torch.ones(4, 1))
+            info = signal.sigtimedwait({signal.SIGINT}, 0.01)
+            if info is not None:
+                senders.append("kernel" if info.si_code == 0x80 else
+                               "parent" if info.si_pid == os.getppid() else "other")
+                deadline = min(deadline, time.monotonic() + 1.0)
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
+            json.dump({"senders": senders, "own_group": os.getpgrp() == os.getpid()}, f)
     elif how == "os_exit":
         three_steps()
         os._exit(int(sys.argv[2]))
