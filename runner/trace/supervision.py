@@ -28,6 +28,7 @@ SI_KERNEL = 0x80                 # si_code of a signal the kernel sent: the term
 PR_SET_PDEATHSIG = 1
 PARENT_DEATH_SIGNAL = signal.SIGTERM
 WATCH_EVERY_S = 0.5              # how often the processes' runs are looked at while the command runs
+SIGINFO = hasattr(signal, "sigtimedwait")   # who sent a signal can be read (not on macOS: handlers there)
 
 
 def on_terminal_foreground() -> bool:
@@ -69,7 +70,8 @@ def start(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, bo
             if os.getppid() != parent:      # the trace died before that
                 os.kill(os.getpid(), PARENT_DEATH_SIGNAL)
 
-    signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
+    if SIGINFO:
+        signal.pthread_sigmask(signal.SIG_BLOCK, WAITED)
     if sigint_ignored:                      # an ignored signal is never queued, blocked or not
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
@@ -80,12 +82,15 @@ def start(command: list[str], env: dict[str, str]) -> tuple[subprocess.Popen, bo
 
 
 def _unblock() -> None:
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, WAITED)
+    if SIGINFO:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, WAITED)
 
 
 def wait(child: subprocess.Popen, own_group: bool, watch: Callable[[], None] = lambda: None) -> int:
     """Wait for the command, passing SIGINT and SIGTERM on to it and calling ``watch`` every
     ``WATCH_EVERY_S``; its exit status (negative: the signal that ended it)."""
+    if not SIGINFO:
+        return _wait_with_handlers(child, own_group, watch)
     try:
         next_watch = time.monotonic() + WATCH_EVERY_S
         while (code := child.poll()) is None:
@@ -109,3 +114,25 @@ def pass_on(child: subprocess.Popen, info, own_group: bool) -> None:
         child.send_signal(info.si_signo)
     except ProcessLookupError:
         pass
+
+
+def _wait_with_handlers(child: subprocess.Popen, own_group: bool, watch: Callable[[], None]) -> int:
+    """``wait`` where the sender of a signal cannot be read: on a terminal's foreground a SIGINT
+    is taken to be the terminal's (the command has it already), elsewhere it is passed on."""
+    def forward(signum, _frame):
+        try:
+            child.send_signal(signum)
+        except ProcessLookupError:
+            pass
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, forward if own_group else signal.SIG_IGN),
+                signal.SIGTERM: signal.signal(signal.SIGTERM, forward)}
+    try:
+        while True:
+            try:
+                return child.wait(WATCH_EVERY_S)
+            except subprocess.TimeoutExpired:
+                watch()
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
