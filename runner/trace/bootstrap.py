@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from runner.trace import exits
 from runner.trace.graph_trees import GRAPH_TREE_HOOKS
 from runner.trace.hooks import TORCH_HOOKS, Patches
 from runner.trace.imports import PostImportHooks
@@ -66,32 +67,6 @@ def install(settings: TraceSettings, *, make_sink: Any = None) -> tuple[Tracer, 
     return tracer, hooks, patches
 
 
-def _at_exit(tracer: Tracer) -> None:
-    try:
-        tracer.close()
-    except Exception as error:  # noqa: BLE001
-        print(f"replayscope trace: {error!r}", file=sys.stderr)
-
-
-def _watch_uncaught(tracer: Tracer) -> None:
-    previous = sys.excepthook
-
-    def excepthook(exc_type, exc, tb):
-        try:
-            tracer.uncaught(exc_type, exc)
-        finally:
-            previous(exc_type, exc, tb)
-    sys.excepthook = excepthook
-
-
-def _end_runs_of_multiprocessing_workers(tracer: Tracer, util) -> None:
-    """multiprocessing's forked (and forkserver'd) workers leave through os._exit, past atexit:
-    its finalizers are what runs there, so the worker's run ends in one. It clears the
-    finalizers a fork inherits, then calls its after-fork callbacks: register it from one."""
-    util.register_after_fork(tracer, lambda tracer: util.Finalize(None, _at_exit, args=(tracer,),
-                                                                  exitpriority=-100))
-
-
 def install_from_environment() -> Tracer | None:
     """Trace this process if ``replayscope trace`` started it; else do nothing at all."""
     global ACTIVE
@@ -100,9 +75,11 @@ def install_from_environment() -> Tracer | None:
         return ACTIVE
     tracer, _hooks, _patches = install(settings)
     ACTIVE = tracer
-    atexit.register(_at_exit, tracer)
-    _watch_uncaught(tracer)
+    atexit.register(exits.end_run, tracer)
+    exits.watch_uncaught(tracer)
+    exits.end_run_before_os_exit(tracer)
+    exits.end_run_on_sigterm(tracer)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=tracer.after_fork_in_child)
-    _hooks.watch("multiprocessing.util", lambda util: _end_runs_of_multiprocessing_workers(tracer, util))
+    _hooks.watch("multiprocessing.util", lambda util: exits.end_runs_of_multiprocessing_workers(tracer, util))
     return tracer

@@ -9,20 +9,20 @@ inherit the environment, so they are traced too; nothing outside the command is 
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import uuid
 from pathlib import Path
 
-from runner.errors import ReplayscopeError
+from runner.errors import EXIT_INCOMPLETE, ReplayscopeError
+from runner.formats import plural
 from runner.timing import CUDA_TIME_EVERY
-from runner.trace.settings import REGISTRY_FILE, STEP_SPEC, TraceSettings
+from runner.trace import supervision
+from runner.trace.outside import OutsideEnds, read_registry
+from runner.trace.settings import STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
 
@@ -92,65 +92,72 @@ def run_traced(command: list[str], *, collector: str | None = None, events: str 
                                  command=tuple(command), events=events_path, collector=collector,
                                  token=token, step=step, lib=lib, workdir=workdir, parent_pid=os.getpid(),
                                  time_every=time_every)
-        code = _run(command, child_environment(settings, boot))
-        for line in summary_lines(os.path.join(workdir, REGISTRY_FILE), collector):
+        code = _run(command, child_environment(settings, boot),
+                    OutsideEnds(workdir, collector=collector, token=token))
+        runs = read_registry(workdir)
+        incomplete = incomplete_line(runs)
+        for line in summary_lines(runs, collector) + ([incomplete] if incomplete else []):
             print(line, file=out)
-        return code
+        return EXIT_INCOMPLETE if code == 0 and incomplete else code
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _run(command: list[str], env: dict[str, str]) -> int:
+def _run(command: list[str], env: dict[str, str], ends: OutsideEnds) -> int:
     try:
-        child = subprocess.Popen(command, env=env)
+        child, own_group = supervision.start(command, env)
     except FileNotFoundError:
         raise ReplayscopeError(f"command not found: {command[0]}") from None
     except PermissionError:
         raise ReplayscopeError(f"cannot run {command[0]}: permission denied") from None
-
-    def forward(signum, _frame):
-        child.send_signal(signum)
-
-    # Ctrl-C reaches the command from the terminal; SIGTERM to us is passed on to it.
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, signal.SIG_IGN),
-                signal.SIGTERM: signal.signal(signal.SIGTERM, forward)}
-    try:
-        code = child.wait()
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    code = supervision.wait(child, own_group, watch=lambda: ends.end_gone(waiting_for=child.pid))
+    ends.end_gone({child.pid: code})
     return 128 - code if code < 0 else code
 
 
-def summary_lines(registry: str, collector: str | None) -> list[str]:
+def summary_lines(runs: dict[str, dict], collector: str | None) -> list[str]:
     """One line per traced process that recorded something, from the processes' registry."""
-    runs: dict[str, dict] = {}
-    try:
-        with open(registry, encoding="utf-8") as f:
-            for line in f:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                runs.setdefault(record.get("run_id", "?"), {}).update(record)
-    except FileNotFoundError:
-        pass
     if not runs:
         return ["replayscope trace: no process of the command captured a CUDA graph, ran a step or "
                 "compiled (is it a Python program using PyTorch? see docs/trace.md)"]
     where = f"collector {collector}" if collector else "events files"
     lines = [f"replayscope trace: {len(runs)} traced process{'es' if len(runs) > 1 else ''} ({where}):"]
     for run_id, run in runs.items():
-        modes = run.get("modes") or {}
-        reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
-                                                          key=lambda item: -item[1]))
-        steps = run.get("steps")
-        text = (f"  {run_id} ({run.get('process', '?')}): "
-                + (f"{steps} steps: graph {modes.get('graph', 0)}, padded {modes.get('padded', 0)}, "
-                   f"eager {modes.get('eager', 0)}" if steps is not None else "ended without a summary")
-                + (f" (eager: {reasons})" if reasons else "")
-                + (f"; {run.get('captures', 0)} captures" if steps is not None else "")
-                + (f", {run['failed_captures']} failed" if run.get("failed_captures") else "")
-                + (f"; {run['target']}" if not collector and run.get("target") else ""))
-        lines.append(text)
+        lines.append(f"  {run_id} ({run.get('process', '?')}): " + _run_text(run, collector))
     return lines
+
+
+def _run_text(run: dict, collector: str | None) -> str:
+    where = f"; {run['target']}" if not collector and run.get("target") else ""
+    if "status" not in run:
+        return "still running: its process outlived the command" + where
+    if run.get("ended_by") == "trace":
+        return f"{run['status']}: {run.get('error')}" + _losses(run) + where
+    modes = run.get("modes") or {}
+    reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
+                                                      key=lambda item: -item[1]))
+    return (f"{plural(run.get('steps', 0), 'step')}: graph {modes.get('graph', 0)}, padded {modes.get('padded', 0)}, "
+            f"eager {modes.get('eager', 0)}"
+            + (f" (eager: {reasons})" if reasons else "")
+            + f"; {run.get('captures', 0)} captures"
+            + (f", {run['failed_captures']} failed" if run.get("failed_captures") else "")
+            + _losses(run) + where)
+
+
+def _losses(run: dict) -> str:
+    lost, unsent = run.get("lost") or 0, run.get("unsent") or 0
+    return ((f"; {plural(lost, 'event')} lost (not written or sent)" if lost else "")
+            + (f"; {plural(unsent, 'event')} not sent, kept in {run.get('spool')}" if unsent else ""))
+
+
+def incomplete_line(runs: dict[str, dict]) -> str | None:
+    """What did not get where it was going, when something did not: the summary's last line."""
+    lost = sum(run.get("lost") or 0 for run in runs.values())
+    unsent = sum(run.get("unsent") or 0 for run in runs.values())
+    if not lost and not unsent:
+        return None
+    spools = " ".join(shlex.quote(run["spool"]) for run in runs.values() if run.get("unsent") and run.get("spool"))
+    parts = ([f"{plural(lost, 'event')} lost"] if lost else []) + \
+        ([f"{plural(unsent, 'event')} not sent (re-send them with `replayscope import events {spools}`)"]
+         if unsent else [])
+    return "replayscope trace: incomplete: " + "; ".join(parts)

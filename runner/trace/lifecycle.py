@@ -10,7 +10,6 @@ the program, nothing synchronises the device).
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 import threading
@@ -21,7 +20,8 @@ from runner.emitter import Emitter
 from runner.sinks import HttpSink, JsonlSink
 from runner.timing import step_timing
 from runner.trace import device
-from runner.trace.settings import REGISTRY_FILE, TraceSettings, claim_events_path
+from runner.trace.outside import register
+from runner.trace.settings import TraceSettings, claim_events_path
 from runner.trace.tree_state import AUTO_STEPS
 
 
@@ -112,7 +112,8 @@ class RunLifecycle:
                                          daemon=True)
         self._starter.start()
         self._register({"event": "open", "run_id": self.run_id, "pid": self.pid, "process": self.label,
-                        "name": name, "target": target})
+                        "name": name, "target": target, "spool": getattr(sink, "spool_path", None),
+                        "flush_interval_s": emitter.flush_interval_s})
         for code, message in self._pending_warnings:
             self._emit_warning(code, message)
         self._pending_warnings.clear()
@@ -132,7 +133,9 @@ class RunLifecycle:
         if self._make_sink is not None:
             return self._make_sink(self.run_id), "test"
         if self.settings.collector:
-            return HttpSink(self.settings.collector, token=self.settings.token), self.settings.collector
+            spool = os.path.abspath(f"replayscope-spool-{self.run_id}.jsonl")
+            return (HttpSink(self.settings.collector, token=self.settings.token, spool_path=spool),
+                    self.settings.collector)
         if self.settings.events:
             path = claim_events_path(self.settings.events, self.pid)
             return JsonlSink(path), path
@@ -147,8 +150,7 @@ class RunLifecycle:
         if not self.settings.workdir:
             return
         try:
-            with open(os.path.join(self.settings.workdir, REGISTRY_FILE), "a", encoding="utf-8") as f:
-                f.write(json.dumps(record) + "\n")
+            register(self.settings.workdir, record)
         except OSError:
             pass   # the trace already ended (a process that outlived it)
 
@@ -234,4 +236,6 @@ class RunLifecycle:
             print(f"replayscope trace: closing the run of pid {self.pid} failed: {failure!r}", file=sys.stderr)
         self._register({"event": "close", "run_id": self.run_id, "pid": self.pid, "status": status,
                         "steps": self.steps, "modes": dict(self.modes), "reasons": dict(self.reasons),
-                        "captures": self.captures, "failed_captures": self.failed_captures})
+                        "captures": self.captures, "failed_captures": self.failed_captures,
+                        "lost": self.emitter.lost, "unsent": getattr(self.emitter.sink, "spooled", 0),
+                        "spool": getattr(self.emitter.sink, "spool_path", None)})

@@ -31,10 +31,10 @@ uvicorn.run(create_api(store, Settings(db=db, run_services=False)), host="127.0.
 class ThreadCollector:
     """The collector app served by uvicorn in a thread of the test process."""
 
-    def __init__(self, store: Store, port: int):
+    def __init__(self, store: Store, port: int, settings: Settings | None = None):
         self.url = f"http://127.0.0.1:{port}"
-        config = uvicorn.Config(create_api(store, Settings(run_services=False)), host="127.0.0.1", port=port,
-                                log_level="warning")
+        config = uvicorn.Config(create_api(store, settings or Settings(run_services=False)), host="127.0.0.1",
+                                port=port, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 

@@ -1,0 +1,156 @@
+"""Runs ended by ``replayscope trace`` from outside: a traced process that disappeared without
+ending its run (SIGKILL, as vLLM's API server stops its engine core; a crash of the
+interpreter) gets its ``run_end``, ``interrupted``, written by the trace.
+
+Each traced process reports its run to the trace through the registry in the trace's
+temporary folder (``runs.jsonl``: an ``open`` line with its run id, pid and where its events
+go, a ``close`` line once it ended its run). The trace looks at the open runs while the
+command runs and when it ends; a run whose process is gone and that has no ``close`` line
+is ended here, and a ``close`` line with ``ended_by: trace`` says so to the summary. What the
+process wrote or sent stays; what its emitter had not flushed yet (its last
+``flush_interval_s``, 0.2 s) died with it, and the run's error says so.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from runner.events_file import append_events
+from runner.http import HttpError, post_json
+from runner.trace.settings import REGISTRY_FILE
+from runner.wire import MAX_SEQ
+
+TAIL_BYTES = 1 << 16
+
+
+def read_registry(workdir: str) -> dict[str, dict[str, Any]]:
+    """Each run the processes reported, its lines merged (the ``close`` line over the ``open`` one)."""
+    runs: dict[str, dict[str, Any]] = {}
+    try:
+        with open(os.path.join(workdir, REGISTRY_FILE), encoding="utf-8") as f:
+            for line in f:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    runs.setdefault(str(record.get("run_id", "?")), {}).update(record)
+    except OSError:
+        pass                # no registry yet (no process reported a run), or it cannot be read
+    return runs
+
+
+def register(workdir: str, record: dict[str, Any]) -> None:
+    with open(os.path.join(workdir, REGISTRY_FILE), "a", encoding="utf-8") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+def process_gone(pid: int) -> bool:
+    """No such process, or only its zombie (dead, not yet waited for by its parent)."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+    except OSError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        pass
+    return False
+
+
+def how_it_ended(exit_status: int | None) -> str:
+    """The process's end as the trace knows it: its exit status for the command's own process."""
+    if exit_status is None:
+        return "the process disappeared without ending its run (killed, e.g. by SIGKILL, or it crashed)"
+    if exit_status < 0:
+        try:
+            name = signal.Signals(-exit_status).name
+        except ValueError:
+            name = f"signal {-exit_status}"
+        return f"the process was killed by {name}"
+    return f"the process left with exit status {exit_status} without ending its run"
+
+
+class OutsideEnds:
+    """Ends, from the trace, the runs of the processes that disappeared without ending them."""
+
+    def __init__(self, workdir: str, *, collector: str | None = None, token: str | None = None):
+        self.workdir = workdir
+        self.collector = collector
+        self.token = token
+
+    def end_gone(self, exit_statuses: dict[int, int] | None = None, waiting_for: int | None = None) -> None:
+        """End every open run whose process is gone. ``exit_statuses``: how the trace's own
+        child ended, by pid; ``waiting_for``: that child while it is waited for (its run is
+        left until its exit status is known)."""
+        exit_statuses = exit_statuses or {}
+        candidates = [run for run in read_registry(self.workdir).values()
+                      if "status" not in run and isinstance(run.get("pid"), int) and run["pid"] != waiting_for]
+        gone = [run for run in candidates if run["pid"] in exit_statuses or process_gone(run["pid"])]
+        if not gone:
+            return
+        now = read_registry(self.workdir)       # a process that closed its run just before it went
+        for run in gone:
+            if "status" not in now.get(run["run_id"], {}):
+                self._end(run, exit_statuses.get(run["pid"]))
+
+    def _end(self, run: dict[str, Any], exit_status: int | None) -> None:
+        flush_s = run.get("flush_interval_s") or 0.2
+        error = (f"{how_it_ended(exit_status)}; replayscope trace ended its run (events of its last "
+                 f"{flush_s:g} s, not yet written, may be missing)")
+        event = {"kind": "run_end", "ts": time.time(), "status": "interrupted", "error": error}
+        lost = 0
+        try:
+            if self.collector:
+                self._send(run, event)
+            else:
+                end_events_file(run["target"], event)
+        except (OSError, HttpError, ValueError, KeyError) as failure:
+            lost = 1
+            error += f"; its run_end could not be written: {failure}"
+        try:
+            register(self.workdir, {"event": "close", "run_id": run["run_id"], "pid": run["pid"],
+                                    "status": "interrupted", "ended_by": "trace", "error": error, "lost": lost})
+        except OSError:
+            pass
+
+    def _send(self, run: dict[str, Any], event: dict[str, Any]) -> None:
+        """To the collector, with the largest seq (after any of the process's); else into the
+        process's spool, which ``replayscope import events`` re-sends with the rest."""
+        try:
+            post_json(f"{self.collector.rstrip('/')}/v1/runs/{run['run_id']}/events",
+                      {"events": [{"seq": MAX_SEQ, **event}]}, token=self.token, timeout=10.0)
+        except HttpError:
+            spool = run.get("spool")
+            if not spool or not os.path.exists(spool):
+                raise
+            end_events_file(spool, event)
+
+
+def end_events_file(path: str, event: dict[str, Any]) -> None:
+    """Append ``event`` with the seq after the file's last one. A last line cut off mid-write
+    (the process died writing it) is removed first; a file already ended is left as it is."""
+    with open(path, "rb+") as f:
+        size = f.seek(0, os.SEEK_END)
+        start = max(0, size - TAIL_BYTES)
+        f.seek(start)
+        tail = f.read()
+        cut = tail.rfind(b"\n")
+        if cut < 0:
+            raise ValueError(f"{path} has no complete line")
+        if cut + 1 < len(tail):
+            f.truncate(start + cut + 1)
+        last = json.loads(tail[tail.rfind(b"\n", 0, cut) + 1:cut])
+    if last.get("kind") == "run_end":
+        return
+    seq = last["seq"] + 1 if last.get("kind") != "run" else 0
+    append_events(path, {}, [{"seq": seq, **event}])

@@ -1,0 +1,108 @@
+"""A CPU program that records steps (``decode_step``) and then ends as the test asks:
+
+- ``loop``: steps every 10 ms until a signal ends it (gives up after 30 s and ends by itself);
+- ``os_exit N``: three steps, then ``os._exit(N)``;
+- ``self_kill EVENTS``: three steps, waits for them to be in its events file, then SIGKILLs itself;
+- ``count_sigint FILE``: steps every 10 ms until the first SIGINT, then waits 1 s for more and
+  writes to FILE who sent each SIGINT (``kernel``: the terminal; ``parent``: its parent, the
+  trace; ``other``) and whether it has a process group of its own;
+- ``kill_child EVENTS``: one step, then a multiprocessing child (forked) that records three
+  steps and waits; once those are in the child's events file (EVENTS-pidN.jsonl) the parent
+  SIGKILLs it, as vLLM's API server kills its engine core, and ends normally;
+- ``kill_child URL``: the same where the runs go to the collector at URL (the child's steps
+  are waited for there).
+"""
+
+import json
+import multiprocessing
+import os
+import signal
+import sys
+import time
+import urllib.error
+import urllib.request
+
+import torch
+
+torch.set_num_threads(1)
+
+
+def decode_step(tokens):
+    return (tokens * 2).sum()
+
+
+def three_steps():
+    for bs in (3, 5, 2):
+        decode_step(torch.ones(bs, 1))
+
+
+def steps_in(path: str) -> int:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return sum('"kind": "step"' in line for line in f)
+    except FileNotFoundError:
+        return 0
+
+
+def steps_stored(url: str, pid: int) -> int:
+    run_id = f"{os.environ['REPLAYSCOPE_TRACE_ID']}-{pid}"     # the trace's run ids: <trace id>-<pid>
+    try:
+        with urllib.request.urlopen(f"{url}/v1/runs/{run_id}", timeout=5) as answer:
+            return json.load(answer)["steps"]
+    except urllib.error.URLError:
+        return 0
+
+
+def wait_until(predicate, timeout_s=60.0):
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise SystemExit("timed out")
+        time.sleep(0.02)
+
+
+def child_steps():
+    three_steps()
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    how = sys.argv[1]
+    if how == "loop":
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            decode_step(torch.ones(4, 1))
+            time.sleep(0.01)
+    elif how == "count_sigint":
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        senders = []
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if not senders:
+                decode_step(torch.ones(4, 1))
+            info = signal.sigtimedwait({signal.SIGINT}, 0.01)
+            if info is not None:
+                senders.append("kernel" if info.si_code == 0x80 else
+                               "parent" if info.si_pid == os.getppid() else "other")
+                deadline = min(deadline, time.monotonic() + 1.0)
+        with open(sys.argv[2], "w", encoding="utf-8") as f:
+            json.dump({"senders": senders, "own_group": os.getpgrp() == os.getpid()}, f)
+    elif how == "os_exit":
+        three_steps()
+        os._exit(int(sys.argv[2]))
+    elif how == "self_kill":
+        three_steps()
+        wait_until(lambda: steps_in(sys.argv[2]) == 3)
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "kill_child":
+        decode_step(torch.ones(1, 1))
+        child = multiprocessing.get_context("fork").Process(target=child_steps)
+        child.start()
+        if sys.argv[2].startswith("http"):
+            wait_until(lambda: steps_stored(sys.argv[2], child.pid) == 3)
+        else:
+            stem, ext = os.path.splitext(sys.argv[2])
+            wait_until(lambda: steps_in(f"{stem}-pid{child.pid}{ext}") == 3)
+        os.kill(child.pid, signal.SIGKILL)
+        child.join()
+        print(f"child exit code {child.exitcode}")

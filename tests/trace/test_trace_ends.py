@@ -1,0 +1,218 @@
+"""``replayscope trace`` ends every run, whatever ends the program (issue 36 item 7, issue 33):
+SIGINT or SIGTERM to trace's PID or its group, SIGKILL of trace itself, ``os._exit``, a process
+SIGKILLed by itself or by its parent (vLLM's API server kills its engine core that way)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.trace.test_trace_command import ENV, PROGRAMS, REPO, read_run, steps_of, trace
+
+PROGRAM = str(PROGRAMS / "cpu_signals.py")
+
+
+def wait_for(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
+
+
+def steps_written(path) -> int:
+    try:
+        return path.read_text(encoding="utf-8").count('"kind": "step"')
+    except FileNotFoundError:
+        return 0
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def start_trace(events, *program, sigint_ignored=False):
+    """trace in a session of its own (its group is not the test's); started with SIGINT ignored
+    as a script's background job is, when asked."""
+    def ignore_sigint():
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    return subprocess.Popen(["replayscope", "trace", "--events", str(events), "--step", "__main__:decode_step",
+                             "--", sys.executable, PROGRAM, *program], cwd=REPO, env=ENV,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=ignore_sigint if sigint_ignored else None)
+
+
+def program_pid(events) -> int:
+    run, _ = read_run(events)
+    return run["config"]["trace"]["pid"]
+
+
+@pytest.mark.parametrize("signum, to, sigint_ignored", [
+    (signal.SIGINT, "pid", False), (signal.SIGTERM, "pid", False), (signal.SIGINT, "group", False),
+    (signal.SIGTERM, "group", False), (signal.SIGINT, "pid", True)],
+    ids=["SIGINT-pid", "SIGTERM-pid", "SIGINT-group", "SIGTERM-group", "SIGINT-pid-started-ignoring-it"])
+def test_a_signal_to_trace_ends_the_program_and_its_run_interrupted_with_its_events(tmp_path, signum, to,
+                                                                                      sigint_ignored):
+    events = tmp_path / "trace.jsonl"
+    traced = start_trace(events, "loop", sigint_ignored=sigint_ignored)
+    try:
+        wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
+        (os.killpg if to == "group" else os.kill)(traced.pid, signum)
+        _out, err = traced.communicate(timeout=60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+    assert traced.returncode == 128 + signum, err
+    _run, run_events = read_run(events)
+    end = run_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert len(steps_of(run_events)) >= 3
+    assert "ended without a summary" not in err
+
+
+def test_ctrl_c_in_the_terminal_reaches_the_program_once_and_so_does_a_sigint_to_traces_group(tmp_path):
+    """On a terminal, Ctrl-C reaches the program from the terminal: trace does not pass it on
+    again. Off a terminal the program has its own group: a SIGINT to trace's group reaches it
+    through trace, once."""
+    import fcntl
+    import pty
+    import termios
+
+    counted = tmp_path / "sigints"
+    master, slave = pty.openpty()
+
+    def take_the_terminal():            # a session of its own whose controlling terminal is the pty
+        fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    traced = subprocess.Popen(["replayscope", "trace", "--events", str(tmp_path / "tty.jsonl"), "--step",
+                               "__main__:decode_step", "--", sys.executable, PROGRAM, "count_sigint", str(counted)],
+                              cwd=REPO, env=ENV, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                              preexec_fn=take_the_terminal)
+    os.close(slave)
+    try:
+        wait_for(lambda: steps_written(tmp_path / "tty.jsonl") >= 3, 120, "the program's first steps")
+        os.write(master, b"\x03")        # Ctrl-C: the terminal signals its foreground group
+        traced.wait(60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+        os.close(master)
+    assert json.loads(counted.read_text()) == {"senders": ["kernel"], "own_group": False}
+
+    counted.unlink()
+    events = tmp_path / "group.jsonl"
+    traced = start_trace(events, "count_sigint", str(counted))
+    try:
+        wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
+        os.killpg(traced.pid, signal.SIGINT)
+        traced.communicate(timeout=60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+    assert json.loads(counted.read_text()) == {"senders": ["parent"], "own_group": True}
+
+
+def test_sigkill_of_trace_ends_the_program_and_its_run(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    traced = start_trace(events, "loop")
+    pid = None
+    try:
+        wait_for(lambda: steps_written(events) >= 3, 120, "the program's first steps")
+        pid = program_pid(events)
+        traced.send_signal(signal.SIGKILL)
+        traced.wait(10)
+        wait_for(lambda: not alive(pid), 20, "the program to end once trace was killed")
+    finally:
+        if pid is not None and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        if traced.poll() is None:
+            traced.kill()
+            traced.wait()
+    _run, run_events = read_run(events)
+    assert (run_events[-1]["kind"], run_events[-1]["status"]) == ("run_end", "interrupted")
+    assert len(steps_of(run_events)) >= 3
+
+
+def test_a_program_that_leaves_through_os_exit_ends_its_run_with_every_event(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable, PROGRAM,
+                   "os_exit", "3")
+    assert result.returncode == 3, result.stderr
+    _run, run_events = read_run(events)
+    assert [s["raw_bs"] for s in steps_of(run_events)] == [3, 5, 2]
+    end = run_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "failed")
+    assert end["error"] == "the process left through os._exit(3)"
+    assert "3 steps" in result.stderr
+
+
+def test_a_program_killed_by_sigkill_gets_its_run_ended_by_trace(tmp_path):
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable, PROGRAM,
+                   "self_kill", str(events))
+    assert result.returncode == 128 + signal.SIGKILL, result.stderr
+    _run, run_events = read_run(events)
+    assert [s["raw_bs"] for s in steps_of(run_events)] == [3, 5, 2]
+    end = run_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert end["seq"] == run_events[-2]["seq"] + 1
+    assert "killed by SIGKILL" in end["error"] and "replayscope trace ended its run" in end["error"]
+    assert "ended without a summary" not in result.stderr
+    assert "killed by SIGKILL" in result.stderr
+
+
+def test_a_child_sigkilled_by_its_parent_gets_its_run_ended_interrupted_with_its_events(tmp_path):
+    """vLLM's shape: its API server SIGKILLs the engine core at shutdown (``force killing
+    remaining processes``); the engine core's run had no end and no summary."""
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable, PROGRAM,
+                   "kill_child", str(events))
+    assert result.returncode == 0, result.stderr
+    assert f"child exit code {-signal.SIGKILL}" in result.stdout
+    [child_file] = tmp_path.glob("trace-pid*.jsonl")
+    _run, child_events = read_run(child_file)
+    assert [s["raw_bs"] for s in steps_of(child_events)] == [3, 5, 2]
+    end = child_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert "replayscope trace ended its run" in end["error"]
+    _run, parent_events = read_run(events)
+    assert (parent_events[-1]["kind"], parent_events[-1]["status"]) == ("run_end", "finished")
+    assert "ended without a summary" not in result.stderr
+
+
+def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_with_its_steps(tmp_path):
+    from collector.models import queries
+    from collector.store import Store
+    from tests.e2e.conftest import ThreadCollector
+    from tests.live_server import free_port
+
+    store = Store.open(f"sqlite:///{tmp_path}/collector.db", upgrade=True)
+    server = ThreadCollector(store, free_port()).start()
+    try:
+        result = trace("--collector", server.url, "--step", "__main__:decode_step", "--",
+                       sys.executable, PROGRAM, "kill_child", server.url, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        runs = {r["steps"]: r for r in queries.list_runs(store) if r["source"] == "trace"}
+        assert sorted(runs) == [1, 3]
+        assert runs[1]["status"] == "finished"
+        child = queries.run_summary(store, runs[3]["run_id"])
+        assert child["status"] == "interrupted"
+        assert "killed" in child["error"] and "replayscope trace ended its run" in child["error"]
+        assert "ended without a summary" not in result.stderr
+    finally:
+        server.stop()
+        store.dispose()
