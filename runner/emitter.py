@@ -246,6 +246,15 @@ class Emitter:
         """Write everything queued now (waits for outstanding GPU timings)."""
         self._flush(wait_for_gpu=True)
 
+    def flush_unless_busy(self, timeout_s: float = 0.5) -> bool:
+        """``flush`` from a signal handler: False, writing nothing, when the flush lock is not
+        free within ``timeout_s`` (the code the signal interrupted may hold it)."""
+        if not self._flush_lock.acquire(timeout=timeout_s):
+            return False
+        self._flush_lock.release()
+        self._flush(wait_for_gpu=True)
+        return True
+
     def close(self, status: str = "finished", error: str | None = None) -> None:
         if self.closed:
             return

@@ -79,6 +79,7 @@ def install_from_environment() -> Tracer | None:
     exits.watch_uncaught(tracer)
     exits.end_run_before_os_exit(tracer)
     exits.end_run_on_sigterm(tracer)
+    exits.flush_before_the_programs_signal_handlers(tracer)
     if hasattr(os, "register_at_fork"):
         os.register_at_fork(after_in_child=tracer.after_fork_in_child)
     _hooks.watch("multiprocessing.util", lambda util: exits.end_runs_of_multiprocessing_workers(tracer, util))

@@ -77,3 +77,43 @@ def end_run_on_sigterm(tracer: Tracer) -> None:
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
     signal.signal(signal.SIGTERM, on_sigterm)
+
+
+FLUSHED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def flush_before_the_programs_signal_handlers(tracer: Tracer) -> None:
+    """A handler the program sets for SIGINT or SIGTERM runs after the tracer has written what
+    its emitter holds. vLLM's engine core sets its own, and its API server SIGKILLs it moments
+    after a Ctrl-C: without this, the steps of its last moments (up to the emitter's flush
+    interval, more when the process is busy) died with it. ``signal.getsignal`` and the value
+    ``signal.signal`` returns still give the program its own handlers."""
+    original_signal, original_getsignal = signal.signal, signal.getsignal
+    wrapped: dict[int, tuple] = {}          # signum -> (the wrapper installed, the program's handler)
+
+    def program_handler(signum, current):
+        entry = wrapped.get(signum)
+        return entry[1] if entry is not None and current is entry[0] else current
+
+    def set_handler(signum, handler):
+        if signum in FLUSHED_SIGNALS and callable(handler):
+            def flushing(sig, frame, handler=handler):
+                try:
+                    tracer.flush_events()
+                except Exception:  # noqa: BLE001 (the program's handler runs whatever happens)
+                    pass
+                return handler(sig, frame)
+            previous = original_signal(signum, flushing)
+            result = program_handler(signum, previous)
+            wrapped[signum] = (flushing, handler)
+            return result
+        previous = original_signal(signum, handler)
+        result = program_handler(signum, previous)
+        wrapped.pop(signum, None)
+        return result
+
+    def get_handler(signum):
+        return program_handler(signum, original_getsignal(signum))
+
+    set_handler.__wrapped__, get_handler.__wrapped__ = original_signal, original_getsignal
+    signal.signal, signal.getsignal = set_handler, get_handler

@@ -189,6 +189,12 @@ class RunLifecycle:
                                  f"what it would have recorded is missing", once=f"hook_failed:{where}")
 
     # -- the end ----------------------------------------------------------------
+    def flush_events(self) -> None:
+        """Write what the run's emitter holds now (a signal handler calls this: never blocks
+        on a flush the interrupted code is in the middle of)."""
+        if self.emitter is not None:
+            self.emitter.flush_unless_busy()
+
     def uncaught(self, exc_type: type, exc: BaseException) -> None:
         """The program ends with an exception: the run ends failed (or interrupted) with it."""
         if issubclass(exc_type, KeyboardInterrupt):

@@ -10,7 +10,11 @@
   steps and waits; once those are in the child's events file (EVENTS-pidN.jsonl) the parent
   SIGKILLs it, as vLLM's API server kills its engine core, and ends normally;
 - ``kill_child URL``: the same where the runs go to the collector at URL (the child's steps
-  are waited for there).
+  are waited for there);
+- ``handler_killed N``: sets its own SIGINT handler (as vLLM's engine core does), which SIGKILLs
+  the process (as vLLM's API server does to it moments later), records N steps at once and sends
+  itself SIGINT: the steps are in its emitter's buffer, not yet flushed, when the signal comes.
+  Prints whether ``signal.getsignal`` still gives the program its own handler.
 """
 
 import json
@@ -94,6 +98,15 @@ if __name__ == "__main__":
         three_steps()
         wait_until(lambda: steps_in(sys.argv[2]) == 3)
         os.kill(os.getpid(), signal.SIGKILL)
+    elif how == "handler_killed":
+        def stop(_signum, _frame):
+            os.kill(os.getpid(), signal.SIGKILL)
+        signal.signal(signal.SIGINT, stop)
+        print(f"own handler: {signal.getsignal(signal.SIGINT) is stop}", flush=True)
+        for _ in range(int(sys.argv[2])):
+            decode_step(torch.ones(2, 1))
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(30)
     elif how == "kill_child":
         decode_step(torch.ones(1, 1))
         child = multiprocessing.get_context("fork").Process(target=child_steps)
