@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
 
+from runner.environment import B64TOKEN
 from runner.errors import TooManyRequests
 
 if TYPE_CHECKING:
@@ -36,8 +37,15 @@ def token_matches(supplied: str | None, token: str | None) -> bool:
 
 
 def bearer(authorization: str | None) -> str | None:
-    scheme, _, supplied = (authorization or "").partition(" ")
-    return supplied if scheme.lower() == "bearer" else None
+    """The token of an ``Authorization`` header, parsed as RFC 6750 (2.1) writes it:
+    ``Bearer``, one or more spaces, the token (``runner.environment.B64TOKEN``), nothing
+    else. The scheme's case is free (RFC 7235: schemes are case-insensitive); tabs, other
+    whitespace or anything around the token are not, and such a header carries no token."""
+    scheme, space, rest = (authorization or "").partition(" ")
+    supplied = rest.lstrip(" ")
+    if not space or scheme.lower() != "bearer" or not B64TOKEN.fullmatch(supplied):
+        return None
+    return supplied
 
 
 def _session_key(token: str) -> bytes:

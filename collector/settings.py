@@ -53,8 +53,8 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict = {}
         for f in fields(cls):
-            if f.name == "token":        # the runner's commands read it too: one lookup for both
-                values["token"] = environment.token(environ=env)
+            if f.name == "token":        # the runner's commands read it too: one lookup (and check) for both
+                values["token"] = environment.token(overrides.pop("token", None), environ=env)
                 continue
             raw = env.get(f"REPLAYSCOPE_{f.name.upper()}")
             if raw is None or raw == "":
