@@ -39,7 +39,10 @@ def _serve(args) -> int:
         what = "collector" if args.no_dashboard else "collector and dashboard"
         print(f"replayscope {what} on http://{settings.host}:{settings.port} (store {store.safe_url})", flush=True)
         # uvicorn's access log (one line per request) shows at info and below.
-        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level)
+        # X-Forwarded-For is believed only from the proxies --forwarded-allow-ips names
+        # (uvicorn's own default believes 127.0.0.1: any local client could forge its address).
+        uvicorn.run(app, host=settings.host, port=settings.port, log_level=settings.log_level,
+                    proxy_headers=settings.proxy_headers, forwarded_allow_ips=settings.forwarded_allow_ips)
     finally:
         store.dispose()
     return 0
@@ -87,7 +90,8 @@ class _Demo:
         store = Store.open(settings.db, upgrade=settings.db == DEMO_DB)   # its own file is the demo's to migrate
         _ensure_demo_rule(store)
         app = create_server(store, settings)
-        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=settings.log_level))
+        self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=settings.log_level,
+                                                    proxy_headers=False))
         thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         url = f"http://{host}:{port}"
@@ -240,6 +244,10 @@ def add_parsers(sub) -> None:
     serve.add_argument("--migrate", action="store_true",
                        help="upgrade a store whose schema is behind this replayscope before serving")
     serve.add_argument("--no-dashboard", action="store_true", help="serve the collector API only")
+    serve.add_argument("--forwarded-allow-ips", metavar="IPS",
+                       help="proxies (addresses or networks, comma-separated; * for any) whose X-Forwarded-For "
+                            "names the client, for the wrong-token limit and the access log (default "
+                            "$REPLAYSCOPE_FORWARDED_ALLOW_IPS or none: the connection's peer is the client)")
     serve.add_argument("--insecure", action="store_true",
                        help="listen on a non-loopback address without REPLAYSCOPE_TOKEN (anyone reaching it "
                             "can write)")

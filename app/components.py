@@ -13,7 +13,7 @@ import dash_ag_grid as dag
 from dash import dcc, html
 
 # The pages' number formats live in app.formats; re-exported so a page needs one import.
-from app.formats import (count, number, pct, plural, seconds, signed_seconds, size,  # noqa: F401
+from app.formats import (count, inert, number, pct, plural, seconds, signed_seconds, size,  # noqa: F401
                          unknown, when)
 
 # -- layout pieces ---------------------------------------------------------------------
@@ -55,7 +55,8 @@ class Column:
     ``field`` is the row key the column sorts and filters on (a number for ``numeric``
     columns, so "eager % ≥ 10" compares numbers). ``shown`` makes the text displayed from
     the whole row (so unknown values can say why they are unknown); without it the raw
-    value is shown. ``link`` is a path template filled from the row ("/run/{run_id}"),
+    value is shown. Either way a text column shows stored strings ``inert`` (bidirectional
+    controls as their code points), while it sorts, filters and links on the raw value. ``link`` is a path template filled from the row ("/run/{run_id}"),
     which makes the cell a link. ``min_width`` is in pixels; columns share the rest of the
     width by ``flex``.
     """
@@ -79,7 +80,8 @@ class Column:
                      filterParams={"buttons": ["reset"]})
         if not filters:
             d["filter"] = False
-        if self.shown is not None:
+        if self.shown is not None or not self.numeric:
+            d.pop("tooltipField", None)
             d["valueFormatter"] = {"function": "shown(params)"}
             d["tooltipValueGetter"] = {"function": "shown(params)"}
         if self.link is not None:
@@ -89,9 +91,20 @@ class Column:
 
 
 def grid_rows(columns: Iterable[Column], records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Rows for ``grid``: each record with its display text for every formatted column."""
+    """Rows for ``grid``: each record with its display text for every formatted column, and
+    for a text column whose value has bidirectional controls (shown ``inert``)."""
+    columns = list(columns)
     formatted = [col for col in columns if col.shown is not None]
-    return [{**r, **{col.field + SHOWN: col.shown(r) for col in formatted}} for r in records]
+    texts = [col for col in columns if col.shown is None and not col.numeric]
+    rows = []
+    for r in records:
+        shown = {col.field + SHOWN: inert(col.shown(r)) for col in formatted}
+        for col in texts:
+            value = r.get(col.field)
+            if isinstance(value, str) and inert(value) != value:
+                shown[col.field + SHOWN] = inert(value)
+        rows.append({**r, **shown})
+    return rows
 
 
 def grid(id: str, columns: Iterable[Column], rows: Iterable[dict[str, Any]] = (), *,

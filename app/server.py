@@ -20,6 +20,7 @@ from dash import ctx
 from fastapi import FastAPI
 from starlette.middleware import Middleware
 
+from app.callback_bodies import CallbackBodies
 from app.data import ServingApp
 from collector.api import create_api
 from collector.settings import Settings
@@ -39,6 +40,7 @@ def _pages() -> list[Any]:
 
 def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
     """Attach the Dash app to ``api``; returns the Dash instance."""
+    guards = list(api.user_middleware)
     dash_app = dash.Dash(
         __name__, server=api, use_pages=True, pages_folder="", assets_folder=str(ASSETS),
         title="replayscope", suppress_callback_exceptions=True, update_title=None,
@@ -49,8 +51,13 @@ def attach_dashboard(api: FastAPI, store: Any, settings: Any) -> Any:
         dash.page_registry[page.__name__]["layout"] = page.layout
         page.callback.register(dash_app)
     dash_app.layout = dash.html.Div([dash.page_container], className="app")
-    # innermost, after the collector's guards: each request's pages read this app's store
-    api.user_middleware.append(Middleware(ServingApp, state=api.state))
+    # Dash adds its middleware outermost, where it would read a callback's body before the
+    # collector's guards (the Host, the body's size) saw the request. In order: the guards, a
+    # malformed callback request answered 400 (not Dash's 500), Dash's own, and innermost
+    # each request's pages reading this app's store.
+    dash_layers = [m for m in api.user_middleware if all(m is not g for g in guards)]
+    api.user_middleware[:] = [*guards, Middleware(CallbackBodies, callbacks=dash_app.callback_map), *dash_layers,
+                              Middleware(ServingApp, state=api.state)]
     _warm_up(dash_app)
     api.state.dash = dash_app
     return dash_app

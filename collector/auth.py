@@ -4,7 +4,8 @@ With ``REPLAYSCOPE_TOKEN`` set, every write needs it: API clients send
 ``Authorization: Bearer <token>``; the dashboard asks for the token once and keeps a
 signed, HttpOnly, SameSite=Strict session cookie (``SESSION_COOKIE``) whose signature is
 keyed by the token, so changing the token ends every session. Wrong tokens are limited
-per client address (``collector.throttle``). Without a token every
+per client address (``collector.throttle``); the right one is always checked and accepted,
+so nobody sharing an address can lock a runner out. Without a token every
 caller is a writer (``replayscope serve`` refuses to listen beyond loopback then, unless
 ``--insecure``). Either way a browser's cross-origin write is refused (``origin_allowed``).
 """
@@ -18,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
 
+from runner.environment import B64TOKEN
 from runner.errors import TooManyRequests
 
 if TYPE_CHECKING:
@@ -31,12 +33,19 @@ def token_matches(supplied: str | None, token: str | None) -> bool:
     """Constant-time comparison; with no token configured everything matches."""
     if not token:
         return True
-    return supplied is not None and hmac.compare_digest(supplied.strip().encode(), token.encode())
+    return supplied is not None and hmac.compare_digest(supplied.encode(), token.encode())
 
 
 def bearer(authorization: str | None) -> str | None:
-    scheme, _, supplied = (authorization or "").partition(" ")
-    return supplied if scheme.lower() == "bearer" else None
+    """The token of an ``Authorization`` header, parsed as RFC 6750 (2.1) writes it:
+    ``Bearer``, one or more spaces, the token (``runner.environment.B64TOKEN``), nothing
+    else. The scheme's case is free (RFC 7235: schemes are case-insensitive); tabs, other
+    whitespace or anything around the token are not, and such a header carries no token."""
+    scheme, space, rest = (authorization or "").partition(" ")
+    supplied = rest.lstrip(" ")
+    if not space or scheme.lower() != "bearer" or not B64TOKEN.fullmatch(supplied):
+        return None
+    return supplied
 
 
 def _session_key(token: str) -> bytes:
@@ -66,8 +75,9 @@ def session_valid(value: str | None, token: str | None, now: float | None = None
 def is_writer(headers: Mapping[str, str], cookies: Mapping[str, str], token: str | None, *,
               client: str | None = None, limiter: "WrongTokens | None" = None) -> bool:
     """A request carries the right to write: no token configured, the bearer token, or a
-    valid session. With a ``limiter``, a bearer token from a ``client`` that gave too many
-    wrong ones is not even checked (``TooManyRequests``), and a wrong one counts."""
+    valid session. With a ``limiter``, a wrong bearer token counts against ``client``, and
+    one from a ``client`` that gave too many is refused (``TooManyRequests``); the right one
+    is accepted from anyone."""
     if not token:
         return True
     supplied = bearer(headers.get("authorization"))
@@ -78,16 +88,18 @@ def is_writer(headers: Mapping[str, str], cookies: Mapping[str, str], token: str
 
 
 def check_token(supplied: str, token: str, *, client: str | None = None, limiter: "WrongTokens | None" = None) -> bool:
-    """Whether ``supplied`` is the token, counting a wrong one against ``client`` (see
-    ``collector.throttle``); ``TooManyRequests`` while the client may not try."""
-    if limiter is not None:
-        wait = limiter.wait_s(client)
-        if wait > 0:
-            raise TooManyRequests(limiter.message(wait), wait)
+    """Whether ``supplied`` is the token. It is always compared (in constant time), so the
+    right one is accepted from any address, however many wrong ones came from it: a runner
+    behind the same NAT, proxy or host as a guesser is never locked out. A wrong one counts
+    against ``client`` (``collector.throttle``), and while ``client`` has given too many it
+    is answered ``TooManyRequests`` instead of False."""
     if token_matches(supplied, token):
         return True
     if limiter is not None:
+        wait = limiter.wait_s(client)
         limiter.wrong(client)
+        if wait > 0:
+            raise TooManyRequests(limiter.message(wait), wait)
     return False
 
 

@@ -8,6 +8,7 @@ Pure standard library, so building the command line stays cheap.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
@@ -40,6 +41,7 @@ class Settings:
     webhook_timeout_s: float = 30.0            # REPLAYSCOPE_WEBHOOK_TIMEOUT_S: a slower answer is a failed attempt
     webhook_allow: str | None = None           # REPLAYSCOPE_WEBHOOK_ALLOW: non-public receivers allowed (names, addresses, networks)
     allowed_hosts: str | None = None           # REPLAYSCOPE_ALLOWED_HOSTS: Host names this collector answers to
+    forwarded_allow_ips: str | None = None     # REPLAYSCOPE_FORWARDED_ALLOW_IPS, --forwarded-allow-ips: proxies whose X-Forwarded-For is believed
     run_services: bool = True                  # start the background services with the app
     raw_retention: str = "14d"                 # REPLAYSCOPE_RAW_RETENTION: raw step events ("forever": keep)
     second_retention: str = "7d"               # REPLAYSCOPE_SECOND_RETENTION: 1-second rollups
@@ -51,8 +53,8 @@ class Settings:
         env = os.environ if environ is None else environ
         values: dict = {}
         for f in fields(cls):
-            if f.name == "token":        # the runner's commands read it too: one lookup for both
-                values["token"] = environment.token(environ=env)
+            if f.name == "token":        # the runner's commands read it too: one lookup (and check) for both
+                values["token"] = environment.token(overrides.pop("token", None), environ=env)
                 continue
             raw = env.get(f"REPLAYSCOPE_{f.name.upper()}")
             if raw is None or raw == "":
@@ -62,7 +64,35 @@ class Settings:
         settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
         if settings.log_level not in LOG_LEVELS:
             raise ReplayscopeError(f"log level {settings.log_level!r}: choose one of {', '.join(LOG_LEVELS)}")
+        if settings.forwarded_allow_ips is not None:
+            settings = replace(settings, forwarded_allow_ips=trusted_proxies(settings.forwarded_allow_ips))
         return settings
+
+    @property
+    def proxy_headers(self) -> bool:
+        """Whether uvicorn reads X-Forwarded-For/-Proto at all: only from proxies named in
+        ``forwarded_allow_ips`` (off by default: a client could name any address in it, and
+        the token throttle would give each forged one a fresh allowance)."""
+        return bool(self.forwarded_allow_ips)
+
+
+def trusted_proxies(raw: str) -> str:
+    """``--forwarded-allow-ips``: comma-separated addresses or networks (``10.0.0.0/8``), or
+    ``*`` (every peer is a trusted proxy: only behind a proxy that every request passes);
+    returned normalised, or a one-line error."""
+    items = [item.strip() for item in raw.split(",") if item.strip()]
+    if not items:
+        raise ReplayscopeError(f"forwarded-allow-ips {raw!r}: name the proxies' addresses or networks, "
+                               f"comma-separated (e.g. 10.0.0.5,10.1.0.0/16)")
+    for item in items:
+        if item == "*":
+            continue
+        try:
+            ipaddress.ip_network(item, strict=False)
+        except ValueError:
+            raise ReplayscopeError(f"forwarded-allow-ips {item!r} is not an IP address or network "
+                                   f"(e.g. 10.0.0.5 or 10.1.0.0/16, or * for every peer)") from None
+    return ",".join(items)
 
 
 def resolve(args: Any = None, environ: Mapping[str, str] | None = None, **overrides) -> Settings:

@@ -15,6 +15,11 @@ import math
 
 from runner.wire import default_provenance
 
+# Bidirectional-text controls (embeddings, overrides, isolates): inside a stored name they
+# would reorder what is shown after them ("report\u202etxt.exe" reads "reportexe.txt").
+BIDI_CONTROLS = "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+_BIDI_SHOWN = {ord(ch): f"[U+{ord(ch):04X}]" for ch in BIDI_CONTROLS}
+
 NOT_IN_THE_LOG = "not in the log"
 NOT_MEASURED = "not measured"
 _BYTE_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
@@ -24,6 +29,12 @@ def unknown(source: str | None) -> str:
     """What an unknown figure of a run from ``source`` is called: the engine's log did not
     give it ("not in the log"), or nothing measured it ("not measured")."""
     return NOT_IN_THE_LOG if source and default_provenance(source) == "log" else NOT_MEASURED
+
+
+def inert(text):
+    """A stored string as the pages show it: each bidirectional control written as its code
+    point (``[U+202E]``), so it reorders nothing around it; anything not a string as is."""
+    return text.translate(_BIDI_SHOWN) if isinstance(text, str) else text
 
 
 def count(value: int | None, missing: str = NOT_MEASURED) -> str:

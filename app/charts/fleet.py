@@ -44,7 +44,7 @@ def fleet_figure(series: list[dict[str, Any]], metric: str) -> go.Figure:
     for group in dict.fromkeys(p["group"] for p in points):
         mine = [p for p in points if p["group"] == group]
         # a point stands for the runs started in its bucket: drawn at the bucket's middle
-        traces.append(dict(type="scatter", mode="lines+markers", name=group,
+        traces.append(dict(type="scatter", mode="lines+markers", name=formats.inert(group),
                            x=utc_times(p["t"] + bucket_s / 2 for p in mine), y=[p[metric] * scale for p in mine],
                            customdata=[[shown(p[metric]), formats.plural(p["runs"], "run"),
                                         _bucket_text(p["t"], bucket_s)] for p in mine],

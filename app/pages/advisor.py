@@ -222,7 +222,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     return html.Div([
         c.nav(run_id),
         dcc.Store(id="advisor-run-id", data=run_id),
-        html.H2(["Capture sizes for ", html.Span(advice["name"], id="advisor-name")]),
+        html.H2(["Capture sizes for ", html.Span(c.inert(advice["name"]), id="advisor-name")]),
         *intro(advice),
         graphs_off_banner(advice),
         html.Div([html.Label(["Budget: ", html.Span(budget_text(advice), id="advisor-budget-value")],

@@ -4,7 +4,8 @@ own rule writes (``app.data``, as the API's routes), and the firing / resolved h
 each alert's dominant reason. Shares (thresholds, peaks) read as percentages throughout.
 
 With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
-once (wrong tokens are limited per address, collector.throttle): the sign-in callback
+once (wrong tokens are limited per address, collector.throttle; the right one always
+signs in): the sign-in callback
 sets a signed, HttpOnly session cookie (collector.auth), and
 every callback that changes the store checks it, so a callback posted without it changes
 nothing. Readers without it see webhook URLs as scheme and host only."""
@@ -175,10 +176,10 @@ def sign_in(_in, _out, token, changed):
     trigger = ctx.triggered_id
     if configured and trigger == "auth-sign-in":
         try:
-            right = auth.check_token(token or "", configured, client=ctx.remote or None,
-                                    limiter=data.wrong_tokens())
-        except TooManyRequests as error:
-            return f"Not checked: {error}.", "", changed
+            right = auth.check_token((token or "").strip(), configured, client=ctx.remote or None,
+                                     limiter=data.wrong_tokens())
+        except TooManyRequests as error:      # only a wrong token is refused so
+            return f"That is not the collector's token, and {error}.", "", changed
         if not right:
             return "That is not the collector's token.", "", changed
         secure = (ctx.headers or {}).get("x-forwarded-proto", "") == "https" or \

@@ -121,7 +121,7 @@ def page_data(store: Any, metric: str = "eager_ratio", **chosen: Any) -> dict[st
 
 def _dropdown(name: str, options: list[str], value: str | None) -> html.Div:
     return html.Div([html.Label(name, htmlFor=f"fleet-{name}"),
-                     dcc.Dropdown(id=f"fleet-{name}", options=[{"label": o, "value": o} for o in options],
+                     dcc.Dropdown(id=f"fleet-{name}", options=[{"label": c.inert(o), "value": o} for o in options],
                                   value=value if value in options else None, placeholder=f"every {name}",
                                   clearable=True)], className="field")
 

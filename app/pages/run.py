@@ -118,10 +118,10 @@ def header(summary: dict[str, Any]) -> list[Any]:
         or f"Imported from {summary['source']}: steps and their modes come from the engine's own "
            "reports; an eager step without a reported cause is listed as 'unknown'.")
     parts = [
-        html.H2(summary["name"], id="run-name"),
-        html.Div([html.Span(f"run {summary['run_id']}"), html.Span(f"source {summary['source']}", id="run-source"),
-                  html.Span(f"backend {summary['backend']}"), html.Span(f"model {summary['model']}"),
-                  html.Span(f"device {summary['device']}"), html.Span(f"started {c.when(summary['started_at'])}")],
+        html.H2(c.inert(summary["name"]), id="run-name"),
+        html.Div([html.Span(f"run {c.inert(summary['run_id'])}"), html.Span(f"source {summary['source']}", id="run-source"),
+                  html.Span(f"backend {c.inert(summary['backend'])}"), html.Span(f"model {c.inert(summary['model'])}"),
+                  html.Span(f"device {c.inert(summary['device'])}"), html.Span(f"started {c.when(summary['started_at'])}")],
                  className="meta"),
     ]
     if source_note:
@@ -132,7 +132,7 @@ def header(summary: dict[str, Any]) -> list[Any]:
     if data.is_stand_in(summary):
         parts.append(html.P(data.STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
-        parts.append(html.P(f"Run ended with an error: {summary['error']}", className="note error"))
+        parts.append(html.P(f"Run ended with an error: {c.inert(summary['error'])}", className="note error"))
     if summary.get("clock_ahead_s"):
         parts.append(html.P(comparisons.clock_note(summary["clock_ahead_s"]), className="note imported",
                             id="run-clock"))

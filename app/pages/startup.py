@@ -237,9 +237,9 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
     return html.Div([
         c.nav(run_id),
         dcc.Store(id="startup-run-id", data=run_id),
-        html.H2(["Startup of ", html.Span(summary["name"], id="startup-name")]),
-        html.Div([html.Span(f"source {summary['source']}"), html.Span(f"backend {summary['backend']}"),
-                  html.Span(f"model {summary['model']}"), html.Span(f"device {summary['device']}")],
+        html.H2(["Startup of ", html.Span(c.inert(summary["name"]), id="startup-name")]),
+        html.Div([html.Span(f"source {summary['source']}"), html.Span(f"backend {c.inert(summary['backend'])}"),
+                  html.Span(f"model {c.inert(summary['model'])}"), html.Span(f"device {c.inert(summary['device'])}")],
                  className="meta"),
         html.Div([c.stat("startup", "…", "startup-total"), c.stat("captures", "…", "startup-captures"),
                   c.stat("capture time", "…", "startup-capture-s"), c.stat("failed", "…", "startup-failed")],
@@ -254,7 +254,7 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         _ranks_section(store, run_id),
         c.section("Against a baseline run",
                   dcc.Dropdown(id="startup-baseline",
-                               options=[{"label": f"{r['name']} ({r['run_id']})", "value": r["run_id"]}
+                               options=[{"label": c.inert(f"{r['name']} ({r['run_id']})"), "value": r["run_id"]}
                                         for r in others],
                                placeholder="choose a baseline run", clearable=True),
                   html.Div(id="startup-baseline-summary", className="hint"),

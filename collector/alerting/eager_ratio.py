@@ -154,6 +154,11 @@ def _evaluate_run(conn, rule: dict, run, now: float) -> list[Transition]:
         first_data = alert_rows.first_second(conn, run.id, stages_of(rule["stage"]))
         if run.created_at < rule["updated_at"]:   # a run older than the rule: from its present on
             start = last - 1
+        elif first_data is not None and first_data > last:
+            # Its first step is stamped ahead of its clock (the collector's, at most): starting
+            # there would skip every step stamped before it until the collector's clock got
+            # there. Nothing is judged yet; the steps that come next set the start.
+            return []
         else:
             start = (int(first_data) if first_data is not None else last) - 1
         adopted = alert_rows.firing_alert_id(conn, rule["id"], run.id)

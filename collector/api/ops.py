@@ -10,6 +10,7 @@ from collector.models import health
 from collector.services import leader
 from collector.api.deps import MetricsDep, StoreDep
 from collector.api.errors import responses
+from collector.api.guards import is_writer
 
 router = APIRouter(tags=["ops"], responses=responses(400, 503))
 
@@ -25,10 +26,13 @@ def healthz(store: StoreDep) -> dict:
 @router.get("/v1/services", response_model=list[schemas.ServiceState], response_model_exclude_unset=True)
 def get_services(request: Request, store: StoreDep) -> list[dict]:
     """The periodic jobs: each one's last period across every collector on this store
-    (slot, ran_at, holder, runs) and what this collector did (ran, skipped)."""
+    (slot, ran_at, holder, runs) and what this collector did (ran, skipped). ``holder``
+    (the host and pid of the collector that ran it) only to writers: to anyone else it
+    maps the collectors' hosts."""
     shared = leader.ticks(store)
+    hidden = {"name"} if is_writer(request) else {"name", "holder"}
     return [{"name": s.name, "interval_s": s.interval_s, "ran_here": s.ticks, "skipped_here": s.skipped,
-             **{k: v for k, v in shared.get(s.name, {}).items() if k != "name"}}
+             **{k: v for k, v in shared.get(s.name, {}).items() if k not in hidden}}
             for s in request.app.state.services]
 
 

@@ -20,7 +20,7 @@ class ServiceState(Out):
     skipped_here: int = Field(description="periods another collector ran")
     slot: Optional[int] = Field(None, description="the last period it ran in, on any collector (absent: never)")
     ran_at: Optional[float] = None
-    holder: Optional[str] = Field(None, description="host:pid of the collector that ran it")
+    holder: Optional[str] = Field(None, description="host:pid of the collector that ran it (writers only: absent without the token)")
     runs: Optional[int] = Field(None, description="periods it ran in, on every collector")
 
 

@@ -2,7 +2,9 @@
 hour ahead, then 1050 eager steps at the real time (ratio 1.0): no alert, and
 ``alert_state.evaluated_to`` an hour ahead for every rule. Now a run's clock counts each
 event at most at its arrival (the collector's clock), the run says so, and the alert fires;
-against a real ``replayscope serve``."""
+against a real ``replayscope serve``. Issue 36: a future-stamped *first step* did it still
+(evaluation started at the run's first second with steps), until its evaluation waits for a
+first step within the run's clock."""
 
 from __future__ import annotations
 
@@ -54,6 +56,28 @@ def test_a_heartbeat_an_hour_ahead_does_not_silence_the_alerts_of_the_steps_afte
         furthest = conn.execute(sa.text("SELECT max(evaluated_to) FROM alert_state")).scalar_one()
     engine.dispose()
     assert furthest < checked_at, "no rule's evaluation went ahead of the collector's clock"
+
+
+def test_a_first_step_an_hour_ahead_does_not_silence_the_alerts_of_the_steps_after_it(tmp_path):
+    db = migrated_sqlite(tmp_path / "first.db")
+    with Collector(db, env={"REPLAYSCOPE_EVALUATE_EVERY_S": "0.5"}) as collector:
+        assert http_json("POST", collector.url + "/v1/alert-rules", RULES[0])[0] == 201
+        now = time.time()
+        assert http_json("POST", collector.url + "/v1/runs", {
+            "run_id": "ahead", "name": "ahead", "source": "runner", "started_at": now - 10, "backend": "static",
+            "model": "tiny", "device": "cpu"})[0] == 201
+        assert http_json("POST", collector.url + "/v1/runs/ahead/events", {"events": eager(0, now + 3600, 1)})[0] == 200
+        time.sleep(1.5)                          # the evaluator runs with only the future step stored
+        t0 = time.time()
+        for k in range(6):                        # 780 eager steps at the real time
+            start = t0 + k * 0.5
+            assert http_json("POST", collector.url + "/v1/runs/ahead/events",
+                             {"events": eager(1 + k * 130, start, 130)})[0] == 200
+            time.sleep(max(0.0, start + 0.5 - time.time()))
+        fired = wait_for(lambda: http_json("GET", collector.url + "/v1/alerts?run_id=ahead")[1], 20,
+                         "the eager-ratio alert")
+    assert fired[0]["status"] == "firing" and fired[0]["peak"] == 1.0
+    assert int(t0) <= fired[0]["started_at"] <= t0 + 10, "it fired where the eager steps are (whole seconds)"
 
 
 def test_the_run_page_says_its_clock_is_the_collectors(tmp_path):
