@@ -70,6 +70,7 @@ class RunBuilder:
         self.saw_start = False        # the startup banner was seen: the run is not partial
         self.progress = False         # beyond the banner: a new banner means a restart
         self.ready = False
+        self.ready_ts: float | None = None     # the stamp of the first line that said it was ready
         self.failures: list[Failure] = []
         self.stage = "startup"
         self.ranks: dict[str, RankKey] = {}
@@ -94,6 +95,12 @@ class RunBuilder:
         handler = getattr(self, "on_" + fact.kind, None)
         if handler is not None:
             handler(fact)
+
+    def mark_ready(self, fact: Fact) -> None:
+        """The server (or offline engine) is ready: the end of its startup (config ``ready_at``)."""
+        self.ready = True
+        if self.ready_ts is None:
+            self.ready_ts = fact.line.ts if fact.line.ts is not None else self.last_ts
 
     # -- events ------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> dict[str, Any] | None:
@@ -354,6 +361,8 @@ class RunBuilder:
         labels = sorted(self.ranks, key=lambda label: rank_order(self.ranks[label]))
         config = dict(self.config(), ranks=labels, log_file=log_file, rank_policy=RANK_POLICY,
                       rank_headline={what: label for what, (_, label) in sorted(self.headline.items())})
+        if self.ready_ts is not None:
+            config["ready_at"] = max(0.0, float(self.ready_ts))
         model = self.model()
         record = {
             "run_id": self.run_id, "name": clip(name + (f" ({model})" if model else ""), 200) or self.run_id,

@@ -217,7 +217,7 @@ class VllmRun(RunBuilder):
             self.meta["init_compilation_s"] = (compilation, fact)
 
     def on_ready(self, fact: Fact) -> None:
-        self.ready = True
+        self.mark_ready(fact)
         self.stage = "serving"
         self.release()
 
