@@ -22,15 +22,22 @@ class RunListItem(Out):
     steps: int
     modes: ModeCounts
     stage_steps: dict[str, int] = Field(description="steps per stage")
-    eager_ratio: float = Field(description="eager steps / all steps")
-    padded_ratio: float = Field(description="padded_tokens / (num_tokens + padded_tokens)")
+    eager_ratio: float = Field(description="eager steps / all steps, prefill included (0 without steps)")
+    decode_steps: int = Field(description="steps of the decode stages (decode and mixed)")
+    decode_eager_steps: int = Field(description="eager steps of the decode stages")
+    decode_eager_ratio: Optional[float] = Field(description="decode_eager_steps / decode_steps: the headline "
+                                                            "eager share; null without decode steps")
+    padding_known: bool = Field(description="false: the source cannot tell padded steps from graph steps "
+                                            "(an engine's /metrics without a known capture list)")
+    padded_ratio: Optional[float] = Field(description="padded_tokens / (num_tokens + padded_tokens); null "
+                                                      "where padding_known is false")
     num_tokens: int
     padded_tokens: int
     decode_num_tokens: int = Field(description="num_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_tokens: int = Field(description="padded_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_ratio: Optional[float] = Field(
         description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without tokens in "
-                    "the decode stages")
+                    "the decode stages, or where padding_known is false")
     capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int
 

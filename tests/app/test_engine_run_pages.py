@@ -88,3 +88,78 @@ def test_the_sizes_finding_never_says_no_steps_were_recorded_of_a_run_that_has_t
     assert not [t for t in text if "no steps with batch sizes" in t]
     # 7 and 12 rows pad to 8 and 16, 30 to 32; the mixed 140 and 500 to 144 and 512
     assert "the steps used 5 of the 51 sizes: 8, 16, 32, 144, 512" in text
+
+
+# -- headline numbers say what they measure ------------------------------------------------
+
+def scraped_vllm_run(store, run_id="scraped", capture_sizes=None) -> str:
+    """A vLLM /metrics run as `replayscope scrape` stores it: replays and eager iterations counted
+    by vllm:cudagraph_iterations_total, which says nothing of padding."""
+    from collector.ingest import ingest_events, ingest_run
+
+    t0 = 1.79e9
+    config = {} if capture_sizes is None else {"capture_sizes": capture_sizes}
+    ingest_run(store, {"run_id": run_id, "name": "scraped vLLM", "source": "vllm-metrics", "started_at": t0,
+                       "backend": "vllm", "model": "m", "device": "unknown", "torch_version": None, "config": config})
+    base = {"kind": "step_counts", "stage": "mixed", "duration_s": None, "interval_s": 10.0, "padded_tokens": 0}
+    ingest_events(store, run_id, [
+        dict(base, seq=0, ts=t0 + 10, mode="graph", reason=None, count=900, num_tokens=0, provenance="measured"),
+        dict(base, seq=1, ts=t0 + 10, mode="eager", reason="unknown", count=100, num_tokens=0)])
+    return run_id
+
+
+def failed_run_without_steps(store, run_id="no-steps") -> str:
+    from collector.ingest import ingest_events, ingest_run
+    from tests.app import synthetic
+
+    record = synthetic.run_record(run_id, "failed at load")
+    ingest_run(store, record)
+    ingest_events(store, run_id, [{"seq": 0, "ts": record["started_at"] + 5, "kind": "run_end", "status": "failed",
+                                   "error": "CUDA out of memory", "phase": "load_weights"}])
+    return run_id
+
+
+def test_sglangs_eager_tile_is_the_decode_share_of_its_sample_with_prefill_apart(store, pages):
+    run_id = import_fixture(store, "sglang", SGLANG_SERVING)
+    shown = pages["run"].page_data(store, run_id)
+    summary = shown["summary"]
+    # 51 of the 160 logged decode batches ran eager (too large); the 73 prefill lines always do
+    assert (summary["decode_steps"], summary["decode_eager_steps"]) == (160, 51)
+    assert shown["stats"]["run-eager"] == "31.9%"                  # not 53.2%: 124 of 233 lines
+    note = pages["run"].headlines.eager_note(summary)
+    assert note == "of decode steps; 73 prefill apart (73 eager); sampled: the log has 1 in 40 decode batches"
+
+
+def test_a_vllm_logs_eager_tile_counts_its_decode_stages(store, pages):
+    run_id = import_fixture(store, "vllm", VLLM_SERVING)
+    shown = pages["run"].page_data(store, run_id)
+    assert shown["summary"]["decode_eager_ratio"] == 2785 / 10291      # decode and mixed: every step
+    assert shown["stats"]["run-eager"] == "27.1%"
+
+
+def test_a_scraped_vllm_runs_padding_and_replays_read_unknown_not_zero_or_graph(store, pages):
+    run_id = scraped_vllm_run(store)
+    shown = pages["run"].page_data(store, run_id)
+    assert shown["summary"]["padding_known"] is False and shown["summary"]["decode_padded_ratio"] is None
+    assert shown["stats"]["run-padded"] == "not in /metrics"
+    assert shown["stats"]["run-eager"] == "10.0%"
+    names = [t["name"] for t in shown["figures"]["run-mode-mix"].to_dict()["data"]]
+    assert "graph" not in names and "padded" not in names
+    assert names == ["graph, padded or not (/metrics cannot tell)", "eager"]
+    [row] = [r for r in pages["runs"].page_data(store) if r["run_id"] == run_id]
+    assert row["padded_pct"] is None and row["padded_pct__shown"] == "not in /metrics"
+
+
+def test_a_scraped_run_whose_capture_list_is_known_keeps_its_padding(store, pages):
+    run_id = scraped_vllm_run(store, capture_sizes=[1, 2, 4, 8])
+    shown = pages["run"].page_data(store, run_id)
+    assert shown["summary"]["padding_known"] is True
+    assert shown["stats"]["run-padded"] != "not in /metrics"
+
+
+def test_a_run_without_steps_shows_no_steps_not_zero_percent(store, pages):
+    run_id = failed_run_without_steps(store)
+    shown = pages["run"].page_data(store, run_id)
+    assert shown["stats"]["run-eager"] == "no steps"
+    [row] = [r for r in pages["runs"].page_data(store) if r["run_id"] == run_id]
+    assert row["eager_pct"] is None and row["eager_pct__shown"] == "no steps"
