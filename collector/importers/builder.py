@@ -356,6 +356,11 @@ class RunBuilder:
     def config(self) -> dict[str, Any]:
         return {}
 
+    def engine_version(self) -> str | None:
+        """The engine's release as its log names it ("vllm 0.13.0"): the run record's
+        ``version``, which the fleet groups and filters by."""
+        return None
+
     def record(self, *, name: str, log_file: str) -> dict[str, Any]:
         started_at = self.first_ts if self.first_ts is not None else self.fallback_ts
         labels = sorted(self.ranks, key=lambda label: rank_order(self.ranks[label]))
@@ -369,7 +374,7 @@ class RunBuilder:
             "source": self.source, "started_at": max(0.0, float(started_at)),
             "backend": clip(self.backend(), 64) or "unknown", "model": clip(model, 300) or "unknown",
             "device": clip(self.device(), 200) or "unknown", "torch_version": None, "config": config,
-            "wire_version": WIRE_VERSION, "partial": not self.saw_start,
+            "wire_version": WIRE_VERSION, "partial": not self.saw_start, "version": clip(self.engine_version(), 64),
             "time_provenance": "inferred" if self.yearless or self.first_ts is None else "log",
         }
         validate_run(record)

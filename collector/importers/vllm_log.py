@@ -335,6 +335,10 @@ class VllmRun(RunBuilder):
     def model(self) -> str | None:
         return self.meta.get("model")
 
+    def engine_version(self) -> str | None:
+        version = self.meta.get("vllm_version")
+        return f"vllm {version}" if version else None
+
     def device(self) -> str | None:
         return self.meta.get("device") or ("cuda" if self.passes or "capture" in self.headline else None)
 

@@ -43,6 +43,10 @@ class RunRegressions(Out):
     improvements: list[RegressionFinding]
     judged: bool = Field(description="false with too few baseline runs to judge")
     figures: dict[str, Optional[Number]] = Field(description="the run's value per metric")
+    version: Optional[str] = Field(description="the run's version (an engine log's release, e.g. 'vllm 0.13.0'); "
+                                               "null: not recorded")
+    version_change: Optional[str] = Field(description="'<baseline versions> → <this version>' when they differ "
+                                                      "(an upgrade), else null")
 
 
 class RunFigures(Out):

@@ -163,3 +163,45 @@ def test_a_run_without_steps_shows_no_steps_not_zero_percent(store, pages):
     assert shown["stats"]["run-eager"] == "no steps"
     [row] = [r for r in pages["runs"].page_data(store) if r["run_id"] == run_id]
     assert row["eager_pct"] is None and row["eager_pct__shown"] == "no steps"
+
+
+# -- the fleet groups and compares by engine version -----------------------------------------
+
+def import_vllm_version(store, version: str, hour: int) -> str:
+    """The serving fixture as a run of vLLM ``version`` started at ``hour`` (its own run)."""
+    from collector.importers import parse_vllm_text
+    from collector.ingest import ingest_events, ingest_run
+
+    text = (FIXTURES / VLLM_SERVING).read_text().replace("0.13.0", version)
+    text = text.replace("12-02 16:", f"12-02 {hour:02d}:")
+    [run] = parse_vllm_text(text, path=f"vllm-{version}-{hour}.log", mtime=VLLM_MTIME).runs
+    ingest_run(store, run.run)
+    ingest_events(store, run.run["run_id"], run.events)
+    return run.run["run_id"]
+
+
+def test_an_imported_vllm_runs_version_is_the_one_its_log_names(store, pages):
+    from collector.models import queries
+
+    run_id = import_fixture(store, "vllm", VLLM_SERVING)
+    assert queries.run_summary(store, run_id)["version"] == "vllm 0.13.0"
+    shown = pages["fleet"].page_data(store, period="all")
+    assert [g["version"] for g in shown["groups"]] == ["vllm 0.13.0"]
+    assert [r["version__shown"] for r in shown["runs"]] == ["vllm 0.13.0"]      # not "not recorded"
+
+
+def test_the_fleet_groups_filters_and_compares_an_engine_upgrade_by_version(store, pages):
+    from collector.analysis import regressions
+
+    old = [import_vllm_version(store, "0.12.0", hour) for hour in (10, 11, 12)]
+    new = import_vllm_version(store, "0.13.0", 16)
+    shown = pages["fleet"].page_data(store, period="all")
+    assert sorted(g["version"] for g in shown["groups"]) == ["vllm 0.12.0", "vllm 0.13.0"]
+    assert shown["options"]["version"] == ["vllm 0.12.0", "vllm 0.13.0"]
+    only_new = pages["fleet"].page_data(store, period="all", version="vllm 0.13.0")
+    assert [r["run_id"] for r in only_new["runs"]] == [new]
+    # the upgrade is compared with the earlier version's runs, and says so
+    result = regressions.run_regressions(store, new)
+    assert sorted(result["baseline"]["runs"]) == sorted(old) and result["baseline"]["versions"] == ["vllm 0.12.0"]
+    assert result["version_change"] == "vllm 0.12.0 → vllm 0.13.0"
+    assert regressions.run_regressions(store, old[-1])["version_change"] is None
