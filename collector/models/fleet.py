@@ -6,8 +6,9 @@ comparable, which ingest stores with each run and the fleet and regressions grou
 Per run: ``eager_ratio`` (eager / all steps), ``decode_padded_ratio`` (padding over the
 tokens computed in the decode stages, ``runner.wire.DECODE_STAGES``, as the Runs page), ``step_s``
 (mean step time per mode in the decode stages, timed steps only), capture time
-(as ``queries.run_summary``), ``startup_s`` (first phase start to last phase end, over
-phases with a known length), ``pool_bytes`` (largest graph pool a capture reported).
+(as ``queries.run_summary``), ``startup_s`` (the run's start, or its first phase's if
+earlier, to its log's ready line, else to its last phase's end, over phases with a known
+length: the diagnosis's wall time), ``pool_bytes`` (largest graph pool a capture reported).
 Unknown is None. ``version`` is the run record's, else ``torch <torch_version>``, else None
 (not recorded).
 """
@@ -172,9 +173,17 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     start = sa.func.coalesce(ph.c.start_ts, ph.c.ts - ph.c.duration_s)
     query = _of_runs(sa.select(ph.c.run_pk, sa.func.min(start), sa.func.max(start + ph.c.duration_s)), ph,
                      run_filter)
-    for pk, first, last in _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
-        if pk in out and first is not None and last is not None:
-            out[pk]["startup_s"] = max(0.0, last - first)
+    spans = {pk: (first, last) for pk, first, last in
+             _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk))
+             if pk in out and first is not None and last is not None}
+    # the startup's wall time, as the diagnosis has it: from the run's start to its log's ready
+    # line (config ready_at), else to the end of its last phase
+    query = sa.select(runs.c.id, runs.c.started_at, runs.c.config["ready_at"].as_float())
+    for pk, started_at, ready_at in _tuples(conn, query if run_filter is None else query.where(run_filter)):
+        if pk in spans:
+            first, last = spans[pk]
+            end = ready_at if ready_at is not None and ready_at >= last else last
+            out[pk]["startup_s"] = max(0.0, end - min(first, started_at if started_at <= end else first))
     return out
 
 

@@ -63,6 +63,15 @@ def test_an_imported_sglang_startup_ends_at_the_fired_up_line(store):
     assert ready > last_phase_end
 
 
+def test_the_fleet_and_regressions_count_the_same_startup_as_the_diagnosis(store):
+    from collector.analysis import fleet, regressions
+
+    run_id = import_fixture(store, "vllm", VLLM_SERVING)
+    [row] = fleet.fleet_runs(store)
+    assert row["startup_s"] == 44.0                      # not 34.4: the phases' span
+    assert regressions.run_regressions(store, run_id)["figures"]["startup_s"] == 44.0
+
+
 def test_the_unaccounted_time_the_diagnosis_names_is_drawn_on_the_waterfall(store, pages):
     run_id = import_fixture(store, "vllm", VLLM_SERVING)
     shown = pages["startup"].page_data(store, run_id)
