@@ -15,11 +15,15 @@ NO_DECODE_STEPS = "no decode steps"
 PADDING_UNKNOWN = "not in /metrics"
 
 
-def eager_value(run: dict[str, Any]) -> str:
-    """The eager share of the decode stages' steps; "no steps" / "no decode steps" where none."""
+def eager_value(run: dict[str, Any], *, marked: bool = True) -> str:
+    """The eager share of the decode stages' steps; "no steps" / "no decode steps" where none;
+    with ``marked``, a sample says so ("31.9% (sampled)")."""
     if not run["steps"]:
         return NO_STEPS
-    return formats.pct(run["decode_eager_ratio"], NO_DECODE_STEPS)
+    value = formats.pct(run["decode_eager_ratio"], NO_DECODE_STEPS)
+    if marked and run["decode_eager_ratio"] is not None and run.get("decode_sampled_every"):
+        value += " (sampled)"
+    return value
 
 
 def eager_note(run: dict[str, Any]) -> str:

@@ -88,7 +88,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         "summary": summary,
         "stats": {
             "run-steps": c.count(summary["steps"]),
-            "run-eager": headlines.eager_value(summary),
+            "run-eager": headlines.eager_value(summary, marked=False),     # its note says it is a sample
             "run-padded": headlines.padding_value(summary, scope),
             "run-capture": c.seconds(summary["capture_total_s"], unknown),
             "run-status": summary["status"],

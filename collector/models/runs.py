@@ -148,6 +148,8 @@ def _run_dict(row, totals: dict[str, Any], config: dict[str, Any] | None) -> dic
     d = {c.name: row._mapping[c.name] for c in _RUN_COLS if c.name != "id"}
     d.update(totals)
     d["padding_known"] = padding_known(d["source"], config)
+    sample = log_sample(d["source"], config)
+    d["decode_sampled_every"] = sample["every"] if sample and sample["stage"] in DECODE_STAGES else None
     if not d["padding_known"]:
         d.update(padded_ratio=None, decode_padded_ratio=None)
     return d

@@ -27,6 +27,8 @@ class RunListItem(Out):
     decode_eager_steps: int = Field(description="eager steps of the decode stages")
     decode_eager_ratio: Optional[float] = Field(description="decode_eager_steps / decode_steps: the headline "
                                                             "eager share; null without decode steps")
+    decode_sampled_every: Optional[int] = Field(description="the source logs 1 in this many decode batches "
+                                                            "(SGLang): the decode figures are a sample; null: every one")
     padding_known: bool = Field(description="false: the source cannot tell padded steps from graph steps "
                                             "(an engine's /metrics without a known capture list)")
     padded_ratio: Optional[float] = Field(description="padded_tokens / (num_tokens + padded_tokens); null "

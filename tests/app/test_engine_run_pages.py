@@ -137,6 +137,8 @@ def test_sglangs_eager_tile_is_the_decode_share_of_its_sample_with_prefill_apart
     assert shown["stats"]["run-eager"] == "31.9%"                  # not 53.2%: 124 of 233 lines
     note = pages["run"].headlines.eager_note(summary)
     assert note == "of decode steps; 73 prefill apart (73 eager); sampled: the log has 1 in 40 decode batches"
+    [row] = pages["runs"].page_data(store)
+    assert (row["eager_pct"], row["eager_pct__shown"]) == (31.9, "31.9% (sampled)")
 
 
 def test_a_vllm_logs_eager_tile_counts_its_decode_stages(store, pages):
