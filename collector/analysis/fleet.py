@@ -35,8 +35,8 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
     totals = {m: [0.0, 0] for m in MODES}
     captures, startups, pools = [], [], []
     for r in rows:
-        steps += r["steps"]
-        eager += r["modes"]["eager"]
+        steps += r["decode_steps"]                  # the eager share is the decode stages' (prefill apart)
+        eager += r["decode_eager_steps"]
         tokens += r["decode_num_tokens"]
         padded += r["decode_padded_tokens"]
         for mode, (seconds, timed) in r["step_sums"].items():
@@ -52,7 +52,7 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if r["regressions"]:
             regressed += 1
     step_s = {m: (total / timed if timed else None) for m, (total, timed) in totals.items()}
-    return {"runs": len(rows), "steps": steps, "eager_ratio": eager / steps if steps else None,
+    return {"runs": len(rows), "steps": sum(r["steps"] for r in rows), "eager_ratio": eager / steps if steps else None,
             "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
             "graph_step_s": step_s["graph"], "padded_step_s": step_s["padded"], "eager_step_s": step_s["eager"],
             "capture_total_s": statistics.median(captures) if captures else None,

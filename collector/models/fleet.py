@@ -3,7 +3,8 @@ and phases, never raw steps (so they read the same after retention, and on a sha
 need no query across runs over raw steps); and ``config_key``, the fact that makes two runs
 comparable, which ingest stores with each run and the fleet and regressions group by.
 
-Per run: ``eager_ratio`` (eager / all steps), ``decode_padded_ratio`` (padding over the
+Per run: ``eager_ratio`` (eager / all steps of the decode stages, as the Run page's tile;
+prefill always runs eager), ``decode_padded_ratio`` (padding over the
 tokens computed in the decode stages, ``runner.wire.DECODE_STAGES``, as the Runs page), ``step_s``
 (mean step time per mode in the decode stages, timed steps only), capture time
 (as ``queries.run_summary``), ``startup_s`` (the run's start, or its first phase's if
@@ -94,6 +95,7 @@ def _sum(column, type_=sa.BigInteger):
 
 def _no_figures() -> dict[str, Any]:
     return {"steps": 0, "modes": {m: 0 for m in MODES}, "decode_num_tokens": 0, "decode_padded_tokens": 0,
+            "decode_steps": 0, "decode_eager_steps": 0,
             "eager_ratio": None, "decode_padded_ratio": None, "step_s": {m: None for m in MODES},
             "step_sums": {m: (0.0, 0) for m in MODES}, "capture_total_s": None, "startup_s": None,
             "pool_bytes": None}
@@ -118,7 +120,8 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     whole-run rollups, captures and phases."""
     decode = sr.c.stage.in_(DECODE_STAGES)
     step_cols = [sr.c.run_pk, _sum(sr.c.steps), _cond_sum(sr.c.num_tokens, decode),
-                 _cond_sum(sr.c.padded_tokens, decode)]
+                 _cond_sum(sr.c.padded_tokens, decode), _cond_sum(sr.c.steps, decode),
+                 _cond_sum(sr.c.steps, decode, sr.c.mode == "eager")]
     for mode in MODES:
         step_cols += [_cond_sum(sr.c.steps, sr.c.mode == mode),
                       _cond_sum(sr.c.duration_s, decode, sr.c.mode == mode, type_=sa.Float),
@@ -126,20 +129,22 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     wanted = set(pks)
     out: dict[int, dict[str, Any]] = {}
     query = _of_runs(sa.select(*step_cols), sr, run_filter).where(sr.c.bucket_s == WHOLE_RUN)
-    for (pk, steps, tokens, padded, graph, graph_s, graph_t, padded_n, padded_s, padded_t,
+    for (pk, steps, tokens, padded, decode_steps, decode_eager, graph, graph_s, graph_t, padded_n, padded_s, padded_t,
          eager, eager_s, eager_t) in _tuples(conn, query.group_by(sr.c.run_pk)):
         if pk not in wanted:
             continue
         steps, tokens, padded = steps or 0, tokens or 0, padded or 0
+        decode_steps, decode_eager = decode_steps or 0, decode_eager or 0
         out[pk] = {
             "steps": steps, "decode_num_tokens": tokens, "decode_padded_tokens": padded,
+            "decode_steps": decode_steps, "decode_eager_steps": decode_eager,
             "modes": {"graph": graph or 0, "padded": padded_n or 0, "eager": eager or 0},
             "step_sums": {"graph": (graph_s or 0.0, graph_t or 0), "padded": (padded_s or 0.0, padded_t or 0),
                           "eager": (eager_s or 0.0, eager_t or 0)},
             "step_s": {"graph": graph_s / graph_t if graph_t else None,
                        "padded": padded_s / padded_t if padded_t else None,
                        "eager": eager_s / eager_t if eager_t else None},
-            "eager_ratio": (eager or 0) / steps if steps else None,
+            "eager_ratio": decode_eager / decode_steps if decode_steps else None,
             "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None,
             "capture_total_s": None, "startup_s": None, "pool_bytes": None}
     for pk in wanted - out.keys():

@@ -148,6 +148,14 @@ def test_a_vllm_logs_eager_tile_counts_its_decode_stages(store, pages):
     assert shown["stats"]["run-eager"] == "27.1%"
 
 
+def test_the_fleet_eager_share_is_the_decode_stages_share_as_on_the_run_page(store, pages):
+    run_id = import_fixture(store, "sglang", SGLANG_SERVING)
+    shown = pages["fleet"].page_data(store, period="all")
+    [row], [group] = shown["runs"], shown["groups"]
+    assert row["eager_ratio"] == 51 / 160 and row["eager_pct__shown"] == "31.9%"     # not 53.2%
+    assert group["eager_pct__shown"] == pages["run"].page_data(store, run_id)["stats"]["run-eager"]
+
+
 def test_a_scraped_vllm_runs_padding_and_replays_read_unknown_not_zero_or_graph(store, pages):
     run_id = scraped_vllm_run(store)
     shown = pages["run"].page_data(store, run_id)
