@@ -13,7 +13,7 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-from app import charts, comparisons, data
+from app import charts, comparisons, data, headlines
 from app import components as c
 from app.callbacks import Callbacks
 
@@ -59,7 +59,8 @@ RUN_COLUMNS = (
     c.Column("steps", "steps", numeric=True, min_width=70, shown=lambda r: c.count(r["steps"])),
     c.Column("eager_pct", "eager % of decode", numeric=True, min_width=70, shown=lambda r: c.pct(r["eager_ratio"], "no decode steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=70,
-             shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
+             shown=lambda r: c.pct(r["decode_padded_ratio"], headlines.PADDING_UNKNOWN if r["source"].endswith("-metrics")
+                                   else "no decode tokens")),
     _step("graph_step_s", "graph step"),
     c.Column("capture_total_s", "capture", numeric=True, min_width=80,
              shown=lambda r: c.seconds(r["capture_total_s"], c.unknown(r["source"]))),

@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from collector.importers.stages import padding_known
 from collector.models import runs as run_reads
 from collector.models.rollups import WHOLE_RUN
 from collector.store import Store
@@ -183,8 +184,13 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
              if pk in out and first is not None and last is not None}
     # the startup's wall time, as the diagnosis has it: from the run's start to its log's ready
     # line (config ready_at), else to the end of its last phase
-    query = sa.select(runs.c.id, runs.c.started_at, runs.c.config["ready_at"].as_float())
-    for pk, started_at, ready_at in _tuples(conn, query if run_filter is None else query.where(run_filter)):
+    # what the source can know: padding is unknown to an engine's /metrics without a capture list
+    query = sa.select(runs.c.id, runs.c.started_at, runs.c.config["ready_at"].as_float(), runs.c.source,
+                      runs.c.config["capture_sizes"].as_json())
+    for pk, started_at, ready_at, source, sizes in _tuples(conn, query if run_filter is None
+                                                           else query.where(run_filter)):
+        if pk in out and not padding_known(source, {"capture_sizes": sizes}):
+            out[pk]["decode_padded_ratio"] = None
         if pk in spans:
             first, last = spans[pk]
             end = ready_at if ready_at is not None and ready_at >= last else last

@@ -167,6 +167,8 @@ def test_a_scraped_vllm_runs_padding_and_replays_read_unknown_not_zero_or_graph(
     assert names == ["graph, padded or not (/metrics cannot tell)", "eager"]
     [row] = [r for r in pages["runs"].page_data(store) if r["run_id"] == run_id]
     assert row["padded_pct"] is None and row["padded_pct__shown"] == "not in /metrics"
+    [fleet_row] = pages["fleet"].page_data(store, period="all")["runs"]
+    assert fleet_row["decode_padded_ratio"] is None and fleet_row["padded_pct__shown"] == "not in /metrics"
 
 
 def test_a_scraped_run_whose_capture_list_is_known_keeps_its_padding(store, pages):
