@@ -51,6 +51,10 @@ def comparison_block(result: dict[str, Any] | None) -> list[Any]:
                        className="hint")]
     baseline = result["baseline"]
     named = html.P(f"Baseline: {baseline['text']}.", className="hint", id="run-baseline")
+    if result.get("version_change"):
+        named = html.Div([named, html.P(f"Version changed: {result['version_change']}; the figures below compare "
+                                        "this version with the earlier ones.", className="hint",
+                                        id="run-version-change")])
     if not result["judged"]:
         return [named, html.P(f"Not judged yet: {formats.plural(baseline['n'], 'earlier run')}, "
                               "at least 3 are needed to know their spread.", className="hint")]

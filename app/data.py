@@ -23,7 +23,7 @@ from collector.alerting.rule_kind import watches                                
 from collector.analysis import fleet, regressions                                        # noqa: F401
 from collector.analysis.advisor.report import advise                                     # noqa: F401
 from collector.analysis.advisor.stored import run_facts                                  # noqa: F401
-from collector.analysis.diagnosis import diagnose_run, startup_seconds                   # noqa: F401
+from collector.analysis.diagnosis import diagnose_run                                     # noqa: F401
 from collector.analysis.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
 from collector.analysis.regressions import METRICS as REGRESSION_METRICS                 # noqa: F401
 from collector.importers.parser import stated_figures                                    # noqa: F401

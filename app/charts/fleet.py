@@ -11,7 +11,7 @@ from app.charts.base import empty, figure, per_bucket, time_axis, utc_times
 
 
 FLEET_METRICS = {
-    "eager_ratio": ("eager share of steps", "ratio"),
+    "eager_ratio": ("eager share of decode steps", "ratio"),
     "decode_padded_ratio": ("padding share of decode tokens", "ratio"),
     "graph_step_s": ("graph step time (decode, mean)", "seconds"),
     "padded_step_s": ("padded step time (decode, mean)", "seconds"),

@@ -12,17 +12,29 @@ from app import formats
 from app.charts.base import MODE_COLORS, MODE_ORDER, empty, figure, hline, per_bucket, size_axis, time_axis, utc_times
 
 
-def mode_mix_figure(timeline: list[dict[str, Any]], bucket_s: float = 1.0, counted: str = "steps") -> go.Figure:
+GRAPH_OR_PADDED = "graph, padded or not (/metrics cannot tell)"
+
+
+def mode_mix_figure(timeline: list[dict[str, Any]], bucket_s: float = 1.0, counted: str = "steps",
+                    padding_known: bool = True) -> go.Figure:
     """Steps per bucket, stacked graph / padded / eager, and "mode unknown" where the source
     counted steps without their mode (``counted``: what a step count is, "logged steps (1 in
-    40 decode)" where the log samples them)."""
+    40 decode)" where the log samples them). Where the source cannot tell a padded replay from
+    one of its own size (``padding_known`` false: an engine's /metrics), the replays are one bar
+    that says so."""
     if not timeline:
         return empty("no steps yet")
     x = utc_times(p["t"] + bucket_s / 2 for p in timeline)         # a bar spans its bucket
-    modes = MODE_ORDER + (("unknown",) if any(p.get("unknown") for p in timeline) else ())
-    return figure([dict(type="bar", x=x, y=[p.get(m, 0) for p in timeline],
-                        name="mode unknown" if m == "unknown" else m, width=bucket_s * 1000 * 0.9,
-                        marker=dict(color=MODE_COLORS[m])) for m in modes],
+    modes = [m for m in MODE_ORDER if padding_known or m != "padded"]
+    modes += ["unknown"] if any(p.get("unknown") for p in timeline) else []
+    names = {m: m for m in modes} | {"unknown": "mode unknown"}
+    if not padding_known:
+        names["graph"] = GRAPH_OR_PADDED
+
+    def count(p: dict[str, Any], mode: str) -> int:
+        return p.get(mode, 0) + (p.get("padded", 0) if mode == "graph" and not padding_known else 0)
+    return figure([dict(type="bar", x=x, y=[count(p, m) for p in timeline], name=names[m],
+                        width=bucket_s * 1000 * 0.9, marker=dict(color=MODE_COLORS[m])) for m in modes],
                    barmode="stack", bargap=0.05, xaxis=time_axis([p["t"] for p in timeline], bucket_s),
                    yaxis=dict(title=dict(text=f"{counted} per {per_bucket(bucket_s)}")))
 

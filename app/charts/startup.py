@@ -29,9 +29,12 @@ def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
         xaxis=dict(title=dict(text="capture (in order)")))
 
 
-def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Startup bars: label, start (s from the first phase), duration, kind. The capture
-    phase is replaced by one bar per captured size when captures are known."""
+def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
+                   unaccounted: list[dict[str, Any]] | None = None,
+                   origin: float | None = None) -> list[dict[str, Any]]:
+    """Startup bars: label, start (s from ``origin``, else from the first phase), duration,
+    kind. The capture phase is replaced by one bar per captured size when captures are known;
+    each unaccounted stretch (the diagnosis's) is a bar of its own where it falls."""
     def start_of(row: dict[str, Any]) -> float | None:
         if row.get("start_ts") is not None:
             return float(row["start_ts"])
@@ -51,8 +54,15 @@ def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]])
         bars.append({"label": f"capture bs {c['graph_bs']}" + ("" if c["stage"] == "decode" else f" ({c['stage']})"),
                      "abs": start_of(c), "duration": float(c["duration_s"]),
                      "kind": "failed" if c.get("status") == "failed" else "capture"})
+    if bars and unaccounted:
+        stretches = sorted(unaccounted, key=lambda g: g["start_ts"])
+        for i, g in enumerate(stretches, 1):
+            label = "unaccounted" if len(stretches) == 1 else f"unaccounted {i}"
+            bars.append({"label": label, "abs": float(g["start_ts"]), "duration": float(g["seconds"]),
+                         "kind": "unaccounted"})
+        bars.sort(key=lambda b: (b["abs"] is None, b["abs"] or 0.0))
     known = [b["abs"] for b in bars if b["abs"] is not None]
-    origin = min(known) if known else 0.0
+    origin = origin if origin is not None else (min(known) if known else 0.0)
     cursor = 0.0
     for b in bars:
         b["start"] = b["abs"] - origin if b["abs"] is not None else cursor
@@ -60,13 +70,17 @@ def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]])
     return bars
 
 
-def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]]) -> go.Figure:
-    bars = waterfall_rows(phases, captures)
+def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
+                     unaccounted: list[dict[str, Any]] | None = None, origin: float | None = None,
+                     ready_at: float | None = None) -> go.Figure:
+    """The waterfall; with the diagnosis's ``origin`` (the run's start), its unaccounted
+    stretches and the ready line's time (a dashed line, "ready")."""
+    bars = waterfall_rows(phases, captures, unaccounted, origin)
     if not bars:
         return empty("no startup phases reported")
-    colors = {"phase": "#6a8fc8", "capture": "#2e8b57", "failed": "#c8453b"}
+    colors = {"phase": "#6a8fc8", "capture": "#2e8b57", "failed": "#c8453b", "unaccounted": "#b8b8b8"}
     traces = []
-    for kind in ("phase", "capture", "failed"):
+    for kind in ("phase", "capture", "failed", "unaccounted"):
         rows = [b for b in bars if b["kind"] == kind]
         if rows:
             traces.append(dict(type="bar", y=[b["label"] for b in rows], x=[b["duration"] for b in rows],
@@ -75,10 +89,17 @@ def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]
                                customdata=[[formats.seconds(b["duration"]), formats.seconds(b["start"])]
                                            for b in rows],
                                hovertemplate="%{y}: %{customdata[0]} from %{customdata[1]}<extra></extra>"))
+    extra: dict[str, Any] = {}
+    if ready_at is not None and origin is not None:
+        at = float(ready_at) - float(origin)
+        extra["shapes"] = [dict(type="line", x0=at, x1=at, yref="paper", y0=0, y1=1,
+                                line=dict(color="#333333", dash="dash", width=1))]
+        extra["annotations"] = [dict(x=at, y=1, yref="paper", yanchor="bottom", showarrow=False,
+                                     text=f"ready at {formats.seconds(at)}")]
     return figure(traces, xaxis=dict(title=dict(text="seconds since startup began")),
-                   yaxis=dict(autorange="reversed", categoryorder="array",
-                              categoryarray=[b["label"] for b in bars]),
-                   height=max(260, 26 * len(bars) + 80))
+                  yaxis=dict(autorange="reversed", categoryorder="array",
+                             categoryarray=[b["label"] for b in bars]),
+                  height=max(260, 26 * len(bars) + 80), **extra)
 
 
 def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED,

@@ -13,7 +13,7 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-from app import charts, comparisons, data
+from app import charts, comparisons, data, headlines
 from app import components as c
 from app.callbacks import Callbacks
 
@@ -38,7 +38,7 @@ GROUP_COLUMNS = (
     c.Column("device", "device", min_width=70, flex=1.3),
     c.Column("version", "version", min_width=80, shown=lambda r: r["version"] or "not recorded"),
     c.Column("runs", "runs", numeric=True, min_width=50),
-    c.Column("eager_pct", "eager %", numeric=True, min_width=65, shown=lambda r: c.pct(r["eager_ratio"], "no steps")),
+    c.Column("eager_pct", "eager % of decode", numeric=True, min_width=75, shown=lambda r: c.pct(r["eager_ratio"], "no decode steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=75,
              shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
     _step("graph_step_s", "graph step"), _step("padded_step_s", "padded step"), _step("eager_step_s", "eager step"),
@@ -57,9 +57,10 @@ RUN_COLUMNS = (
     c.Column("version", "version", min_width=85, shown=lambda r: r["version"] or "not recorded"),
     c.Column("started", "started (UTC)", min_width=90),
     c.Column("steps", "steps", numeric=True, min_width=70, shown=lambda r: c.count(r["steps"])),
-    c.Column("eager_pct", "eager %", numeric=True, min_width=60, shown=lambda r: c.pct(r["eager_ratio"], "no steps")),
+    c.Column("eager_pct", "eager % of decode", numeric=True, min_width=70, shown=lambda r: c.pct(r["eager_ratio"], "no decode steps")),
     c.Column("padded_pct", "padding % of decode", numeric=True, min_width=70,
-             shown=lambda r: c.pct(r["decode_padded_ratio"], "no decode tokens")),
+             shown=lambda r: c.pct(r["decode_padded_ratio"], headlines.PADDING_UNKNOWN if r["source"].endswith("-metrics")
+                                   else "no decode tokens")),
     _step("graph_step_s", "graph step"),
     c.Column("capture_total_s", "capture", numeric=True, min_width=80,
              shown=lambda r: c.seconds(r["capture_total_s"], c.unknown(r["source"]))),

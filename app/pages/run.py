@@ -12,7 +12,7 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from app import charts, comparisons, data, recordings
+from app import charts, comparisons, data, headlines, recordings
 from app import components as c
 from app.callbacks import Callbacks
 from runner.wire import DECODE_STAGES, DECODE_VIEW
@@ -88,14 +88,14 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         "summary": summary,
         "stats": {
             "run-steps": c.count(summary["steps"]),
-            "run-eager": c.pct(summary["eager_ratio"]),
-            "run-padded": c.pct(summary["decode_padded_ratio"], f"no {scope} tokens"),
+            "run-eager": headlines.eager_value(summary, marked=False),     # its note says it is a sample
+            "run-padded": headlines.padding_value(summary, scope),
             "run-capture": c.seconds(summary["capture_total_s"], unknown),
             "run-status": summary["status"],
             "run-alerts": c.count(summary["alerts_firing"]),
         },
         "figures": {
-            "run-mode-mix": charts.mode_mix_figure(timeline, bucket_s, counted),
+            "run-mode-mix": charts.mode_mix_figure(timeline, bucket_s, counted, summary["padding_known"]),
             "run-eager-ratio": (charts.rule_ratio_figure(judged, scope, every_s) if judged else
                                 charts.eager_ratio_figure(decode_timeline, scope=scope)),
             "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted),
@@ -154,8 +154,10 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         dcc.Store(id="run-id", data=run_id),
         dcc.Interval(id="run-interval", interval=REFRESH_MS, disabled=False),
         html.Div(header(summary), id="run-header"),
-        html.Div([c.stat("steps", "…", "run-steps", steps_note), c.stat("eager", "…", "run-eager", "of all steps"),
-                  c.stat("padding", "…", "run-padded", padding_note(scope)),
+        html.Div([c.stat("steps", "…", "run-steps", steps_note),
+                  c.stat("eager", "…", "run-eager", headlines.eager_note(summary)),
+                  c.stat("padding", "…", "run-padded", padding_note(scope) if summary["padding_known"] else
+                         "the engine's /metrics count graph replays, not the batch they padded from"),
                   c.stat("capture time", "…", "run-capture"), c.stat("status", "…", "run-status"),
                   c.stat("alerts firing", "…", "run-alerts")], className="stats"),
         html.Div(id="run-live", className="hint"),

@@ -144,7 +144,7 @@ def _log_figures_section(summary: dict[str, Any]) -> Any:
 
 
 def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str, Any] | None:
-    queries, startup_seconds = data.queries, data.startup_seconds
+    queries = data.queries
     summary = queries.run_summary(store, run_id)
     if summary is None:
         return None
@@ -156,13 +156,14 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "summary": summary,
         "unknown": unknown,
         "diagnosis": diagnosis,
-        "startup_s": startup_seconds(phases, caps),
+        "startup_s": diagnosis["startup_s"],
         "captures": caps,
         "failed": [x for x in caps if x["status"] == "failed"],
         "degrades": degrades,
         "findings": diagnosis["findings"],
         "stats": stats(diagnosis, time_to_failure(summary, phases, caps)),
-        "waterfall": charts.waterfall_figure(phases, caps),
+        "waterfall": charts.waterfall_figure(phases, caps, diagnosis["unaccounted"], diagnosis["startup_from"],
+                                             diagnosis["ready_at"]),
         "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"])),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
@@ -171,8 +172,7 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         diff = charts.startup_diff(phases, caps, queries.phases(store, baseline), queries.captures(store, baseline))
         out["diff"] = diff
         out["diff_fig"] = charts.diff_figure(diff)
-        out["baseline_startup_s"] = startup_seconds(queries.phases(store, baseline),
-                                                    queries.captures(store, baseline))
+        out["baseline_startup_s"] = data.diagnose_run(store, baseline).startup_s
     return out
 
 
@@ -330,7 +330,7 @@ def refresh(baseline, run_id):
     if shown is None:
         raise dash.exceptions.PreventUpdate
     baseline_text = ""
-    if "baseline_startup_s" in shown:
+    if shown.get("baseline_startup_s") is not None and shown["startup_s"] is not None:
         delta = shown["startup_s"] - shown["baseline_startup_s"]
         baseline_text = (f"This run {c.seconds(shown['startup_s'])}, baseline {c.seconds(shown['baseline_startup_s'])} "
                          f"({c.signed_seconds(delta)}).")

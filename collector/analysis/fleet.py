@@ -35,10 +35,10 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
     totals = {m: [0.0, 0] for m in MODES}
     captures, startups, pools = [], [], []
     for r in rows:
-        if r["eager_ratio"] is not None or not r["steps"]:     # a run whose steps' modes are known
-            steps += r["steps"]
-            eager += r["modes"]["eager"]
-        if r["decode_padded_ratio"] is not None:              # a scrape's padding is unknown, not 0
+        if r["eager_ratio"] is not None:               # a run whose steps' modes are known
+            steps += r["decode_steps"]                  # the eager share is the decode stages' (prefill apart)
+            eager += r["decode_eager_steps"]
+        if r["decode_padded_ratio"] is not None:       # a scrape's padding is unknown, not 0
             tokens += r["decode_num_tokens"]
             padded += r["decode_padded_tokens"]
         for mode, (seconds, timed) in r["step_sums"].items():
@@ -54,7 +54,7 @@ def _weighted(rows: list[dict[str, Any]]) -> dict[str, Any]:
         if r["regressions"]:
             regressed += 1
     step_s = {m: (total / timed if timed else None) for m, (total, timed) in totals.items()}
-    return {"runs": len(rows), "steps": steps, "eager_ratio": eager / steps if steps else None,
+    return {"runs": len(rows), "steps": sum(r["steps"] for r in rows), "eager_ratio": eager / steps if steps else None,
             "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None, "step_s": step_s,
             "graph_step_s": step_s["graph"], "padded_step_s": step_s["padded"], "eager_step_s": step_s["eager"],
             "capture_total_s": statistics.median(captures) if captures else None,

@@ -140,4 +140,13 @@ def run_regressions(store: Store, run_id: str) -> dict[str, Any] | None:
     target = table.pop(run.id)
     baseline, worse, better = judge(target, list(table.values()))
     return {"baseline": baseline, "regressions": worse, "improvements": better,
-            "judged": len(table) >= MIN_BASELINE, "figures": {m: target[m] for m in METRICS}}
+            "judged": len(table) >= MIN_BASELINE, "figures": {m: target[m] for m in METRICS},
+            "version": target["version"], "version_change": version_change(target["version"], baseline)}
+
+
+def version_change(version: str | None, baseline: dict[str, Any] | None) -> str | None:
+    """"vllm 0.12.0 → vllm 0.13.0" when the run's version is not its baseline's (an upgrade
+    or a downgrade: what the comparison is then about); None when the same or not recorded."""
+    if baseline is None or not version or not baseline["versions"] or baseline["versions"] == [version]:
+        return None
+    return f"{', '.join(v for v in baseline['versions'] if v != version) or version} → {version}"

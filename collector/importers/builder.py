@@ -70,6 +70,7 @@ class RunBuilder:
         self.saw_start = False        # the startup banner was seen: the run is not partial
         self.progress = False         # beyond the banner: a new banner means a restart
         self.ready = False
+        self.ready_ts: float | None = None     # the stamp of the first line that said it was ready
         self.failures: list[Failure] = []
         self.stage = "startup"
         self.ranks: dict[str, RankKey] = {}
@@ -94,6 +95,12 @@ class RunBuilder:
         handler = getattr(self, "on_" + fact.kind, None)
         if handler is not None:
             handler(fact)
+
+    def mark_ready(self, fact: Fact) -> None:
+        """The server (or offline engine) is ready: the end of its startup (config ``ready_at``)."""
+        self.ready = True
+        if self.ready_ts is None:
+            self.ready_ts = fact.line.ts if fact.line.ts is not None else self.last_ts
 
     # -- events ------------------------------------------------------------------------
     def emit(self, event: dict[str, Any]) -> dict[str, Any] | None:
@@ -349,18 +356,25 @@ class RunBuilder:
     def config(self) -> dict[str, Any]:
         return {}
 
+    def engine_version(self) -> str | None:
+        """The engine's release as its log names it ("vllm 0.13.0"): the run record's
+        ``version``, which the fleet groups and filters by."""
+        return None
+
     def record(self, *, name: str, log_file: str) -> dict[str, Any]:
         started_at = self.first_ts if self.first_ts is not None else self.fallback_ts
         labels = sorted(self.ranks, key=lambda label: rank_order(self.ranks[label]))
         config = dict(self.config(), ranks=labels, log_file=log_file, rank_policy=RANK_POLICY,
                       rank_headline={what: label for what, (_, label) in sorted(self.headline.items())})
+        if self.ready_ts is not None:
+            config["ready_at"] = max(0.0, float(self.ready_ts))
         model = self.model()
         record = {
             "run_id": self.run_id, "name": clip(name + (f" ({model})" if model else ""), 200) or self.run_id,
             "source": self.source, "started_at": max(0.0, float(started_at)),
             "backend": clip(self.backend(), 64) or "unknown", "model": clip(model, 300) or "unknown",
             "device": clip(self.device(), 200) or "unknown", "torch_version": None, "config": config,
-            "wire_version": WIRE_VERSION, "partial": not self.saw_start,
+            "wire_version": WIRE_VERSION, "partial": not self.saw_start, "version": clip(self.engine_version(), 64),
             "time_provenance": "inferred" if self.yearless or self.first_ts is None else "log",
         }
         validate_run(record)

@@ -105,7 +105,7 @@ class SglangRun(SectionCaptures, RunBuilder):
 
     # -- serving --------------------------------------------------------------------
     def on_ready(self, fact: Fact) -> None:
-        self.ready = True
+        self.mark_ready(fact)
         self.stage = "serving"
         self._release_startup()
 

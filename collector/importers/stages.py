@@ -64,3 +64,15 @@ def log_sample(source: str, config: dict[str, Any] | None) -> dict[str, Any] | N
     if every <= 1:
         return None
     return {"stage": "decode", "every": int(every), "provenance": provenance}
+
+
+def padding_known(source: str, config: dict[str, Any] | None) -> bool:
+    """Whether a run's steps tell a graph of their own size from a padded one (and so its
+    padding): an engine's /metrics count graph replays without the batch they padded from,
+    unless the run's capture list is known (from a flag or the engine's log, ``capture_sizes``).
+    A source that says it cannot give padding (config ``not_measured``) cannot, whatever else."""
+    if "padding" in ((config or {}).get("not_measured") or ()):
+        return False
+    if not source.endswith("-metrics"):
+        return True
+    return bool((config or {}).get("capture_sizes"))

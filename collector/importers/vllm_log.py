@@ -220,7 +220,7 @@ class VllmRun(RunBuilder):
             self.meta["init_compilation_s"] = (compilation, fact)
 
     def on_ready(self, fact: Fact) -> None:
-        self.ready = True
+        self.mark_ready(fact)
         self.stage = "serving"
         self.release()
 
@@ -337,6 +337,10 @@ class VllmRun(RunBuilder):
 
     def model(self) -> str | None:
         return self.meta.get("model")
+
+    def engine_version(self) -> str | None:
+        version = self.meta.get("vllm_version")
+        return f"vllm {version}" if version else None
 
     def device(self) -> str | None:
         return self.meta.get("device") or ("cuda" if self.passes or "capture" in self.headline else None)

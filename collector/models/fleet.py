@@ -3,11 +3,13 @@ and phases, never raw steps (so they read the same after retention, and on a sha
 need no query across runs over raw steps); and ``config_key``, the fact that makes two runs
 comparable, which ingest stores with each run and the fleet and regressions group by.
 
-Per run: ``eager_ratio`` (eager / all steps), ``decode_padded_ratio`` (padding over the
+Per run: ``eager_ratio`` (eager / all steps of the decode stages, as the Run page's tile;
+prefill always runs eager), ``decode_padded_ratio`` (padding over the
 tokens computed in the decode stages, ``runner.wire.DECODE_STAGES``, as the Runs page), ``step_s``
 (mean step time per mode in the decode stages, timed steps only), capture time
-(as ``queries.run_summary``), ``startup_s`` (first phase start to last phase end, over
-phases with a known length), ``pool_bytes`` (largest graph pool a capture reported).
+(as ``queries.run_summary``), ``startup_s`` (the run's start, or its first phase's if
+earlier, to its log's ready line, else to its last phase's end, over phases with a known
+length: the diagnosis's wall time), ``pool_bytes`` (largest graph pool a capture reported).
 Unknown is None. ``version`` is the run record's, else ``torch <torch_version>``, else None
 (not recorded).
 """
@@ -21,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from collector.importers.stages import padding_known
 from collector.models import runs as run_reads
 from collector.models.rollups import WHOLE_RUN
 from collector.store import Store
@@ -93,6 +96,7 @@ def _sum(column, type_=sa.BigInteger):
 
 def _no_figures() -> dict[str, Any]:
     return {"steps": 0, "modes": {m: 0 for m in MODES}, "decode_num_tokens": 0, "decode_padded_tokens": 0,
+            "decode_steps": 0, "decode_eager_steps": 0,
             "eager_ratio": None, "decode_padded_ratio": None, "step_s": {m: None for m in MODES},
             "step_sums": {m: (0.0, 0) for m in MODES}, "capture_total_s": None, "startup_s": None,
             "pool_bytes": None}
@@ -117,7 +121,8 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     whole-run rollups, captures and phases."""
     decode = sr.c.stage.in_(DECODE_STAGES)
     step_cols = [sr.c.run_pk, _sum(sr.c.steps), _cond_sum(sr.c.num_tokens, decode),
-                 _cond_sum(sr.c.padded_tokens, decode)]
+                 _cond_sum(sr.c.padded_tokens, decode), _cond_sum(sr.c.steps, decode),
+                 _cond_sum(sr.c.steps, decode, sr.c.mode == "eager")]
     for mode in MODES:
         step_cols += [_cond_sum(sr.c.steps, sr.c.mode == mode),
                       _cond_sum(sr.c.duration_s, decode, sr.c.mode == mode, type_=sa.Float),
@@ -125,21 +130,23 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     wanted = set(pks)
     out: dict[int, dict[str, Any]] = {}
     query = _of_runs(sa.select(*step_cols), sr, run_filter).where(sr.c.bucket_s == WHOLE_RUN)
-    for (pk, steps, tokens, padded, graph, graph_s, graph_t, padded_n, padded_s, padded_t,
+    for (pk, steps, tokens, padded, decode_steps, decode_eager, graph, graph_s, graph_t, padded_n, padded_s, padded_t,
          eager, eager_s, eager_t) in _tuples(conn, query.group_by(sr.c.run_pk)):
         if pk not in wanted:
             continue
         steps, tokens, padded = steps or 0, tokens or 0, padded or 0
         unknown = steps - (graph or 0) - (padded_n or 0) - (eager or 0)     # step_counts of mode unknown
+        decode_steps, decode_eager = decode_steps or 0, decode_eager or 0
         out[pk] = {
             "steps": steps, "decode_num_tokens": tokens, "decode_padded_tokens": padded,
+            "decode_steps": decode_steps, "decode_eager_steps": decode_eager,
             "modes": {"graph": graph or 0, "padded": padded_n or 0, "eager": eager or 0, "unknown": unknown},
             "step_sums": {"graph": (graph_s or 0.0, graph_t or 0), "padded": (padded_s or 0.0, padded_t or 0),
                           "eager": (eager_s or 0.0, eager_t or 0)},
             "step_s": {"graph": graph_s / graph_t if graph_t else None,
                        "padded": padded_s / padded_t if padded_t else None,
                        "eager": eager_s / eager_t if eager_t else None},
-            "eager_ratio": (eager or 0) / steps if steps and not unknown else None,
+            "eager_ratio": decode_eager / decode_steps if decode_steps and not unknown else None,
             "decode_padded_ratio": padded / (tokens + padded) if tokens + padded else None,
             "capture_total_s": None, "startup_s": None, "pool_bytes": None}
     for pk in wanted - out.keys():
@@ -176,9 +183,22 @@ def metrics(conn, pks: list[int], run_filter=None) -> dict[int, dict[str, Any]]:
     start = sa.func.coalesce(ph.c.start_ts, ph.c.ts - ph.c.duration_s)
     query = _of_runs(sa.select(ph.c.run_pk, sa.func.min(start), sa.func.max(start + ph.c.duration_s)), ph,
                      run_filter)
-    for pk, first, last in _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk)):
-        if pk in out and first is not None and last is not None:
-            out[pk]["startup_s"] = max(0.0, last - first)
+    spans = {pk: (first, last) for pk, first, last in
+             _tuples(conn, query.where(ph.c.duration_s.is_not(None)).group_by(ph.c.run_pk))
+             if pk in out and first is not None and last is not None}
+    # the startup's wall time, as the diagnosis has it: from the run's start to its log's ready
+    # line (config ready_at), else to the end of its last phase
+    # what the source can know: padding is unknown to an engine's /metrics without a capture list
+    query = sa.select(runs.c.id, runs.c.started_at, runs.c.config["ready_at"].as_float(), runs.c.source,
+                      runs.c.config["capture_sizes"].as_json())
+    for pk, started_at, ready_at, source, sizes in _tuples(conn, query if run_filter is None
+                                                           else query.where(run_filter)):
+        if pk in out and not padding_known(source, {"capture_sizes": sizes}):
+            out[pk]["decode_padded_ratio"] = None
+        if pk in spans:
+            first, last = spans[pk]
+            end = ready_at if ready_at is not None and ready_at >= last else last
+            out[pk]["startup_s"] = max(0.0, end - min(first, started_at if started_at <= end else first))
     return out
 
 

@@ -6,8 +6,11 @@ days, the longest alert window); whole-run and minute rollups, batch sizes, reas
 phases, captures and everything else are kept for good, so every page and alert still
 works on an old run. Expiry goes by event time, a whole UTC day at a time: a day goes
 once all of it is older than the retention, whenever its run started (a run's step events
-may be older than its start, e.g. a log imported with its own record). A run with step
-events before the cut records it (``runs.raw_expired_before``,
+may be older than its start, e.g. a log imported with its own record) — but never the
+detail of a run that arrived (``runs.created_at``, the collector's clock) after the cut: an
+imported log's retention counts from its import, not from its own timestamps. On
+PostgreSQL a day partition holding such a run's steps stays until that run's time is up.
+A run with step events before the cut records it (``runs.raw_expired_before``,
 ``runs.seconds_expired_before``), before anything is deleted and once more after; pages say
 so, and ingest treats a step event older than its run's cut as a retry (it cannot be told
 from one), so a late resend never counts twice, on SQLite and PostgreSQL alike.
@@ -179,9 +182,10 @@ def _drop_partitions(store: Store, cuts: dict[str, float | None]) -> list[str]:
             pending = {child for (child,) in conn.exec_driver_sql(
                 "SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid "
                 "WHERE i.inhdetachpending")}
+            kept = {parent: _days_kept_for_recent_runs(conn, cut) for parent, cut in cuts.items() if cut is not None}
             for parent, child in partitions_of(conn):
                 cut, day = cuts.get(parent), day_of_partition(child)
-                if cut is None or day is None or (day + 1) * DAY_S > cut:
+                if cut is None or day is None or (day + 1) * DAY_S > cut or day in kept[parent]:
                     continue
                 finish = "FINALIZE" if child in pending else "CONCURRENTLY"
                 conn.exec_driver_sql(f"ALTER TABLE {parent} DETACH PARTITION {PARTITIONS_SCHEMA}.{child} {finish}")
@@ -194,16 +198,31 @@ def _drop_partitions(store: Store, cuts: dict[str, float | None]) -> list[str]:
     return dropped
 
 
+def _days_kept_for_recent_runs(conn, cut: float) -> set[int]:
+    """The UTC days with steps of runs that arrived after ``cut`` but have steps before it (an
+    old log imported lately): their partitions stay until those runs' retention is up."""
+    recent = sa.select(runs.c.id).where(runs.c.created_at >= cut, _first_minute() < cut)
+    minutes = conn.execute(sa.select(sa.func.floor(step_rollups.c.t / DAY_S)).distinct()
+                           .where(step_rollups.c.bucket_s == 60, step_rollups.c.run_pk.in_(recent),
+                                  step_rollups.c.t < cut)).scalars()
+    return {int(day) for day in minutes}
+
+
 # -- pruning -------------------------------------------------------------------------------
 
+def _first_minute() -> sa.ScalarSelect:
+    """A run's first minute with steps: its minute rollups are kept for good, one row per
+    minute any step fell in."""
+    return (sa.select(sa.func.min(step_rollups.c.t))
+            .where(step_rollups.c.run_pk == runs.c.id, step_rollups.c.bucket_s == 60)
+            .scalar_subquery())
+
+
 def _runs_with_detail_before(conn, cut: float, unmarked: sa.Column | None = None) -> list[int]:
-    """Runs with step events before ``cut``, by event time: their minute rollups (kept for
-    good, one row per minute any step fell in) start before it. With ``unmarked``: only
-    those whose recorded cut is still earlier."""
-    first_minute = (sa.select(sa.func.min(step_rollups.c.t))
-                    .where(step_rollups.c.run_pk == runs.c.id, step_rollups.c.bucket_s == 60)
-                    .scalar_subquery())
-    query = sa.select(runs.c.id).where(first_minute < cut)
+    """Runs with step events before ``cut``, by event time, that arrived before it too (a
+    run imported since keeps its detail: its retention counts from its import). With
+    ``unmarked``: only those whose recorded cut is still earlier."""
+    query = sa.select(runs.c.id).where(_first_minute() < cut, runs.c.created_at < cut)
     if unmarked is not None:
         query = query.where(sa.or_(unmarked.is_(None), unmarked < cut))
     return list(conn.execute(query.order_by(runs.c.id)).scalars())

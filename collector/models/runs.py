@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 import sqlalchemy as sa
 
-from collector.importers.stages import log_sample
+from collector.importers.stages import log_sample, padding_known
 from collector.models.events import phases, run_pk_of, warnings
 from collector.models.rollups import NO_REASON, WHOLE_RUN
 from collector.store import Store
@@ -95,10 +95,11 @@ def not_measured(conn, run_pks: list[int]) -> dict[int, list[str]]:
 def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
     """Per run: modes (``unknown``: steps the source counted without their mode), steps (and
     per stage), tokens (all stages and the decode stages), capture time and firing alerts.
-    A share the source cannot give is None: the eager ratio when some steps' mode is
+    A share the source cannot give is None: the eager ratios when some steps' mode is
     unknown, the padding when the run's source cannot see it (``not_measured``)."""
-    out = {pk: {"steps": 0, "modes": {m: 0 for m in STEP_COUNT_MODES}, "stage_steps": {}, "num_tokens": 0, "padded_tokens": 0,
-                "decode_num_tokens": 0, "decode_padded_tokens": 0,
+    out = {pk: {"steps": 0, "modes": {m: 0 for m in STEP_COUNT_MODES}, "stage_steps": {}, "num_tokens": 0,
+                "padded_tokens": 0, "decode_num_tokens": 0, "decode_padded_tokens": 0, "decode_steps": 0,
+                "decode_eager_steps": 0,
                 "capture_total_s": None, "alerts_firing": 0} for pk in run_pks}
     if not run_pks:
         return out
@@ -115,6 +116,8 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
         o["num_tokens"] += int(tokens)
         o["padded_tokens"] += int(padded)
         if stage in DECODE_STAGES:
+            o["decode_steps"] += int(n)
+            o["decode_eager_steps"] += int(n) if mode == "eager" else 0
             o["decode_num_tokens"] += int(tokens)
             o["decode_padded_tokens"] += int(padded)
     # Unknown stays None: a run whose source gave no capture time has no capture total.
@@ -152,22 +155,30 @@ def _totals(conn, run_pks: list[int]) -> dict[int, dict[str, Any]]:
         o["padded_ratio"] = None if padding_unknown else ratio(o["padded_tokens"], o["num_tokens"] + o["padded_tokens"])
         decode = o["decode_num_tokens"] + o["decode_padded_tokens"]
         o["decode_padded_ratio"] = o["decode_padded_tokens"] / decode if decode and not padding_unknown else None
+        o["decode_eager_ratio"] = (o["decode_eager_steps"] / o["decode_steps"]
+                                   if o["decode_steps"] and not o["modes"][MODE_UNKNOWN] else None)
     return out
 
 
-def _run_dict(row, totals: dict[str, Any]) -> dict[str, Any]:
+def _run_dict(row, totals: dict[str, Any], config: dict[str, Any] | None) -> dict[str, Any]:
+    """A run's columns and totals; padding its source cannot know is null, not 0."""
     d = {c.name: row._mapping[c.name] for c in _RUN_COLS if c.name != "id"}
     d.update(totals)
+    d["padding_known"] = padding_known(d["source"], config)
+    sample = log_sample(d["source"], config)
+    d["decode_sampled_every"] = sample["every"] if sample and sample["stage"] in DECODE_STAGES else None
+    if not d["padding_known"]:
+        d.update(padded_ratio=None, decode_padded_ratio=None)
     return d
 
 
 def list_runs(store: Store, limit: int = 500) -> list[dict]:
     """The newest runs first, each with its step totals."""
     with store.read() as conn:
-        rows = conn.execute(sa.select(*_RUN_COLS).order_by(runs.c.started_at.desc(), runs.c.id.desc())
-                            .limit(limit)).all()
+        rows = conn.execute(sa.select(*_RUN_COLS, runs.c.config)
+                            .order_by(runs.c.started_at.desc(), runs.c.id.desc()).limit(limit)).all()
         totals = _totals(conn, [r.id for r in rows])
-    return [_run_dict(r, totals[r.id]) for r in rows]
+    return [_run_dict(r, totals[r.id], None if r.config is None else readable_config(r.config)) for r in rows]
 
 
 def run_summary(store: Store, run_id: str) -> dict | None:
@@ -202,8 +213,8 @@ def run_summary(store: Store, run_id: str) -> dict | None:
         end = None if row.end_seq is None else conn.execute(
             sa.select(rm.c.ts, rm.c.error, rm.c.rank, rm.c.phase, rm.c.graph_bs)
             .where(rm.c.run_pk == row.id, rm.c.seq == row.end_seq)).first()
-    d = _run_dict(row, totals)
     config = None if row.config is None else readable_config(row.config)   # as checked at ingest
+    d = _run_dict(row, totals, config)
     sample = log_sample(row.source, config)
     if sample is not None:
         sample["logged"] = totals["stage_steps"].get(sample["stage"], 0)

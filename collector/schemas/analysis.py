@@ -30,6 +30,14 @@ class Finding(Out):
     where: Optional[dict[str, Any]] = Field(description="where a failure happened: phase, graph_bs, rank, ts")
 
 
+class UnaccountedStretch(Out):
+    start_ts: float
+    end_ts: float
+    seconds: float
+    after: str = Field(description="what it follows: the end of a phase, the run's start")
+    before: str = Field(description="what ends it: the start of a phase, the ready line, the failure")
+
+
 class Diagnosis(Out):
     run_id: str
     source: str
@@ -39,6 +47,12 @@ class Diagnosis(Out):
     startup_s: Optional[float]
     capture: dict[str, Any] = Field(description="total_s, sizes, count, ok, failed, planned, with provenance")
     findings: list[Finding] = Field(description="the outcome first, then by seconds over the expectation")
+    startup_from: Optional[float] = Field(description="where startup_s starts (unix s): the run's start, an "
+                                                      "engine log's first line")
+    ready_at: Optional[float] = Field(description="where startup_s ends when the log said it was ready "
+                                                  "(unix s); null: it ends at the failure or last phase")
+    unaccounted: list[UnaccountedStretch] = Field(description="stretches no phase, capture or line covers, "
+                                                              "in time order")
 
 
 class PlanScoreOut(Out):

@@ -43,12 +43,17 @@ class RunRegressions(Out):
     improvements: list[RegressionFinding]
     judged: bool = Field(description="false with too few baseline runs to judge")
     figures: dict[str, Optional[Number]] = Field(description="the run's value per metric")
+    version: Optional[str] = Field(description="the run's version (an engine log's release, e.g. 'vllm 0.13.0'); "
+                                               "null: not recorded")
+    version_change: Optional[str] = Field(description="'<baseline versions> → <this version>' when they differ "
+                                                      "(an upgrade), else null")
 
 
 class RunFigures(Out):
     """A run's headline figures (``collector.analysis.fleet``): null when unknown."""
 
-    eager_ratio: Optional[float]
+    eager_ratio: Optional[float] = Field(description="eager / all steps of the decode stages (decode and mixed; "
+                                                     "prefill always runs eager); null without decode steps")
     decode_padded_ratio: Optional[float]
     step_s: dict[str, Optional[float]] = Field(description="mean step time per mode, decode stages")
     graph_step_s: Optional[float]
@@ -108,6 +113,8 @@ class FleetRun(RunFigures):
     modes: ModeCounts
     decode_num_tokens: int
     decode_padded_tokens: int
+    decode_steps: int
+    decode_eager_steps: int
     regressions: list[RegressionFinding]
     improvements: list[RegressionFinding]
     baseline_runs: int

@@ -22,17 +22,27 @@ class RunListItem(Out):
     steps: int
     modes: ModeCounts
     stage_steps: dict[str, int] = Field(description="steps per stage")
-    eager_ratio: Optional[float] = Field(description="eager steps / all steps; null when some steps' mode is "
-                                                     "unknown (modes.unknown)")
-    padded_ratio: Optional[float] = Field(description="padded_tokens / (num_tokens + padded_tokens); null when "
-                                                      "the source cannot see padding (not_measured)")
+    eager_ratio: Optional[float] = Field(description="eager steps / all steps, prefill included (0 without steps); "
+                                                     "null when some steps' mode is unknown (modes.unknown)")
+    decode_steps: int = Field(description="steps of the decode stages (decode and mixed)")
+    decode_eager_steps: int = Field(description="eager steps of the decode stages")
+    decode_eager_ratio: Optional[float] = Field(description="decode_eager_steps / decode_steps: the headline "
+                                                            "eager share; null without decode steps, or when some "
+                                                            "steps' mode is unknown (modes.unknown)")
+    decode_sampled_every: Optional[int] = Field(description="the source logs 1 in this many decode batches "
+                                                            "(SGLang): the decode figures are a sample; null: every one")
+    padding_known: bool = Field(description="false: the source cannot tell padded steps from graph steps "
+                                            "(an engine's /metrics without a known capture list, or padding "
+                                            "in not_measured)")
+    padded_ratio: Optional[float] = Field(description="padded_tokens / (num_tokens + padded_tokens); null "
+                                                      "where padding_known is false")
     num_tokens: int
     padded_tokens: int
     decode_num_tokens: int = Field(description="num_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_tokens: int = Field(description="padded_tokens of the decode stages' steps (decode and mixed)")
     decode_padded_ratio: Optional[float] = Field(
         description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without tokens in "
-                    "the decode stages, or when the source cannot see padding (not_measured)")
+                    "the decode stages, or where padding_known is false")
     not_measured: list[str] = Field(
         description="what the run's source cannot give (runner.wire NOT_MEASURABLE: modes, padding, reasons, "
                     "batch_sizes), shown as unknown, never 0; e.g. a scrape of vLLM's /metrics")

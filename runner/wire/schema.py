@@ -388,6 +388,8 @@ CONFIG_FIELDS: dict[str, Any] = {
     "graph_mem_estimate_bytes": _optional("int", minimum=-MAX_BYTES, maximum=MAX_BYTES),
     "available_gpu_mem_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
     "memory_cap_bytes": _optional("int", minimum=0, maximum=MAX_BYTES),
+    "ready_at": _ts(required=False, nullable=True,
+                    doc="when an engine's log said the server (or the offline engine) was ready, unix s"),
 }
 _BATCH_PART_FIELDS: dict[str, FieldSpec] = {
     "count": _f("int", minimum=1, maximum=MAX_COUNT),

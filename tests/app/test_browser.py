@@ -173,7 +173,7 @@ def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
     real = next(r for r in queries.list_runs(env["store"]) if r["run_id"] == "real-run")
     cells = grid_row(driver, "runs-table", "real-run")
     assert cells["steps"] == c.count(real["steps"])
-    assert cells["eager_pct"] == c.pct(real["eager_ratio"])
+    assert cells["eager_pct"] == c.pct(real["decode_eager_ratio"])     # the decode stages' share
     assert cells["padded_pct"] == c.pct(real["decode_padded_ratio"])
     assert cells["backend"] == "static" and cells["source"] == "runner"
     assert len(queries.list_runs(env["store"])) == 4
@@ -201,7 +201,7 @@ def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
     open_page(driver, env["url"] + "/run/real-run", charts=7)
     summary = queries.run_summary(env["store"], "real-run")
     assert text_of(driver, "run-steps") == c.count(summary["steps"])
-    assert text_of(driver, "run-eager") == c.pct(summary["eager_ratio"])
+    assert text_of(driver, "run-eager") == c.pct(summary["decode_eager_ratio"])     # the decode stages' share
     assert text_of(driver, "run-padded") == c.pct(summary["decode_padded_ratio"])
     assert text_of(driver, "run-capture") == c.seconds(summary["capture_total_s"])
     assert text_of(driver, "run-status") == "finished"
@@ -217,11 +217,13 @@ def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
 def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
     from app import components as c
     from collector.models import queries
-    from collector.analysis.diagnosis import startup_seconds
-
     open_page(driver, env["url"] + "/startup/real-run", charts=3)
     store = env["store"]
-    expected = startup_seconds(queries.phases(store, "real-run"), queries.captures(store, "real-run"))
+    # wall time: from the run's start to the end of its last phase or capture (a runner logs no ready line)
+    spans = [(r["start_ts"] if r.get("start_ts") is not None else r["ts"] - (r["duration_s"] or 0.0), r["ts"])
+             for r in queries.phases(store, "real-run") + queries.captures(store, "real-run")]
+    started_at = queries.run_summary(store, "real-run")["started_at"]
+    expected = max(e for _, e in spans) - min([started_at] + [s for s, _ in spans])
     assert text_of(driver, "startup-total") == c.seconds(expected)
     assert text_of(driver, "startup-captures") == c.count(len(queries.captures(store, "real-run")))
     driver.find_element(By.ID, "startup-baseline").click()

@@ -50,7 +50,7 @@ def test_gpu_run_page_shows_pool_memory_and_the_query_layers_numbers(gpu_env, dr
     summary = queries.run_summary(gpu_env["store"], MIXED)
     assert summary["backend"] == "cuda" and summary["steps"] == 2000
     assert text_of(driver, "run-steps") == c.count(summary["steps"])
-    assert text_of(driver, "run-eager") == c.pct(summary["eager_ratio"])
+    assert text_of(driver, "run-eager") == c.pct(summary["decode_eager_ratio"])     # the decode stages' share
     pools = {cap["pool_bytes"] for cap in queries.captures(gpu_env["store"], MIXED)}
     assert min(pools) > 0                     # measured from the allocator's graph pool
     assert "no pool memory reported" not in driver.page_source

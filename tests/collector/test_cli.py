@@ -112,8 +112,8 @@ def test_db_prune_expires_raw_steps_past_the_retention_and_says_what_it_did(tmp_
     url = f"sqlite:///{tmp_path}/prune.db"
     store = Store.open(url, upgrade=True)
     old = time.time() - 30 * 86400
-    ingest_run(store, run_record("old-run", started_at=old))
-    ingest_events(store, "old-run", [step(i, old + i) for i in range(50)])
+    ingest_run(store, run_record("old-run", started_at=old), now=old)        # it arrived 30 days ago
+    ingest_events(store, "old-run", [step(i, old + i) for i in range(50)], now=old + 60)
     store.dispose()
     assert main(["db", "prune", "--db", url, "--raw-retention", "14d"]) == 0
     out = capsys.readouterr().out

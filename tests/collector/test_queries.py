@@ -10,7 +10,8 @@ from .conftest import step
 
 RUN_KEYS = {"run_id", "name", "source", "backend", "model", "device", "status", "started_at", "ended_at",
             "steps", "modes", "stage_steps", "eager_ratio", "padded_ratio", "num_tokens", "padded_tokens",
-            "decode_num_tokens", "decode_padded_tokens", "decode_padded_ratio", "capture_total_s", "alerts_firing",
+            "decode_num_tokens", "decode_padded_tokens", "decode_padded_ratio", "decode_steps", "decode_eager_steps",
+            "decode_eager_ratio", "decode_sampled_every", "padding_known", "capture_total_s", "alerts_firing",
             "not_measured"}
 
 

@@ -31,7 +31,7 @@ def make_run(store, run_id: str, k: int, *, graph_step_s=0.010, eager=10, captur
     t0 = base + k * DAY / 4
     ingest_run(store, {"run_id": run_id, "name": run_id, "source": "runner", "started_at": t0, "backend": "cuda",
                        "model": model, "device": "NVIDIA H200", "torch_version": "2.9", "config": dict(config, seed=k),
-                       "version": version, "graph_sample": graph_sample})
+                       "version": version, "graph_sample": graph_sample}, now=t0)   # it arrived as it ran
     startup, capture = jitter(startup_s), jitter(capture_s)
     events = [{"seq": 0, "ts": t0 + startup - capture, "kind": "phase", "phase": "load_weights", "start_ts": t0,
                "duration_s": startup - capture},

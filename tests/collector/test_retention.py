@@ -69,6 +69,22 @@ def two_runs(store):
     return store
 
 
+def test_an_old_log_imported_now_keeps_its_detail_for_the_retention_from_its_import(store):
+    """Retention counts from the import (the collector's clock), not the log's own timestamps."""
+    t0 = NOW - 300 * DAY                                     # a log from ten months ago ...
+    ingest_run(store, run_record("imported", started_at=t0), now=NOW - 3600)      # ... imported an hour ago
+    ingest_events(store, "imported", run_events(t0, 400), now=NOW - 3600)
+    report = retention.prune(store, POLICY, NOW)
+    assert rows(store, steps, "imported") == 400 and rows(store, step_rollups, "imported", bucket_s=1) > 0
+    assert queries.run_summary(store, "imported")["step_detail"]["raw_expired_before"] is None
+    assert report.runs_marked == 0
+    # once the retention has passed since the import, it goes like any other detail
+    later = retention.prune(store, POLICY, NOW + 15 * DAY)
+    assert rows(store, steps, "imported") == 0 and later.runs_marked == 1
+    assert queries.run_summary(store, "imported")["step_detail"]["raw_expired_before"] == \
+        retention.cut_for(NOW + 15 * DAY, POLICY.raw_s)
+
+
 def test_prune_removes_old_raw_steps_and_second_rollups_only(two_runs):
     store = two_runs
     retention.prune(store, POLICY, NOW)

@@ -17,8 +17,12 @@ evidence line says where its figure came from (``runner.wire.PROVENANCES``). A t
 states what its evidence shows. Imported vLLM and SGLang runs are diagnosed from what
 their logs state (docs/importing.md); what a log does not state is not assumed.
 
-The package: ``facts`` (what a run recorded), ``outcome`` and ``findings`` (what is said
-about it), ``text`` (how things are named in the sentences).
+The startup is wall time: from the run's start (an engine log's first line) to the ready line
+(else the failure, else the last phase), with the stretches nothing covers (``timeline``).
+
+The package: ``facts`` (what a run recorded), ``timeline`` (the startup's wall time and its
+unaccounted stretches), ``outcome`` and ``findings`` (what is said about it), ``text`` (how
+things are named in the sentences).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from collector.analysis.diagnosis.facts import (RunFacts, capture_summary, facts
 from collector.analysis.diagnosis.findings import (Diagnosis, Evidence, Finding, MIN_SECONDS, MIN_SHARE,
                                                    compile_finding, gap_finding, load_finding, memory_finding,
                                                    outlier_finding, sizes_finding, slow_capture_finding)
+from collector.analysis.diagnosis.timeline import startup_of, unaccounted
 from collector.analysis.diagnosis.outcome import failure_findings, interrupted_finding
 from collector.analysis.explanations import STAND_IN_NOTE
 
@@ -41,11 +46,12 @@ def diagnose(facts: RunFacts) -> Diagnosis:
     summary = capture_summary(facts)
     size, _ = weight_bytes(facts)
     per_size_expected = ex.expected_capture_s(size)
-    startup = startup_seconds(facts.phases, facts.captures) or None
+    wall = startup_of(facts)
+    startup = (wall.seconds if wall is not None else startup_seconds(facts.phases, facts.captures)) or None
     timed = (load_finding(facts) + compile_finding(facts, per_size_expected)
              + outlier_finding(facts, per_size_expected)
              + slow_capture_finding(facts, per_size_expected, summary, stand_in)
-             + sizes_finding(facts, summary) + gap_finding(facts))
+             + sizes_finding(facts, summary) + gap_finding(facts, wall))
     floor = max(MIN_SECONDS, MIN_SHARE * (startup or 0.0))
     timed = [f for f in timed if f.seconds is not None and f.seconds >= floor]
     timed.sort(key=lambda f: -f.seconds)
@@ -55,7 +61,10 @@ def diagnose(facts: RunFacts) -> Diagnosis:
     memory = [] if any(f.failure_class == "oom" for f in outcome) else memory_finding(facts)
     return Diagnosis(run_id=facts.run_id, source=facts.source, status=facts.status, stand_in=stand_in,
                      timing_note=STAND_IN_NOTE if stand_in else None, startup_s=startup, capture=summary,
-                     findings=leading + timed + memory + trailing)
+                     findings=leading + timed + memory + trailing,
+                     startup_from=wall.start if wall is not None else None,
+                     ready_at=wall.ready_at if wall is not None else None,
+                     unaccounted=[g.as_dict() for g in unaccounted(wall)])
 
 
 def diagnose_run(store: Any, run_id: str) -> Diagnosis | None:

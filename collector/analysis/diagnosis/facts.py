@@ -127,9 +127,12 @@ def startup_seconds(phases: list[dict[str, Any]], captures: list[dict[str, Any]]
     return total or sum(known(c.get("duration_s") for c in captures))
 
 
-def served_sizes(batch_rows: list[dict[str, Any]], captures: list[dict[str, Any]]) -> dict[str, set[int]] | None:
+def served_sizes(batch_rows: list[dict[str, Any]], captures: list[dict[str, Any]],
+                 listed: list[int] | None = None) -> dict[str, set[int]] | None:
     """Per stage, the captured sizes that served at least one step (padding replays the
-    smallest captured size that fits); None when no step recorded a batch size."""
+    smallest captured size that fits); None when no step recorded a batch size. Without
+    capture rows, the capture list the config states (``listed``) stands for every stage
+    that replayed a graph."""
     replayed = [r for r in batch_rows if r["mode"] in ("graph", "padded")]
     if not batch_rows:
         return None
@@ -137,6 +140,8 @@ def served_sizes(batch_rows: list[dict[str, Any]], captures: list[dict[str, Any]
     for c in captures:
         if c.get("status", "ok") == "ok":
             captured.setdefault(c.get("stage", "decode"), []).append(int(c["graph_bs"]))
+    if not captured and listed:
+        captured = {r["stage"]: [int(s) for s in listed] for r in replayed}
     served: dict[str, set[int]] = {stage: set() for stage in captured}
     for r in replayed:
         sizes = sorted(captured.get(r["stage"], []))
@@ -163,4 +168,4 @@ def facts_for_run(store: Any, run_id: str) -> RunFacts | None:
         error=summary.get("error"), failure=summary.get("failure"),
         phases=queries.headline_rows(queries.phases(store, run_id), config),
         captures=captures, degrades=queries.degrades(store, run_id), steps=summary["steps"],
-        served=served_sizes(queries.batch_times(store, run_id), captures))
+        served=served_sizes(queries.batch_times(store, run_id), captures, config.get("capture_sizes")))

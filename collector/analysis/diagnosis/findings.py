@@ -10,9 +10,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from collector.analysis import expectations as ex
-from collector.analysis.diagnosis.facts import (COMPILE_PHASES, LOAD_PHASES, RunFacts, provenance_of, time_span,
-                                                top, weight_bytes)
-from collector.analysis.diagnosis.text import phase_label, sizes_text
+from collector.analysis.diagnosis.facts import (COMPILE_PHASES, LOAD_PHASES, RunFacts, provenance_of, top,
+                                                weight_bytes)
+from collector.analysis.diagnosis.text import sizes_text
+from collector.analysis.diagnosis.timeline import Startup, unaccounted
 from runner import formats
 
 
@@ -69,6 +70,9 @@ class Diagnosis:
     startup_s: float | None
     capture: dict[str, Any]
     findings: list[Finding]
+    startup_from: float | None = None           # the startup's wall time: from (unix s) ...
+    ready_at: float | None = None               # ... to the ready line, where the log has one
+    unaccounted: list[dict[str, Any]] = field(default_factory=list)   # timeline.Stretch.as_dict, in time order
 
     def as_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -307,65 +311,50 @@ def sizes_finding(facts: RunFacts, summary: dict[str, Any]) -> list[Finding]:
                 Evidence(f"{formats.seconds(per_capture)} per capture", "inferred"),
                 Evidence(f"about {ex.TYPICAL_SIZES} sizes usually cover the traffic within a few percent of "
                          f"padding; the others cost about {formats.seconds(seconds)}", "estimated"),
-                Evidence("no steps with batch sizes were recorded, so which sizes served traffic is unknown",
-                         "inferred")]
+                served_evidence(facts, sizes)]
     return [Finding(cause="too_many_sizes", title=f"{distinct} capture sizes took {formats.seconds(total)}",
                     severity="warning", seconds=seconds, evidence=evidence, actions=actions)]
 
 
-def gap_finding(facts: RunFacts) -> list[Finding]:
-    """Stretches of the startup that no phase, capture or line covers."""
-    items: list[tuple[float, float, str, bool]] = []    # start, end, label, a point in time
-    for p in facts.phases:
-        span = time_span(p)
-        if span is not None:
-            items.append((*span, phase_label(p.get("phase", "")), False))
-    for c in facts.captures:
-        span = time_span(c)
-        if span is not None:
-            items.append((*span, f"the capture of bs {c['graph_bs']}", False))
-    if not items:
+def served_evidence(facts: RunFacts, sizes: list[int]) -> Evidence:
+    """Which of the captured sizes served steps, as far as the steps say (never "unknown"
+    when the run recorded steps with batch sizes)."""
+    if facts.served is None:
+        return Evidence("no steps with batch sizes were recorded, so which sizes served traffic is unknown",
+                        "inferred")
+    used = sorted(set().union(*facts.served.values())) if facts.served else []
+    if not sizes:
+        return Evidence(f"the steps used {len(used)} graph sizes: {sizes_text(used)}" if used else
+                        "no step replayed a graph", "inferred")
+    text = (f"the steps used {len(used)} of the {len(sizes)} sizes: {sizes_text(used)}" if used
+            else f"no step replayed any of the {len(sizes)} sizes")
+    if facts.source == "sglang-log":
+        text += " (SGLang logs one decode batch in every --decode-log-interval: a size can serve steps the log does not show)"
+    return Evidence(text, "inferred")
+
+
+def gap_finding(facts: RunFacts, startup: Startup | None) -> list[Finding]:
+    """Stretches of the startup that no phase, capture or line covers, from ``MIN_GAP_S`` and
+    ``GAP_SHARE`` of the startup (the waterfall draws every one of ``timeline.unaccounted``)."""
+    if startup is None:
         return []
-    end_of_startup = max(e for _, e, _, _ in items)
-    if facts.status == "failed" and (facts.failure or {}).get("ts") is not None:
-        ts = float(facts.failure["ts"])
-        items.append((ts, ts, "the failure", True))
-        end_of_startup = max(end_of_startup, ts)
-    if facts.started_at is not None:
-        items.append((float(facts.started_at), float(facts.started_at), "the run's start", True))
-    items.sort()
-    startup = end_of_startup - items[0][0]
-    gaps = []
-    covered, last = items[0][1], items[0]
-    for item in items[1:]:
-        start, end = item[0], item[1]
-        if start > end_of_startup:
-            break
-        if start - covered >= max(MIN_GAP_S, GAP_SHARE * startup):
-            gaps.append((start - covered, last, item))
-        if end >= covered:
-            covered, last = end, item
+    gaps = [g for g in unaccounted(startup) if g.seconds >= max(MIN_GAP_S, GAP_SHARE * startup.seconds)]
     if not gaps:
         return []
-    gaps.sort(key=lambda g: -g[0])
-    seconds = sum(g for g, _, _ in gaps)
-
-    def after(item) -> str:
-        return item[2] if item[3] else f"the end of {item[2]}"
-
-    def before(item) -> str:
-        return item[2] if item[3] else f"the start of {item[2]}"
-
+    gaps.sort(key=lambda g: -g.seconds)
+    seconds = sum(g.seconds for g in gaps)
     what = "log line" if facts.source.endswith("-log") else "recorded phase"
-    gap, a, b = gaps[0]
-    title = f"Unaccounted: {formats.seconds(gap)} between {a[2]} and {b[2]} that no {what} explains"
+    gap = gaps[0]
+    title = (f"Unaccounted: {formats.seconds(gap.seconds)} between {gap.after.label} and {gap.before.label} "
+             f"that no {what} explains")
     if len(gaps) > 1:
         title += f" (and {len(gaps) - 1} more gap{'s' if len(gaps) > 2 else ''}, {formats.seconds(seconds)} in all)"
-    evidence = [Evidence(f"{formats.seconds(g)} between {after(a)} and {before(b)}", "inferred") for g, a, b in gaps]
+    evidence = [Evidence(f"{formats.seconds(g.seconds)} between {g.after.after()} and {g.before.before()}", "inferred")
+                for g in gaps]
     evidence.append(Evidence(GAP_NOTES.get(facts.source, GAP_NOTES["runner"]), "inferred"))
     return [Finding(cause="unaccounted", title=title, severity="warning", seconds=seconds, evidence=evidence,
-                    actions={"replayscope": ["The waterfall shows where the gap sits: look at what the "
-                                             "process does there (imports, process start, a hook)."],
+                    actions={"replayscope": ["The waterfall draws the gap (\"unaccounted\") where it sits: look at "
+                                             "what the process does there (imports, process start, a hook)."],
                              "vllm": ["VLLM_LOGGING_LEVEL=DEBUG logs the profiling run and the compile cache."],
                              "sglang": ["--log-level debug logs more of the start-up."]})]
 
