@@ -192,7 +192,7 @@ def _advice_from_store(args) -> dict:
     from collector.settings import resolve
     from collector.store import Store
 
-    store = Store.open(resolve(args).db)
+    store = Store.open(resolve(args).db, create=False)     # reads: never a new store
     try:
         advice = advice_for_run(store, args.run_id, budget=args.budget, eager_weight=args.eager_weight)
         if advice is None:

@@ -21,7 +21,7 @@ def _current(args) -> int:
     from collector.settings import resolve
     from collector.store import Store, head_revision
 
-    store = Store.connect(resolve(args).db)                 # reads the revision, changes nothing
+    store = Store.connect(resolve(args).db, create=False)   # reads the revision, changes nothing
     store.dispose()
     current, head = store.found_revision, head_revision()
     state = "up to date" if current == head else f"behind head {head}: run replayscope db upgrade --db {store.safe_url}"

@@ -25,7 +25,7 @@ def _delete(args) -> int:
     from collector.deletion import delete_run
     from collector.store import Store
 
-    store = Store.open(resolve(args).db)
+    store = Store.open(resolve(args).db, create=False)     # never a new store to delete from
     try:
         if not delete_run(store, args.run_id):
             raise ReplayscopeError(f"no run {args.run_id!r} in {store.safe_url}")

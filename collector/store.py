@@ -106,8 +106,12 @@ class Store:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def connect(cls, url: str = DEFAULT_URL, **kwargs) -> "Store":
-        """A store whose database answers, its schema not yet checked (``db current`` reads it)."""
+    def connect(cls, url: str = DEFAULT_URL, *, create: bool = True, **kwargs) -> "Store":
+        """A store whose database answers, its schema not yet checked (``db current`` reads it).
+        ``create=False`` (a command that only reads, or changes what is there): a SQLite file
+        that does not exist is an error, not a new empty file."""
+        if not create:
+            _refuse_missing_file(url)
         try:
             store = cls(url, **kwargs)
         except ReplayscopeError:
@@ -122,14 +126,19 @@ class Store:
         return store
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, **kwargs) -> "Store":
-        """A store at head: a new embedded one is created; one behind is migrated only when
-        ``upgrade``, else refused naming the fix. ``found_revision`` is what it held before."""
-        store = cls.connect(url, **kwargs)
+    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, *, create: bool = True, **kwargs) -> "Store":
+        """A store at head: a new embedded one is created (unless ``create=False``: then a
+        missing or empty one is an error and nothing is written); one behind is migrated only
+        when ``upgrade``, else refused naming the fix. ``found_revision`` is what it held before."""
+        store = cls.connect(url, create=create, **kwargs)
         try:
             current = store.found_revision
             if current != head_revision():
-                store.check_schema(current, refuse_behind=not (upgrade or store._is_new_embedded(current)))
+                new_embedded = store._is_new_embedded(current)
+                if new_embedded and not create:
+                    raise ReplayscopeError(f"the store at {store.safe_url} is empty: no runs in it "
+                                           f"(nothing was created)")
+                store.check_schema(current, refuse_behind=not (upgrade or new_embedded))
                 store.upgrade()
         except ReplayscopeError:
             store.dispose()
@@ -214,6 +223,19 @@ class Store:
         cols = ", ".join(prep.quote(c) for c in columns)
         marks = ", ".join([mark] * len(columns))
         return f"INSERT INTO {prep.format_table(table)} ({cols}) VALUES ({marks})"
+
+
+def _refuse_missing_file(url: str) -> None:
+    """A SQLite URL naming a file that does not exist: one line, and no file made."""
+    try:
+        parsed = sa.make_url(url)
+    except Exception:
+        return                                   # Store() says why the URL is unusable
+    database = parsed.database or ""
+    if (parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
+            and not database.startswith("file:") and not Path(database).exists()):
+        raise ReplayscopeError(f"no store at {safe_url(url)}: {database} does not exist (nothing was created; "
+                               f"check --db or $REPLAYSCOPE_DB)")
 
 
 def safe_url(url: str) -> str:

@@ -26,3 +26,25 @@ def test_a_flag_out_of_its_range_is_one_line_and_exit_2(argv, capsys, tmp_path, 
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error:" in err and argv[-2] in err, err
     assert list(tmp_path.iterdir()) == [], "nothing created"
+
+
+@pytest.mark.parametrize("argv", [["db", "current"], ["runs", "delete", "r1"], ["advise", "r1"],
+                                  ["db", "current", "--db", "sqlite:///sub/missing.db"]])
+def test_a_command_that_reads_never_creates_a_store(argv, capsys, tmp_path, monkeypatch):
+    """``db current`` on a missing SQLite path made it; ``runs delete`` and ``advise`` without
+    ``--db`` made ./replayscope.db. Now: one line naming the path, exit 2, no file."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("REPLAYSCOPE_DB", raising=False)
+    assert main(argv) == EXIT_ERROR
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "does not exist" in err and "nothing was created" in err, err
+    assert list(tmp_path.rglob("*")) == [], "no store, no journal, no folder"
+
+
+def test_db_current_still_reads_an_existing_store(capsys, tmp_path):
+    from collector.store import Store, head_revision
+
+    url = f"sqlite:///{tmp_path / 'r.db'}"
+    Store.open(url).dispose()
+    assert main(["db", "current", "--db", url]) == EXIT_DONE
+    assert f"{head_revision()} (up to date)" in capsys.readouterr().out

@@ -30,8 +30,8 @@ def old_store(tmp_path) -> str:
 
 def test_db_upgrade_then_current(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/cli.db"
-    assert main(["db", "current", "--db", url]) == 0
-    assert "replayscope db upgrade" in capsys.readouterr().out
+    assert main(["db", "current", "--db", url]) == 2        # reading a missing store creates none
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "cli.db").exists()
     assert main(["db", "upgrade", "--db", url]) == 0
     assert head_revision() in capsys.readouterr().out
     Store.open(url).dispose()
