@@ -22,7 +22,7 @@ COMMAND_MODULES = (
     "runner.cli",                 # run, and trace (runner.trace.cli)
     "collector.cli",              # db
     "collector.import_commands",  # import, scrape, follow
-    "collector.run_commands",     # runs delete
+    "collector.run_commands",     # runs list, runs delete
 )
 
 
