@@ -80,12 +80,12 @@ class _Demo:
         from collector.settings import DEMO_DB, resolve
         from collector.store import Store
 
-        # The demo's own store, never $REPLAYSCOPE_DB: its alert rule must not fire on other runs.
+        # The demo's own store, never $REPLAYSCOPE_DB: its runs stay apart from yours. It starts with
+        # the built-in eager-ratio rule, as every store does (migration 0009).
         settings = resolve(self.args, db=self.args.db or DEMO_DB, host="127.0.0.1", evaluate_every_s=5.0)
         host, port = settings.host, settings.port
         _check_port(host, port)
         store = Store.open(settings.db, upgrade=settings.db == DEMO_DB)   # its own file is the demo's to migrate
-        _ensure_demo_rule(store)
         app = create_server(store, settings)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=settings.log_level))
         thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)
@@ -145,20 +145,6 @@ class _Demo:
             except subprocess.TimeoutExpired:
                 child.kill()
                 child.wait()
-
-
-# Over the default stage: the decode stages (runner.wire.DECODE_VIEW), as every built-in rule.
-DEMO_RULE = {"name": "demo - decode eager ratio above 0.4", "threshold": 0.4, "window_s": 60,
-             "min_steps": 50}
-
-
-def _ensure_demo_rule(store) -> None:
-    """An eager-ratio rule, so the demo shows thresholds and alerts; never a second one."""
-    from collector.alerting import alerts
-    from collector.models import queries
-
-    if not queries.alert_rules(store):
-        alerts.create_rule(store, DEMO_RULE)
 
 
 def _demo(args) -> int:
