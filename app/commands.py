@@ -28,11 +28,12 @@ def _serve(args) -> int:
 
     from app.server import create_server
     from collector.settings import resolve
-    from collector.store import Store
+    from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
 
     settings = resolve(args)
     _refuse_open_writes(settings, args.insecure)     # before opening (and maybe creating) a store
-    store = Store.open(settings.db, upgrade=args.migrate)
+    # Another process's lock is answered 503 in about a second: clients retry (the runner spools).
+    store = Store.open(settings.db, upgrade=args.migrate, busy_timeout_ms=SERVER_BUSY_TIMEOUT_MS)
     try:
         _check_port(settings.host, settings.port)
         app = create_server(store, settings, dashboard=not args.no_dashboard)
@@ -78,14 +79,15 @@ class _Demo:
 
         from app.server import create_server
         from collector.settings import DEMO_DB, resolve
-        from collector.store import Store
+        from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
 
         # The demo's own store, never $REPLAYSCOPE_DB: its runs stay apart from yours. It starts with
         # the built-in eager-ratio rule, as every store does (migration 0009).
         settings = resolve(self.args, db=self.args.db or DEMO_DB, host="127.0.0.1", evaluate_every_s=5.0)
         host, port = settings.host, settings.port
         _check_port(host, port)
-        store = Store.open(settings.db, upgrade=settings.db == DEMO_DB)   # its own file is the demo's to migrate
+        store = Store.open(settings.db, upgrade=settings.db == DEMO_DB,   # its own file is the demo's to migrate
+                           busy_timeout_ms=SERVER_BUSY_TIMEOUT_MS)
         app = create_server(store, settings)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=settings.log_level))
         thread = threading.Thread(target=self.server.run, name="replayscope-server", daemon=True)

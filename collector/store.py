@@ -10,13 +10,19 @@ is one line with the password masked. ``Store(url)`` only builds the engine (no 
 
 SQLite gets WAL, ``synchronous=NORMAL`` and a busy timeout on every connection, and
 write transactions start with ``BEGIN IMMEDIATE`` behind a process-wide lock, so writers
-queue instead of failing half way on a lock upgrade.
+queue instead of failing half way on a lock upgrade. The server waits at most
+``SERVER_BUSY_TIMEOUT_MS`` for another process's lock, then answers 503 (its clients retry:
+the runner's sink keeps the events in its spool); a command waits the default 5 s.
+
+``write_failure`` is the last write the database refused (when, why), cleared by the next
+write that commits: ``/healthz`` reports it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +35,10 @@ from collector.settings import DEFAULT_DB as DEFAULT_URL
 from runner.errors import ReplayscopeError, Unavailable
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+# How long the server's writes wait for a lock another process holds on a SQLite store, before
+# the request is answered 503 with Retry-After (a lock is then answered in about a second, not
+# after the default 5 s, twice when a batch takes the lock twice).
+SERVER_BUSY_TIMEOUT_MS = 750
 
 
 class SchemaBehind(ReplayscopeError):
@@ -84,6 +94,7 @@ class Store:
             self._tune_sqlite(self.engine, busy_timeout_ms)
         self._writer = self.engine.execution_options(replayscope_write=True)
         self.found_revision: str | None = None     # the schema revision Store.open found
+        self.write_failure: tuple[float, str] | None = None   # (when, why) the last write was refused
 
     @staticmethod
     def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
@@ -206,6 +217,12 @@ class Store:
         try:
             with self._writer.begin() as conn:
                 yield conn
+        except sa.exc.OperationalError as error:        # locked, disk full, unreachable: not the caller's bug
+            reason = str(error.orig or error).strip().splitlines()
+            self.write_failure = (time.time(), reason[0] if reason else type(error).__name__)
+            raise
+        else:
+            self.write_failure = None
         finally:
             if lock is not None:
                 lock.release()
