@@ -93,7 +93,8 @@ def run_traced(command: list[str], *, collector: str | None = None, events: str 
                                  token=token, step=step, lib=lib, workdir=workdir, parent_pid=os.getpid(),
                                  time_every=time_every)
         code = _run(command, child_environment(settings, boot))
-        for line in summary_lines(os.path.join(workdir, REGISTRY_FILE), collector):
+        registry = os.path.join(workdir, REGISTRY_FILE)
+        for line in summary_lines(registry, collector) + step_target_lines(registry, step):
             print(line, file=out)
         return code
     finally:
@@ -122,19 +123,40 @@ def _run(command: list[str], env: dict[str, str]) -> int:
     return 128 - code if code < 0 else code
 
 
-def summary_lines(registry: str, collector: str | None) -> list[str]:
-    """One line per traced process that recorded something, from the processes' registry."""
-    runs: dict[str, dict] = {}
+def _registry_records(registry: str) -> list[dict]:
+    records = []
     try:
         with open(registry, encoding="utf-8") as f:
             for line in f:
                 try:
-                    record = json.loads(line)
+                    records.append(json.loads(line))
                 except ValueError:
                     continue
-                runs.setdefault(record.get("run_id", "?"), {}).update(record)
     except FileNotFoundError:
         pass
+    return records
+
+
+def step_target_lines(registry: str, step: str | None) -> list[str]:
+    """An error line when ``--step`` named a function no traced process found (a typo in the
+    module or the function): why, per distinct reason. Nothing when one process found it."""
+    if step is None:
+        return []
+    reports = [r for r in _registry_records(registry) if r.get("event") == "step_target"]
+    if any(r.get("found") for r in reports):
+        return []
+    whys = list(dict.fromkeys(r["why"] for r in reports if r.get("why"))) or \
+        [f"--step {step}: no traced process reached it"]
+    return [f"replayscope trace: error: {'; '.join(whys)}; no steps were recorded through --step "
+            f"(check the MODULE:QUALNAME; the program's exit status is its own)"]
+
+
+def summary_lines(registry: str, collector: str | None) -> list[str]:
+    """One line per traced process that recorded something, from the processes' registry."""
+    runs: dict[str, dict] = {}
+    for record in _registry_records(registry):
+        if record.get("event") in ("open", "close"):
+            runs.setdefault(record.get("run_id", "?"), {}).update(record)
     if not runs:
         return ["replayscope trace: no process of the command captured a CUDA graph, ran a step or "
                 "compiled (is it a Python program using PyTorch? see docs/trace.md)"]
