@@ -90,7 +90,7 @@ def test_a_gain_is_not_reported_as_a_cost():
 
     explanation = {"title": "t", "what": "w", "why": "y", "change": [], "vllm": [], "sglang": []}
     for extra, label in ((-2.6, "What it saved here. "), (1.0, "What it cost here. ")):
-        card = c.explanation_card({"reason": "spec_shape", "explanation": explanation,
+        card = c.explanation_card({"reason": "spec_shape", "explanation": explanation, "flags": [],
                                    "compared": {"extra_s": extra}}, "sentence")
         assert card.children[3].children[0].children == label
 
