@@ -18,7 +18,7 @@ def test_replayscope_alone_prints_its_help_and_exits_0(capsys):
 
 
 @pytest.mark.parametrize("argv", [["serve", "--port", "70000"], ["serve", "--port", "99999"], ["serve", "--port", "-1"],
-                                  ["db", "prune", "--raw-retention", "99999999999d"]])
+                                  ["demo", "--port", "99999"], ["db", "prune", "--raw-retention", "99999999999d"]])
 def test_a_flag_out_of_its_range_is_one_line_and_exit_2(argv, capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("REPLAYSCOPE_DB", raising=False)
