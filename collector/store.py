@@ -39,6 +39,9 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # the request is answered 503 with Retry-After (a lock is then answered in about a second, not
 # after the default 5 s, twice when a batch takes the lock twice).
 SERVER_BUSY_TIMEOUT_MS = 750
+# PostgreSQL's serialization failure and deadlock: two writers met, one is retried at once
+# (collector.ingest); the store is not failing writes.
+_RETRIED_CONFLICTS = ("40001", "40P01")
 
 
 class SchemaBehind(ReplayscopeError):
@@ -218,8 +221,9 @@ class Store:
             with self._writer.begin() as conn:
                 yield conn
         except sa.exc.OperationalError as error:        # locked, disk full, unreachable: not the caller's bug
-            reason = str(error.orig or error).strip().splitlines()
-            self.write_failure = (time.time(), reason[0] if reason else type(error).__name__)
+            if getattr(error.orig, "sqlstate", None) not in _RETRIED_CONFLICTS:
+                reason = str(error.orig or error).strip().splitlines()
+                self.write_failure = (time.time(), reason[0] if reason else type(error).__name__)
             raise
         else:
             self.write_failure = None
