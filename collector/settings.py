@@ -18,7 +18,7 @@ from runner import environment
 from runner.errors import ReplayscopeError
 
 DEFAULT_DB = "sqlite:///replayscope.db"
-DEMO_DB = "sqlite:///replayscope-demo.db"     # the demo's own store: its alert rule stays there
+DEMO_DB = "sqlite:///replayscope-demo.db"     # the demo's own store: its runs stay apart from yours
 DEFAULT_PORT = 8300
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")   # uvicorn's; info shows the access log
 DAY_S = 86400
