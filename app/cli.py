@@ -22,7 +22,7 @@ COMMAND_MODULES = (
     "runner.cli",                 # run, and trace (runner.trace.cli)
     "collector.cli",              # db
     "collector.import_commands",  # import, scrape, follow
-    "collector.run_commands",     # runs delete
+    "collector.run_commands",     # runs list, runs delete
 )
 
 
@@ -39,8 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Observability for CUDA-graph capture, replay and fallback in LLM inference.",
     )
     parser.add_argument("--version", action="version", version=f"replayscope {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.required = True
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")   # none: the help (main)
     for name in COMMAND_MODULES:
         importlib.import_module(name).add_parsers(sub)
     return parser
@@ -52,7 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     ends every one of them quietly."""
     args = None
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        if args.command is None:           # bare ``replayscope``: what it can do, not an error
+            parser.print_help()
+            return EXIT_DONE
         code = int(args.handler(args) or EXIT_DONE)
         sys.stdout.flush()                 # a closed pipe shows here, not at the interpreter's exit
         return code

@@ -28,11 +28,12 @@ def _serve(args) -> int:
 
     from app.server import create_server
     from collector.settings import resolve
-    from collector.store import Store
+    from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
 
     settings = resolve(args)
     _refuse_open_writes(settings, args.insecure)     # before opening (and maybe creating) a store
-    store = Store.open(settings.db, upgrade=args.migrate)
+    # Another process's lock is answered 503 in about a second: clients retry (the runner spools).
+    store = Store.open(settings.db, upgrade=args.migrate, busy_timeout_ms=SERVER_BUSY_TIMEOUT_MS)
     try:
         _check_port(settings.host, settings.port)
         app = create_server(store, settings, dashboard=not args.no_dashboard)
@@ -81,14 +82,15 @@ class _Demo:
 
         from app.server import create_server
         from collector.settings import DEMO_DB, resolve
-        from collector.store import Store
+        from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
 
-        # The demo's own store, never $REPLAYSCOPE_DB: its alert rule must not fire on other runs.
+        # The demo's own store, never $REPLAYSCOPE_DB: its runs stay apart from yours. It starts with
+        # the built-in eager-ratio rule, as every store does (migration 0009).
         settings = resolve(self.args, db=self.args.db or DEMO_DB, host="127.0.0.1", evaluate_every_s=5.0)
         host, port = settings.host, settings.port
         _check_port(host, port)
-        store = Store.open(settings.db, upgrade=settings.db == DEMO_DB)   # its own file is the demo's to migrate
-        _ensure_demo_rule(store)
+        store = Store.open(settings.db, upgrade=settings.db == DEMO_DB,   # its own file is the demo's to migrate
+                           busy_timeout_ms=SERVER_BUSY_TIMEOUT_MS)
         app = create_server(store, settings)
         self.server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level=settings.log_level,
                                                     proxy_headers=False))
@@ -151,20 +153,6 @@ class _Demo:
                 child.wait()
 
 
-# Over the default stage: the decode stages (runner.wire.DECODE_VIEW), as every built-in rule.
-DEMO_RULE = {"name": "demo - decode eager ratio above 0.4", "threshold": 0.4, "window_s": 60,
-             "min_steps": 50}
-
-
-def _ensure_demo_rule(store) -> None:
-    """An eager-ratio rule, so the demo shows thresholds and alerts; never a second one."""
-    from collector.alerting import alerts
-    from collector.models import queries
-
-    if not queries.alert_rules(store):
-        alerts.create_rule(store, DEMO_RULE)
-
-
 def _demo(args) -> int:
     from runner.cli import require_torch
 
@@ -196,7 +184,7 @@ def _advice_from_store(args) -> dict:
     from collector.settings import resolve
     from collector.store import Store
 
-    store = Store.open(resolve(args).db)
+    store = Store.open(resolve(args).db, create=False)     # reads: never a new store
     try:
         advice = advice_for_run(store, args.run_id, budget=args.budget, eager_weight=args.eager_weight)
         if advice is None:

@@ -150,12 +150,15 @@ def bullet_list(items: list[str], className: str = "") -> html.Ul:
 
 def engine_flags(change: list[str] | tuple[str, ...], vllm: list[str] | tuple[str, ...],
                  sglang: list[str] | tuple[str, ...]) -> html.Div:
-    rows = []
-    for label, items in (("replayscope", change), ("vLLM", vllm), ("SGLang", sglang)):
-        if items:
-            rows.append(html.Div([html.Span(label, className="flag-engine"),
-                                  bullet_list(list(items), "flag-list")], className="flag-row"))
-    return html.Div(rows, className="flags")
+    return flag_rows([{"engine": label, "lines": list(items)}
+                      for label, items in (("replayscope", change), ("vLLM", vllm), ("SGLang", sglang)) if items])
+
+
+def flag_rows(flags: list[dict[str, Any]]) -> html.Div:
+    """Each engine's lines under its name, in the order given (a run's own engine first)."""
+    return html.Div([html.Div([html.Span(f["engine"], className="flag-engine"),
+                               bullet_list(f["lines"], "flag-list")], className="flag-row") for f in flags],
+                    className="flags")
 
 
 def explanation_card(cost: dict[str, Any], cost_text: str, seen: list[dict[str, Any]] = (),
@@ -175,7 +178,7 @@ def explanation_card(cost: dict[str, Any], cost_text: str, seen: list[dict[str, 
         *([html.Div([html.B(f"What the steps' evidence says{seen_note}."),
                      bullet_list([f"{r['example']} ({plural(r['steps'], 'step')})" for r in seen[:3]])])]
           if seen else []),
-        html.Div([html.B("What to change."), engine_flags(e["change"], e["vllm"], e["sglang"])]),
+        html.Div([html.B("What to change."), flag_rows(cost["flags"])]),
     ], className="card explanation", **{"data-reason": cost["reason"]})
 
 

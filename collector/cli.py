@@ -21,7 +21,7 @@ def _current(args) -> int:
     from collector.settings import resolve
     from collector.store import Store, head_revision
 
-    store = Store.connect(resolve(args).db)                 # reads the revision, changes nothing
+    store = Store.connect(resolve(args).db, create=False)   # reads the revision, changes nothing
     store.dispose()
     current, head = store.found_revision, head_revision()
     state = "up to date" if current == head else f"behind head {head}: run replayscope db upgrade --db {store.safe_url}"
@@ -34,12 +34,8 @@ def _prune(args) -> int:
     from collector.settings import resolve
     from collector.store import Store
 
-    settings = resolve(args)
-    policy = retention.Policy(
-        retention.parse_retention(settings.raw_retention,
-                                  "--raw-retention" if args.raw_retention else "REPLAYSCOPE_RAW_RETENTION"),
-        retention.parse_retention(settings.second_retention,
-                                  "--second-retention" if args.second_retention else "REPLAYSCOPE_SECOND_RETENTION"))
+    settings = resolve(args)                                # checks the retentions: one line, exit 2
+    policy = retention.Policy.from_settings(settings)
     store = Store.open(settings.db)
     try:
         report = retention.run_retention(store, policy)

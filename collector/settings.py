@@ -9,7 +9,9 @@ Pure standard library, so building the command line stays cheap.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
+import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
@@ -17,9 +19,28 @@ from runner import environment
 from runner.errors import ReplayscopeError
 
 DEFAULT_DB = "sqlite:///replayscope.db"
-DEMO_DB = "sqlite:///replayscope-demo.db"     # the demo's own store: its alert rule stays there
+DEMO_DB = "sqlite:///replayscope-demo.db"     # the demo's own store: its runs stay apart from yours
 DEFAULT_PORT = 8300
 LOG_LEVELS = ("critical", "error", "warning", "info", "debug")   # uvicorn's; info shows the access log
+DAY_S = 86400
+# Each number's accepted range (inclusive), checked once when settings resolve: a value out of
+# it would fail on every tick (a period of 1e-300 s), spin a core (1e-9 s) or never be reached.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "port": (1, 65535),
+    "max_body_bytes": (1024, 1024 ** 3),
+    "heartbeat_timeout_s": (1.0, 7 * DAY_S),
+    "evaluate_every_s": (0.1, DAY_S),
+    "notify_every_s": (0.1, 3600.0),
+    "notify_expire_s": (1.0, 30 * DAY_S),
+    "notify_repeat_s": (1.0, 30 * DAY_S),
+    "webhook_timeout_s": (0.1, 600.0),
+    "prune_every_s": (1.0, 7 * DAY_S),
+}
+MAX_RETENTION_S = 3650 * DAY_S      # ten years: beyond it a cut falls before any clock's epoch
+RETENTIONS = ("raw_retention", "second_retention")
+FOREVER = ("forever", "never", "off", "0")
+_AGE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": DAY_S, "w": 7 * DAY_S, "": DAY_S}
 
 
 @dataclass(frozen=True)
@@ -61,11 +82,13 @@ class Settings:
                 continue
             values[f.name] = _convert(f.name, f.type, raw)
         settings = replace(cls(), **values)
-        settings = replace(settings, **{k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        settings = replace(settings, **given)
         if settings.log_level not in LOG_LEVELS:
             raise ReplayscopeError(f"log level {settings.log_level!r}: choose one of {', '.join(LOG_LEVELS)}")
         if settings.forwarded_allow_ips is not None:
             settings = replace(settings, forwarded_allow_ips=trusted_proxies(settings.forwarded_allow_ips))
+        _check_bounds(settings, flags=set(given))
         return settings
 
     @property
@@ -100,6 +123,38 @@ def resolve(args: Any = None, environ: Mapping[str, str] | None = None, **overri
     ``overrides`` are what a command fixes itself (e.g. the demo's host)."""
     flags = {f.name: getattr(args, f.name) for f in fields(Settings) if getattr(args, f.name, None) is not None}
     return Settings.from_env(environ, **{**flags, **overrides})
+
+
+def parse_retention(text: str, what: str = "retention") -> float | None:
+    """Seconds from ``14d``, ``36h``, ``90m``, ``3600s``, ``2w`` (a bare number is days), at
+    most ten years; None for ``forever`` (or ``0``, ``off``, ``never``): keep everything."""
+    if text.strip().lower() in FOREVER:
+        return None
+    match = _AGE.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise ReplayscopeError(f"{what} {text!r}: expected a duration like 14d, 36h, 90m, 3600s, 2w "
+                               f"(a bare number is days), or 'forever'")
+    seconds = float(match.group(1)) * _UNIT_S[match.group(2)]
+    if seconds > MAX_RETENTION_S:
+        raise ReplayscopeError(f"{what} {text!r}: at most {MAX_RETENTION_S // DAY_S}d (ten years); "
+                               f"'forever' keeps everything")
+    return seconds
+
+
+def source_of(name: str, flags: set[str] = frozenset()) -> str:
+    """Where a setting came from, as the user wrote it: ``--raw-retention`` or ``REPLAYSCOPE_RAW_RETENTION``."""
+    return f"--{name.replace('_', '-')}" if name in flags else f"REPLAYSCOPE_{name.upper()}"
+
+
+def _check_bounds(settings: Settings, flags: set[str]) -> None:
+    """Every number within ``BOUNDS`` and every retention a duration within its ceiling;
+    the error names the flag or variable it came from."""
+    for name, (low, high) in BOUNDS.items():
+        value = getattr(settings, name)
+        if not (isinstance(value, (int, float)) and math.isfinite(value) and low <= value <= high):
+            raise ReplayscopeError(f"{source_of(name, flags)}={value!r}: expected a number from {low:g} to {high:g}")
+    for name in RETENTIONS:
+        parse_retention(getattr(settings, name), source_of(name, flags))
 
 
 def _convert(name: str, type_: str, raw: str):

@@ -10,13 +10,19 @@ is one line with the password masked. ``Store(url)`` only builds the engine (no 
 
 SQLite gets WAL, ``synchronous=NORMAL`` and a busy timeout on every connection, and
 write transactions start with ``BEGIN IMMEDIATE`` behind a process-wide lock, so writers
-queue instead of failing half way on a lock upgrade.
+queue instead of failing half way on a lock upgrade. The server waits at most
+``SERVER_BUSY_TIMEOUT_MS`` for another process's lock, then answers 503 (its clients retry:
+the runner's sink keeps the events in its spool); a command waits the default 5 s.
+
+``write_failure`` is the last write the database refused (when, why), cleared by the next
+write that commits: ``/healthz`` reports it.
 """
 
 from __future__ import annotations
 
 import re
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
@@ -29,6 +35,13 @@ from collector.settings import DEFAULT_DB as DEFAULT_URL
 from runner.errors import ReplayscopeError, Unavailable
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
+# How long the server's writes wait for a lock another process holds on a SQLite store, before
+# the request is answered 503 with Retry-After (a lock is then answered in about a second, not
+# after the default 5 s, twice when a batch takes the lock twice).
+SERVER_BUSY_TIMEOUT_MS = 750
+# PostgreSQL's serialization failure and deadlock: two writers met, one is retried at once
+# (collector.ingest); the store is not failing writes.
+_RETRIED_CONFLICTS = ("40001", "40P01")
 
 
 class SchemaBehind(ReplayscopeError):
@@ -84,6 +97,7 @@ class Store:
             self._tune_sqlite(self.engine, busy_timeout_ms)
         self._writer = self.engine.execution_options(replayscope_write=True)
         self.found_revision: str | None = None     # the schema revision Store.open found
+        self.write_failure: tuple[float, str] | None = None   # (when, why) the last write was refused
 
     @staticmethod
     def _tune_sqlite(engine: Engine, busy_timeout_ms: int) -> None:
@@ -106,8 +120,12 @@ class Store:
 
     # -- construction ---------------------------------------------------------------
     @classmethod
-    def connect(cls, url: str = DEFAULT_URL, **kwargs) -> "Store":
-        """A store whose database answers, its schema not yet checked (``db current`` reads it)."""
+    def connect(cls, url: str = DEFAULT_URL, *, create: bool = True, **kwargs) -> "Store":
+        """A store whose database answers, its schema not yet checked (``db current`` reads it).
+        ``create=False`` (a command that only reads, or changes what is there): a SQLite file
+        that does not exist is an error, not a new empty file."""
+        if not create:
+            _refuse_missing_file(url)
         try:
             store = cls(url, **kwargs)
         except ReplayscopeError:
@@ -122,14 +140,19 @@ class Store:
         return store
 
     @classmethod
-    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, **kwargs) -> "Store":
-        """A store at head: a new embedded one is created; one behind is migrated only when
-        ``upgrade``, else refused naming the fix. ``found_revision`` is what it held before."""
-        store = cls.connect(url, **kwargs)
+    def open(cls, url: str = DEFAULT_URL, upgrade: bool = False, *, create: bool = True, **kwargs) -> "Store":
+        """A store at head: a new embedded one is created (unless ``create=False``: then a
+        missing or empty one is an error and nothing is written); one behind is migrated only
+        when ``upgrade``, else refused naming the fix. ``found_revision`` is what it held before."""
+        store = cls.connect(url, create=create, **kwargs)
         try:
             current = store.found_revision
             if current != head_revision():
-                store.check_schema(current, refuse_behind=not (upgrade or store._is_new_embedded(current)))
+                new_embedded = store._is_new_embedded(current)
+                if new_embedded and not create:
+                    raise ReplayscopeError(f"the store at {store.safe_url} is empty: no runs in it "
+                                           f"(nothing was created)")
+                store.check_schema(current, refuse_behind=not (upgrade or new_embedded))
                 store.upgrade()
         except ReplayscopeError:
             store.dispose()
@@ -197,6 +220,13 @@ class Store:
         try:
             with self._writer.begin() as conn:
                 yield conn
+        except sa.exc.OperationalError as error:        # locked, disk full, unreachable: not the caller's bug
+            if getattr(error.orig, "sqlstate", None) not in _RETRIED_CONFLICTS:
+                reason = str(error.orig or error).strip().splitlines()
+                self.write_failure = (time.time(), reason[0] if reason else type(error).__name__)
+            raise
+        else:
+            self.write_failure = None
         finally:
             if lock is not None:
                 lock.release()
@@ -214,6 +244,19 @@ class Store:
         cols = ", ".join(prep.quote(c) for c in columns)
         marks = ", ".join([mark] * len(columns))
         return f"INSERT INTO {prep.format_table(table)} ({cols}) VALUES ({marks})"
+
+
+def _refuse_missing_file(url: str) -> None:
+    """A SQLite URL naming a file that does not exist: one line, and no file made."""
+    try:
+        parsed = sa.make_url(url)
+    except Exception:
+        return                                   # Store() says why the URL is unusable
+    database = parsed.database or ""
+    if (parsed.get_backend_name() == "sqlite" and database not in ("", ":memory:")
+            and not database.startswith("file:") and not Path(database).exists()):
+        raise ReplayscopeError(f"no store at {safe_url(url)}: {database} does not exist (nothing was created; "
+                               f"check --db or $REPLAYSCOPE_DB)")
 
 
 def safe_url(url: str) -> str:

@@ -21,7 +21,7 @@ def add_parsers(sub) -> None:
     Where vLLM or SGLang have a flag with the same meaning, it is accepted as an alias
     (``--enforce-eager``, ``--cudagraph-capture-sizes``/``--cuda-graph-bs``, ``--max-num-seqs``...).
     """
-    from runner.plan import BACKENDS
+    from runner.plan import BACKENDS, MAX_CAPTURE_SIZE
     from runner.timing import CUDA_TIME_EVERY
     from runner.workload import WORKLOADS
 
@@ -49,10 +49,10 @@ def add_parsers(sub) -> None:
     graphs.add_argument("--enforce-eager", "--disable-cuda-graph", dest="enforce_eager", action="store_true",
                         help="no graphs, every step eager (= --backend disabled)")
     graphs.add_argument("--max-bs", "--max-cudagraph-capture-size", "--cuda-graph-max-bs", dest="max_bs",
-                        type=int, metavar="N", help="largest batch size to capture (default 32)")
+                        type=int, metavar="N", help=f"largest batch size to capture, at most {MAX_CAPTURE_SIZE} (default 32)")
     graphs.add_argument("--capture-sizes", "--cudagraph-capture-sizes", "--cuda-graph-bs", dest="capture_sizes",
                         nargs="+", metavar="N",
-                        help="batch sizes to capture, comma or space separated: 1,2,4,8 or 1 2 4 8 "
+                        help=f"batch sizes to capture (1 to {MAX_CAPTURE_SIZE}), comma or space separated: 1,2,4,8 or 1 2 4 8 "
                              "(default: 1, 2, 4, 8, then every 8 up to --max-bs)")
     graphs.add_argument("--no-padding", "--disable-cuda-graph-padding", dest="no_padding", action="store_true",
                         help="send batch sizes without their own graph to eager instead of padding them "
@@ -80,11 +80,12 @@ def add_parsers(sub) -> None:
     workload.add_argument("--output-len", metavar="MIN,MAX", help="output lengths, uniform (default: the workload's)")
     length = workload.add_mutually_exclusive_group()
     length.add_argument("--steps", type=int, help="stop after this many scheduler iterations (default 500)")
-    length.add_argument("--duration", type=float, metavar="S", help="stop after S seconds of running")
+    length.add_argument("--duration", type=float, metavar="S", help="stop after S seconds of running (up to 30 days)")
 
     telemetry = run.add_argument_group("telemetry")
-    telemetry.add_argument("--name", help="a human name for the run (default: model-workload-backend)")
-    telemetry.add_argument("--run-id", help="the run's id (default: random)")
+    telemetry.add_argument("--name", help="a human name for the run, up to 200 characters (default: "
+                                           "model-workload-backend)")
+    telemetry.add_argument("--run-id", help="the run's id: letters, digits and . _ : - , up to 128 (default: random)")
     telemetry.add_argument("--events", metavar="FILE", help="write the run as JSON lines to FILE")
     telemetry.add_argument("--collector", metavar="URL", help="stream events to a replayscope collector")
     telemetry.add_argument("--token", default=None,
@@ -100,7 +101,8 @@ def add_parsers(sub) -> None:
                                 "(eager and padded steps are always sent): ~N times less raw data, same totals, "
                                 "ratios, alerts and batch-size histogram")
     telemetry.add_argument("--version-tag", metavar="TAG",
-                           help="the version of what you deploy (a release tag): the fleet page groups runs by it")
+                           help="the version of what you deploy (a release tag, up to 64 characters): the fleet page "
+                                "groups runs by it")
     telemetry.add_argument("--quiet", action="store_true", help="no progress bars")
 
     faults = run.add_argument_group("fault injection", "make a run fail or slow down on purpose, to see how "
@@ -148,6 +150,7 @@ def config_from_args(args) -> RunConfig:
         raise ReplayscopeError(f"--events {args.events} is a directory")
     if args.events and not os.path.isdir(os.path.dirname(os.path.abspath(args.events))):
         raise ReplayscopeError(f"--events {args.events}: its directory does not exist")
+    _check_record_flags(args)
     backend = _backend(args)
     sizes, max_bs = _sizes_and_max_bs(args)
     overrides = {"arrival_rate": args.arrival_rate, "max_running": args.max_running,
@@ -163,6 +166,25 @@ def config_from_args(args) -> RunConfig:
         run_id=args.run_id, workload_overrides={k: v for k, v in overrides.items() if v is not None},
         fail_capture_sizes=failing, slow_capture=_slow_captures(args.slow_capture),
         slow_load_mbps=args.slow_load_mbps, memory_cap_gib=args.memory_cap_gib, progress=not args.quiet)
+
+
+# The flags that become fields of the run record, checked against the wire contract up front
+# (a 300-character --name or --run-id a/b was refused only by the collector, after the run).
+RECORD_FLAGS = {"--name": "name", "--run-id": "run_id", "--version-tag": "version"}
+
+
+def _check_record_flags(args) -> None:
+    from runner.wire import WireError, check_run_field
+
+    for flag, field_name in RECORD_FLAGS.items():
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if value is None:
+            continue
+        try:
+            check_run_field(field_name, value)
+        except WireError as error:
+            shown = value if len(value) <= 40 else f"{value[:40]}... ({len(value)} characters)"
+            raise ReplayscopeError(f"{flag} {shown!r}: {error.message}") from None
 
 
 def _slow_captures(text: str | None) -> dict[int, float]:

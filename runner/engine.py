@@ -25,9 +25,10 @@ from runner.dispatch import BatchShape
 from runner.errors import ReplayscopeError
 from runner.graphs import GraphRunner, StaticInput, resolve_backend
 from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
-from runner.plan import CapturePlan, default_capture_sizes
+from runner.plan import MAX_CAPTURE_SIZE, CapturePlan, default_capture_sizes
 from runner.progress import Progress
 from runner.timing import CUDA_TIME_EVERY, step_timing
+from runner.wire import MAX_DURATION_S
 from runner.workload import Iteration, Request, Scheduler, workload_by_name
 
 VERIFY_MAX_BS = 16        # speculative requests are a minority: fewer verify graphs
@@ -67,10 +68,10 @@ class RunConfig:
             self.steps = 500
         if self.steps is not None and self.steps < 1:
             raise ReplayscopeError(f"--steps must be at least 1, got {self.steps}")
-        if self.duration_s is not None and self.duration_s <= 0:
-            raise ReplayscopeError(f"--duration must be positive, got {self.duration_s}")
-        if self.max_bs < 1:
-            raise ReplayscopeError(f"--max-bs must be at least 1, got {self.max_bs}")
+        if self.duration_s is not None and not 0 < self.duration_s <= MAX_DURATION_S:   # nan, inf: never ends
+            raise ReplayscopeError(f"--duration must be positive and at most {MAX_DURATION_S:g} s, got {self.duration_s}")
+        if not 1 <= self.max_bs <= MAX_CAPTURE_SIZE:
+            raise ReplayscopeError(f"--max-bs goes from 1 to {MAX_CAPTURE_SIZE}, got {self.max_bs}")
         if self.parity_every < 0:
             raise ReplayscopeError("--parity-every must be >= 0")
         if self.time_every < 1:

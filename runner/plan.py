@@ -10,6 +10,10 @@ from runner.errors import ReplayscopeError
 # eager only, or the best the device allows. Here, not in runner.graphs, so the command
 # line can offer them without importing torch.
 BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
+# The largest batch the runner captures or holds static buffers for (--max-bs, --capture-sizes):
+# vLLM's largest default capture size is 512, SGLang's 160; beyond this a typo (99999999)
+# would allocate gigabytes of buffers before the first step.
+MAX_CAPTURE_SIZE = 4096
 
 
 def default_capture_sizes(max_bs: int) -> tuple[int, ...]:
@@ -44,8 +48,8 @@ def parse_capture_sizes(text: str) -> tuple[int, ...]:
             size = int(part)
         except ValueError:
             raise ReplayscopeError(f"--capture-sizes: {part!r} is not an integer") from None
-        if size < 1:
-            raise ReplayscopeError(f"--capture-sizes: batch sizes must be >= 1, got {size}")
+        if not 1 <= size <= MAX_CAPTURE_SIZE:
+            raise ReplayscopeError(f"--capture-sizes: batch sizes go from 1 to {MAX_CAPTURE_SIZE}, got {size}")
         sizes.append(size)
     return tuple(sorted(set(sizes)))
 

@@ -59,10 +59,23 @@ def partitions(store: Store) -> dict[str, list[int]]:
     return {k: sorted(v) for k, v in out.items()}
 
 
+def without_builtin_rule(store: Store) -> Store:
+    """``store`` without the eager-ratio rule every store starts with (migration 0009), for a
+    test that writes the rules it tests and counts their alerts; returns ``store``."""
+    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE
+    from collector.tables import alert_rules
+
+    with store.write() as conn:
+        conn.execute(alert_rules.delete().where(alert_rules.c.name == BUILTIN_EAGER_RATIO_RULE["name"]))
+    return store
+
+
 @contextlib.contextmanager
 def opened_store(url: str):
-    """A store at ``url``, migrated, disposed of afterwards (the tests' store fixtures)."""
-    store = Store.open(url, upgrade=True)
+    """A store at ``url``, migrated, without the built-in rule (the tests write the rules they
+    test: ``tests/collector/test_builtin_rule.py`` is about that one), disposed of afterwards
+    (the tests' store fixtures)."""
+    store = without_builtin_rule(Store.open(url, upgrade=True))
     try:
         yield store
     finally:

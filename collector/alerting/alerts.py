@@ -54,6 +54,11 @@ RULE_DEFAULTS: dict[str, Any] = {
     "webhook_url": None, "enabled": True, "for_s": 60, "keep_firing_for_s": 300, "resolve_threshold": None,
     "kind": "eager_ratio", "metric": None,
 }
+# The rule every store starts with (migration 0009 writes it once; deleted, it stays deleted):
+# the defaults above at a threshold of 20%. deploy/prometheus/replayscope-rules.yml is the
+# same rule for Prometheus (tests/collector/test_prometheus_rules.py keeps them equal).
+BUILTIN_EAGER_RATIO_RULE: dict[str, Any] = {**RULE_DEFAULTS, "name": "built-in - decode eager ratio above 0.2",
+                                            "threshold": 0.2}
 RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "stage", "webhook_url", "enabled",
                "for_s", "keep_firing_for_s", "resolve_threshold", "kind", "metric")
 MAX_WINDOW_S = 7 * 24 * 3600

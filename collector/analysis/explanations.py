@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.analysis.reasons import explain
+from collector.analysis.reasons import explain, flags_for
 from collector.models import queries
 from runner import formats
 
@@ -24,7 +24,7 @@ def _band_label(stage: str, band: tuple[int, int]) -> str:
 
 
 def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any]], *,
-                 stand_in: bool = False) -> list[dict[str, Any]]:
+                 stand_in: bool = False, source: str | None = None) -> list[dict[str, Any]]:
     """Each reason of ``reason_breakdown`` with its explanation and what it cost the run,
     from measurements only.
 
@@ -34,7 +34,8 @@ def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any
     time, what replay took on average for as many steps (``replay_s``) and the difference
     (``extra_s``). Steps with nothing to compare against are counted in ``not_compared``
     with why: no replay measured at those sizes, their own time not measured, or reported
-    as counts without a batch size. ``stand_in``: the run's times are CPU timings.
+    as counts without a batch size. ``stand_in``: the run's times are CPU timings. ``flags``:
+    what to change per engine, the engine of the run's ``source`` first (``reasons.flags_for``).
     """
     replay: dict[tuple[str, tuple[int, int]], list[float]] = {}
     for r in batch_rows:
@@ -91,6 +92,7 @@ def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any
             "not_compared": list(not_compared.values()),
             "stand_in": stand_in,
             "explanation": explain(reason).as_dict(),
+            "flags": flags_for(explain(reason).as_dict(), source),
         })
     return out
 
@@ -133,8 +135,9 @@ def is_stand_in(summary: dict[str, Any] | None) -> bool:
 
 def explain_run(store: Any, run_id: str) -> list[dict[str, Any]]:
     """``reason_costs`` for a stored run, read through the query layer."""
+    summary = queries.run_summary(store, run_id)
     return reason_costs(queries.reason_breakdown(store, run_id), queries.batch_times(store, run_id),
-                        stand_in=is_stand_in(queries.run_summary(store, run_id)))
+                        stand_in=is_stand_in(summary), source=(summary or {}).get("source"))
 
 
 __all__ = ["STAND_IN_NOTE", "cost_sentence", "explain_run", "is_stand_in", "reason_costs", "size_band"]

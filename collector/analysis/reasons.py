@@ -368,6 +368,21 @@ EXPLANATIONS: dict[str, Explanation] = {
 }
 
 
+# Whose flags a reason card leads with: on an engine's run (its log or its /metrics), that
+# engine's own, since a vLLM or SGLang user cannot pass this runner's --capture-sizes; on
+# every other run (the runner, the library, a trace), this runner's first.
+ENGINE_OF_SOURCE = {"vllm-log": "vllm", "vllm-metrics": "vllm", "sglang-log": "sglang", "sglang-metrics": "sglang"}
+FLAG_ENGINES = (("replayscope", "change"), ("vLLM", "vllm"), ("SGLang", "sglang"))   # (label, Explanation field)
+
+
+def flags_for(explanation: dict[str, Any], source: str | None) -> list[dict[str, Any]]:
+    """The explanation's "what to change" lines per engine, for a run from ``source``: the
+    run's own engine first, then the others in the usual order; engines without lines left out."""
+    own = ENGINE_OF_SOURCE.get(source or "", "change")
+    ordered = sorted(FLAG_ENGINES, key=lambda engine: engine[1] != own)
+    return [{"engine": label, "lines": list(explanation[field])} for label, field in ordered if explanation[field]]
+
+
 def explain(reason: str) -> Explanation:
     """The explanation of ``reason``; custom and unrecognised reasons get a generic one."""
     known = EXPLANATIONS.get(reason)

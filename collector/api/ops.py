@@ -11,15 +11,22 @@ from collector.services import leader
 from collector.api.deps import MetricsDep, StoreDep
 from collector.api.errors import responses
 from collector.api.guards import is_writer
+from collector.store import StoreUnavailable
+from runner import formats
 
 router = APIRouter(tags=["ops"], responses=responses(400, 503))
 
 
 @router.get("/healthz", response_model=schemas.Health)
 def healthz(store: StoreDep) -> dict:
-    """200 when the store answers."""
+    """200 when the store answers and its last write committed; 503 (degraded) when it does
+    not answer, or while writes fail (a full disk, a lock): the detail says since when and why."""
     with store.read() as conn:
         health.ping(conn)
+    if store.write_failure is not None:
+        since, reason = store.write_failure
+        raise StoreUnavailable(f"degraded: the store answers reads but refused the last write "
+                               f"({formats.when(since)}): {reason}")
     return {"status": "ok", "db": store.dialect}
 
 

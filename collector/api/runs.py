@@ -16,12 +16,14 @@ from collector.api.deps import StoreDep
 from collector.api.errors import READ, responses
 from collector.store import Store
 from runner.errors import NotFound
-from runner.wire import RULE_STAGES
+from runner.wire import RULE_STAGES, RUN_STATUSES, SOURCES
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=responses(*READ))
 
 # A stage, or decode+mixed (the decode stages, as the run page shows them; %2B in a URL).
 StageName = Literal[RULE_STAGES]  # type: ignore[valid-type]
+SourceName = Literal[SOURCES]  # type: ignore[valid-type]
+RunStatus = Literal[RUN_STATUSES]  # type: ignore[valid-type]
 
 
 def known(store: Store, run_id: str) -> str:
@@ -32,9 +34,12 @@ def known(store: Store, run_id: str) -> str:
 
 
 @router.get("", response_model=list[schemas.RunListItem])
-def get_runs(store: StoreDep, limit: int = Query(500, ge=1, le=5000)) -> list[dict]:
-    """Runs, newest first, with their step totals."""
-    return queries.list_runs(store, limit=limit)
+def get_runs(store: StoreDep, limit: int = Query(500, ge=1, le=5000),
+             source: Optional[SourceName] = Query(None, description="only runs from this source"),
+             status: Optional[RunStatus] = Query(None, description="only runs in this status"),
+             model: Optional[str] = Query(None, max_length=512, description="only runs of this model")) -> list[dict]:
+    """Runs, newest first, with their step totals (``replayscope runs list``)."""
+    return queries.list_runs(store, limit=limit, source=source, status=status, model=model)
 
 
 @router.get("/{run_id}", response_model=schemas.RunSummary)

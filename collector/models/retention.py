@@ -33,13 +33,12 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
+from collector.settings import DAY_S, parse_retention
 from collector.store import Store
 from collector.tables import runs, step_counts, step_rollups, steps
-from runner.errors import ReplayscopeError
 
 log = logging.getLogger("replayscope.retention")
 
-DAY_S = 86400
 PARTITIONS_SCHEMA = "replayscope_partitions"
 RAW_TABLES = ("steps", "step_counts")
 SECOND_TABLE = "step_rollups"
@@ -47,21 +46,6 @@ DAYS_AHEAD = 2
 DELETE_BATCH_ROWS = 5000
 # pg_advisory locks: every partition DDL (create and drop) holds this one.
 PARTITION_LOCK = 0x72730001
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": DAY_S, "w": 7 * DAY_S, "": DAY_S}
-FOREVER = ("forever", "never", "off", "0")
-
-
-def parse_retention(text: str, what: str = "retention") -> float | None:
-    """Seconds from ``14d``, ``36h``, ``90m``, ``3600s``, ``2w`` (a bare number is days);
-    None for ``forever`` (or ``0``, ``off``, ``never``): keep everything."""
-    if text.strip().lower() in FOREVER:
-        return None
-    match = _DURATION.match(text)
-    if match is None or float(match.group(1)) <= 0:
-        raise ReplayscopeError(f"{what} {text!r}: expected a duration like 14d, 36h, 90m, 3600s, 2w "
-                               f"(a bare number is days), or 'forever'")
-    return float(match.group(1)) * _UNIT_S[match.group(2)]
 
 
 @dataclass(frozen=True)

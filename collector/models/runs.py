@@ -172,11 +172,16 @@ def _run_dict(row, totals: dict[str, Any], config: dict[str, Any] | None) -> dic
     return d
 
 
-def list_runs(store: Store, limit: int = 500) -> list[dict]:
-    """The newest runs first, each with its step totals."""
+def list_runs(store: Store, limit: int = 500, *, source: str | None = None, status: str | None = None,
+              model: str | None = None) -> list[dict]:
+    """The newest runs first, each with its step totals; only those of ``source``, ``status``
+    and ``model`` where given."""
+    query = sa.select(*_RUN_COLS)
+    for column, value in ((runs.c.source, source), (runs.c.status, status), (runs.c.model, model)):
+        if value is not None:
+            query = query.where(column == value)
     with store.read() as conn:
-        rows = conn.execute(sa.select(*_RUN_COLS, runs.c.config)
-                            .order_by(runs.c.started_at.desc(), runs.c.id.desc()).limit(limit)).all()
+        rows = conn.execute(query.order_by(runs.c.started_at.desc(), runs.c.id.desc()).limit(limit)).all()
         totals = _totals(conn, [r.id for r in rows])
     return [_run_dict(r, totals[r.id], None if r.config is None else readable_config(r.config)) for r in rows]
 

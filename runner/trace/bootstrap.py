@@ -58,6 +58,8 @@ def install(settings: TraceSettings, *, make_sink: Any = None) -> tuple[Tracer, 
             # starts (whose main module is then __mp_main__ or another script), it is __main__.
             os.environ[ENV_STEP] = f"__main__:{qualname}"
             module_name = "__main__"
+        tracer.step_unreached = (f"no function {qualname} was called in the program's script"
+                                 if module_name == "__main__" else f"the program never imported {module_name}")
         if module_name == "__main__":
             catch_main_step(tracer, qualname, patches, settings.step)
         if module_name != "__main__":

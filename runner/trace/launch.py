@@ -21,7 +21,7 @@ from runner.errors import EXIT_INCOMPLETE, ReplayscopeError
 from runner.formats import plural
 from runner.timing import CUDA_TIME_EVERY
 from runner.trace import supervision
-from runner.trace.outside import OutsideEnds, read_registry
+from runner.trace.outside import OutsideEnds, read_registry, registry_records
 from runner.trace.settings import STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
@@ -96,7 +96,8 @@ def run_traced(command: list[str], *, collector: str | None = None, events: str 
                     OutsideEnds(workdir, collector=collector, token=token))
         runs = read_registry(workdir)
         incomplete = incomplete_line(runs)
-        for line in summary_lines(runs, collector) + ([incomplete] if incomplete else []):
+        lines = summary_lines(runs, collector) + step_target_lines(workdir, step)
+        for line in lines + ([incomplete] if incomplete else []):
             print(line, file=out)
         return EXIT_INCOMPLETE if code == 0 and incomplete else code
     finally:
@@ -113,6 +114,20 @@ def _run(command: list[str], env: dict[str, str], ends: OutsideEnds) -> int:
     code = supervision.wait(child, own_group, watch=lambda: ends.end_gone(waiting_for=child.pid))
     ends.end_gone({child.pid: code})
     return 128 - code if code < 0 else code
+
+
+def step_target_lines(workdir: str, step: str | None) -> list[str]:
+    """An error line when ``--step`` named a function no traced process found (a typo in the
+    module or the function): why, per distinct reason. Nothing when one process found it."""
+    if step is None:
+        return []
+    reports = [r for r in registry_records(workdir) if r.get("event") == "step_target"]
+    if any(r.get("found") for r in reports):
+        return []
+    whys = list(dict.fromkeys(r["why"] for r in reports if r.get("why"))) or \
+        [f"--step {step}: no traced process reached it"]
+    return [f"replayscope trace: error: {'; '.join(whys)}; no steps were recorded through --step "
+            f"(check the MODULE:QUALNAME; the program's exit status is its own)"]
 
 
 def summary_lines(runs: dict[str, dict], collector: str | None) -> list[str]:

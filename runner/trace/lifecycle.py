@@ -67,6 +67,8 @@ class RunLifecycle:
         self.model: str | None = None
         self.hooks: list[str] = []
         self.recipes: list[str] = []
+        self.step_unreached: str | None = None    # why --step is not found if nothing reports (bootstrap)
+        self._step_reported = False
         self._pending_warnings: list[tuple[str, str]] = []
         self._warned: set[str] = set()
         self.status: str | None = None
@@ -145,6 +147,22 @@ class RunLifecycle:
         command = self.settings.command
         return " ".join(command[:3]) if command else (sys.argv[0] if sys.argv else "python")
 
+    def step_target(self, found: bool, why: str | None = None) -> None:
+        """Whether this process found the ``--step`` function (``why`` not): the trace's summary
+        says so when no process found it (a typo is an error the user sees, not silence)."""
+        self._step_reported = True
+        self._register({"event": "step_target", "pid": self.pid, "found": found, "why": why})
+
+    def _step_never_found(self) -> None:
+        """At the end: a ``--step`` whose module this process never imported (or, for a script,
+        whose function was never called) was neither found nor missed; say which."""
+        if not self.settings.step or self._step_reported or self.step_unreached is None:
+            return
+        why = f"--step {self.settings.step}: {self.step_unreached}"
+        self.step_target(False, why)
+        # On the run too (the program's first process gets one for it, as for any warning).
+        self.warn("step_missing", f"{why}; no steps are recorded", once="step_missing")
+
     def _register(self, record: dict[str, Any]) -> None:
         """A line in the trace's registry, for the summary ``replayscope trace`` prints."""
         if not self.settings.workdir:
@@ -211,6 +229,7 @@ class RunLifecycle:
         status = status or self.status or "finished"
         error = error or self.error
         self.step_abort()
+        self._step_never_found()
         if not self.captures and not self._unsized and (self.steps or self.graph_intent.compiles
                                                          or self.graph_intent.silent_skips):
             cause = self._no_graph()

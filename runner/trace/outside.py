@@ -27,9 +27,9 @@ from runner.wire import MAX_SEQ
 TAIL_BYTES = 1 << 16
 
 
-def read_registry(workdir: str) -> dict[str, dict[str, Any]]:
-    """Each run the processes reported, its lines merged (the ``close`` line over the ``open`` one)."""
-    runs: dict[str, dict[str, Any]] = {}
+def registry_records(workdir: str) -> list[dict[str, Any]]:
+    """Every record the processes wrote in the registry, in order (a line cut off is skipped)."""
+    records: list[dict[str, Any]] = []
     try:
         with open(os.path.join(workdir, REGISTRY_FILE), encoding="utf-8") as f:
             for line in f:
@@ -38,9 +38,18 @@ def read_registry(workdir: str) -> dict[str, dict[str, Any]]:
                 except ValueError:
                     continue
                 if isinstance(record, dict):
-                    runs.setdefault(str(record.get("run_id", "?")), {}).update(record)
+                    records.append(record)
     except OSError:
         pass                # no registry yet (no process reported a run), or it cannot be read
+    return records
+
+
+def read_registry(workdir: str) -> dict[str, dict[str, Any]]:
+    """Each run the processes reported, its lines merged (the ``close`` line over the ``open`` one)."""
+    runs: dict[str, dict[str, Any]] = {}
+    for record in registry_records(workdir):
+        if record.get("event") in ("open", "close"):
+            runs.setdefault(str(record.get("run_id", "?")), {}).update(record)
     return runs
 
 

@@ -160,8 +160,9 @@ def wrap_step_function(tracer: Tracer, module: Any, qualname: str, patches: Patc
         owner, name = resolve(module, qualname)
         raw = owner.__dict__[name] if isinstance(owner, type) else getattr(owner, name)
     except (AttributeError, KeyError):
-        tracer.warn("step_missing", f"--step {spec}: {module.__name__} has no {qualname}; no steps are "
-                                    f"recorded", once="step_missing")
+        why = f"--step {spec}: {module.__name__} has no {qualname}"
+        tracer.warn("step_missing", f"{why}; no steps are recorded", once="step_missing")
+        tracer.step_target(False, why)
         return
     if isinstance(raw, (staticmethod, classmethod)):
         kind = type(raw)
@@ -170,6 +171,7 @@ def wrap_step_function(tracer: Tracer, module: Any, qualname: str, patches: Patc
     else:
         patches.replace(owner, name, lambda original: step_wrapper(tracer, original, tensor_batch, "--step"))
     tracer.recipes.append(f"--step {spec}")
+    tracer.step_target(True)
 
 
 class _Globals:

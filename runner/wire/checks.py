@@ -84,6 +84,12 @@ def _check_fields(record: Any, specs: dict[str, FieldSpec]) -> None:
         _check_value(name, spec, record[name])
 
 
+def check_run_field(name: str, value: Any) -> None:
+    """Raise WireError unless ``value`` may be the run record's field ``name`` (a command's
+    flag checked before its run starts, e.g. ``run --run-id``)."""
+    _check_value(name, RUN_FIELDS[name], value)
+
+
 def validate_run(record: Any) -> None:
     """Raise WireError unless ``record`` is a valid run record (its ``config`` included)."""
     _check_fields(record, RUN_FIELDS)

@@ -38,7 +38,7 @@ def env(tmp_path_factory):
     """A store with a real runner run (static backend), a baseline, a live run and a
     hostile name, served by uvicorn in a thread."""
     pytest.importorskip("torch", reason="the store holds a real `replayscope run`'s run")
-    from tests.stores import ingest_events_file
+    from tests.stores import ingest_events_file, without_builtin_rule
     from collector.settings import Settings
     from collector.store import Store
     from app.server import create_server
@@ -49,7 +49,7 @@ def env(tmp_path_factory):
                     "--workload", "mixed", "--steps", "300", "--events", str(events), "--quiet",
                     "--name", "static-tiny-mixed", "--run-id", "real-run"],
                    cwd=REPO, check=True, timeout=600)
-    store = Store.open(f"sqlite:///{tmp / 'rs.db'}", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp / 'rs.db'}", upgrade=True))   # the rules it makes alone
     ingest_events_file(store, events)
     synthetic.fill(store, "baseline-run", name="baseline", steps=200, slow_size=16, failed_size=32)
     synthetic.fill(store, "xss-run", name=XSS_NAME, steps=50)

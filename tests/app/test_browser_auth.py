@@ -26,9 +26,10 @@ def env(tmp_path_factory, driver):
     from collector.alerting import alerts
     from collector.settings import Settings
     from collector.store import Store
+    from tests.stores import without_builtin_rule
 
     tmp = tmp_path_factory.mktemp("auth")
-    store = Store.open(f"sqlite:///{tmp / 'a.db'}", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp / 'a.db'}", upgrade=True))   # its rules alone
     alerts.create_rule(store, {"name": "slack-rule", "threshold": 0.3, "webhook_url": SLACK})
     with serving(create_server(store, Settings(run_services=False, token=TOKEN))) as url:
         yield {"store": store, "url": url, "driver": driver}

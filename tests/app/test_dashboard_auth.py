@@ -14,6 +14,7 @@ from collector.auth import SESSION_COOKIE
 from collector.settings import Settings
 from collector.store import Store
 from tests.live_server import LOOPBACK_BASE
+from tests.stores import without_builtin_rule
 
 TOKEN = "dash-token"
 SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
@@ -23,7 +24,7 @@ SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
 def dashboard(tmp_path):
     from app.server import create_server
 
-    store = Store.open(f"sqlite:///{tmp_path}/d.db", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/d.db", upgrade=True))   # only the tests' rules
     app = create_server(store, Settings(run_services=False, token=TOKEN))
     with TestClient(app, base_url=LOOPBACK_BASE) as client:
         client.get("/alerts")
@@ -112,8 +113,8 @@ def test_two_dashboards_in_one_process_each_write_to_their_own_store(tmp_path):
     last dashboard made in the process (which ``dash.get_app()`` alone would name)."""
     from app.server import create_server
 
-    first = Store.open(f"sqlite:///{tmp_path}/first.db", upgrade=True)
-    second = Store.open(f"sqlite:///{tmp_path}/second.db", upgrade=True)
+    first = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/first.db", upgrade=True))
+    second = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/second.db", upgrade=True))
     first_app = create_server(first, Settings(run_services=False))
     create_server(second, Settings(run_services=False))          # made last
     with TestClient(first_app, base_url=LOOPBACK_BASE) as client:

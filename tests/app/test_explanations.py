@@ -105,3 +105,41 @@ def test_cpu_stand_in_costs_say_they_are_cpu_timings():
 def test_size_bands_are_powers_of_two():
     assert [size_band(b) for b in (1, 2, 3, 4, 7, 8, 33)] == [(1, 1), (2, 3), (2, 3), (4, 7), (4, 7), (8, 15),
                                                              (32, 63)]
+
+
+BREAKDOWN = [{"reason": "batch_too_large", "steps": 10, "duration_s": 0.1, "share": 1.0}]
+
+
+@pytest.mark.parametrize("source, order", [
+    ("vllm-log", ["vLLM", "replayscope", "SGLang"]), ("vllm-metrics", ["vLLM", "replayscope", "SGLang"]),
+    ("sglang-log", ["SGLang", "replayscope", "vLLM"]), ("sglang-metrics", ["SGLang", "replayscope", "vLLM"]),
+    ("runner", ["replayscope", "vLLM", "SGLang"]), (None, ["replayscope", "vLLM", "SGLang"])])
+def test_a_reason_card_leads_with_the_flags_of_the_runs_own_engine(source, order):
+    """Every card on an engine's run led with this runner's flags (--max-bs, --capture-sizes),
+    which a vLLM or SGLang user cannot pass; now the run's engine's own come first."""
+    [cost] = reason_costs(BREAKDOWN, [], source=source)
+    assert [f["engine"] for f in cost["flags"]] == order
+    assert cost["flags"][order.index("vLLM")]["lines"] == list(explain("batch_too_large").vllm)
+
+
+def test_the_run_page_card_of_an_imported_vllm_run_shows_vllms_flags_first(tmp_path):
+    from app import components as c
+    from collector.analysis.explanations import explain_run
+    from collector.ingest import ingest_events, ingest_run
+    from collector.store import Store
+    from tests.app.synthetic import run_record
+
+    store = Store.open(f"sqlite:///{tmp_path}/v.db")
+    record = run_record("v1", source="vllm-log")
+    ingest_run(store, record)
+    ingest_events(store, "v1", [{"seq": i, "ts": record["started_at"] + i, "kind": "step", "stage": "decode",
+                                 "mode": "eager", "raw_bs": 600, "graph_bs": None, "num_tokens": 600,
+                                 "padded_tokens": 0, "reason": "batch_too_large", "duration_s": None}
+                                for i in range(3)])
+    [cost] = explain_run(store, "v1")
+    store.dispose()
+    card = c.explanation_card(cost, cost_sentence(cost))
+    flags = card.children[-1].children[1]
+    engines = [row.children[0].children for row in flags.children]
+    assert engines == ["vLLM", "replayscope", "SGLang"]
+    assert flags.children[0].children[1].children[0].children == explain("batch_too_large").vllm[0]

@@ -43,7 +43,9 @@ def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
 
 def test_run_page_draws_each_applicable_alert_threshold(filled, pages):
     from collector.alerting.alerts import create_rule
+    from tests.stores import without_builtin_rule
 
+    without_builtin_rule(filled)
     create_rule(filled, {"name": "all", "threshold": 0.2})
     create_rule(filled, {"name": "others", "threshold": 0.5, "run_pattern": "prod-*"})
     fig = pages["run"].page_data(filled, "syn-1")["figures"]["run-eager-ratio"].to_plotly_json()
@@ -102,12 +104,12 @@ def test_the_advisor_page_labels_an_estimated_gain_estimated(tmp_path):
 
 
 def test_alerts_page_lists_rules_and_history(filled, pages):
-    from collector.alerting.alerts import create_rule
+    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE, create_rule
 
     create_rule(filled, {"name": "eager-high", "threshold": 0.1, "window_s": 3600, "min_steps": 10})
     data = pages["alerts"].page_data(filled)
-    assert [r["name"] for r in data["rules"]] == ["eager-high"]
-    assert data["rules"][0]["run_pattern"] == "(all runs)"
+    assert [r["name"] for r in data["rules"]] == [BUILTIN_EAGER_RATIO_RULE["name"], "eager-high"]   # every store's
+    assert data["rules"][1]["run_pattern"] == "(all runs)"
 
 
 def test_padding_share_is_over_decode_tokens_on_the_header_the_chart_and_the_runs_list(filled, pages):

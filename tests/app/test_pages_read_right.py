@@ -52,7 +52,9 @@ def _ten_minute_run(store, run_id="long"):
 def test_the_eager_ratio_line_is_the_rules_judgement_and_its_spans_are_the_rules(store, pages):
     from collector.alerting import alerts
     from collector.models import queries
+    from tests.stores import without_builtin_rule
 
+    without_builtin_rule(store)                   # the rule whose judgement the line draws is RULE alone
     rule = alerts.create_rule(store, RULE, now=0)
     other = alerts.create_rule(store, {"name": "regressed", "kind": "regression", "threshold": 0.2}, now=0)
     t0 = _ten_minute_run(store)
@@ -88,7 +90,7 @@ def test_a_gain_is_not_reported_as_a_cost():
 
     explanation = {"title": "t", "what": "w", "why": "y", "change": [], "vllm": [], "sglang": []}
     for extra, label in ((-2.6, "What it saved here. "), (1.0, "What it cost here. ")):
-        card = c.explanation_card({"reason": "spec_shape", "explanation": explanation,
+        card = c.explanation_card({"reason": "spec_shape", "explanation": explanation, "flags": [],
                                    "compared": {"extra_s": extra}}, "sentence")
         assert card.children[3].children[0].children == label
 

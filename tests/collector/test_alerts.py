@@ -19,6 +19,7 @@ from collector.tables import alert_notifications
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
+from tests.stores import without_builtin_rule
 
 T0 = 1_700_000_000.0
 RULE = {"name": "eager-high", "threshold": 0.25, "window_s": 60, "min_steps": 20, "for_s": 0,
@@ -358,7 +359,7 @@ def test_the_app_lifespan_runs_the_evaluator_and_notifier_services(tmp_path):
     from collector.api import create_api
     from collector.store import Store
 
-    store = Store.open(f"sqlite:///{tmp_path}/svc.db", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/svc.db", upgrade=True))
     app = create_api(store, Settings(evaluate_every_s=0.05, notify_every_s=0.05))
     with TestClient(app, base_url=LOOPBACK_BASE):
         deadline = time.monotonic() + 5

@@ -13,6 +13,7 @@ from pathlib import Path
 from collector.alerting import alerts
 from collector.models import queries
 from collector.store import Store
+from tests.stores import without_builtin_rule
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "importers" / "fixtures"
@@ -27,7 +28,7 @@ def _import(engine: str, fixture: str, db: str) -> None:
 
 def test_the_default_rule_fires_on_an_imported_vllm_run_with_eager_batches(tmp_path):
     db = f"sqlite:///{tmp_path / 'rs.db'}"
-    store = Store.open(db, upgrade=True)
+    store = without_builtin_rule(Store.open(db, upgrade=True))
     default = alerts.create_rule(store, {"name": "eager-ratio", "threshold": 0.2}, now=time.time() - 1)
     decode_only = alerts.create_rule(store, {"name": "decode-only", "threshold": 0.2, "stage": "decode"},
                                      now=time.time() - 1)

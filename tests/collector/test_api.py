@@ -206,7 +206,8 @@ def test_alert_rules_crud_with_validation(client):
     assert (patched["threshold"], patched["enabled"], patched["run_pattern"]) == (0.5, False, "demo*")
     replaced = client.put(f"/v1/alert-rules/{rule['id']}", json={"name": "eager", "threshold": 0.4}).json()
     assert replaced["run_pattern"] is None and replaced["enabled"] is True
-    assert [r["name"] for r in client.get("/v1/alert-rules").json()] == ["eager"]
+    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE        # every store starts with it
+    assert [r["name"] for r in client.get("/v1/alert-rules").json()] == [BUILTIN_EAGER_RATIO_RULE["name"], "eager"]
     assert client.delete(f"/v1/alert-rules/{rule['id']}").status_code == 204
     assert client.get(f"/v1/alert-rules/{rule['id']}").status_code == 404
     assert client.get("/v1/alerts").json() == []
@@ -214,6 +215,29 @@ def test_alert_rules_crud_with_validation(client):
 
 def test_healthz(client):
     assert client.get("/healthz").json()["status"] == "ok"
+
+
+def test_healthz_is_degraded_while_writes_fail_and_healthy_once_one_commits(make_client, tmp_path):
+    """It said "ok" while every write was a 503 (a full disk, a lock held elsewhere)."""
+    import sqlite3
+
+    c = make_client(busy_timeout_ms=50)
+    db = next(tmp_path.glob("api-*.db"))
+    blocker = sqlite3.connect(db, isolation_level=None)
+    blocker.execute("BEGIN EXCLUSIVE")                   # another process holds the write lock
+    try:
+        write = c.post("/v1/alert-rules", json={"name": "r", "threshold": 0.5})
+        assert write.status_code == 503 and write.headers["retry-after"] == "1"
+        health = c.get("/healthz")
+        assert health.status_code == 503 and health.headers["retry-after"] == "1"
+        assert health.json()["detail"].startswith("degraded: the store answers reads but refused the last write")
+        assert "locked" in health.json()["detail"]
+        assert c.get("/v1/runs").status_code == 200, "reads keep answering"
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+    assert c.post("/v1/alert-rules", json={"name": "r", "threshold": 0.5}).status_code == 201
+    assert c.get("/healthz").json() == {"status": "ok", "db": "sqlite"}
 
 
 def test_a_rule_id_beyond_a_database_integer_is_a_422_not_a_crash(client):

@@ -3,6 +3,7 @@ a store behind is migrated only when asked, errors are one line without the pass
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from app.cli import main
+from collector.settings import Settings
 from collector.store import Store, head_revision
 
 REPO = Path(__file__).resolve().parents[2]
@@ -30,8 +32,8 @@ def old_store(tmp_path) -> str:
 
 def test_db_upgrade_then_current(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/cli.db"
-    assert main(["db", "current", "--db", url]) == 0
-    assert "replayscope db upgrade" in capsys.readouterr().out
+    assert main(["db", "current", "--db", url]) == 2        # reading a missing store creates none
+    assert "does not exist" in capsys.readouterr().err and not (tmp_path / "cli.db").exists()
     assert main(["db", "upgrade", "--db", url]) == 0
     assert head_revision() in capsys.readouterr().out
     Store.open(url).dispose()
@@ -129,3 +131,62 @@ def test_db_prune_refuses_a_bad_retention_and_changes_nothing(tmp_path, capsys):
     Store.open(url, upgrade=True).dispose()
     assert main(["db", "prune", "--db", url, "--raw-retention", "two weeks"]) == 2
     assert "--raw-retention 'two weeks'" in capsys.readouterr().err
+
+
+# -- runs list --------------------------------------------------------------------------------
+
+@pytest.fixture
+def listed_store(tmp_path):
+    """Three runs: a runner's finished one with steps, a vLLM log's and a running one without steps."""
+    from collector.ingest import ingest_events, ingest_run
+    from tests.app import synthetic
+
+    url = f"sqlite:///{tmp_path}/list.db"
+    store = Store.open(url)
+    synthetic.fill(store, "syn-1", steps=100)
+    vllm = {**synthetic.run_record("vllm-1", source="vllm-log"), "model": "meta-llama/Llama-3.1-8B"}
+    ingest_run(store, vllm)
+    ingest_events(store, "vllm-1", [{"seq": 0, "ts": vllm["started_at"] + 1, "kind": "run_end", "status": "failed"}])
+    ingest_run(store, synthetic.run_record("live-1", started_at=2e9))
+    ingest_events(store, "live-1", [])
+    store.dispose()
+    return url
+
+
+def test_runs_list_prints_a_table_newest_first(listed_store, capsys):
+    assert main(["runs", "list", "--db", listed_store]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].split()[:5] == ["RUN_ID", "NAME", "SOURCE", "MODEL", "STATUS"]
+    assert [line.split()[0] for line in lines[1:]] == ["live-1", "vllm-1", "syn-1"]
+    assert lines[1].endswith("no steps"), "no steps is not an eager share of 0%"
+    assert "running" in lines[1] and "vllm-log" in lines[2] and "failed" in lines[2]
+
+
+@pytest.mark.parametrize("flags, ids", [(["--source", "vllm-log"], ["vllm-1"]), (["--status", "running"], ["live-1"]),
+                                        (["--model", "meta-llama/Llama-3.1-8B"], ["vllm-1"]),
+                                        (["--model", "tiny", "--source", "runner"], ["live-1", "syn-1"])])
+def test_runs_list_filters_and_json(listed_store, capsys, flags, ids):
+    assert main(["runs", "list", "--db", listed_store, "--json", *flags]) == 0
+    assert [run["run_id"] for run in json.loads(capsys.readouterr().out)] == ids
+
+
+def test_runs_list_through_a_collector_with_the_same_filters(listed_store, capsys):
+    from collector.api import create_api
+    from tests.live_server import serving
+
+    store = Store.open(listed_store)
+    with serving(create_api(store, Settings(run_services=False))) as url:
+        assert main(["runs", "list", "--collector", url, "--source", "vllm-log", "--json"]) == 0
+        assert [run["run_id"] for run in json.loads(capsys.readouterr().out)] == ["vllm-1"]
+        assert main(["runs", "list", "--collector", url, "--status", "interrupted"]) == 0
+        assert capsys.readouterr().out == "no runs match --status interrupted\n"
+    store.dispose()
+
+
+@pytest.mark.parametrize("argv", [["--status", "done"], ["--source", "vllm"], ["--limit", "0"],
+                                  ["--db", "sqlite:///x.db", "--collector", "http://127.0.0.1:9"]])
+def test_runs_list_refuses_a_bad_flag_with_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["runs", "list", *argv])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err.count("\n") == 1

@@ -24,6 +24,7 @@ from tests.receiver import LOOPBACK_ALLOW, Receiver
 
 from .conftest import run_record
 from .test_alerts import RULE, T0, steps_at
+from tests.stores import without_builtin_rule
 
 EXTERNAL = "http://dash.example:8300"
 LOOPBACK = TargetPolicy.from_setting(LOOPBACK_ALLOW)      # the receivers here listen on 127.0.0.1
@@ -105,7 +106,7 @@ def test_a_slow_receiver_gets_each_notification_once_and_evaluation_goes_on(tmp_
     from collector.settings import Settings
     from collector.store import Store
 
-    store = Store.open(f"sqlite:///{tmp_path}/slow.db", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/slow.db", upgrade=True))
     with Receiver(delay_s=3.0) as receiver:
         settings = Settings(alert_webhook=receiver.url, evaluate_every_s=0.1, notify_every_s=0.1,
                             webhook_timeout_s=10.0, external_url=EXTERNAL, webhook_allow=LOOPBACK_ALLOW)
@@ -167,7 +168,7 @@ def test_notification_counters_and_the_pending_gauge_are_on_metrics(tmp_path):
     from collector.settings import Settings
     from collector.store import Store
 
-    store = Store.open(f"sqlite:///{tmp_path}/m.db", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/m.db", upgrade=True))
     with Receiver() as receiver:
         settings = Settings(run_services=False, alert_webhook=receiver.url, notify_expire_s=3600,
                             webhook_allow=LOOPBACK_ALLOW)
@@ -235,7 +236,7 @@ def test_migration_0011_downgrades_and_upgrades_again(db_url):
 
     from collector.store import Store, _alembic_config
 
-    store = Store.open(db_url, upgrade=True)
+    store = without_builtin_rule(Store.open(db_url, upgrade=True))
     try:
         with store.engine.begin() as conn:
             config = _alembic_config(db_url)

@@ -40,13 +40,14 @@ def test_the_rules_use_the_collectors_metric_names():
     assert metrics.STEPS_TOTAL in text
 
 
-def test_the_shipped_rule_is_the_built_in_rule_with_its_defaults():
-    """Same window, minimum steps, pending duration and hold as a replayscope rule with defaults."""
+def test_the_shipped_rule_is_the_built_in_rule():
+    """Same threshold, window, minimum steps, stages, pending duration and hold as the rule every
+    store starts with (``BUILTIN_EAGER_RATIO_RULE``, the one source of them)."""
     import re
 
     import yaml
 
-    from collector.alerting.alerts import RULE_DEFAULTS
+    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as RULE_DEFAULTS
     from runner.wire import stages_of
 
     [group] = yaml.safe_load((RULES / "replayscope-rules.yml").read_text())["groups"]
@@ -60,6 +61,8 @@ def test_the_shipped_rule_is_the_built_in_rule_with_its_defaults():
     windows = {seconds(w) for expr in records.values() for w in re.findall(r"\[(\d+[smh])\]", expr)}
     assert windows == {RULE_DEFAULTS["window_s"]}
     assert f">= {RULE_DEFAULTS['min_steps']}" in alert["expr"]
+    assert re.search(r"replayscope:decode_eager_ratio:\d+m > ([0-9.]+)", alert["expr"]).group(1) == \
+        f"{RULE_DEFAULTS['threshold']:g}"
     stage_filters = {m for expr in records.values() for m in re.findall(r'stage\s*(?:=~|!~|!=|=)\s*"[^"]*"', expr)}
     assert stage_filters == {metrics.DECODE_STAGES_MATCHER}          # the stages the built-in rule watches
     assert metrics.DECODE_STAGES_MATCHER == 'stage=~"' + "|".join(stages_of(RULE_DEFAULTS["stage"])) + '"'

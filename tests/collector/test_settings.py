@@ -97,3 +97,33 @@ def test_trace_reads_the_token_when_it_runs_not_when_its_parser_is_built(monkeyp
     monkeypatch.setenv("REPLAYSCOPE_TOKEN", "late-token")
     assert trace.handler(trace) == 0 and flagged.handler(flagged) == 0
     assert sent == ["late-token", "t"]
+
+
+@pytest.mark.parametrize("variable, value", [
+    ("REPLAYSCOPE_PRUNE_EVERY_S", "1e-300"),          # 3,593 tracebacks in 6 s
+    ("REPLAYSCOPE_EVALUATE_EVERY_S", "1e-9"),         # 88 % of a core, idle
+    ("REPLAYSCOPE_NOTIFY_EVERY_S", "inf"), ("REPLAYSCOPE_HEARTBEAT_TIMEOUT_S", "nan"),
+    ("REPLAYSCOPE_PORT", "70000"), ("REPLAYSCOPE_MAX_BODY_BYTES", "10"),
+    ("REPLAYSCOPE_WEBHOOK_TIMEOUT_S", "1e12"),
+    ("REPLAYSCOPE_RAW_RETENTION", "99999999999d"),    # retention failed on every tick
+    ("REPLAYSCOPE_SECOND_RETENTION", "14 days")])
+def test_a_setting_out_of_its_bounds_is_refused_when_settings_resolve(variable, value):
+    with pytest.raises(ReplayscopeError, match=variable) as refused:
+        resolve(argparse.Namespace(), environ={variable: value})
+    assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("argv, flag", [(["serve", "--port", "70000"], "--port"), (["serve", "--port", "-1"], "--port"),
+                                        (["demo", "--port", "99999"], "--port"),
+                                        (["db", "prune", "--raw-retention", "99999999999d"], "--raw-retention")])
+def test_a_flag_out_of_its_bounds_is_refused_naming_the_flag(argv, flag):
+    with pytest.raises(ReplayscopeError, match=flag):
+        resolve(build_parser().parse_args(argv), environ={})
+
+
+def test_the_bounds_accept_what_the_docs_and_the_fault_tests_use():
+    settings = resolve(argparse.Namespace(), environ={
+        "REPLAYSCOPE_EVALUATE_EVERY_S": "0.25", "REPLAYSCOPE_NOTIFY_EVERY_S": "0.2", "REPLAYSCOPE_PRUNE_EVERY_S": "2",
+        "REPLAYSCOPE_WEBHOOK_TIMEOUT_S": "1", "REPLAYSCOPE_RAW_RETENTION": "3650d", "REPLAYSCOPE_PORT": "65535"})
+    assert (settings.evaluate_every_s, settings.prune_every_s, settings.port) == (0.25, 2.0, 65535)
+    assert resolve(argparse.Namespace(), environ={"REPLAYSCOPE_RAW_RETENTION": "forever"}).raw_retention == "forever"

@@ -469,3 +469,33 @@ def test_promtool_accepts_every_dashboard_query(tmp_path):
     result = subprocess.run([promtool, "check", "rules", str(path)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"{len(rules)} rules found" in result.stdout + result.stderr
+
+
+def test_the_collectors_send_their_alerts_to_the_compose_alertmanager_which_always_runs():
+    """Issue 34: the built-in eager-ratio rule's alerts reach compose's Alertmanager out of the
+    box: every collector is pointed at the service (allowed as a private receiver), the service
+    is in the default profile, and the store the collector serves has the rule when it starts."""
+    alertmanager = SERVICES["alertmanager"]
+    assert not alertmanager.get("profiles"), "started by a plain docker compose up"
+    served = [s for s in replayscope_services().values() if argv(s)[1] == "serve"]
+    assert len(served) == 2
+    for service in served:
+        settings = Settings.from_env(environment(service))
+        url = urlsplit(settings.alertmanager_url or "")
+        assert url.hostname == "alertmanager" and f"{url.port}:{url.port}" in alertmanager["ports"]
+        assert url.hostname in (settings.webhook_allow or "").split(",")
+
+
+def test_the_store_compose_migrates_starts_with_the_built_in_rule(tmp_path, capsys):
+    from app.cli import main
+    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE
+    from collector.models import queries
+    from collector.store import Store
+
+    migrate = SERVICES["migrate"]
+    assert argv(migrate)[1:] == ["db", "upgrade"]
+    url = f"sqlite:///{tmp_path}/replayscope.db"                # its REPLAYSCOPE_DB, on a fresh volume
+    assert main([*argv(migrate)[1:], "--db", url]) == 0
+    store = Store.open(url)
+    assert [rule["name"] for rule in queries.alert_rules(store)] == [BUILTIN_EAGER_RATIO_RULE["name"]]
+    store.dispose()

@@ -9,6 +9,7 @@ import errno
 import os
 import sqlite3
 import subprocess
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -37,11 +38,15 @@ def sink_for(collector: Collector, tmp_path: Path, run_id: str) -> HttpSink:
     return sink
 
 
-def assert_refused_cleanly(collector: Collector, db: str, run_id: str, *, words: tuple[str, ...]) -> None:
+def assert_refused_cleanly(collector: Collector, db: str, run_id: str, *, words: tuple[str, ...],
+                           within_s: float = 30.0) -> None:
     before = row_counts(db)
+    started = time.monotonic()
     status, body, headers = http_json("POST", f"{collector.url}/v1/runs/{run_id}/events",
                                       {"events": step_events(10_000, 3000)}, timeout=30)
+    answered_s = time.monotonic() - started
     assert status == 503, body
+    assert answered_s <= within_s, f"answered in {answered_s:.2f} s"
     detail = body["detail"]
     assert "nothing was written" in detail and "retry later" in detail, detail
     assert any(w in detail for w in words), detail
@@ -57,10 +62,15 @@ def test_a_locked_database_is_503_the_sink_spools_and_ingest_resumes(tmp_path):
         sink.write(step_events(0, 100))
         assert sink.sent == 100 and sink.spooled == 0
 
+        assert http_json("GET", collector.url + "/healthz")[0] == 200
         blocker = sqlite3.connect(tmp_path / "store.db", isolation_level=None)
         blocker.execute("BEGIN EXCLUSIVE")      # another process holds the write lock
         try:
-            assert_refused_cleanly(collector, db, "locked", words=("locked",))
+            # At once (it hung ~10 s): the sink retries a 503 and spools, so nothing is lost.
+            assert_refused_cleanly(collector, db, "locked", words=("locked",), within_s=1.0)
+            status, body, headers = http_json("GET", collector.url + "/healthz")
+            assert status == 503 and "degraded" in body["detail"] and "locked" in body["detail"], body
+            assert headers.get("retry-after") == "1"
             sink.write(step_events(100, 100))
             assert sink.spooled == 100 and sink.sent == 100
         finally:
@@ -71,6 +81,7 @@ def test_a_locked_database_is_503_the_sink_spools_and_ingest_resumes(tmp_path):
         sink.close()
         assert sink.spooled == 0 and sink.sent == 300
         assert not Path(sink.spool_path).exists()
+        assert http_json("GET", collector.url + "/healthz")[0] == 200, "a write committed: healthy again"
     finally:
         collector.stop()
     assert stored_seqs(db, "locked") == Counter(range(300))
@@ -121,7 +132,8 @@ def test_a_full_disk_is_503_the_sink_spools_and_ingest_resumes_when_space_return
             sink.write(step_events(500, 3000))
             assert sink.spooled == 3000, "the runner keeps what the collector could not store"
             status, body, _ = http_json("GET", collector.url + "/healthz")
-            assert status == 200, "reads keep working while writes cannot"
+            assert status == 503 and "degraded" in body["detail"], "every write fails: not healthy"
+            assert http_json("GET", collector.url + "/v1/runs/disk-full")[0] == 200, "reads keep working"
 
             filler.unlink()                      # space returns
             sink.write(step_events(3500, 500))

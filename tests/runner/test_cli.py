@@ -25,9 +25,19 @@ def run_cli(capsys, *argv):
 
 @pytest.mark.parametrize("argv, message", [
     (["--steps", "0"], "--steps must be at least 1, got 0"),
-    (["--max-bs", "0"], "--max-bs must be at least 1, got 0"),
+    (["--max-bs", "0"], "--max-bs goes from 1 to 4096, got 0"),
+    (["--max-bs", "99999999"], "--max-bs goes from 1 to 4096, got 99999999"),
+    (["--capture-sizes", "1,99999999"], "batch sizes go from 1 to 4096, got 99999999"),   # 11.26 GB RSS, exit 0
+    (["--duration", "nan"], "--duration must be positive and at most 2.592e+06 s, got nan"),   # never stopped
+    (["--duration", "inf"], "--duration must be positive and at most 2.592e+06 s, got inf"),
+    (["--duration", "0"], "--duration must be positive"),
+    (["--name", "n" * 300], "--name 'nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn... (300 characters)': longer than 200 characters"),
+    (["--version-tag", "v" * 65], "--version-tag 'vvvv"),
+    (["--version-tag", "v" * 65], "longer than 64 characters"),
+    (["--run-id", "a/b"], "--run-id 'a/b': 'a/b' does not match"),
+    (["--run-id", "r" * 129], "--run-id"),
     (["--capture-sizes", "1,two"], "--capture-sizes: 'two' is not an integer"),
-    (["--capture-sizes", "0,4"], "batch sizes must be >= 1, got 0"),
+    (["--capture-sizes", "0,4"], "batch sizes go from 1 to 4096, got 0"),
     (["--parity-every", "-2"], "--parity-every must be >= 0"),
     (["--time-every", "0"], "--time-every must be at least 1, got 0"),
     (["--preset", "huge"], "unknown model preset 'huge'"),

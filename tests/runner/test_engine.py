@@ -156,7 +156,7 @@ def test_parity_on_the_static_backend_shows_no_divergence():
 
 @pytest.mark.parametrize("overrides, message", [
     ({"steps": 0}, "--steps must be at least 1"),
-    ({"max_bs": 0}, "--max-bs must be at least 1"),
+    ({"max_bs": 0}, "--max-bs goes from 1 to 4096"),
     ({"parity_every": -1}, "--parity-every must be >= 0"),
     ({"preset": "huge"}, "unknown model preset 'huge'"),
     ({"workload": "bursty"}, "unknown workload 'bursty'"),

@@ -29,9 +29,9 @@ def test_parse_names_the_part_that_is_not_an_integer(text, bad):
         parse_capture_sizes(text)
 
 
-@pytest.mark.parametrize("text, bad", [("0,1", "0"), ("1,-8", "-8")])
-def test_parse_rejects_sizes_below_one(text, bad):
-    with pytest.raises(ReplayscopeError, match=f"must be >= 1, got {bad}"):
+@pytest.mark.parametrize("text, bad", [("0,1", "0"), ("1,-8", "-8"), ("1,99999999", "99999999"), ("4097", "4097")])
+def test_parse_rejects_sizes_outside_one_to_the_ceiling(text, bad):
+    with pytest.raises(ReplayscopeError, match=f"go from 1 to 4096, got {bad}"):
         parse_capture_sizes(text)
 
 

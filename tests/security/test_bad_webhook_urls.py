@@ -35,9 +35,10 @@ def env(tmp_path_factory, driver):
     from collector.settings import Settings
     from collector.store import Store
     from collector.tables import alert_rules
+    from tests.stores import without_builtin_rule
 
     tmp = tmp_path_factory.mktemp("urls")
-    store = Store.open(f"sqlite:///{tmp / 'u.db'}", upgrade=True)
+    store = without_builtin_rule(Store.open(f"sqlite:///{tmp / 'u.db'}", upgrade=True))   # these rules alone
     with store.write() as conn:
         for name, url in STORED.items():
             conn.execute(alert_rules.insert().values(

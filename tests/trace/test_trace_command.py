@@ -71,6 +71,28 @@ def test_a_step_function_in_an_imported_module_is_traced(tmp_path):
     assert [(s["raw_bs"], s["mode"], s["reason"]) for s in steps_of(run_events)] == \
         [(1, "eager", "cpu_device"), (2, "eager", "cpu_device"), (4, "eager", "cpu_device")]
     assert run["config"]["trace"]["step"] == "tests.trace.programs.cpu_engine:Engine.step"
+    assert "error" not in result.stderr and not [e for e in run_events if e.get("code") == "step_missing"]
+
+
+@pytest.mark.parametrize("step, why", [
+    ("tests.trace.programs.cpu_engine:Engine.stepp", "tests.trace.programs.cpu_engine has no Engine.stepp"),
+    ("tests.trace.programs.cpu_engin:Engine.step", "the program never imported tests.trace.programs.cpu_engin"),
+    ("__main__:decode_stepp", "no function decode_stepp was called in the program's script")])
+def test_a_step_target_no_process_finds_is_an_error_the_user_sees(tmp_path, step, why):
+    """A typo in --step was silently ignored (the module's) or a warning on the run alone (the
+    function's): now the trace's summary ends with an error line naming it and why, and the
+    run says it too. The exit status stays the program's: wrapping never changes it."""
+    events = tmp_path / "trace.jsonl"
+    program = ([sys.executable, str(PROGRAMS / "cpu_decode.py"), "spawn"] if step.startswith("__main__") else
+               [sys.executable, "-c", "from tests.trace.programs.cpu_engine import main; main()"])
+    result = trace("--events", str(events), "--step", step, "--", *program)
+    assert result.returncode == 0, result.stderr
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith(f"replayscope trace: error: --step {step}: {why}"), result.stderr
+    assert "no steps were recorded through --step" in last and result.stderr.count(why) == 1
+    _run, run_events = read_run(events)
+    assert any(e["kind"] == "warning" and e["code"] == "step_missing" and why in e["message"] for e in run_events)
+    assert not steps_of(run_events)
 
 
 def test_a_program_that_fails_ends_its_run_failed_with_the_error_and_keeps_its_exit_status(tmp_path):
