@@ -24,7 +24,8 @@ def _band_label(stage: str, band: tuple[int, int]) -> str:
 
 
 def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any]], *,
-                 stand_in: bool = False, source: str | None = None) -> list[dict[str, Any]]:
+                 stand_in: bool = False, source: str | None = None,
+                 config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """Each reason of ``reason_breakdown`` with its explanation and what it cost the run,
     from measurements only.
 
@@ -92,7 +93,7 @@ def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any
             "not_compared": list(not_compared.values()),
             "stand_in": stand_in,
             "explanation": explain(reason).as_dict(),
-            "flags": flags_for(explain(reason).as_dict(), source),
+            "flags": flags_for(explain(reason).as_dict(), source, config),
         })
     return out
 
@@ -137,7 +138,8 @@ def explain_run(store: Any, run_id: str) -> list[dict[str, Any]]:
     """``reason_costs`` for a stored run, read through the query layer."""
     summary = queries.run_summary(store, run_id)
     return reason_costs(queries.reason_breakdown(store, run_id), queries.batch_times(store, run_id),
-                        stand_in=is_stand_in(summary), source=(summary or {}).get("source"))
+                        stand_in=is_stand_in(summary), source=(summary or {}).get("source"),
+                        config=(summary or {}).get("config"))
 
 
 __all__ = ["STAND_IN_NOTE", "cost_sentence", "explain_run", "is_stand_in", "reason_costs", "size_band"]

@@ -375,10 +375,21 @@ ENGINE_OF_SOURCE = {"vllm-log": "vllm", "vllm-metrics": "vllm", "sglang-log": "s
 FLAG_ENGINES = (("replayscope", "change"), ("vLLM", "vllm"), ("SGLang", "sglang"))   # (label, Explanation field)
 
 
-def flags_for(explanation: dict[str, Any], source: str | None) -> list[dict[str, Any]]:
-    """The explanation's "what to change" lines per engine, for a run from ``source``: the
-    run's own engine first, then the others in the usual order; engines without lines left out."""
-    own = ENGINE_OF_SOURCE.get(source or "", "change")
+def engine_of(source: str | None, config: dict[str, Any] | None = None) -> str:
+    """The Explanation field of the engine a run is of: its log's or metrics' engine, the engine a
+    traced program ran (the trace's recipes: ``vllm``, ``sglang``), else this runner's ``change``."""
+    if source == "trace":
+        recipes = " ".join(((config or {}).get("trace") or {}).get("recipes") or ())
+        return "vllm" if "vllm" in recipes else "sglang" if "sglang" in recipes else "change"
+    return ENGINE_OF_SOURCE.get(source or "", "change")
+
+
+def flags_for(explanation: dict[str, Any], source: str | None,
+              config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The explanation's "what to change" lines per engine, for a run from ``source`` (with its
+    ``config``): the run's own engine first, then the others in the usual order; engines without
+    lines left out."""
+    own = engine_of(source, config)
     ordered = sorted(FLAG_ENGINES, key=lambda engine: engine[1] != own)
     return [{"engine": label, "lines": list(explanation[field])} for label, field in ordered if explanation[field]]
 

@@ -176,7 +176,7 @@ def list_runs(store: Store, limit: int = 500, *, source: str | None = None, stat
               model: str | None = None) -> list[dict]:
     """The newest runs first, each with its step totals; only those of ``source``, ``status``
     and ``model`` where given."""
-    query = sa.select(*_RUN_COLS)
+    query = sa.select(*_RUN_COLS, runs.c.config)
     for column, value in ((runs.c.source, source), (runs.c.status, status), (runs.c.model, model)):
         if value is not None:
             query = query.where(column == value)

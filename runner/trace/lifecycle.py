@@ -210,8 +210,14 @@ class RunLifecycle:
     def flush_events(self) -> None:
         """Write what the run's emitter holds now (a signal handler calls this: never blocks
         on a flush the interrupted code is in the middle of)."""
-        if self.emitter is not None:
-            self.emitter.flush_unless_busy()
+        if self.emitter is None:
+            return
+        starter = getattr(self, "_starter", None)
+        if starter is not None and starter.is_alive():
+            starter.join(timeout=2.0)          # the sink opens on its own thread: the run record first
+            if starter.is_alive():
+                return
+        self.emitter.flush_unless_busy()
 
     def uncaught(self, exc_type: type, exc: BaseException) -> None:
         """The program ends with an exception: the run ends failed (or interrupted) with it."""

@@ -122,6 +122,14 @@ def test_a_reason_card_leads_with_the_flags_of_the_runs_own_engine(source, order
     assert cost["flags"][order.index("vLLM")]["lines"] == list(explain("batch_too_large").vllm)
 
 
+def test_a_traced_engines_cards_lead_with_that_engines_flags():
+    vllm = {"trace": {"recipes": ["vllm", "vllm cudagraph dispatcher"]}}
+    [cost] = reason_costs(BREAKDOWN, [], source="trace", config=vllm)
+    assert [f["engine"] for f in cost["flags"]][0] == "vLLM"
+    [cost] = reason_costs(BREAKDOWN, [], source="trace", config={"trace": {"recipes": ["transformers generate"]}})
+    assert [f["engine"] for f in cost["flags"]][0] == "replayscope"
+
+
 def test_the_run_page_card_of_an_imported_vllm_run_shows_vllms_flags_first(tmp_path):
     from app import components as c
     from collector.analysis.explanations import explain_run
