@@ -134,8 +134,7 @@ def run_import(args: argparse.Namespace, out=None) -> int:
         mem = s["graph_mem_bytes"]
         print(f"  {s['run_id']}  {s['status']:<11} {s['backend']:<20} "
               f"{len(s['phases'])} phases, {len(s['captures'])} captures, "
-              + (f"capture {s['capture_total_s']:.2f} s" if s['capture_total_s'] is not None
-                 else "capture time not in the log")
+              + capture_words(s)
               + (f" / {mem / 2**30:.2f} GiB" if mem is not None else "")
               + f", steps graph {steps['graph']} padded {steps['padded']} eager {steps['eager']}"
               + (f"  [{w['accepted']} new, {w['duplicates']} already there]" if w else ""), file=out)
@@ -148,6 +147,19 @@ def run_import(args: argparse.Namespace, out=None) -> int:
     if target:
         print(f"written to {target}", file=out)
     return 0
+
+
+def capture_words(summary: dict[str, Any]) -> str:
+    """The capture's total, or how far a capture that did not finish got (never a total)."""
+    if summary["capture_total_s"] is not None:
+        return f"capture {summary['capture_total_s']:.2f} s"
+    unfinished = summary.get("capture_unfinished")
+    if unfinished:
+        done = (f" at {unfinished['graphs_done']}/{unfinished['graphs']}"
+                if unfinished.get("graphs_done") is not None and unfinished.get("graphs") else "")
+        so_far = (f" after {unfinished['elapsed_s']:.0f} s" if unfinished.get("elapsed_s") is not None else "")
+        return f"capture not finished ({unfinished['status']}{done}{so_far}; no total)"
+    return "capture time not in the log"
 
 
 # -- events files (the runner's --events, a spool) ----------------------------------------

@@ -209,6 +209,13 @@ class RunBuilder:
         else:
             self.fail(fact, clip(_TRACEBACK.sub("", text).strip().rstrip(":"), 4000), fatal=True, wrapper=True)
 
+    def on_crash(self, fact: Fact) -> None:
+        """Native code or the interpreter went down (no traceback follows): a failure of the
+        run whether it was starting or serving; ``terminate called ...`` and ``Fatal Python
+        error`` only say so, the ``what()`` or error line beside them says why."""
+        wrapper = bool(fact.data["wrapper"])
+        self.fail(fact, clip(fact.data["error"], 4000), fatal=True, wrapper=wrapper)
+
     def on_exception(self, fact: Fact) -> None:
         trace = self.trace.get(fact.line.rank)
         text = clip(fact.data["text"], 4000)

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from collector.importers.builder import RANK_POLICY, RunBuilder, STRAY_FACTS
-from collector.importers.facts import (BANNER, CHAINED, EXCEPTION, FRAME, Fact, LOAD, READY, TRACE_KINDS,
-                                       common_facts, logged_by_the_engine, starts_a_run)
+from collector.importers.facts import (BANNER, CHAINED, CRASH, EXCEPTION, FATAL, FRAME, Fact, LOAD, READY,
+                                       TRACE_KINDS, common_facts, crash_fact, logged_by_the_engine, starts_a_run)
 from collector.importers.lines import LineReader, LogLine, split_lines
 from collector.importers.years import YearGuess, infer_year
 from runner.errors import ReplayscopeError
@@ -95,7 +95,7 @@ class LogParser:
                     if self.current is not None:
                         self.current.observe(line)
                     continue
-                for fact in self.engine.classify(line) or common_facts(line):
+                for fact in self.facts_of(line):
                     self._route(fact)
                 if self.current is not None:
                     self.current.observe(line)
@@ -107,6 +107,18 @@ class LogParser:
             if self.failures <= 5:
                 self.warnings.append(f"line {self.lineno}: skipped, could not be read ({type(error).__name__})")
 
+    def facts_of(self, line: LogLine) -> list[Fact]:
+        """The engine's facts of a line, else the shared ones; a native crash printed at the end
+        of an engine's line (a capture bar's last redraw) as well."""
+        facts = self.engine.classify(line)
+        if not facts:
+            return common_facts(line)
+        if not any(f.kind in (FATAL, EXCEPTION, CRASH) for f in facts):
+            crash = crash_fact(line)
+            if crash is not None:
+                facts = facts + [crash]
+        return facts
+
     def _route(self, fact: Fact) -> None:
         run = self.current
         if run is not None and ((fact.kind == BANNER and run.progress)
@@ -115,7 +127,7 @@ class LogParser:
             run = None
         if run is None:
             if not self.continued and not starts_a_run(fact, self.engine.name):
-                if fact.kind in (EXCEPTION, FRAME):
+                if fact.kind in (EXCEPTION, FRAME, CRASH):
                     self.stray.append(fact)       # it may yet turn out to be the root cause of a chain
                     del self.stray[:-STRAY_FACTS]
                 return                         # a stray line is not a run yet
@@ -277,6 +289,7 @@ class ImportedRun:
         capture = [p for p in phases if p["phase"] == "capture" and is_headline(p, "capture")]
         timed = [c["duration_s"] for c in captures if c["duration_s"] is not None and is_headline(c, "captures")]
         end = next((e for e in self.events if e["kind"] == "run_end"), {})
+        unfinished = config.get("capture_unfinished")
         return {
             "run_id": self.run["run_id"], "name": self.run["name"], "source": self.run["source"],
             "backend": self.run["backend"], "model": self.run["model"], "device": self.run["device"],
@@ -284,8 +297,10 @@ class ImportedRun:
             "time_provenance": self.run.get("time_provenance"), "status": self.status, "error": self.error,
             "failure": {k: end.get(k) for k in ("rank", "phase", "graph_bs")} if self.status == "failed" else None,
             "ranks": self.ranks, "phases": phases, "captures": captures,
+            # a capture that did not finish has no total: its time so far is capture_unfinished's
             "capture_total_s": (capture[0]["duration_s"] if capture
-                                else (round(sum(timed), 6) if timed else None)),
+                                else (round(sum(timed), 6) if timed and not unfinished else None)),
+            "capture_unfinished": unfinished,
             "graph_mem_bytes": config.get("graph_mem_bytes"),
             **stated_figures(config),
             "steps": steps, "reasons": reasons, "events": len(self.events),
