@@ -15,9 +15,10 @@ import os
 import sys
 import time
 import urllib.parse
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from runner.errors import ReplayscopeError
+from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 BATCH = 500
 
@@ -106,6 +107,8 @@ def run_import(args: argparse.Namespace, out=None) -> int:
     from collector.importers import import_log
 
     result = import_log(args.engine, args.logfile)     # raises before anything is written
+    if not result.runs:
+        raise ReplayscopeError(f"{args.logfile}: {'; '.join(result.warnings) or 'no run found'}; nothing was written")
     written: list[dict[str, Any]] = []
     if not args.dry_run and result.runs:
         sink = open_sink(args)
@@ -195,10 +198,13 @@ class _RunWriter:
     def __init__(self, target, record: dict[str, Any]):
         self.target = target
         self.run_id = record["run_id"]
+        self.sent = 0
+        self.spooled = 0                     # a store takes every write or raises
         target.write_run(record)
 
     def write(self, events: list[dict[str, Any]]) -> None:
         self.target.write_events(self.run_id, events)
+        self.sent += len(events)
 
     def update_run(self, record: dict[str, Any]) -> None:
         """The run's record again, with what the log has said since (the store takes the newer one)."""
@@ -208,25 +214,56 @@ class _RunWriter:
         pass
 
 
+@dataclass
+class Delivery:
+    """What ``follow`` got to its target: per run, the events delivered and those left in a spool."""
+    sinks: list[Any] = field(default_factory=list)
+
+    @property
+    def delivered(self) -> int:
+        return sum(sink.sent for sink in self.sinks)
+
+    @property
+    def undelivered(self) -> int:
+        return sum(sink.spooled for sink in self.sinks)
+
+    def spools(self) -> list[str]:
+        return [sink.spool_path for sink in self.sinks if sink.spooled and getattr(sink, "spool_path", None)]
+
+    def line(self, target: str) -> str:
+        """The last line ``follow`` prints: what reached ``target``, and where the rest is."""
+        runs = len(self.sinks)
+        text = f"{runs} run(s) followed: {self.delivered} event(s) delivered to {target}"
+        if self.undelivered:
+            spools = ", ".join(self.spools())
+            text += (f"; {self.undelivered} event(s) NOT delivered, kept in {spools} "
+                     f"(re-send them with `replayscope import events {spools}`)")
+        return text
+
+
 def follow_sinks(args: argparse.Namespace):
-    """(open_sink(record) -> sink, close_all() -> events left undelivered): HttpSink
-    (retries, spool) for --collector, the store for --db."""
+    """(open_sink(record) -> sink, close_all() -> Delivery, target): HttpSink (retries,
+    spool) for --collector, the store for --db."""
     from collector.settings import resolve
 
     settings = resolve(args)
+    delivery = Delivery()
     if getattr(args, "collector", None):
         from runner.sinks import HttpSink
-
-        opened: list[HttpSink] = []
 
         def open_http(record: dict[str, Any]):
             sink = HttpSink(args.collector, token=settings.token)
             sink.open(record)
-            opened.append(sink)
+            delivery.sinks.append(sink)
             return sink
-        return open_http, lambda: sum(sink.spooled for sink in opened), f"collector {args.collector}"
+        return open_http, lambda: delivery, f"collector {args.collector}"
     db = DbSink(settings.db, migrate=getattr(args, "migrate", False))
-    return (lambda record: _RunWriter(db, record)), lambda: db.close() or 0, db.describe()
+
+    def open_db(record: dict[str, Any]):
+        writer = _RunWriter(db, record)
+        delivery.sinks.append(writer)
+        return writer
+    return open_db, lambda: db.close() or delivery, db.describe()
 
 
 def run_follow(args: argparse.Namespace, out=None) -> int:
@@ -244,14 +281,13 @@ def run_follow(args: argparse.Namespace, out=None) -> int:
     open_sink, close, target = follow_sinks(args)
     print(f"following {args.path} ({args.engine}) into {target}"
           + (f", state in {state}" if state else ""), file=out, flush=True)
-    undelivered = 0
     try:
-        live = follow(ENGINE_SPECS[args.engine], args.path, open_sink, state_path=state, interval=args.interval,
-                      idle_exit=args.idle_exit, log=lambda message: print(message, file=out, flush=True))
+        follow(ENGINE_SPECS[args.engine], args.path, open_sink, state_path=state, interval=args.interval,
+               idle_exit=args.idle_exit, log=lambda message: print(message, file=out, flush=True))
     finally:
-        undelivered = close()
-    print(f"{len(live.runs_sent)} run(s) sent", file=out, flush=True)
-    return 1 if undelivered else 0          # events kept in a spool: the job is not done
+        delivery = close()
+    print(delivery.line(target), file=out, flush=True)
+    return EXIT_INCOMPLETE if delivery.undelivered else EXIT_DONE   # events kept in a spool: not done
 
 
 # -- scrape ------------------------------------------------------------------------------
