@@ -102,26 +102,53 @@ def open_sink(args: argparse.Namespace):
 # -- import ------------------------------------------------------------------------------
 
 
+class StreamedWriter:
+    """A streamed import's writes: each run's record before its first events, the record
+    again at its end (complete by then: the store takes the newer description), its events
+    in batches as the parser drains them. The sink is opened at the first write, so an
+    import that writes nothing creates no store."""
+
+    def __init__(self, open_target: Callable[[], Any], log_file: str):
+        self.open_target = open_target
+        self.log_file = os.path.basename(log_file) or log_file
+        self.sink = None
+        self.target: str | None = None
+        self.written: dict[str, dict[str, Any]] = {}
+
+    def drain(self, run, name: str, events: list[dict[str, Any]], final: bool) -> None:
+        if self.sink is None:
+            self.sink = self.open_target()
+            self.target = self.sink.describe()
+        tally = self.written.get(run.run_id)
+        if tally is None or final:
+            self.sink.write_run(run.record(name=name, log_file=self.log_file))
+            tally = self.written.setdefault(run.run_id, {"run_id": run.run_id, "accepted": 0, "duplicates": 0})
+        if events:
+            accepted, duplicates = self.sink.write_events(run.run_id, events)
+            tally["accepted"] += accepted
+            tally["duplicates"] += duplicates
+
+    def close(self) -> None:
+        if self.sink is not None:
+            self.sink.close()
+
+
 def run_import(args: argparse.Namespace, out=None) -> int:
     out = out or sys.stdout
     from collector.importers import import_log
 
-    result = import_log(args.engine, args.logfile)     # raises before anything is written
+    writer = None if args.dry_run else StreamedWriter(lambda: open_sink(args), args.logfile)
+    try:
+        # the file is checked (and refused) before anything is written; then each run's events
+        # are written as the parser emits them
+        result = import_log(args.engine, args.logfile, drain=writer.drain if writer else None)
+    finally:
+        if writer is not None:
+            writer.close()
     if not result.runs:
         raise ReplayscopeError(f"{args.logfile}: {'; '.join(result.warnings) or 'no run found'}; nothing was written")
-    written: list[dict[str, Any]] = []
-    if not args.dry_run and result.runs:
-        sink = open_sink(args)
-        try:
-            for run in result.runs:
-                sink.write_run(run.run)
-                accepted, duplicates = sink.write_events(run.run["run_id"], run.events)
-                written.append({"run_id": run.run["run_id"], "accepted": accepted, "duplicates": duplicates})
-        finally:
-            sink.close()
-        target = sink.describe()
-    else:
-        target = None
+    written = [writer.written[run.run["run_id"]] for run in result.runs] if writer else []
+    target = writer.target if writer else None
     if args.json:
         summary = result.summary()
         summary["written_to"] = target
