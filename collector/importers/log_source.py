@@ -42,9 +42,9 @@ def looks_binary(data: bytes) -> bool:
     return controls > len(head) * 0.05
 
 
-def check_log_path(path: str) -> os.stat_result:
-    """The path's stat when it names a regular file a log importer reads; else the one-line
-    error that says why not."""
+def check_log_path(path: str, max_bytes: int | None = MAX_FILE_BYTES) -> os.stat_result:
+    """The path's stat when it names a regular file a log importer reads (``max_bytes`` None:
+    any size, a followed log grows); else the one-line error that says why not."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
@@ -58,7 +58,7 @@ def check_log_path(path: str) -> os.stat_result:
                 or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a file")
         raise ReplayscopeError(f"{path} is {what}, not a regular file: a log file is read to its end, and this "
                                f"may have none (a stream: `replayscope follow ENGINE -` reads standard input)")
-    if info.st_size > MAX_FILE_BYTES:
+    if max_bytes is not None and info.st_size > max_bytes:
         raise ReplayscopeError(f"{path}: {info.st_size} bytes is more than a log importer reads (2 GiB)")
     return info
 
@@ -113,6 +113,12 @@ def _bounded(piece: str) -> Iterator[str]:
         yield piece[start:start + MAX_LINE_CHARS]
 
 
+def refuse_binary(path: str, chunk: bytes, *, first: bool) -> None:
+    """ReplayscopeError when ``chunk`` (the file's first one, or a later one) is binary."""
+    if (first and looks_binary(chunk)) or b"\x00" in chunk:
+        raise ReplayscopeError(f"{path} is a binary file, not a server log")
+
+
 def open_log_file(path: str) -> LogFile:
     """Check ``path`` and read it once (hash, head, binary content); ReplayscopeError for
     anything that is not a text log."""
@@ -126,8 +132,7 @@ def open_log_file(path: str) -> LogFile:
                 chunk = handle.read(min(READ_CHUNK, info.st_size - size))
                 if not chunk:
                     break
-                if (size == 0 and looks_binary(chunk)) or b"\x00" in chunk:
-                    raise ReplayscopeError(f"{path} is a binary file, not a server log")
+                refuse_binary(path, chunk, first=size == 0)
                 digest.update(chunk)
                 if len(head) < HEAD_CHARS:
                     head += chunk[:HEAD_CHARS - len(head)]

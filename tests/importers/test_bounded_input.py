@@ -143,3 +143,40 @@ def test_an_import_stopped_half_way_is_resumed_by_importing_again(tmp_path, monk
             clean.dispose()
     finally:
         store.dispose()
+
+
+# -- follow refuses what import refuses, and reads a grown file a bounded piece at a time ----
+
+def test_follow_of_a_binary_file_exits_2_and_sends_nothing(tmp_path):
+    blob = tmp_path / "blob.log"
+    blob.write_bytes(b"\x7fELF\x00\x01\x02" * 1000)
+    db = tmp_path / "never.db"
+    done = replayscope("follow", "vllm", str(blob), "--db", f"sqlite:///{db}", "--idle-exit", "0.5", timeout=30)
+    assert done.returncode == 2 and "is a binary file, not a server log" in done.stderr
+
+
+def test_follow_of_a_device_exits_2_at_once():
+    done = replayscope("follow", "sglang", "/dev/zero", "--db", "sqlite://", "--idle-exit", "0.5", "--state",
+                       os.devnull, timeout=30)
+    assert done.returncode == 2 and "is a device, not a regular file" in done.stderr
+
+
+def test_follow_reads_what_a_file_grew_by_in_bounded_pieces(tmp_path, monkeypatch):
+    from collector.importers import follow as follow_module
+
+    monkeypatch.setattr(follow_module, "MAX_READ", 4096)
+    monkeypatch.setattr(follow_module, "READ_CHUNK", 1024)
+    log = tmp_path / "server.log"
+    log.write_text(read_fixture("sglang_v046_decode_sample_serving.log"))
+    tail = follow_module.LogTail(str(log), follow_module.TailState(path=str(log)))
+    sizes = []
+    lines = []
+    while True:
+        before = tail.state.offset
+        got = tail.read()
+        if tail.state.offset == before:
+            break
+        sizes.append(tail.state.offset - before)
+        lines += got
+    assert max(sizes) <= 4096 and len(sizes) > 3
+    assert lines == log.read_text().split("\n")[:-1]
