@@ -5,8 +5,9 @@ the table): weight loading, torch.compile and its cache, memory profiling, the K
 the capture-size list and its cap, graph-memory estimates and actuals, the capture
 progress bars and total, engine init, failures (tracebacks through the capture code,
 ``EngineCore failed to start``, ``WorkerProc hit an exception``), and the
-``--cudagraph-metrics`` tables. vLLM logs no per-size capture time, so a vLLM run has
-``capture`` phases but no per-size capture events (except a failed size it can name).
+``--cudagraph-metrics`` tables. vLLM logs no per-size capture time: a finished capture pass
+gives a capture event per size with no duration, of the pass's stage (``stages.vllm_pass_stage``).
+An offline run (``LLM(...)``: no API-server line) is ready at "init engine ... took".
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from collector.importers.builder import RunBuilder
 from collector.importers.facts import LOAD, Fact, clip, mem_bytes, num, rank_order, to_int
 from collector.importers.lines import LogLine
 from collector.importers.parser import Engine, parse_text as _parse
-from collector.importers.vllm_lines import classify, config_line, phase_slug
+from collector.importers.vllm_lines import classify, config_line, from_the_api_server, phase_slug
+from collector.importers.stages import vllm_pass_stage
 from collector.importers.vllm_tables import MetricsTables
 
 
@@ -44,6 +46,12 @@ class VllmRun(MetricsTables, RunBuilder):
         self.table_sizes: list[int] = []
         self.last_table_ts: float | None = None
         self.step_tables = 0
+        self.api_server = False       # a line only a server prints (an offline LLM(...) run has none)
+
+    def observe(self, line: LogLine) -> None:
+        super().observe(line)
+        if not self.api_server and from_the_api_server(line):
+            self.api_server = True
 
     def apply(self, fact: Fact) -> None:
         if fact.kind != "row":
@@ -209,6 +217,7 @@ class VllmRun(MetricsTables, RunBuilder):
         took = mem_bytes(g[1], g[2]) if g[1] is not None else None
         self.capture_took[fact.line.rank_label] = (rank_order(fact.line.rank), took)
         self.phase(fact, "capture", num(g[0]), took)
+        self._emit_passes(fact)
         self.capturing = False
         self.stage = "warmup"
 
@@ -218,6 +227,10 @@ class VllmRun(MetricsTables, RunBuilder):
         compilation = num(g[1]) if g[1] is not None else None
         if compilation is not None and compilation > 0:
             self.meta["init_compilation_s"] = (compilation, fact)
+        if self.saw_start and not self.api_server and not self.failed():
+            # an offline run (LLM(...) in a program): no API server comes; its start-up ends here
+            self.meta["offline"] = True
+            self.on_ready(fact)
 
     def on_ready(self, fact: Fact) -> None:
         self.ready = True
@@ -251,8 +264,26 @@ class VllmRun(MetricsTables, RunBuilder):
                 "pass": last.get("desc") or "graphs", "status": "failed" if self.failed() else "incomplete"}
 
     def capture_stage(self) -> str:
-        desc = (self.passes[-1]["desc"] if self.passes else "") or ""
-        return "prefill" if desc.startswith("mixed") else "decode"
+        return vllm_pass_stage(self.meta.get("cudagraph_mode"), (self.passes[-1]["desc"] if self.passes else "") or "")
+
+    def pass_sizes(self, graphs: int | None) -> list[int]:
+        """The sizes a pass of ``graphs`` captures: the smallest of the list (a decode pass
+        stops at the largest decode batch); [] when the log lists no sizes."""
+        sizes = self.capture_sizes()
+        return sorted(sizes)[:graphs] if sizes and graphs and graphs <= len(sizes) else []
+
+    def _emit_passes(self, fact: Fact) -> None:
+        """Each finished capture pass's sizes as captures of its stage (vLLM times no size)."""
+        for p in self.passes:
+            if p.get("emitted") or not p.get("done"):
+                continue
+            p["emitted"] = True
+            stage = vllm_pass_stage(self.meta.get("cudagraph_mode"), p["desc"])
+            for bs in self.pass_sizes(p["total"]):
+                self.emit({"kind": "capture", "ts": fact.line.ts, "graph_bs": bs, "stage": stage, "duration_s": None,
+                           "pool_bytes": None, "pool_delta_bytes": None, "status": "ok", "error": None,
+                           "variant": None, "rank": fact.line.rank_label})
+                self.note_headline("captures", fact.line)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
@@ -326,7 +357,9 @@ class VllmRun(MetricsTables, RunBuilder):
                         or any(k == "compile" or k.startswith("compile.") for k in self.headline)),
             "graph_mem_bytes": actual if actual is not None else took,
             "graph_mem_estimate_bytes": self._headline_figure("graph_mem_estimate"),
-            "capture_passes": [{"pass": p["desc"] or "graphs", "graphs_done": p["n"], "graphs": p["total"]}
+            "capture_passes": [{"pass": p["desc"] or "graphs", "graphs_done": p["n"], "graphs": p["total"],
+                                "stage": vllm_pass_stage(self.meta.get("cudagraph_mode"), p["desc"]),
+                                "sizes": self.pass_sizes(p["total"]) or None}
                                for p in self.passes],
             "cudagraph_metrics_tables": self.step_tables,
         }
@@ -342,7 +375,7 @@ class VllmRun(MetricsTables, RunBuilder):
         if cache is not None:
             config["compile_cache_hits"], config["compile_cache_saves"] = cache
         for key in ("enforce_eager", "cudagraph_mode", "max_num_seqs", "vllm_version", "tensor_parallel_size",
-                    "capture_size_cap"):
+                    "capture_size_cap", "offline"):
             if key in self.meta:
                 config[key] = self.meta[key]
         if largest is not None:

@@ -7,7 +7,7 @@ a record, an event or a config against it). Every name is importable from here:
 from __future__ import annotations
 
 from runner.wire.checks import check_config, readable_config, validate_event, validate_run
-from runner.wire.schema import (CAPTURE_STAGES, CAPTURE_STATUSES, COMMON_EVENT_FIELDS, CONFIG_FIELDS,
+from runner.wire.schema import (CAPTURE_STAGES, RUNNER_CAPTURE_STAGES, CAPTURE_STATUSES, COMMON_EVENT_FIELDS, CONFIG_FIELDS,
                                 CUSTOM_REASON_MAX_CHARS, CUSTOM_REASON_PREFIX, DECODE_STAGES, DECODE_VIEW,
                                 EVENT_FIELDS, EVENT_KINDS, FieldSpec, ListOf, MAX_BATCH, MAX_BATCH_SIZES,
                                 MAX_BYTES, MAX_COUNT, MAX_DURATION_S, MAX_SEQ, MAX_STEP_TOKENS, MAX_TIMESTAMP,
@@ -16,7 +16,7 @@ from runner.wire.schema import (CAPTURE_STAGES, CAPTURE_STATUSES, COMMON_EVENT_F
                                 STEP_STAGES, WIRE_VERSION, WireError, custom_reason, default_provenance,
                                 is_valid_reason, reason_label, stages_of)
 
-__all__ = ["CAPTURE_STAGES", "CAPTURE_STATUSES", "COMMON_EVENT_FIELDS", "CONFIG_FIELDS",
+__all__ = ["CAPTURE_STAGES", "RUNNER_CAPTURE_STAGES", "CAPTURE_STATUSES", "COMMON_EVENT_FIELDS", "CONFIG_FIELDS",
            "CUSTOM_REASON_MAX_CHARS", "CUSTOM_REASON_PREFIX", "DECODE_STAGES", "DECODE_VIEW", "EVENT_FIELDS",
            "EVENT_KINDS", "FieldSpec", "ListOf", "MAX_BATCH", "MAX_BATCH_SIZES", "MAX_BYTES", "MAX_COUNT",
            "MAX_DURATION_S", "MAX_SEQ", "MAX_STEP_TOKENS", "MAX_TIMESTAMP", "MODES", "MapOf", "PROVENANCES",
