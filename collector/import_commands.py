@@ -197,19 +197,23 @@ def capture_words(summary: dict[str, Any]) -> str:
 
 def run_import_events(args: argparse.Namespace, out=None) -> int:
     """Every file is read and checked before anything is written; then each is reported."""
-    from runner.events_file import read_events_file
+    from runner.events_file import check_events_file, event_batches
 
     out = out or sys.stdout
-    files = [(path, read_events_file(path)) for path in args.files]      # raises before any write
+    # every file checked whole before any write, a line at a time (memory bounded for any size)
+    files = [(path, check_events_file(path)) for path in args.files]
     sink = open_sink(args)
     try:
-        for path, events_file in files:
-            run = events_file.run
+        for path, checked in files:
+            run = checked.run
             sink.write_run(run)
-            accepted, duplicates = sink.write_events(run["run_id"], events_file.events)
+            accepted = duplicates = 0
+            for batch in event_batches(path, checked, BATCH):
+                new, already = sink.write_events(run["run_id"], batch)
+                accepted, duplicates = accepted + new, duplicates + already
             print(f"{path}: run {run['run_id']} ({run['name']}): {accepted} events new, "
                   f"{duplicates} already there, into {sink.describe()}", file=out)
-            for warning in events_file.warnings:
+            for warning in checked.warnings:
                 print(f"  warning: {warning}", file=out)
     finally:
         sink.close()

@@ -6,6 +6,7 @@ benchmark's (benchmarks/import_memory_bench.py, docs/benchmarks.md), not a timed
 
 from __future__ import annotations
 
+import io
 import os
 import subprocess
 import sys
@@ -180,3 +181,38 @@ def test_follow_reads_what_a_file_grew_by_in_bounded_pieces(tmp_path, monkeypatc
         lines += got
     assert max(sizes) <= 4096 and len(sizes) > 3
     assert lines == log.read_text().split("\n")[:-1]
+
+
+# -- import events: checked and sent a line at a time ----------------------------------------
+
+def _events_file(path, n: int) -> None:
+    from runner.events_file import write_events_file
+    from runner.wire import WIRE_VERSION
+
+    run = {"run_id": "big-events", "name": "big", "source": "runner", "started_at": 1.7e9, "backend": "static",
+           "model": "m", "device": "cpu", "torch_version": None, "config": {}, "wire_version": WIRE_VERSION}
+    events = [{"seq": i, "ts": 1.7e9 + i, "kind": "heartbeat"} for i in range(n)]
+    write_events_file(path, run, events)
+
+
+def test_import_events_checks_and_sends_in_batches_without_reading_the_file_whole(tmp_path, monkeypatch):
+    from runner import events_file as ef
+
+    path = tmp_path / "big.jsonl"
+    _events_file(path, 1234)
+    monkeypatch.setattr(ef, "read_events_file", lambda *a, **k: pytest.fail("read whole"))
+    batches: list[int] = []
+    real = cli.DbSink.write_events
+    monkeypatch.setattr(cli.DbSink, "write_events",
+                        lambda self, run_id, events: batches.append(len(events)) or real(self, run_id, events))
+    args = cli_parser().parse_args(["import", "events", str(path), "--db", f"sqlite:///{tmp_path}/s.db"])
+    out = io.StringIO()
+    assert args.handler(args, out=out) == 0
+    assert batches == [500, 500, 234] and "1234 events new" in out.getvalue()
+
+
+@pytest.mark.parametrize("make", [lambda d: "/dev/zero", lambda d: os.mkfifo(d / "f.jsonl") or str(d / "f.jsonl")])
+def test_import_events_refuses_what_is_not_a_regular_file_at_once(tmp_path, make):
+    done = replayscope("import", "events", make(tmp_path), "--db", f"sqlite:///{tmp_path}/never.db", timeout=15)
+    assert done.returncode == 2 and "not a regular file" in done.stderr
+    assert not (tmp_path / "never.db").exists()
