@@ -254,14 +254,18 @@ CRASH_LINES = (
     (re.compile(r"^(?P<error>Failed: (?:Cuda|CUDA|Hip|HIP) error \S+:\d+ '[^']*')"), False),
     (re.compile(r"^(?P<error>(?:CUDA|HIP) error: \S.*)$"), False),
     (re.compile(r"Process group watchdog thread terminated with exception: (?P<error>\S.*)$"), False),
+    # the signal that ended the process, as the shell, PyTorch or absl report it
+    (re.compile(r"Segmentation fault(?: \(core dumped\))?|^Aborted \(core dumped\)|Segfault encountered|"
+                r"\*\*\* SIG[A-Z]+ received at time="), True),
 )
+_CRASH_WORDS = re.compile(r"rror|terminate|what\(\)|egmentation|egfault|Aborted|\*\*\* SIG")
 # A crash line starts a run by itself only where it names the engine's graphs or its code.
 CRASH_NAMES_ENGINE = re.compile(r"captur|cuda ?graph|custom_all_reduce|/vllm/|/sglang/|sgl-kernel|sgl_kernel", re.I)
 
 
 def crash_line(text: str) -> tuple[str, bool] | None:
     """(error text, wrapper) when ``text`` is a native crash line (``CRASH_LINES``)."""
-    if "rror" not in text and "terminate" not in text and "what()" not in text:
+    if not _CRASH_WORDS.search(text):
         return None
     for pattern, wrapper in CRASH_LINES:
         m = pattern.search(text)

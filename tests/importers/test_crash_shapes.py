@@ -109,3 +109,16 @@ def test_the_import_line_says_the_capture_did_not_finish_and_gives_no_total(tmp_
     out = io.StringIO()
     args.handler(args, out=out)
     assert "capture not finished (failed at 2/23 after 0 s; no total)" in out.getvalue()
+
+
+@pytest.mark.parametrize("line, error", [
+    ("Segmentation fault (core dumped)", "Segmentation fault (core dumped)"),
+    ("!!!!!!! Segfault encountered !!!!!!!", "Segfault encountered"),
+    ("*** SIGSEGV received at time=1733212800 on cpu 3 ***", "*** SIGSEGV received at time="),
+])
+def test_the_signal_that_ended_a_capture_is_a_failed_run(line, error):
+    log = read_fixture("sglang_crash_terminate_inside_capture_bar.log").split("\n")[:2]
+    bar = "Capturing batches (bs=160 avail_mem=12.21 GB):   4%|▍         | 1/23 [00:00<00:09,  2.31it/s]"
+    (run,) = parse_sglang_text("\n".join(log + [bar, line]) + "\n").runs
+    assert run.status == "failed" and run_end(run)["phase"] == "capture"
+    assert run.error == error
