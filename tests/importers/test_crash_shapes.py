@@ -122,3 +122,19 @@ def test_the_signal_that_ended_a_capture_is_a_failed_run(line, error):
     (run,) = parse_sglang_text("\n".join(log + [bar, line]) + "\n").runs
     assert run.status == "failed" and run_end(run)["phase"] == "capture"
     assert run.error == error
+
+
+@pytest.mark.parametrize("block, error", [
+    ("Failed: Cuda error /sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:368 'an illegal memory access was "
+     "encountered'", "Failed: Cuda error /sgl-kernel/csrc/allreduce/custom_all_reduce.cuh:368 'an illegal memory "
+                     "access was encountered'"),
+    ("[rank1]:[E305 10:11:12.123456789 ProcessGroupNCCL.cpp:1899] [PG ID 2 PG GUID 3 Rank 1] Process group watchdog "
+     "thread terminated with exception: HIP error: operation not permitted on an event last recorded in a "
+     "capturing stream\nHIP kernel errors might be asynchronously reported at some other API call, so the "
+     "stacktrace below might be incorrect.",
+     "HIP error: operation not permitted on an event last recorded in a capturing stream"),
+])
+def test_sglang_error_blocks_during_capture_are_failed_runs_too(block, error):
+    head = read_fixture("sglang_crash_cuda_error_lines_after_capture_begin.log").split("\n")[:9]
+    (run,) = parse_sglang_text("\n".join(head) + "\n" + block + "\n").runs
+    assert run.status == "failed" and run.error == error and run_end(run)["phase"] == "capture"
