@@ -15,87 +15,12 @@ import os
 import sys
 import time
 import urllib.parse
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from runner.errors import ReplayscopeError
+from collector.import_sinks import BATCH, DbSink, StreamedWriter, open_sink
+from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
-BATCH = 500
-
-
-# -- sinks -------------------------------------------------------------------------------
-
-
-class DbSink:
-    """Writes through collector.ingest into the store at ``url``."""
-
-    def __init__(self, url: str, migrate: bool = False):
-        from collector import ingest
-        from collector.store import Store
-
-        self._ingest = ingest
-        self.store = Store.open(url, upgrade=migrate)
-        self.url = self.store.safe_url
-
-    def write_run(self, record: dict[str, Any]) -> None:
-        self._ingest.ingest_run(self.store, record)
-
-    def write_events(self, run_id: str, events: list[dict[str, Any]]) -> tuple[int, int]:
-        accepted = duplicates = 0
-        for i in range(0, len(events), BATCH):
-            result = self._ingest.ingest_events(self.store, run_id, events[i:i + BATCH])
-            accepted += result.accepted
-            duplicates += result.duplicates
-        return accepted, duplicates
-
-    def close(self) -> None:
-        self.store.dispose()
-
-    def describe(self) -> str:
-        return f"store {self.url}"
-
-
-class CollectorSink:
-    """Posts to a collector's HTTP API (``POST /v1/runs``, ``/v1/runs/{id}/events``)."""
-
-    def __init__(self, url: str, token: str | None = None):
-        self.url = url.rstrip("/")
-        self.token = token
-
-    def _post(self, path: str, payload: Any) -> Any:
-        from runner.http import HttpError, post_json
-
-        try:
-            return post_json(self.url + path, payload, token=self.token, timeout=30.0)
-        except HttpError as error:
-            raise ReplayscopeError(f"collector {self.url}: {error}") from None
-
-    def write_run(self, record: dict[str, Any]) -> None:
-        self._post("/v1/runs", record)
-
-    def write_events(self, run_id: str, events: list[dict[str, Any]]) -> tuple[int, int]:
-        accepted = duplicates = 0
-        for i in range(0, len(events), BATCH):
-            answer = self._post(f"/v1/runs/{urllib.parse.quote(run_id, safe='')}/events",
-                                {"events": events[i:i + BATCH]})
-            if isinstance(answer, dict):
-                accepted += int(answer.get("accepted", 0) or 0)
-                duplicates += int(answer.get("duplicates", 0) or 0)
-        return accepted, duplicates
-
-    def close(self) -> None:
-        pass
-
-    def describe(self) -> str:
-        return f"collector {self.url}"
-
-
-def open_sink(args: argparse.Namespace):
-    from collector.settings import resolve
-
-    settings = resolve(args)
-    if getattr(args, "collector", None):
-        return CollectorSink(args.collector, settings.token)
-    return DbSink(settings.db, migrate=getattr(args, "migrate", False))
 
 
 # -- import ------------------------------------------------------------------------------
@@ -105,20 +30,18 @@ def run_import(args: argparse.Namespace, out=None) -> int:
     out = out or sys.stdout
     from collector.importers import import_log
 
-    result = import_log(args.engine, args.logfile)     # raises before anything is written
-    written: list[dict[str, Any]] = []
-    if not args.dry_run and result.runs:
-        sink = open_sink(args)
-        try:
-            for run in result.runs:
-                sink.write_run(run.run)
-                accepted, duplicates = sink.write_events(run.run["run_id"], run.events)
-                written.append({"run_id": run.run["run_id"], "accepted": accepted, "duplicates": duplicates})
-        finally:
-            sink.close()
-        target = sink.describe()
-    else:
-        target = None
+    writer = None if args.dry_run else StreamedWriter(lambda: open_sink(args), args.logfile)
+    try:
+        # the file is checked (and refused) before anything is written; then each run's events
+        # are written as the parser emits them
+        result = import_log(args.engine, args.logfile, drain=writer.drain if writer else None)
+    finally:
+        if writer is not None:
+            writer.close()
+    if not result.runs:
+        raise ReplayscopeError(f"{args.logfile}: {'; '.join(result.warnings) or 'no run found'}; nothing was written")
+    written = [writer.written[run.run["run_id"]] for run in result.runs] if writer else []
+    target = writer.target if writer else None
     if args.json:
         summary = result.summary()
         summary["written_to"] = target
@@ -134,8 +57,7 @@ def run_import(args: argparse.Namespace, out=None) -> int:
         mem = s["graph_mem_bytes"]
         print(f"  {s['run_id']}  {s['status']:<11} {s['backend']:<20} "
               f"{len(s['phases'])} phases, {len(s['captures'])} captures, "
-              + (f"capture {s['capture_total_s']:.2f} s" if s['capture_total_s'] is not None
-                 else "capture time not in the log")
+              + capture_words(s)
               + (f" / {mem / 2**30:.2f} GiB" if mem is not None else "")
               + f", steps graph {steps['graph']} padded {steps['padded']} eager {steps['eager']}"
               + (f"  [{w['accepted']} new, {w['duplicates']} already there]" if w else ""), file=out)
@@ -150,24 +72,41 @@ def run_import(args: argparse.Namespace, out=None) -> int:
     return 0
 
 
+def capture_words(summary: dict[str, Any]) -> str:
+    """The capture's total, or how far a capture that did not finish got (never a total)."""
+    if summary["capture_total_s"] is not None:
+        return f"capture {summary['capture_total_s']:.2f} s"
+    unfinished = summary.get("capture_unfinished")
+    if unfinished:
+        done = (f" at {unfinished['graphs_done']}/{unfinished['graphs']}"
+                if unfinished.get("graphs_done") is not None and unfinished.get("graphs") else "")
+        so_far = (f" after {unfinished['elapsed_s']:.0f} s" if unfinished.get("elapsed_s") is not None else "")
+        return f"capture not finished ({unfinished['status']}{done}{so_far}; no total)"
+    return "capture time not in the log"
+
+
 # -- events files (the runner's --events, a spool) ----------------------------------------
 
 
 def run_import_events(args: argparse.Namespace, out=None) -> int:
     """Every file is read and checked before anything is written; then each is reported."""
-    from runner.events_file import read_events_file
+    from runner.events_file import check_events_file, event_batches
 
     out = out or sys.stdout
-    files = [(path, read_events_file(path)) for path in args.files]      # raises before any write
+    # every file checked whole before any write, a line at a time (memory bounded for any size)
+    files = [(path, check_events_file(path)) for path in args.files]
     sink = open_sink(args)
     try:
-        for path, events_file in files:
-            run = events_file.run
+        for path, checked in files:
+            run = checked.run
             sink.write_run(run)
-            accepted, duplicates = sink.write_events(run["run_id"], events_file.events)
+            accepted = duplicates = 0
+            for batch in event_batches(path, checked, BATCH):
+                new, already = sink.write_events(run["run_id"], batch)
+                accepted, duplicates = accepted + new, duplicates + already
             print(f"{path}: run {run['run_id']} ({run['name']}): {accepted} events new, "
                   f"{duplicates} already there, into {sink.describe()}", file=out)
-            for warning in events_file.warnings:
+            for warning in checked.warnings:
                 print(f"  warning: {warning}", file=out)
     finally:
         sink.close()
@@ -183,10 +122,13 @@ class _RunWriter:
     def __init__(self, target, record: dict[str, Any]):
         self.target = target
         self.run_id = record["run_id"]
+        self.sent = 0
+        self.spooled = 0                     # a store takes every write or raises
         target.write_run(record)
 
     def write(self, events: list[dict[str, Any]]) -> None:
         self.target.write_events(self.run_id, events)
+        self.sent += len(events)
 
     def update_run(self, record: dict[str, Any]) -> None:
         """The run's record again, with what the log has said since (the store takes the newer one)."""
@@ -196,25 +138,56 @@ class _RunWriter:
         pass
 
 
+@dataclass
+class Delivery:
+    """What ``follow`` got to its target: per run, the events delivered and those left in a spool."""
+    sinks: list[Any] = field(default_factory=list)
+
+    @property
+    def delivered(self) -> int:
+        return sum(sink.sent for sink in self.sinks)
+
+    @property
+    def undelivered(self) -> int:
+        return sum(sink.spooled for sink in self.sinks)
+
+    def spools(self) -> list[str]:
+        return [sink.spool_path for sink in self.sinks if sink.spooled and getattr(sink, "spool_path", None)]
+
+    def line(self, target: str) -> str:
+        """The last line ``follow`` prints: what reached ``target``, and where the rest is."""
+        runs = len(self.sinks)
+        text = f"{runs} run(s) followed: {self.delivered} event(s) delivered to {target}"
+        if self.undelivered:
+            spools = ", ".join(self.spools())
+            text += (f"; {self.undelivered} event(s) NOT delivered, kept in {spools} "
+                     f"(re-send them with `replayscope import events {spools}`)")
+        return text
+
+
 def follow_sinks(args: argparse.Namespace):
-    """(open_sink(record) -> sink, close_all() -> events left undelivered): HttpSink
-    (retries, spool) for --collector, the store for --db."""
+    """(open_sink(record) -> sink, close_all() -> Delivery, target): HttpSink (retries,
+    spool) for --collector, the store for --db."""
     from collector.settings import resolve
 
     settings = resolve(args)
+    delivery = Delivery()
     if getattr(args, "collector", None):
         from runner.sinks import HttpSink
-
-        opened: list[HttpSink] = []
 
         def open_http(record: dict[str, Any]):
             sink = HttpSink(args.collector, token=settings.token)
             sink.open(record)
-            opened.append(sink)
+            delivery.sinks.append(sink)
             return sink
-        return open_http, lambda: sum(sink.spooled for sink in opened), f"collector {args.collector}"
+        return open_http, lambda: delivery, f"collector {args.collector}"
     db = DbSink(settings.db, migrate=getattr(args, "migrate", False))
-    return (lambda record: _RunWriter(db, record)), lambda: db.close() or 0, db.describe()
+
+    def open_db(record: dict[str, Any]):
+        writer = _RunWriter(db, record)
+        delivery.sinks.append(writer)
+        return writer
+    return open_db, lambda: db.close() or delivery, db.describe()
 
 
 def run_follow(args: argparse.Namespace, out=None) -> int:
@@ -232,14 +205,13 @@ def run_follow(args: argparse.Namespace, out=None) -> int:
     open_sink, close, target = follow_sinks(args)
     print(f"following {args.path} ({args.engine}) into {target}"
           + (f", state in {state}" if state else ""), file=out, flush=True)
-    undelivered = 0
     try:
-        live = follow(ENGINE_SPECS[args.engine], args.path, open_sink, state_path=state, interval=args.interval,
-                      idle_exit=args.idle_exit, log=lambda message: print(message, file=out, flush=True))
+        follow(ENGINE_SPECS[args.engine], args.path, open_sink, state_path=state, interval=args.interval,
+               idle_exit=args.idle_exit, log=lambda message: print(message, file=out, flush=True))
     finally:
-        undelivered = close()
-    print(f"{len(live.runs_sent)} run(s) sent", file=out, flush=True)
-    return 1 if undelivered else 0          # events kept in a spool: the job is not done
+        delivery = close()
+    print(delivery.line(target), file=out, flush=True)
+    return EXIT_INCOMPLETE if delivery.undelivered else EXIT_DONE   # events kept in a spool: not done
 
 
 # -- scrape ------------------------------------------------------------------------------

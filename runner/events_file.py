@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterable, NamedTuple
+import stat
+from typing import Any, Iterable, Iterator, NamedTuple
 
 from runner import wire
 from runner.errors import ReplayscopeError
@@ -129,3 +130,105 @@ def read_events_file(path: str | os.PathLike, *, validate: bool = True) -> Event
             except wire.WireError as error:
                 raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
     return EventsFile(run, events, warnings)
+
+
+# -- a file of any size, a batch at a time ----------------------------------------------------
+
+MAX_LINE_BYTES = 16 << 20        # one event line; anything longer is not an events file
+
+
+class CheckedEventsFile(NamedTuple):
+    run: dict[str, Any]              # the run record, without "kind"
+    count: int                       # events
+    warnings: list[str]
+    end: int                         # bytes of the file that hold them (a cut last line is past it)
+
+
+def _regular_file(path: str | os.PathLike) -> None:
+    try:
+        info = os.stat(path)
+    except FileNotFoundError:
+        raise ReplayscopeError(f"{path}: no such file") from None
+    except OSError as error:
+        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise ReplayscopeError(f"{path} is a directory, not an events file")
+    if not stat.S_ISREG(info.st_mode):
+        raise ReplayscopeError(f"{path} is not a regular file (a device, a FIFO): an events file is read to its end")
+
+
+def _numbered_lines(path: str | os.PathLike, end: int | None = None) -> Iterator[tuple[int, bytes, bool]]:
+    """(line number, bytes without the newline, whether it ended with one), up to byte ``end``."""
+    with open(path, "rb") as handle:
+        lineno = 0
+        read = 0
+        while end is None or read < end:
+            line = handle.readline(MAX_LINE_BYTES + 1)
+            if not line:
+                return
+            lineno += 1
+            read += len(line)
+            if len(line) > MAX_LINE_BYTES:
+                raise ReplayscopeError(f"{path}:{lineno}: a line over {MAX_LINE_BYTES >> 20} MiB: not an events file")
+            newline = line.endswith(b"\n")
+            yield lineno, line[:-1] if newline else line, newline
+
+
+def check_events_file(path: str | os.PathLike) -> CheckedEventsFile:
+    """Every line of ``path`` checked as ``read_events_file`` checks it, the file read once a
+    line at a time and nothing kept but the run record: any size of file in bounded memory."""
+    _regular_file(path)
+    run: dict[str, Any] | None = None
+    count = 0
+    warnings: list[str] = []
+    end = 0
+    try:
+        for lineno, line, newline in _numbered_lines(path):
+            if not line.strip():
+                end += len(line) + newline
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as error:
+                if not newline and run is not None:           # the last line, without its newline
+                    warnings.append(f"{path}:{lineno}: cut off (the writer stopped mid-line); skipped")
+                    break
+                raise ReplayscopeError(f"{path}:{lineno}: not JSON ({error})") from None
+            end += len(line) + newline
+            if run is None:
+                if not isinstance(record, dict) or record.get("kind") != RUN_KIND:
+                    raise ReplayscopeError(f'{path}: the first line must be the run record ({{"kind": "run", ...}})')
+                run = {k: v for k, v in record.items() if k != "kind"}
+                try:
+                    wire.validate_run(run)
+                except wire.WireError as error:
+                    raise ReplayscopeError(f"{path}:{lineno}: run record: {error}") from None
+                continue
+            try:
+                wire.validate_event(record)
+            except wire.WireError as error:
+                raise ReplayscopeError(f"{path}:{lineno}: {error}") from None
+            count += 1
+    except OSError as error:
+        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+    if run is None:
+        raise ReplayscopeError(f'{path}: the first line must be the run record ({{"kind": "run", ...}})')
+    return CheckedEventsFile(run, count, warnings, end)
+
+
+def event_batches(path: str | os.PathLike, checked: CheckedEventsFile, size: int = 500) -> Iterator[list[dict[str, Any]]]:
+    """The events of a file ``check_events_file`` passed, ``size`` at a time."""
+    batch: list[dict[str, Any]] = []
+    first = True
+    for _, line, _ in _numbered_lines(path, checked.end):
+        if not line.strip():
+            continue
+        if first:
+            first = False                        # the run record
+            continue
+        batch.append(json.loads(line))
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -73,8 +73,8 @@ class GraphRunner:
                  parity_every: int = 0, parity_tolerance: float | None = None,
                  warmup_iters: int = 2, pool: Any = None, progress: bool = True,
                  time_every: int = CUDA_TIME_EVERY, raise_recompile_limit: bool = False):
-        if stage not in wire.CAPTURE_STAGES:
-            raise ReplayscopeError(f"stage must be one of {', '.join(wire.CAPTURE_STAGES)}, got {stage!r}")
+        if stage not in wire.RUNNER_CAPTURE_STAGES:
+            raise ReplayscopeError(f"stage must be one of {', '.join(wire.RUNNER_CAPTURE_STAGES)}, got {stage!r}")
         if type(time_every) is not int or time_every < 1:
             raise ReplayscopeError(f"time_every must be a whole number >= 1, got {time_every!r}")
         self.device = torch.device(device) if device is not None else (

@@ -36,15 +36,21 @@ def __getattr__(name: str):
     return getattr(importlib.import_module(module), attribute)
 
 
-def import_log(engine: str, path: str):
-    """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``) -> ``ImportResult``.
-    ReplayscopeError for a path that is not a text log, and for a log that is plainly the
-    other engine's (it says which)."""
-    from collector.importers.parser import read_log_file
+def import_log(engine: str, path: str, drain=None):
+    """Parse the log at ``path`` written by ``engine`` (``vllm`` or ``sglang``) -> ``ImportResult``,
+    streamed: the file is read a chunk at a time and each run's events go to ``drain`` as
+    they are emitted (``parser.parse_lines``; without one they are counted and dropped, as
+    ``--dry-run`` does), so memory stays bounded for any size of log. ReplayscopeError, before
+    anything is parsed, for a path that is not a regular text file (``log_source``) and for a
+    log that is plainly the other engine's (it says which)."""
+    from collector.importers.log_source import open_log_file
+    from collector.importers.parser import parse_lines
 
-    text, mtime, digest = read_log_file(path)
-    refuse_other_engine(engine, text, path)
-    return __getattr__("ENGINES")[engine](text, path=path, mtime=mtime, digest=digest)
+    log = open_log_file(path)
+    refuse_other_engine(engine, log.head, path)
+    return parse_lines(__getattr__("ENGINE_SPECS")[engine], log.lines(), ends_mid_line=lambda: log.ends_mid_line,
+                       head=log.head, path=path, mtime=log.mtime, digest=log.digest,
+                       drain=drain or (lambda run, name, events, final: None))
 
 
 def refuse_other_engine(engine: str, text: str, path: str) -> None:

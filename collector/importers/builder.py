@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from collector.importers.facts import ERROR_LEVELS, Fact, clip, rank_order
+from collector.importers.facts import ERROR_LEVELS, TRACE_KINDS, Fact, clip, rank_order
 from collector.importers.failures import CUT_OFF, ENGINE_CODE, WRAPPER, phase_of_frames
 from collector.importers.failures import TRACEBACK as _TRACEBACK
 from collector.importers.lines import LogLine, RankKey
@@ -25,6 +25,7 @@ from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
 
 RANK_POLICY = ("per rank: every rank's facts are kept with their rank; the run's headline for each "
                "phase is rank 0's, or the lowest rank that printed it (config.rank_headline)")
+QUIET_LEVELS = ("DEBUG", "INFO", "WARNING", "WARN")   # a traceback at these levels is the engine's warning
 STRAY_FACTS = 200        # exception and frame lines kept while no run is open (a chain's root cause)
 
 
@@ -79,6 +80,7 @@ class RunBuilder:
         self.error_lines: dict[Any, LogLine] = {}                # rank -> its last ERROR-level line
         self.closed = False
         self.status: str | None = None
+        self.stopping = False          # the server was asked to stop (a signal, the end of an offline run)
 
     # -- feeding -----------------------------------------------------------------------
     def observe(self, line: LogLine) -> None:
@@ -92,6 +94,8 @@ class RunBuilder:
             self.error_lines[line.rank] = line
 
     def apply(self, fact: Fact) -> None:
+        if fact.kind in TRACE_KINDS and fact.line.level in QUIET_LEVELS:
+            return         # a traceback the engine logged as a warning (or info) is not a failure
         handler = getattr(self, "on_" + fact.kind, None)
         if handler is not None:
             handler(fact)
@@ -216,6 +220,13 @@ class RunBuilder:
         else:
             self.fail(fact, clip(_TRACEBACK.sub("", text).strip().rstrip(":"), 4000), fatal=True, wrapper=True)
 
+    def on_crash(self, fact: Fact) -> None:
+        """Native code or the interpreter went down (no traceback follows): a failure of the
+        run whether it was starting or serving; ``terminate called ...`` and ``Fatal Python
+        error`` only say so, the ``what()`` or error line beside them says why."""
+        wrapper = bool(fact.data["wrapper"])
+        self.fail(fact, clip(fact.data["error"], 4000), fatal=True, wrapper=wrapper)
+
     def on_exception(self, fact: Fact) -> None:
         trace = self.trace.get(fact.line.rank)
         text = clip(fact.data["text"], 4000)
@@ -228,10 +239,21 @@ class RunBuilder:
     def _failure_of(self, rank: RankKey | None) -> Failure | None:
         return next((f for f in self.failures if f.rank == rank), None)
 
+    def on_shutdown(self, fact: Fact) -> None:
+        """The server was asked to stop (Ctrl-C, SIGTERM, an offline program's end): what it
+        prints while it goes down (an ``EngineDeadError`` traceback) is not a failure."""
+        self.stopping = True
+
     def fail(self, fact: Fact, error: str | None, *, fatal: bool = False, phase: str | None = None,
              graph_bs: int | None = None, wrapper: bool | None = None) -> Failure:
-        """Record a failure on the fact's rank; the first root cause per rank wins."""
+        """Record a failure on the fact's rank; the first root cause per rank wins. After a
+        stop the server was asked for, an error is its shutdown's: a warning, not a failure."""
         rank = fact.line.rank
+        if self.stopping:
+            if not any("while it stopped" in w for w in self.warnings):
+                self.warn(fact, clip(f"an error while the server stopped after it was asked to (not a failure of the "
+                                     f"run): {error or fact.line.text}", 4000), "shutdown_error")
+            return Failure(fact.line.ts, rank, fact.line.rank_label, error=error)
         failure = self._failure_of(rank)
         if failure is None:
             failure = Failure(fact.line.ts, rank, fact.line.rank_label, stage=self.failing_stage())

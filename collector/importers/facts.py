@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable
 
 from collector.importers.failures import CHAINED as _CHAINED
-from collector.importers.failures import ENGINE_CODE, EXCEPTION_LINE
+from collector.importers.failures import CRASH_NAMES_ENGINE, ENGINE_CODE, EXCEPTION_LINE, crash_line
 from collector.importers.failures import FRAME as _FRAME
 from collector.importers.failures import TRACEBACK as _TRACEBACK
 from collector.importers.lines import RANK_AXES, LogLine, RankKey
@@ -95,6 +95,7 @@ EXCEPTION = "exception"  # an exception line (the root cause is the first of a f
 TRACEBACK = "traceback"  # "Traceback (most recent call last):"
 CHAINED = "chained"      # "During handling of the above exception, another exception occurred:"
 FRAME = "frame"          # a traceback frame: File "...", line N, in func
+CRASH = "crash"          # native code or the interpreter went down (failures.CRASH_LINES): no traceback
 # Kinds that belong to a failure's traceback, not to the engine's own account of its start.
 TRACE_KINDS = (EXCEPTION, FRAME, TRACEBACK, CHAINED)
 ERROR_LEVELS = ("ERROR", "CRITICAL", "FATAL")
@@ -113,7 +114,15 @@ def common_facts(line: LogLine) -> list[Fact]:
     m = EXCEPTION_LINE.match(text)
     if m:
         return [Fact(line, EXCEPTION, {"text": text})]
-    return []
+    crash = crash_fact(line)
+    return [crash] if crash else []
+
+
+def crash_fact(line: LogLine) -> Fact | None:
+    """A native crash line (``failures.CRASH_LINES``), also where it ends a progress bar's
+    line (tqdm's redraw, then ``terminate called ...``)."""
+    found = crash_line(line.text)
+    return Fact(line, CRASH, {"error": found[0], "wrapper": found[1], "text": line.text}) if found else None
 
 
 def logged_by_the_engine(line: LogLine) -> bool:
@@ -133,6 +142,8 @@ def starts_a_run(fact: Fact, engine: str) -> bool:
         return bool(ENGINE_CODE[engine].search(fact.data["path"])) or logged_by_the_engine(fact.line)
     if fact.kind == EXCEPTION:
         return logged_by_the_engine(fact.line)
+    if fact.kind == CRASH:
+        return logged_by_the_engine(fact.line) or bool(CRASH_NAMES_ENGINE.search(fact.data["text"]))
     return True
 
 

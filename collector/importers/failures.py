@@ -241,6 +241,39 @@ ENGINE_FATAL = {
         r"Child process unexpectedly failed|scheduler is dead|"
         r"Initialization failed\. (?:warmup|detoken)_init_state|exited with code"),
 }
+# A process that dies outside Python's exception machinery: native code's own error lines
+# (CUDA/HIP check macros, vLLM's and SGLang's custom all-reduce ``CUDACHECK``), C++'s
+# ``std::terminate`` and its ``what()``, CPython's ``Fatal Python error``, PyTorch's NCCL
+# watchdog. No traceback follows them: the line is the failure. ``error`` is its text;
+# ``wrapper`` lines only say that the process went down (the next line says why).
+CRASH_LINES = (
+    (re.compile(r"terminate called after throwing an instance of '[^']*'"), True),
+    (re.compile(r"^what\(\):\s*(?P<error>\S.*)$"), False),
+    (re.compile(r"Fatal Python error: \w[^:]*"), True),
+    (re.compile(r"^(?P<error>(?:CUDA|HIP|Cuda|cuda|hip) error \([^)]*:\d+\):\s*\S.*)$"), False),
+    (re.compile(r"^(?P<error>Failed: (?:Cuda|CUDA|Hip|HIP) error \S+:\d+ '[^']*')"), False),
+    (re.compile(r"^(?P<error>(?:CUDA|HIP) error: \S.*)$"), False),
+    (re.compile(r"Process group watchdog thread terminated with exception: (?P<error>\S.*)$"), False),
+    # the signal that ended the process, as the shell, PyTorch or absl report it
+    (re.compile(r"Segmentation fault(?: \(core dumped\))?|^Aborted \(core dumped\)|Segfault encountered|"
+                r"\*\*\* SIG[A-Z]+ received at time="), True),
+)
+_CRASH_WORDS = re.compile(r"rror|terminate|what\(\)|egmentation|egfault|Aborted|\*\*\* SIG")
+# A crash line starts a run by itself only where it names the engine's graphs or its code.
+CRASH_NAMES_ENGINE = re.compile(r"captur|cuda ?graph|custom_all_reduce|/vllm/|/sglang/|sgl-kernel|sgl_kernel", re.I)
+
+
+def crash_line(text: str) -> tuple[str, bool] | None:
+    """(error text, wrapper) when ``text`` is a native crash line (``CRASH_LINES``)."""
+    if not _CRASH_WORDS.search(text):
+        return None
+    for pattern, wrapper in CRASH_LINES:
+        m = pattern.search(text)
+        if m:
+            return (m.groupdict().get("error") or m.group(0)).strip(), wrapper
+    return None
+
+
 # Where in startup a traceback failed, from its frames (the most specific first).
 PHASE_FRAMES = (
     ("capture", re.compile(r"capture_model|_capture_cudagraphs|capture_one_batch_size|cuda_graph_runner|"
@@ -275,6 +308,6 @@ def first_line(text: str | None, limit: int = 300) -> str:
     return line if len(line) <= limit else line[:limit - 1] + "…"
 
 
-__all__ = ["BY_KEY", "CHAINED", "CLASSES", "CUT_OFF", "ENGINE_CODE", "ENGINE_FATAL", "EXCEPTION_LINE", "FRAME",
-           "FailureClass", "PHASE_FRAMES", "TRACEBACK", "UNKNOWN", "WRAPPER", "classify", "first_line",
+__all__ = ["BY_KEY", "CHAINED", "CLASSES", "CRASH_LINES", "CRASH_NAMES_ENGINE", "CUT_OFF", "ENGINE_CODE", "ENGINE_FATAL", "EXCEPTION_LINE", "FRAME",
+           "FailureClass", "PHASE_FRAMES", "crash_line", "TRACEBACK", "UNKNOWN", "WRAPPER", "classify", "first_line",
            "phase_of_frames"]

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import pickle
+import re
 import sys
 import time
 import zlib
@@ -33,11 +34,14 @@ from typing import IO, Any, Callable
 
 from collector.importers import refuse_other_engine
 from collector.importers.builder import RunBuilder
+from collector.importers.log_source import MAX_LINE_CHARS, check_log_path, refuse_binary
 from collector.importers.years import YearGuess, infer_year
 from collector.importers.parser import Engine, LogParser
 from runner.errors import ReplayscopeError
 
 READ_CHUNK = 1 << 20
+_BREAKS = re.compile(rb"[\r\n]")
+MAX_READ = 8 << 20       # bytes one read takes of a file that grew (the rest at the next)
 HEARTBEAT_S = 30.0
 POST_AFTER_S = 120.0     # a run still starting after this long is sent anyway
 
@@ -125,6 +129,8 @@ class LogTail:
         self.handle: IO[bytes] | None = None
         self.buffer = b""
         self.eof = False           # a stream ended
+        self.behind = False        # the last read stopped at MAX_READ: more is waiting
+        self.stream_first = True
 
     def _open(self) -> bool:
         try:
@@ -145,6 +151,8 @@ class LogTail:
         if self.handle is None and not self._open():
             return []
         data = self._drain()
+        if self.behind:
+            return self._lines(data)          # more is waiting: rotation and truncation once caught up
         try:
             current = os.stat(self.path)
         except OSError:
@@ -164,17 +172,27 @@ class LogTail:
         return self._lines(data)
 
     def _drain(self) -> bytes:
+        """What was appended, up to ``MAX_READ`` bytes (the next read goes on): the working
+        set stays bounded however much the file grew. Binary content is refused, as import
+        refuses it."""
         chunks = []
-        while True:
+        size = 0
+        while size < MAX_READ:
             chunk = self.handle.read(READ_CHUNK)
             if not chunk:
                 break
+            refuse_binary(self.path, chunk, first=self.state.offset == 0)
             chunks.append(chunk)
+            size += len(chunk)
             self.state.offset += len(chunk)
+        self.behind = size >= MAX_READ
         return b"".join(chunks)
 
     def _read_stream(self) -> list[str]:
-        chunk = self.stream.readline() if not self.eof else b""
+        chunk = self.stream.readline(READ_CHUNK) if not self.eof else b""
+        if chunk:
+            refuse_binary("standard input", chunk, first=self.stream_first)
+            self.stream_first = False
         if not chunk:
             self.eof = True
             rest, self.buffer = self.buffer, b""
@@ -185,15 +203,13 @@ class LogTail:
         """Complete lines only (cut at \\n or \\r, as tqdm writes); a partial line waits."""
         if not data:
             return []
-        text = self.buffer + data
-        out = []
-        start = 0
-        for i, byte in enumerate(text):
-            if byte in (10, 13):
-                out.append(text[start:i].decode("utf-8", errors="replace"))
-                start = i + 1
-        self.buffer = text[start:]
-        return [line for line in out]
+        pieces = _BREAKS.split(self.buffer + data)
+        self.buffer = pieces.pop()
+        out = [piece.decode("utf-8", errors="replace") for piece in pieces]
+        while len(self.buffer) > MAX_LINE_CHARS:        # a line that never ends is read in pieces
+            out.append(self.buffer[:MAX_LINE_CHARS].decode("utf-8", errors="replace"))
+            self.buffer = self.buffer[MAX_LINE_CHARS:]
+        return out
 
     def pending_bytes(self) -> int:
         return len(self.buffer)
@@ -330,8 +346,8 @@ def follow(engine: Engine, path: str, open_sink: Callable[[dict[str, Any]], Any]
     """Follow ``path`` (``-``: ``stdin``) until the stream ends, ``idle_exit`` seconds pass
     without new lines, or Ctrl-C (the state is saved; the run stays open for a restart)."""
     stream = (stdin or sys.stdin.buffer) if path == "-" else None
-    if stream is None and os.path.isdir(path):
-        raise ReplayscopeError(f"{path} is a directory, not a log file")
+    if stream is None and os.path.lexists(path):
+        check_log_path(path, max_bytes=None)         # a device, a FIFO: refused as import refuses them
     state = TailState.load(state_path, os.path.abspath(path) if stream is None else "-")
     tail = LogTail(path, state, stream)
     first = tail.read()

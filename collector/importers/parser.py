@@ -16,14 +16,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
 from collector.importers.builder import RANK_POLICY, RunBuilder, STRAY_FACTS
-from collector.importers.facts import (BANNER, CHAINED, EXCEPTION, FRAME, Fact, LOAD, READY, TRACE_KINDS,
-                                       common_facts, logged_by_the_engine, starts_a_run)
+from collector.importers.facts import (BANNER, CHAINED, CRASH, EXCEPTION, FATAL, FRAME, Fact, LOAD, READY,
+                                       TRACE_KINDS, common_facts, crash_fact, logged_by_the_engine, starts_a_run)
 from collector.importers.lines import LineReader, LogLine, split_lines
 from collector.importers.years import YearGuess, infer_year
 from runner.errors import ReplayscopeError
 
-
-MAX_FILE_BYTES = 2 * 2**30
 
 
 @dataclass
@@ -95,7 +93,7 @@ class LogParser:
                     if self.current is not None:
                         self.current.observe(line)
                     continue
-                for fact in self.engine.classify(line) or common_facts(line):
+                for fact in self.facts_of(line):
                     self._route(fact)
                 if self.current is not None:
                     self.current.observe(line)
@@ -107,6 +105,18 @@ class LogParser:
             if self.failures <= 5:
                 self.warnings.append(f"line {self.lineno}: skipped, could not be read ({type(error).__name__})")
 
+    def facts_of(self, line: LogLine) -> list[Fact]:
+        """The engine's facts of a line, else the shared ones; a native crash printed at the end
+        of an engine's line (a capture bar's last redraw) as well."""
+        facts = self.engine.classify(line)
+        if not facts:
+            return common_facts(line)
+        if not any(f.kind in (FATAL, EXCEPTION, CRASH) for f in facts):
+            crash = crash_fact(line)
+            if crash is not None:
+                facts = facts + [crash]
+        return facts
+
     def _route(self, fact: Fact) -> None:
         run = self.current
         if run is not None and ((fact.kind == BANNER and run.progress)
@@ -115,7 +125,7 @@ class LogParser:
             run = None
         if run is None:
             if not self.continued and not starts_a_run(fact, self.engine.name):
-                if fact.kind in (EXCEPTION, FRAME):
+                if fact.kind in (EXCEPTION, FRAME, CRASH):
                     self.stray.append(fact)       # it may yet turn out to be the root cause of a chain
                     del self.stray[:-STRAY_FACTS]
                 return                         # a stray line is not a run yet
@@ -182,36 +192,6 @@ class LogParser:
         self.continued = False
 
 
-def read_log_file(path: str) -> tuple[str, float, str]:
-    """(text, mtime, sha256) of a log file; ReplayscopeError for anything not a text log."""
-    if not os.path.exists(path):
-        raise ReplayscopeError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise ReplayscopeError(f"{path} is a directory, not a log file")
-    try:
-        size = os.path.getsize(path)
-        if size > MAX_FILE_BYTES:
-            raise ReplayscopeError(f"{path}: {size} bytes is more than a log importer reads (2 GiB)")
-        with open(path, "rb") as handle:
-            data = handle.read()
-        mtime = os.path.getmtime(path)
-    except OSError as error:
-        raise ReplayscopeError(f"{path}: cannot read: {error.strerror or error}") from None
-    if looks_binary(data):
-        raise ReplayscopeError(f"{path} is a binary file, not a server log")
-    return data.decode("utf-8", errors="replace"), mtime, hashlib.sha256(data).hexdigest()
-
-
-def looks_binary(data: bytes) -> bool:
-    head = data[:65536]
-    if not head:
-        return False
-    if b"\x00" in head:
-        return True
-    controls = sum(1 for b in head if b < 32 and b not in (9, 10, 13, 27, 12, 8))
-    return controls > len(head) * 0.05
-
-
 def stamp_warning(reader: LineReader, year: YearGuess) -> str:
     """Where the year (or the day) of stamps that do not print it came from."""
     if reader.saw_dateless and not reader.saw_yearless:
@@ -244,39 +224,65 @@ def stated_figures(config: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+class Tally:
+    """What ``--json`` says of a run's events, kept as they pass: its phases, captures, step
+    counts by mode and reason, its end, how many. The events themselves need not be kept
+    (a streamed import writes and forgets them)."""
+
+    def __init__(self, events: Iterable[dict[str, Any]] = ()):
+        self.phases: list[dict[str, Any]] = []
+        self.captures: list[dict[str, Any]] = []
+        self.steps = {"graph": 0, "padded": 0, "eager": 0}
+        self.reasons: dict[str, int] = {}
+        self.end: dict[str, Any] = {}
+        self.count = 0
+        self.add(events)
+
+    def add(self, events: Iterable[dict[str, Any]]) -> None:
+        for e in events:
+            self.count += 1
+            kind = e["kind"]
+            if kind == "phase":
+                self.phases.append({"phase": e["phase"], "duration_s": e["duration_s"],
+                                    "mem_bytes": e.get("mem_bytes"), "rank": e.get("rank")})
+            elif kind == "capture":
+                self.captures.append({k: e.get(k) for k in ("graph_bs", "stage", "duration_s", "pool_bytes",
+                                                            "pool_delta_bytes", "status", "error", "variant",
+                                                            "rank")})
+            elif kind in ("step", "step_counts"):
+                n = e.get("count", 1)
+                self.steps[e["mode"]] += n
+                if e.get("reason"):
+                    self.reasons[e["reason"]] = self.reasons.get(e["reason"], 0) + n
+            elif kind == "run_end" and not self.end:
+                self.end = e
+
+
 @dataclass
 class ImportedRun:
     run: dict[str, Any]
-    events: list[dict[str, Any]]
+    events: list[dict[str, Any]]      # every event (parse_text); [] for a streamed import, which wrote them
     status: str
     warnings: list[str] = field(default_factory=list)
     error: str | None = None
     ranks: list[str] = field(default_factory=list)
+    tally: Tally | None = None
 
     def summary(self) -> dict[str, Any]:
         """What --json prints for this run."""
         config = self.run.get("config") or {}
         headline = config.get("rank_headline") or {}
+        tally = self.tally if self.tally is not None else Tally(self.events)
 
         def is_headline(event: dict[str, Any], what: str) -> bool:
             return what not in headline or event.get("rank") == headline[what]
 
-        phases = [{"phase": e["phase"], "duration_s": e["duration_s"], "mem_bytes": e.get("mem_bytes"),
-                   "rank": e.get("rank")} for e in self.events if e["kind"] == "phase"]
-        captures = [{k: e.get(k) for k in ("graph_bs", "stage", "duration_s", "pool_bytes",
-                                           "pool_delta_bytes", "status", "error", "variant", "rank")}
-                    for e in self.events if e["kind"] == "capture"]
-        steps = {"graph": 0, "padded": 0, "eager": 0}
-        reasons: dict[str, int] = {}
-        for e in self.events:
-            if e["kind"] in ("step", "step_counts"):
-                n = e.get("count", 1)
-                steps[e["mode"]] += n
-                if e.get("reason"):
-                    reasons[e["reason"]] = reasons.get(e["reason"], 0) + n
+        phases, captures = tally.phases, tally.captures
+        steps, reasons = dict(tally.steps), dict(tally.reasons)
         capture = [p for p in phases if p["phase"] == "capture" and is_headline(p, "capture")]
         timed = [c["duration_s"] for c in captures if c["duration_s"] is not None and is_headline(c, "captures")]
-        end = next((e for e in self.events if e["kind"] == "run_end"), {})
+        end = tally.end
+        unfinished = config.get("capture_unfinished")
         return {
             "run_id": self.run["run_id"], "name": self.run["name"], "source": self.run["source"],
             "backend": self.run["backend"], "model": self.run["model"], "device": self.run["device"],
@@ -284,11 +290,13 @@ class ImportedRun:
             "time_provenance": self.run.get("time_provenance"), "status": self.status, "error": self.error,
             "failure": {k: end.get(k) for k in ("rank", "phase", "graph_bs")} if self.status == "failed" else None,
             "ranks": self.ranks, "phases": phases, "captures": captures,
+            # a capture that did not finish has no total: its time so far is capture_unfinished's
             "capture_total_s": (capture[0]["duration_s"] if capture
-                                else (round(sum(timed), 6) if timed else None)),
+                                else (round(sum(timed), 6) if timed and not unfinished else None)),
+            "capture_unfinished": unfinished,
             "graph_mem_bytes": config.get("graph_mem_bytes"),
             **stated_figures(config),
-            "steps": steps, "reasons": reasons, "events": len(self.events),
+            "steps": steps, "reasons": reasons, "events": tally.count,
             "warnings": self.warnings,
         }
 
@@ -306,30 +314,53 @@ class ImportResult:
                 "runs": [r.summary() for r in self.runs], "warnings": self.warnings}
 
 
-def imported(run: RunBuilder, name: str, log_file: str) -> ImportedRun:
+def imported(run: RunBuilder, name: str, log_file: str, tally: Tally | None = None) -> ImportedRun:
     record = run.record(name=name, log_file=log_file)
-    end = next((e for e in reversed(run.events) if e["kind"] == "run_end"), None)
-    return ImportedRun(record, run.events, run.status or "interrupted", run.warnings,
-                       end.get("error") if end else None, record["config"]["ranks"])
+    end = tally.end if tally is not None else next((e for e in reversed(run.events) if e["kind"] == "run_end"), {})
+    return ImportedRun(record, run.events if tally is None else [], run.status or "interrupted", run.warnings,
+                       end.get("error") if end else None, record["config"]["ranks"], tally)
 
 
-def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: str | None) -> ImportResult:
-    """A whole log's text into runs; never raises on its content."""
-    if digest is None:
-        digest = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
+# drain(run, name, record_name, events, final): a streamed import's events, as the parser emits them
+Drain = Callable[[RunBuilder, str, list[dict[str, Any]], bool], None]
+DRAIN_EVERY = 20_000          # lines between two drains of a streamed import
+
+
+def parse_lines(engine: Engine, lines: Iterable[str], *, ends_mid_line: Callable[[], bool], head: str, path: str,
+                mtime: float, digest: str, drain: Drain | None = None) -> ImportResult:
+    """A log's lines into runs; never raises on its content. Without ``drain`` every run
+    keeps its events (``parse_text``). With it, each run's events go to
+    ``drain(run, name, events, final)`` every ``DRAIN_EVERY`` lines and at its end (``final``:
+    its record is complete), and are forgotten: the working set stays bounded whatever the
+    log's length (``ImportedRun.tally`` keeps what ``--json`` says of them)."""
+    base = os.path.basename(path) or f"{engine.name}.log"
+    tallies: dict[int, Tally] = {}
     try:
-        year = infer_year(text, mtime)
+        year = infer_year(head, mtime)
         parser = LogParser(engine, year=year, run_id=lambda index, _line: run_id_for(engine.name, digest, index),
                            fallback_ts=mtime)
-        pieces, ends_mid_line = split_lines(text)
-        for raw in pieces:
+
+        def flush(final: bool) -> None:
+            for i, run in enumerate(parser.kept()):
+                if run.events or (final and id(run) not in tallies):
+                    tallies.setdefault(id(run), Tally()).add(run.events)
+                    drain(run, f"{base} run {i + 1}", list(run.events), final)
+                    run.events.clear()
+
+        for n, raw in enumerate(lines, 1):
             parser.feed(raw)
-        runs = parser.finish(ends_mid_line=ends_mid_line)
-        base = os.path.basename(path) or f"{engine.name}.log"
-        out = [imported(run, f"{base} run {i + 1}", base) for i, run in enumerate(runs)]
-        for run, builder in zip(out, runs):
-            if builder.yearless:
+            if drain is not None and n % DRAIN_EVERY == 0:
+                flush(False)
+        runs = parser.finish(ends_mid_line=ends_mid_line())
+        for run in runs:
+            if run.yearless:
                 run.warnings.append(stamp_warning(parser.reader, parser.reader.year))
+        if drain is not None:
+            flush(True)
+        out = [imported(run, f"{base} run {i + 1}", base, tallies.get(id(run)) if drain is not None else None)
+               for i, run in enumerate(runs)]
+    except ReplayscopeError:
+        raise                    # the file could not be read, or the store refused a write
     except Exception as error:  # never let a log's content crash the command
         return ImportResult(engine.source, path, [], [f"the importer failed on this log "
                                                       f"({type(error).__name__}: {error}); nothing imported"])
@@ -337,3 +368,12 @@ def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: st
     if not out:
         result.warnings.append(f"no {engine.label} server start, startup line or failure found in this log")
     return result
+
+
+def parse_text(engine: Engine, text: str, *, path: str, mtime: float, digest: str | None) -> ImportResult:
+    """A whole log's text into runs, every run with its events; never raises on its content."""
+    if digest is None:
+        digest = hashlib.sha256(text.encode("utf-8", errors="replace")).hexdigest()
+    pieces, ends_mid_line = split_lines(text)
+    return parse_lines(engine, pieces, ends_mid_line=lambda: ends_mid_line, head=text[:4_000_000], path=path,
+                       mtime=mtime, digest=digest)

@@ -87,13 +87,31 @@ class _Section:
         if not self.tqdm:
             return None
         d = self.tqdm[-1].data
-        if d.get("bs"):
-            return int(d["bs"])
         n = d["n"]
         order = sorted(set(self.sizes), reverse=True)
+        if d.get("bs"):
+            bs = int(d["bs"])
+            started = {size: k for k, size in self.bar_sizes().items()}.get(bs)
+            if started is not None and n > started and bs in order:
+                # the bar was redrawn after bs's update: bs is done, the next size was under way
+                following = order[order.index(bs) + 1:]
+                return following[0] if following else None
+            return bs
         if n < len(order):
             return order[n]
         return None
+
+
+def unfinished_capture(section: _Section, last_ts: float | None, *, run_failed: bool) -> dict[str, Any]:
+    """A capture section that never ended (failed, or the log stops inside it): how far it
+    got and its time so far, which is not a capture total (``config.capture_unfinished``)."""
+    elapsed = max((f.data["elapsed_s"] for f in section.tqdm if f.data["elapsed_s"] is not None), default=None)
+    until = section.end_ts if section.end_ts is not None else last_ts
+    if elapsed is None and section.begin_ts is not None and until is not None:
+        elapsed = max(0.0, until - section.begin_ts)
+    last = section.tqdm[-1].data if section.tqdm else {}
+    return {"elapsed_s": elapsed, "graphs_done": last.get("n"), "graphs": last.get("total") or section.planned(),
+            "pass": section.label, "status": "failed" if section.failed or run_failed else "incomplete"}
 
 
 class SectionCaptures:
@@ -197,8 +215,13 @@ class SectionCaptures:
         trace = self.trace.get(fact.line.rank)
         if trace is not None and EXCEPTION_LINE.match(fact.line.text):
             trace["error"] = True                      # the traceback's own exception line: not cut
-        self.fail(fact, clip("capture failed: " + error, 4000) if error else None, phase="capture",
-                  graph_bs=section.current_bs(), wrapper=False if error else None)
+        said = None
+        if error:
+            said = clip("capture failed: " + error, 4000)
+        elif EXCEPTION_LINE.match(fact.line.text):
+            # the exception line is in the log, with nothing after the colon: not cut off
+            said = f"{fact.line.text.strip().rstrip(':').strip()} (the exception's message is empty)"
+        self.fail(fact, said, phase="capture", graph_bs=section.current_bs(), wrapper=False if said else None)
         self._emit_captures(section)
 
     def capturing_bs(self) -> int | None:

@@ -17,6 +17,7 @@ from typing import Any
 from collector.importers.builder import RunBuilder
 from collector.importers.facts import Fact, mem_bytes, num, rank_order, to_int
 from collector.importers.parser import Engine, parse_text as _parse
+from collector.importers.sglang_capture import unfinished_capture
 from collector.importers.sglang_capture import SectionCaptures, _Section
 from collector.importers.sglang_lines import KV, MEM, classify, mem_in, server_args, timings_of
 
@@ -306,6 +307,10 @@ class SglangRun(SectionCaptures, RunBuilder):
                           "status": "failed" if s.failed else ("ok" if s.ended else "incomplete")}
                          for s in self.sections],
         }
+        unfinished = [s for s in mine if not s.ended]
+        if unfinished and not any(s.ended for s in mine):
+            config["capture_unfinished"] = unfinished_capture(unfinished[-1], self.last_ts,
+                                                             run_failed=self.failed())
         # the KV cache's capacity in tokens: "KV Cache is allocated. #tokens", else max_total_num_tokens
         # (the same pool's size, printed when the scheduler starts)
         figures = dict(self.figures, kv_tokens={**(self.figures.get("max_total_num_tokens") or {}),

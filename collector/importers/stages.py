@@ -51,6 +51,20 @@ def vllm_row_stage(mode: str | None, runtime_mode: str) -> tuple[str, str | None
     return "mixed", None
 
 
+def vllm_pass_stage(mode: str | None, desc: str) -> str:
+    """The stage of a vLLM capture pass from its bar's description: V1 names it ("decode,
+    FULL", "mixed prefill-decode, PIECEWISE"); model runner V2 names only the graph mode
+    ("PIECEWISE", "FULL"), which maps as a metrics row's does (``vllm_row_stage``); V0's bar
+    ("Capturing CUDA graph shapes") captured decode graphs only."""
+    words = [w.strip() for w in desc.split(",")]
+    runtime = words[-1].upper() if words and words[-1] else ""
+    if len(words) > 1:
+        return "decode" if words[0].lower() == "decode" else "mixed"
+    if runtime in ("FULL", "PIECEWISE"):
+        return vllm_row_stage(mode, runtime)[0]
+    return "decode"
+
+
 def log_sample(source: str, config: dict[str, Any] | None) -> dict[str, Any] | None:
     """How an imported run's step counts are sampled, or None when every step is counted:
     ``{"stage", "every", "provenance"}`` (``log``: the log printed the interval; ``inferred``:

@@ -64,8 +64,24 @@ PATTERNS: list[tuple[str, re.Pattern]] = [
     (BANNER, re.compile(r"vLLM API server version|Initializing a V1 LLM engine|Initializing an LLM engine")),
     (READY, re.compile(r"Application startup complete|Starting vLLM API server\b.*\bon http|"
                        r"Uvicorn running on")),
+    # a stop the server was asked for (Ctrl-C, SIGTERM, the end of an offline program): what it
+    # prints while it goes down is not a failure of the run ("[shutdown] MPClient: engine core
+    # exited unexpectedly" is not a request to stop: it is not here)
+    ("shutdown", re.compile(r"\[shutdown\] (?:EngineCore: trigger received signal|API server: shutdown triggered)|"
+                            r"received signal=SIG(?:INT|TERM)\b|Shutting down FastAPI HTTP server|"
+                            r"Waiting for application shutdown|Application shutdown complete")),
     (FATAL, ENGINE_FATAL["vllm"]),
 ]
+
+
+# Lines only a server (``vllm serve``, the OpenAI API server) prints; an offline ``LLM(...)``
+# program prints none, and its start-up ends at "init engine ... took".
+API_SERVER = re.compile(r"vLLM API server version|Starting vLLM API server|'model_tag':|^args: Namespace\(|"
+                        r"api_server|Uvicorn running on|Application startup complete|Started server process")
+
+
+def from_the_api_server(line: LogLine) -> bool:
+    return line.process == "APIServer" or bool(API_SERVER.search(line.text))
 
 
 def classify(line: LogLine) -> list[Fact]:

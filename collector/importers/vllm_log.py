@@ -5,8 +5,9 @@ the table): weight loading, torch.compile and its cache, memory profiling, the K
 the capture-size list and its cap, graph-memory estimates and actuals, the capture
 progress bars and total, engine init, failures (tracebacks through the capture code,
 ``EngineCore failed to start``, ``WorkerProc hit an exception``), and the
-``--cudagraph-metrics`` tables. vLLM logs no per-size capture time, so a vLLM run has
-``capture`` phases but no per-size capture events (except a failed size it can name).
+``--cudagraph-metrics`` tables. vLLM logs no per-size capture time: a finished capture pass
+gives a capture event per size with no duration, of the pass's stage (``stages.vllm_pass_stage``).
+An offline run (``LLM(...)``: no API-server line) is ready at "init engine ... took".
 """
 
 from __future__ import annotations
@@ -15,17 +16,18 @@ import re
 from typing import Any
 
 from collector.importers.builder import RunBuilder
-from collector.importers.facts import LOAD, Fact, clip, int_list, mem_bytes, num, rank_order, to_int
+from collector.importers.facts import LOAD, Fact, clip, mem_bytes, num, rank_order, to_int
 from collector.importers.lines import LogLine
 from collector.importers.parser import Engine, parse_text as _parse
-from collector.importers.stages import vllm_row_stage
-from collector.importers.vllm_lines import classify, config_line, phase_slug
+from collector.importers.vllm_lines import classify, config_line, from_the_api_server, phase_slug
+from collector.importers.stages import vllm_pass_stage
+from collector.importers.vllm_tables import MetricsTables
 
 
 SOURCE = "vllm-log"
 
 
-class VllmRun(RunBuilder):
+class VllmRun(MetricsTables, RunBuilder):
     engine = "vllm"
     source = SOURCE
 
@@ -36,6 +38,7 @@ class VllmRun(RunBuilder):
         self.loads: dict[Any, dict[str, Any]] = {}          # rank -> the load being read
         self.passes: list[dict[str, Any]] = []
         self.capturing = False
+        self.capture_began: float | None = None
         self.capture_took: dict[Any, int | None] = {}
         self.compile_seen = False
         self.table: dict[str, Any] | None = None
@@ -43,6 +46,12 @@ class VllmRun(RunBuilder):
         self.table_sizes: list[int] = []
         self.last_table_ts: float | None = None
         self.step_tables = 0
+        self.api_server = False       # a line only a server prints (an offline LLM(...) run has none)
+
+    def observe(self, line: LogLine) -> None:
+        super().observe(line)
+        if not self.api_server and from_the_api_server(line):
+            self.api_server = True
 
     def apply(self, fact: Fact) -> None:
         if fact.kind != "row":
@@ -188,6 +197,8 @@ class VllmRun(RunBuilder):
     def on_capture_start(self, fact: Fact) -> None:
         self.stage = "capture"
         self.capturing = True
+        if self.capture_began is None:
+            self.capture_began = fact.line.ts
 
     def on_capture_progress(self, fact: Fact) -> None:
         bar = fact.data["bar"]
@@ -209,6 +220,7 @@ class VllmRun(RunBuilder):
         took = mem_bytes(g[1], g[2]) if g[1] is not None else None
         self.capture_took[fact.line.rank_label] = (rank_order(fact.line.rank), took)
         self.phase(fact, "capture", num(g[0]), took)
+        self._emit_passes(fact)
         self.capturing = False
         self.stage = "warmup"
 
@@ -218,6 +230,10 @@ class VllmRun(RunBuilder):
         compilation = num(g[1]) if g[1] is not None else None
         if compilation is not None and compilation > 0:
             self.meta["init_compilation_s"] = (compilation, fact)
+        if self.saw_start and not self.api_server and not self.failed():
+            # an offline run (LLM(...) in a program): no API server comes; its start-up ends here
+            self.meta["offline"] = True
+            self.on_ready(fact)
 
     def on_ready(self, fact: Fact) -> None:
         self.mark_ready(fact)
@@ -236,83 +252,41 @@ class VllmRun(RunBuilder):
                 return pass_sizes[current["n"]]
         return None
 
+    def unfinished_capture(self) -> dict[str, Any] | None:
+        """A capture that never reached "Graph capturing finished" (failed, or the log stops
+        inside it): how far its last pass got and its time so far, which is not a total."""
+        if self.capture_took or not (self.capturing or self.passes):
+            return None
+        last = self.passes[-1] if self.passes else {}
+        if last.get("done") and not self.capturing:
+            return None
+        elapsed = last.get("elapsed")
+        if elapsed is None and self.capture_began is not None and self.last_ts is not None:
+            elapsed = max(0.0, self.last_ts - self.capture_began)
+        return {"elapsed_s": elapsed, "graphs_done": last.get("n"), "graphs": last.get("total"),
+                "pass": last.get("desc") or "graphs", "status": "failed" if self.failed() else "incomplete"}
+
     def capture_stage(self) -> str:
-        desc = (self.passes[-1]["desc"] if self.passes else "") or ""
-        return "prefill" if desc.startswith("mixed") else "decode"
+        return vllm_pass_stage(self.meta.get("cudagraph_mode"), (self.passes[-1]["desc"] if self.passes else "") or "")
 
-    # -- --cudagraph-metrics tables ----------------------------------------------------
-    def on_cg_settings(self, fact: Fact) -> None:
-        self.table_mode = None
-        self.table_sizes = []
+    def pass_sizes(self, graphs: int | None) -> list[int]:
+        """The sizes a pass of ``graphs`` captures: the smallest of the list (a decode pass
+        stops at the largest decode batch); [] when the log lists no sizes."""
+        sizes = self.capture_sizes()
+        return sorted(sizes)[:graphs] if sizes and graphs and graphs <= len(sizes) else []
 
-    def on_cg_mode(self, fact: Fact) -> None:
-        self.table_mode = fact.data["mode"].split(".")[-1].upper()
-
-    def on_cg_sizes(self, fact: Fact) -> None:
-        self.table_sizes = sorted(set(int_list(fact.data["sizes"])))
-
-    def on_cg_stats(self, fact: Fact) -> None:
-        interval = None
-        if fact.line.ts is not None and self.last_table_ts is not None:
-            interval = max(0.0, fact.line.ts - self.last_table_ts)
-        self.last_table_ts = fact.line.ts if fact.line.ts is not None else self.last_table_ts
-        self.table = {"ts": fact.line.ts, "interval": interval}
-        self.step_tables += 1
-        self.release()
-
-    def on_row(self, fact: Fact) -> None:
-        if self.table is None:
-            return
-        cells = [c.strip() for c in fact.data["cells"].split("|")]
-        if len(cells) != 5 or cells[0].startswith("Unpadded") or set(cells[0]) <= set("-: "):
-            return
-        unpadded, padded, paddings, count = (to_int(cells[i]) for i in (0, 1, 2, 4))
-        mode = cells[3].split(".")[-1].upper()
-        if None in (unpadded, padded, paddings, count) or count < 1 or min(unpadded, paddings) < 0 or unpadded < 1:
-            self.warnings.append(f"line {fact.line.lineno}: a CUDAGraph Stats row that does not read: skipped")
-            return
-        stage, evidence = vllm_row_stage(self.table_mode or self.meta.get("cudagraph_mode"), mode)
-        event = {"kind": "step_counts", "ts": self.table["ts"], "stage": stage, "count": count,
-                 "num_tokens": unpadded * count, "padded_tokens": paddings * count, "duration_s": None,
-                 "interval_s": self.table["interval"], "raw_bs": unpadded}
-        if mode == "NONE":
-            event.update(mode="eager", graph_bs=None, **self._eager_cause(unpadded))
-        else:
-            graph_bs = padded if padded >= unpadded else unpadded
-            event.update(mode="padded" if paddings > 0 and graph_bs > unpadded else "graph", reason=None,
-                         graph_bs=graph_bs, evidence=evidence)
-        self.emit(event)
-
-    def graphs_off(self) -> str | None:
-        """What in the log says this server runs without graphs, if anything does."""
-        if self.meta.get("enforce_eager"):
-            return "enforce_eager=True"
-        if self.table_mode == "NONE":
-            return "the table's mode NONE"
-        if self.meta.get("cudagraph_mode") == "NONE":
-            return "cudagraph_mode NONE"
-        if self.meta.get("use_cudagraph") is False:
-            return "use_cudagraph false"
-        if self.meta.get("graphs_off"):
-            return repr(self.meta["graphs_off"])
-        return None
-
-    def _eager_cause(self, tokens: int) -> dict[str, Any]:
-        """Why a NONE row ran eager, from what the table's header and the config say."""
-        mode = self.table_mode or self.meta.get("cudagraph_mode")
-        sizes = self.table_sizes or self.meta.get("capture_sizes") or []
-        off = self.graphs_off()
-        if off:
-            return {"reason": "graphs_disabled", "provenance": "inferred",
-                    "evidence": f"graphs are off for this server ({off})"}
-        if sizes and tokens > max(sizes):
-            return {"reason": "batch_too_large", "provenance": "inferred",
-                    "evidence": f"{tokens} tokens is above the largest captured size {max(sizes)}"}
-        if mode == "FULL_DECODE_ONLY":
-            return {"reason": "prefill", "provenance": "inferred",
-                    "evidence": "FULL_DECODE_ONLY captures decode-only batches; a batch with prefill tokens "
-                                "runs eager"}
-        return {"reason": "unknown", "provenance": None, "evidence": None}
+    def _emit_passes(self, fact: Fact) -> None:
+        """Each finished capture pass's sizes as captures of its stage (vLLM times no size)."""
+        for p in self.passes:
+            if p.get("emitted") or not p.get("done"):
+                continue
+            p["emitted"] = True
+            stage = vllm_pass_stage(self.meta.get("cudagraph_mode"), p["desc"])
+            for bs in self.pass_sizes(p["total"]):
+                self.emit({"kind": "capture", "ts": fact.line.ts, "graph_bs": bs, "stage": stage, "duration_s": None,
+                           "pool_bytes": None, "pool_delta_bytes": None, "status": "ok", "error": None,
+                           "variant": None, "rank": fact.line.rank_label})
+                self.note_headline("captures", fact.line)
 
     # -- the end -----------------------------------------------------------------------
     def close(self) -> None:
@@ -390,7 +364,9 @@ class VllmRun(RunBuilder):
                         or any(k == "compile" or k.startswith("compile.") for k in self.headline)),
             "graph_mem_bytes": actual if actual is not None else took,
             "graph_mem_estimate_bytes": self._headline_figure("graph_mem_estimate"),
-            "capture_passes": [{"pass": p["desc"] or "graphs", "graphs_done": p["n"], "graphs": p["total"]}
+            "capture_passes": [{"pass": p["desc"] or "graphs", "graphs_done": p["n"], "graphs": p["total"],
+                                "stage": vllm_pass_stage(self.meta.get("cudagraph_mode"), p["desc"]),
+                                "sizes": self.pass_sizes(p["total"]) or None}
                                for p in self.passes],
             "cudagraph_metrics_tables": self.step_tables,
         }
@@ -406,11 +382,14 @@ class VllmRun(RunBuilder):
         if cache is not None:
             config["compile_cache_hits"], config["compile_cache_saves"] = cache
         for key in ("enforce_eager", "cudagraph_mode", "max_num_seqs", "max_num_batched_tokens", "vllm_version",
-                    "tensor_parallel_size", "capture_size_cap"):
+                    "tensor_parallel_size", "capture_size_cap", "offline"):
             if key in self.meta:
                 config[key] = self.meta[key]
         if largest is not None:
             config["max_capture_size"] = largest
+        unfinished = self.unfinished_capture()
+        if unfinished is not None:
+            config["capture_unfinished"] = unfinished
         if self.table_mode and "cudagraph_mode" not in config:
             config["cudagraph_mode"] = self.table_mode
         return config
@@ -431,7 +410,7 @@ MARKERS = re.compile(
     r"|vLLM API server version|Initializing an? (?:V1 )?LLM engine|Graph capturing finished in|"
     r"Capturing CUDA graphs? ?\(|GPU KV cache size:|/vllm/(?:v1|worker|engine|executor|entrypoints)/")
 ENGINE = Engine("vllm", SOURCE, "vLLM", classify, VllmRun, MARKERS,
-                setup=frozenset({"args", "graphs_off", "capture_cap"}))
+                setup=frozenset({"args", "graphs_off", "capture_cap", "batched_tokens"}))
 
 
 def parse_text(text: str, *, path: str = "vllm.log", mtime: float = 0.0, digest: str | None = None):

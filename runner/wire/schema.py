@@ -44,7 +44,10 @@ def stages_of(selection: str) -> tuple[str, ...]:
     return DECODE_STAGES if selection == DECODE_VIEW else (selection,)
 
 
-CAPTURE_STAGES = ("decode", "prefill", "verify", "mixed")   # mixed: graphs that serve any batch (vLLM PIECEWISE)
+# The stages a GraphRunner captures for; an imported capture may also be "mixed": a graph for
+# batches that may hold prefill and decode tokens (vLLM's PIECEWISE pass)
+RUNNER_CAPTURE_STAGES = ("decode", "prefill", "verify")
+CAPTURE_STAGES = RUNNER_CAPTURE_STAGES + ("mixed",)
 CAPTURE_STATUSES = ("ok", "failed")
 RUN_END_STATUSES = ("finished", "failed", "interrupted")
 RUN_STATUSES = ("running",) + RUN_END_STATUSES

@@ -130,8 +130,10 @@ def test_the_other_engines_log_is_refused_naming_it_and_writes_nothing(logs, tmp
 def test_a_log_that_names_neither_engine_is_read_not_refused(tmp_path):
     path = tmp_path / "plain.log"
     path.write_text("starting up\nall good\n")
-    data = json.loads(run(["import", "sglang", str(path), "--json", "--dry-run"]))
-    assert data["runs"] == [] and any("no SGLang server start" in w for w in data["warnings"])
+    # read, not refused as the other engine's; with no run in it, that is the error
+    with pytest.raises(ReplayscopeError, match="no SGLang server start") as refused:
+        run(["import", "sglang", str(path), "--json", "--dry-run"])
+    assert "looks like" not in str(refused.value)
 
 
 def test_db_and_collector_are_mutually_exclusive():

@@ -33,7 +33,8 @@ def test_vllm_010_worker_tag_with_tp_rank_and_a_capture_oom_in_a_worker():
     assert config["kv_tokens"] == 102400
     assert config["max_concurrency"] == {"tokens_per_request": 32768, "requests": 3.12}
     assert config["compile"] is True                                   # compilation level 3
-    assert config["capture_passes"] == [{"pass": "graphs", "graphs_done": 2, "graphs": 4}]
+    assert config["capture_passes"] == [{"pass": "graphs", "graphs_done": 2, "graphs": 4,
+                                        "stage": "decode", "sizes": [1, 2, 4, 8]}]
     assert "capture" not in phases(run) and config["graph_mem_bytes"] is None   # never finished
     assert run.run["started_at"] == utc("2025-08-28 09:10:00")          # vLLM 0.10: 2025
 
@@ -45,7 +46,7 @@ def test_vllm_in_ci_behind_an_iso_stamp_fails_on_the_first_error_of_a_chained_tr
         "error": "torch.AcceleratorError: CUDA error: operation not permitted when stream is capturing"}
     assert run.run["time_provenance"] == "log"                        # the CI stamp has the year
     assert run.run["started_at"] == utc("2025-12-13 19:54:20")
-    assert [(c["graph_bs"], c["stage"], c["status"]) for c in kind(run, "capture")] == [(2, "prefill", "failed")]
+    assert [(c["graph_bs"], c["stage"], c["status"]) for c in kind(run, "capture")] == [(2, "mixed", "failed")]
     assert phases(run) == {}
 
 

@@ -24,7 +24,11 @@ from collector.importers.sglang_log import ENGINE as SGLANG
 from collector.importers.vllm_log import ENGINE as VLLM
 from tests.importers.conftest import FIXTURES, MTIME, read_fixture
 
-LOGS = sorted(p.name for p in FIXTURES.glob("*.log"))
+# Every fixture but those whose year only a vLLM version printed after the first stamp decides:
+# import reads the head first, follow decides at the first stamp with what it has read
+# (docs/importing.md says so).
+LATE_VERSION_YEAR = {"vllm_v025_v2_offline_real.log", "vllm_v025_v2_serve_ctrl_c_real.log"}
+LOGS = sorted(p.name for p in FIXTURES.glob("*.log") if p.name not in LATE_VERSION_YEAR)
 IDLE_EXIT = 10**7                      # longer than any silence below: follow ends at the end of the text
 SILENCES = st.sampled_from([0.0, 1.0, HEARTBEAT_S + 1, POST_AFTER_S + 10, 3600.0, 10**5])
 

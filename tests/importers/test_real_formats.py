@@ -120,7 +120,8 @@ def test_a_bar_fragment_followed_by_a_log_record_on_the_same_line():
             "Capturing CUDA graph shapes: 100%|##########| 35/35 [00:49<00:00,  1.41s/it]\n"
             "INFO 05-10 15:54:05 model_runner.py:1562] Graph capturing finished in 49 secs, took 0.50 GiB\n")
     run = parse_vllm_text(text, mtime=0.0).runs[0]
-    assert run.run["config"]["capture_passes"] == [{"pass": "graphs", "graphs_done": 35, "graphs": 35}]
+    assert run.run["config"]["capture_passes"] == [{"pass": "graphs", "graphs_done": 35, "graphs": 35,
+                                                           "stage": "decode", "sizes": None}]
     assert phases(run) == {"capture": (49.0, gib(0.50))}
     assert run.ranks == ["pid 9"]
 

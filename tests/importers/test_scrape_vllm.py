@@ -194,7 +194,7 @@ def test_the_command_line_takes_vllms_flag_spellings_and_exits_2_on_bad_ones(tmp
                  "--db", f"sqlite:///{tmp_path / 'x.db'}"])
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["replayscope scrape: error: --cudagraph-capture-sizes: batch sizes must be >= 1, got 0"]
+    assert err == ["replayscope scrape: error: --cudagraph-capture-sizes: batch sizes go from 1 to 4096, got 0"]
 
 
 def test_the_fleet_counts_a_scraped_runs_steps_of_unknown_mode_as_unknown(vllm, tmp_path):

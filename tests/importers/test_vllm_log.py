@@ -28,7 +28,8 @@ def test_old_wording_v0():
         "capture": (12.0, None),                # "Graph capturing finished in 12 secs."
     }
     config = run.run["config"]
-    assert config["capture_passes"] == [{"pass": "graphs", "graphs_done": 35, "graphs": 35}]
+    assert config["capture_passes"] == [{"pass": "graphs", "graphs_done": 35, "graphs": 35, "stage": "decode",
+                                         "sizes": None}]
     assert (config["capture_sizes"], config["capture_count"]) == ([], 35)   # the bar's count; no list printed
     assert (config["kv_blocks"], config["cpu_blocks"]) == (27000, 2048)      # "# GPU blocks: 27000, ..."
     assert config["vllm_version"] == "0.6.3"
@@ -55,8 +56,9 @@ def test_new_wording_with_process_prefixes():
     assert config["max_capture_size"] == 8
     assert "graph_profile" not in config and "compile_cache_hits" not in config   # not in this log
     assert config["capture_passes"] == [
-        {"pass": "mixed prefill-decode, PIECEWISE", "graphs_done": 4, "graphs": 4},
-        {"pass": "decode, FULL", "graphs_done": 3, "graphs": 3}]
+        {"pass": "mixed prefill-decode, PIECEWISE", "graphs_done": 4, "graphs": 4, "stage": "mixed",
+         "sizes": [1, 2, 4, 8]},
+        {"pass": "decode, FULL", "graphs_done": 3, "graphs": 3, "stage": "decode", "sizes": [1, 2, 4]}]
     load = kind(run, "phase")[0]
     assert (load["ts"], load["start_ts"]) == (utc("2025-08-20 13:00:10"), utc("2025-08-20 13:00:10") - 6.5)
     assert load["rank"] == "DP0"
@@ -85,7 +87,7 @@ def test_capture_oom_fails_the_size_being_captured_and_the_run():
            "GPU 0 has a total capacity of 79.19 GiB of which 301.00 MiB is free.")
     # sizes [1, 2, 4, 8] are captured largest first; 2 of 4 done -> bs 2 failed
     assert [(c["graph_bs"], c["stage"], c["status"], c["error"]) for c in kind(run, "capture")] == [
-        (2, "prefill", "failed", oom)]
+        (2, "mixed", "failed", oom)]
     assert phases(run) == {"load_weights": (38.0, gib(65.0)), "kv_cache": (None, gib(3.5))}
     assert run.status == "failed"
     assert run.error == oom
@@ -129,7 +131,8 @@ def test_ansi_colours_and_carriage_return_progress_bars():
     assert run.run["backend"] == "full"
     assert phases(run) == {"load_weights": (4.25, gib(17.0)), "kv_cache": (None, gib(30.0)),
                            "capture": (2.0, gib(0.20))}
-    assert run.run["config"]["capture_passes"] == [{"pass": "decode, FULL", "graphs_done": 3, "graphs": 3}]
+    assert run.run["config"]["capture_passes"] == [{"pass": "decode, FULL", "graphs_done": 3, "graphs": 3,
+                                                            "stage": "decode", "sizes": [1, 2, 4]}]
     assert run.status == "finished"
 
 

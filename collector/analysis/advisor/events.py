@@ -14,7 +14,7 @@ from collector.analysis.advisor.objective import TimingRow
 from collector.analysis.advisor.pricing import CaptureSet
 from collector.analysis.advisor.report import RunFacts
 from collector.analysis.advisor.steps import StepRow
-from runner.wire import default_provenance
+from runner.wire import DECODE_STAGES, default_provenance
 
 
 def facts_from_events(run: dict[str, Any], events: Iterable[dict[str, Any]]) -> RunFacts:
@@ -31,7 +31,7 @@ def facts_from_events(run: dict[str, Any], events: Iterable[dict[str, Any]]) -> 
                 acc = timed.setdefault((e["stage"], e["raw_bs"], e["mode"], e.get("reason")), [0, 0.0])
                 acc[0] += 1
                 acc[1] += float(e["duration_s"])
-        elif kind == "capture" and e.get("stage", "decode") == "decode" and e.get("status") == "ok":
+        elif kind == "capture" and e.get("stage", "decode") in DECODE_STAGES and e.get("status") == "ok":
             captures.append(e)
         elif kind == "phase" and e.get("phase") == "capture":
             capture_phases.append(e)

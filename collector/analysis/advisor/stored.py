@@ -15,16 +15,18 @@ from collector.analysis.advisor.objective import TimingRow
 from collector.analysis.advisor.pricing import CaptureSet
 from collector.analysis.advisor.report import RunFacts, advise
 from collector.analysis.advisor.steps import StepRow
-from runner.wire import default_provenance
+from runner.wire import DECODE_STAGES, default_provenance
 
 EARLIER_RUNS = 5
 
 
 def capture_set(store: Any, summary: dict[str, Any]) -> CaptureSet | None:
-    """A run's decode captures (its headline rank's, for a multi-rank log), or None without any."""
+    """A run's captures of the decode stages (its headline rank's, for a multi-rank log), or None
+    without any. A size captured in two modes (vLLM's PIECEWISE ``mixed`` and FULL ``decode``
+    graphs) is one size of the list, its capture time and pool growth the two together."""
     run_id, config = summary["run_id"], summary.get("config") or {}
     rows = queries.headline_rows(queries.captures(store, run_id), config, "captures")
-    ok = [r for r in rows if r.get("status") == "ok" and r.get("stage", "decode") == "decode"]
+    ok = [r for r in rows if r.get("status") == "ok" and r.get("stage", "decode") in DECODE_STAGES]
     phase = [p for p in queries.headline_rows(queries.phases(store, run_id), config) if p["phase"] == "capture"]
     total_s = sum(p["duration_s"] for p in phase if p["duration_s"] is not None) if phase else None
     total_bytes = next((p["mem_bytes"] for p in phase if p.get("mem_bytes")), None) or config.get("graph_mem_bytes")
@@ -32,9 +34,14 @@ def capture_set(store: Any, summary: dict[str, Any]) -> CaptureSet | None:
         sorted({int(s) for s in config.get("capture_sizes") or []}))
     if not ok and not total_s and not total_bytes:
         return None
-    seconds = {int(r["graph_bs"]): float(r["duration_s"]) for r in ok if r.get("duration_s") is not None}
-    growth = {int(r["graph_bs"]): max(0, int(r["pool_delta_bytes"])) for r in ok
-              if r.get("pool_delta_bytes") is not None}
+    seconds: dict[int, float] = {}
+    growth: dict[int, int] = {}
+    for r in ok:
+        size = int(r["graph_bs"])
+        if r.get("duration_s") is not None:
+            seconds[size] = seconds.get(size, 0.0) + float(r["duration_s"])
+        if r.get("pool_delta_bytes") is not None:
+            growth[size] = growth.get(size, 0) + max(0, int(r["pool_delta_bytes"]))
     first = int(ok[0]["graph_bs"]) if ok and growth else None
     return CaptureSet(run_id, default_provenance(summary.get("source") or ""), seconds, growth, first,
                       total_s or None, int(total_bytes) if total_bytes else None, sizes)
