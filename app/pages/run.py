@@ -77,7 +77,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     judged = [{"rule": rule, "points": data.judged_ratios(store, rule, run_id, every_s),
                "spans": [s for s in spans if s["rule_id"] == rule["id"]]}
               for rule in rules_for(queries.alert_rules(store), summary["name"])]
-    captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] == "decode"})
+    captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] in DECODE_STAGES})
     if not captured:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
     costs = data.explain_run(store, run_id)

@@ -60,14 +60,13 @@ def test_the_startup_page_of_an_imported_log_shows_its_sizes_and_kv_cache(env, d
     """The figures the log states (issue 22): a bar's count of sizes, KV tokens; the largest
     size the excerpt never printed reads "not in the log", and a failure-only excerpt leads
     with its failure, the exception "cut off in the log"."""
-    from collector.importers import import_log
     from collector.ingest import ingest_events, ingest_run
-    from tests.importers.conftest import FIXTURES
+    from tests.importers.conftest import FIXTURES, import_whole
 
     ids = {}
     for engine, name in (("vllm", "vllm_pr21747_v1_bar_then_enginecore_failed.log"),
                          ("sglang", "sglang_issue7227_kv_tokens_and_capture_list.log")):
-        (run,) = import_log(engine, str(FIXTURES / name)).runs
+        (run,) = import_whole(engine, FIXTURES / name).runs
         ingest_run(env["store"], run.run)
         ingest_events(env["store"], run.run["run_id"], run.events)
         ids[engine] = run.run["run_id"]

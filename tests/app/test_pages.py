@@ -173,11 +173,10 @@ def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(stor
 
 def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, pages, tmp_path):
     from collector.models import queries
-    from collector.importers import import_log
     from collector.ingest import ingest_events, ingest_run
-    from tests.importers.conftest import FIXTURES
+    from tests.importers.conftest import FIXTURES, import_whole
 
-    result = import_log("sglang", str(FIXTURES / "sglang_new.log"))
+    result = import_whole("sglang", FIXTURES / "sglang_new.log")
     (run,) = result.runs
     ingest_run(filled, run.run)
     ingest_events(filled, run.run["run_id"], run.events)
@@ -195,15 +194,14 @@ def test_startup_page_shows_the_sizes_and_kv_cache_an_imported_log_states(filled
     """The count of capture sizes from a bar, the largest only where the log prints it, the KV
     cache in tokens and blocks; what the log does not state reads "not in the log"."""
     from collector.models import queries
-    from collector.importers import import_log
     from collector.ingest import ingest_events, ingest_run
-    from tests.importers.conftest import FIXTURES
+    from tests.importers.conftest import FIXTURES, import_whole
 
     shown = {}
     for engine, name in (("vllm", "vllm_issue32611_v1_kv_tokens_and_bar_count.log"),
                          ("sglang", "sglang_pr11275_stops_inside_capture_bar.log"),
                          ("vllm", "vllm_old.log")):
-        (run,) = import_log(engine, str(FIXTURES / name)).runs
+        (run,) = import_whole(engine, FIXTURES / name).runs
         ingest_run(filled, run.run)
         ingest_events(filled, run.run["run_id"], run.events)
         shown[name] = pages["startup"].log_figures(queries.run_summary(filled, run.run["run_id"]))

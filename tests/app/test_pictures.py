@@ -76,7 +76,9 @@ VLLM_LOG_DATE = 1796256000.0            # 2026-12-03 00:00 UTC, the day after it
 SGLANG_LOG = FIXTURES / "sglang_v046_decode_sample_serving.log"
 WIDTHS = (1280, 1920)
 MAX_HEIGHT = 8000
-KINDS = ("runner", "traced", "vllm", "sglang")
+KINDS = ("runner", "traced", "traced-vllm", "vllm", "sglang")
+# a real vllm serve traced on an H200 (tests/engines/fixtures): its dispatcher's reasons and notes
+TRACED_VLLM = REPO / "tests" / "engines" / "fixtures" / "vllm-0.25.0-serve-traced.jsonl"
 RUN_PAGES = ("run", "startup", "advisor")
 # (kind, page): kind None for the pages that are not one run's
 PAGES = ([(None, "runs"), (None, "fleet"), (None, "alerts"), (None, "unknown")]
@@ -132,14 +134,15 @@ def site(tmp_path_factory):
     with serving(create_server(store, Settings(run_services=False))) as url:
         for rule in RULES:
             _post(url + "/v1/alert-rules", rule)
-        assert main(["import", "events", str(tmp / "runner.jsonl"), str(tmp / "traced.jsonl"),
+        assert main(["import", "events", str(tmp / "runner.jsonl"), str(tmp / "traced.jsonl"), str(TRACED_VLLM),
                      "--collector", url]) == 0
         assert main(["import", "vllm", str(vllm_log), "--collector", url]) == 0
         assert main(["import", "sglang", str(SGLANG_LOG), "--collector", url]) == 0
         alerts.evaluate_alerts(store)          # what the collector's alert service does each tick
-        ids = {r["source"]: r["run_id"] for r in queries.list_runs(store)}
-        yield {"url": url, "runner": ids["runner"], "traced": ids["trace"], "vllm": ids["vllm-log"],
-               "sglang": ids["sglang-log"]}
+        ids = {("trace-vllm" if r["source"] == "trace" and "vllm" in r["name"] else r["source"]): r["run_id"]
+               for r in queries.list_runs(store)}
+        yield {"url": url, "runner": ids["runner"], "traced": ids["trace"], "traced-vllm": ids["trace-vllm"],
+               "vllm": ids["vllm-log"], "sglang": ids["sglang-log"]}
     store.dispose()
 
 

@@ -83,3 +83,14 @@ def sglang(name: str):
     """The one run of an SGLang fixture."""
     from collector.importers import parse_sglang_text
     return the_only_run(parsed(parse_sglang_text, name))
+
+
+def import_whole(engine: str, path) -> "object":
+    """``import_log``'s result with every run's events kept (``import_log`` streams them to a
+    drain): the whole file parsed at once, with the file's date, for tests that ingest them."""
+    import os
+
+    from collector.importers import ENGINE_SPECS
+    from collector.importers.parser import parse_text
+    return parse_text(ENGINE_SPECS[engine], Path(path).read_text(encoding="utf-8"), path=str(path),
+                      mtime=os.path.getmtime(path), digest=None)
