@@ -83,10 +83,12 @@ class _Demo:
         from app.server import create_server
         from collector.settings import DEMO_DB, resolve
         from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
+        from runner.cli import require_torch
 
         # The demo's own store, never $REPLAYSCOPE_DB: its runs stay apart from yours. It starts with
         # the built-in eager-ratio rule, as every store does (migration 0009).
         settings = resolve(self.args, db=self.args.db or DEMO_DB, host="127.0.0.1", evaluate_every_s=5.0)
+        require_torch()                       # after the flags are checked, before anything is made
         host, port = settings.host, settings.port
         _check_port(host, port)
         store = Store.open(settings.db, upgrade=settings.db == DEMO_DB,   # its own file is the demo's to migrate
@@ -154,9 +156,6 @@ class _Demo:
 
 
 def _demo(args) -> int:
-    from runner.cli import require_torch
-
-    require_torch()
     return _Demo(args).run()
 
 
