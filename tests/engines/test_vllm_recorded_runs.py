@@ -17,6 +17,7 @@ from collector.importers.parser import parse_text
 from collector.importers.scrape import Scraper
 from collector.importers.vllm_log import ENGINE as VLLM
 from runner.events_file import read_events_file
+from tests.importers.test_scrape_vllm import just_started
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GIB = 1 << 30
@@ -77,10 +78,7 @@ def test_a_scrape_of_the_served_runs_metrics_counts_the_steps_the_trace_recorded
     assert len(steps) == engine["iteration_steps"] == 90
     assert sum(s["num_tokens"] for s in steps) == client["asked"]["forward_tokens"] \
         == engine["iteration_tokens"] - client["asked"]["requests"]
-    zero = "\n".join(line.rsplit(" ", 1)[0] + " 0.0" if line and not line.startswith("#")
-                     and not line.split("{", 1)[0].split(" ", 1)[0].endswith("_created") else line
-                     for line in metrics.splitlines()) + "\n"
-    pages, clock = iter([zero, metrics]), iter([100.0, 115.0])
+    pages, clock = iter([just_started(metrics), metrics]), iter([100.0, 115.0])
     scraper = Scraper("http://vllm:8000/metrics", fetch_text=lambda url: next(pages), clock=lambda: next(clock))
     assert scraper.poll() == []
     scraped = scraper.poll()
