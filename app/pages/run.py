@@ -112,11 +112,17 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     }
 
 
+TRACED_NOTE = ("Traced by replayscope trace: each step's mode is what the process did (the graphs it replayed), "
+               "its cause what the trace saw (an engine's own dispatcher, Inductor's words); an eager step "
+               "nothing explained is listed as 'unknown'.")
+
+
 def header(summary: dict[str, Any]) -> list[Any]:
     source_note = None if summary["source"] in ("runner", "library") else (
         comparisons.not_measured_note(summary)
-        or f"Imported from {summary['source']}: steps and their modes come from the engine's own "
-           "reports; an eager step without a reported cause is listed as 'unknown'.")
+        or (TRACED_NOTE if summary["source"] == "trace" else
+            f"Imported from {summary['source']}: steps and their modes come from the engine's own "
+            "reports; an eager step without a reported cause is listed as 'unknown'."))
     parts = [
         html.H2(c.inert(summary["name"]), id="run-name"),
         html.Div([html.Span(f"run {c.inert(summary['run_id'])}"), html.Span(f"source {summary['source']}", id="run-source"),

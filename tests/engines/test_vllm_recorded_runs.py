@@ -93,6 +93,7 @@ def page(tmp_path):
     from app.server import create_server
     from collector.settings import Settings
     from collector.store import Store
+    from collector.analysis.diagnosis import diagnose_run
     from tests.stores import ingest_events_file
 
     store = Store.open(f"sqlite:///{tmp_path / 'rs.db'}", upgrade=True)
@@ -103,9 +104,15 @@ def page(tmp_path):
         run_id = read_events_file(FIXTURES / f"vllm-0.25.0-{name}.jsonl").run["run_id"]
         ingest_events_file(store, FIXTURES / f"vllm-0.25.0-{name}.jsonl")
         data = run.page_data(store, run_id)
+        data["diagnosis"] = diagnose_run(store, run_id)
         return data, str(run.reason_cards(data["reasons"], data["evidence"]))
     yield shown
     store.dispose()
+
+
+def run_header(data):
+    from app.pages import run
+    return run.header(data["summary"])
 
 
 def test_the_run_page_of_a_traced_vllm_shows_the_dispatchers_reasons_and_notes(page):
@@ -115,5 +122,8 @@ def test_the_run_page_of_a_traced_vllm_shows_the_dispatchers_reasons_and_notes(p
     assert "PIECEWISE, not FULL (prefill): 16 steps (padded)" in cards           # 18 PIECEWISE steps,
     assert "PIECEWISE, not FULL (prefill): 2 steps (graph)" in cards             # all mixed batches
     assert cards.index("vLLM") < cards.index("replayscope")      # the engine's own flags first
+    assert "Traced by replayscope trace" in str(run_header(data))
+    evidence = [e.text for f in data["diagnosis"].findings for e in f.evidence]
+    assert any(text.startswith("replayscope trace records the program's CUDA-graph captures") for text in evidence)
     data, cards = page("offline-cap16-traced")
     assert "the largest graph for it holds 16 tokens" in cards

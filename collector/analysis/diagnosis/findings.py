@@ -31,6 +31,9 @@ GAP_NOTES = {
                   "profiling take: the gap is one of those",
     "runner": "the runner records each phase it runs; a gap is time outside them (imports, process "
               "start, the caller's own code)",
+    "trace": "replayscope trace records the program's CUDA-graph captures and torch.compile's compiles, "
+             "not the rest of its start-up: a gap is the program's own work (imports, loading weights, "
+             "an engine's memory profiling and KV cache set-up)",
 }
 
 
