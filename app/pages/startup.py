@@ -164,7 +164,7 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "stats": stats(diagnosis, time_to_failure(summary, phases, caps)),
         "waterfall": charts.waterfall_figure(phases, caps, diagnosis["unaccounted"], diagnosis["startup_from"],
                                              diagnosis["ready_at"]),
-        "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"])),
+        "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"], bool(caps))),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
@@ -176,12 +176,15 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
     return out
 
 
-def no_sizes(capture: dict[str, Any]) -> str:
-    """What the capture chart says for a run with no per-size capture: a count the log gave
-    without sizes, or nothing at all."""
+def no_sizes(capture: dict[str, Any], sized: bool = False) -> str:
+    """What the capture chart says for a run with no per-size capture time: a count the log gave
+    (with the sizes, ``sized``: vLLM's passes, or without), or nothing at all."""
     if not capture["count"]:
         return "no captures reported"
     total = f" in {c.seconds(capture['total_s'])}" if capture["total_s"] is not None else ""
+    if sized:
+        return (f"the log gives the sizes of its {c.plural(capture['count'], 'capture')}{total} "
+                f"(the capture list per pass), but not the time of each")
     return f"the log gives {c.plural(capture['count'], 'capture')}{total}, but no size or time of each"
 
 

@@ -144,3 +144,5 @@ def test_a_capture_count_without_sizes_is_not_called_no_captures(pages):
     assert pages["startup"].no_sizes({"count": 86, "total_s": 9.0}) == \
         "the log gives 86 captures in 9.00 s, but no size or time of each"
     assert pages["startup"].no_sizes({"count": 0, "total_s": None}) == "no captures reported"
+    assert pages["startup"].no_sizes({"count": 86, "total_s": 9.0}, sized=True) == \
+        "the log gives the sizes of its 86 captures in 9.00 s (the capture list per pass), but not the time of each"
