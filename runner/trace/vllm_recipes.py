@@ -144,7 +144,9 @@ def install_worker(tracer: Tracer, module: Any, patches: Patches) -> None:
     found = [name for name in ("determine_available_memory", "compile_or_warm_up_model")
              if callable(getattr(worker, name, None))]
     if "compile_or_warm_up_model" not in found:
-        incomplete(tracer, "vLLM", "Worker.compile_or_warm_up_model (its warm-up forwards may be counted as steps)")
+        tracer.warn("recipe_incomplete", f"the vLLM recipe found no Worker.compile_or_warm_up_model in "
+                                         f"{module.__name__}: the engine's warm-up forwards may be counted as steps",
+                    once=f"recipe_incomplete:{module.__name__}")
     for name in found:
         patches.replace(worker, name, lambda original: startup_wrapper(tracer, original))
 

@@ -231,3 +231,14 @@ def test_graphs_off_and_decode_only_modes_explained():
     assert explain(spec, 2, 6, 3, 0, "NONE").hint.reason == "spec_shape"
     assert explain(Graphs("FULL_AND_PIECEWISE", False, 1, ((8, 1, 0),), ((8, 0),)), 2, 2, 1, 0,
                    "NONE").hint.reason == "not_captured"
+
+
+def test_a_worker_without_its_start_up_method_is_a_warning_naming_it(traced):
+    class Worker:
+        def determine_available_memory(self):
+            return None
+    install(traced, vllm_recipes, stand_in("vllm.v1.worker.gpu_worker", Worker))
+    capture(4)                                   # something to report: the run opens, its warnings with it
+    warnings = [w["message"] for w in kinds(traced.finish(), "warning") if w["code"] == "recipe_incomplete"]
+    assert warnings == ["the vLLM recipe found no Worker.compile_or_warm_up_model in vllm.v1.worker.gpu_worker: the "
+                        "engine's warm-up forwards may be counted as steps"]
