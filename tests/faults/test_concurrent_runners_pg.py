@@ -8,6 +8,7 @@ from collections import Counter
 import pytest
 
 from runner.events_file import read_events_file
+from runner.wire import STEP_COUNT_MODES
 from tests.faults.conftest import Collector, start_runner, stop_process, stored_seqs
 
 pytestmark = pytest.mark.postgres
@@ -17,7 +18,7 @@ def expected_summary(events: list[dict]) -> dict:
     steps = [e for e in events if e["kind"] == "step"]
     return {
         "steps": len(steps),
-        "modes": {m: sum(e["mode"] == m for e in steps) for m in ("graph", "padded", "eager")},
+        "modes": {m: sum(e["mode"] == m for e in steps) for m in STEP_COUNT_MODES},
         "reasons": dict(Counter(e["reason"] for e in steps if e["mode"] == "eager")),
         "num_tokens": sum(e["num_tokens"] for e in steps),
         "padded_tokens": sum(e["padded_tokens"] for e in steps),

@@ -13,6 +13,7 @@ from collections import Counter
 import pytest
 
 from runner.events_file import read_events_file
+from runner.wire import STEP_COUNT_MODES
 from tests.faults.conftest import (Collector, RoundRobinProxy, http_json, start_runner, stop_process,
                                    stored_seqs, wait_for)
 from tests.receiver import LOOPBACK_ALLOW, Receiver
@@ -41,7 +42,7 @@ def expected(events: list[dict]) -> tuple[dict, dict]:
         if e["stage"] == "decode":
             for bs, part in parts.items():
                 histogram[(int(bs), e["mode"])] += part["count"]
-    summary = {"steps": sum(modes.values()), "modes": {m: modes[m] for m in ("graph", "padded", "eager")},
+    summary = {"steps": sum(modes.values()), "modes": {m: modes[m] for m in STEP_COUNT_MODES},
                "reasons": dict(reasons), "num_tokens": tokens, "padded_tokens": padded}
     return summary, dict(histogram)
 
