@@ -19,7 +19,9 @@ def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
     from collector.models import queries
 
     rows = {r["run_id"]: r for r in pages["runs"].page_data(filled)}
-    for run in queries.list_runs(filled):
+    runs = queries.list_runs(filled)
+    assert len(runs) == 2 and set(rows) == {r["run_id"] for r in runs}       # the loop below runs
+    for run in runs:
         row = rows[run["run_id"]]
         assert row["steps"] == run["steps"]
         assert row["eager_pct"] == round(run["decode_eager_ratio"] * 100, 1)    # the decode stages' share

@@ -138,6 +138,7 @@ def stored_before(server):
 
 
 def test_runs_stored_before_the_check_answer_every_read(server, stored_before):
+    assert len(stored_before) == len(BAD_CAPTURE_SIZES) > 0                  # the loop below runs
     for run_id in stored_before:
         for path in ("", "/advice", "/advice?budget=2", "/diagnosis", "/regressions", "/batch-sizes"):
             status, body, _ = http_json("GET", f"{server['url']}/v1/runs/{run_id}{path}")

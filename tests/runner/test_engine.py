@@ -80,6 +80,7 @@ def test_every_step_event_is_valid_wire_and_keeps_the_mode_rules(mixed):
     _, recorder, _ = mixed
     steps = recorder.steps()
     assert len(steps) == 2000
+    assert {s["mode"] for s in steps} == {"graph", "padded", "eager"}        # every branch below is taken
     for s in steps:
         wire.validate_event(s)
         if s["mode"] == "eager":
@@ -93,7 +94,9 @@ def test_every_step_event_is_valid_wire_and_keeps_the_mode_rules(mixed):
 def test_the_reasons_match_the_batches_that_caused_them(mixed):
     engine, recorder, _ = mixed
     sizes = engine.config.sizes
-    for s in recorder.steps():
+    steps = recorder.steps()
+    assert any(s["stage"] == "prefill" for s in steps) and any(s["reason"] == "batch_too_large" for s in steps)
+    for s in steps:
         if s["stage"] == "prefill":
             assert s["reason"] == "prefill"
         if s["reason"] == "batch_too_large":
