@@ -144,17 +144,23 @@ class CheckedEventsFile(NamedTuple):
     end: int                         # bytes of the file that hold them (a cut last line is past it)
 
 
-def _regular_file(path: str | os.PathLike) -> None:
+def regular_file(path: str | os.PathLike, what: str, why: str) -> os.stat_result:
+    """``path``'s stat when it names a regular file; else the one-line error that says what it is
+    instead (``what``: "an events file", "a log file"; ``why``: why only a regular file will do).
+    The events files' and the log importers' one check."""
     try:
         info = os.stat(path)
     except FileNotFoundError:
         raise ReplayscopeError(f"{path}: no such file") from None
     except OSError as error:
-        raise ReplayscopeError(f"cannot read {path}: {error.strerror}") from None
+        raise ReplayscopeError(f"cannot read {path}: {error.strerror or error}") from None
     if stat.S_ISDIR(info.st_mode):
-        raise ReplayscopeError(f"{path} is a directory, not an events file")
+        raise ReplayscopeError(f"{path} is a directory, not {what}")
     if not stat.S_ISREG(info.st_mode):
-        raise ReplayscopeError(f"{path} is not a regular file (a device, a FIFO): an events file is read to its end")
+        kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode)
+                or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a file")
+        raise ReplayscopeError(f"{path} is {kind}, not a regular file: {why}")
+    return info
 
 
 def _numbered_lines(path: str | os.PathLike, end: int | None = None) -> Iterator[tuple[int, bytes, bool]]:
@@ -177,7 +183,7 @@ def _numbered_lines(path: str | os.PathLike, end: int | None = None) -> Iterator
 def check_events_file(path: str | os.PathLike) -> CheckedEventsFile:
     """Every line of ``path`` checked as ``read_events_file`` checks it, the file read once a
     line at a time and nothing kept but the run record: any size of file in bounded memory."""
-    _regular_file(path)
+    regular_file(path, "an events file", "an events file is read to its end")
     run: dict[str, Any] | None = None
     count = 0
     warnings: list[str] = []

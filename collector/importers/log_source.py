@@ -17,11 +17,11 @@ import codecs
 import hashlib
 import os
 import re
-import stat
 from dataclasses import dataclass
 from typing import Iterator
 
 from runner.errors import ReplayscopeError
+from runner.events_file import regular_file
 
 READ_CHUNK = 1 << 20
 MAX_FILE_BYTES = 2 * 2**30
@@ -45,19 +45,8 @@ def looks_binary(data: bytes) -> bool:
 def check_log_path(path: str, max_bytes: int | None = MAX_FILE_BYTES) -> os.stat_result:
     """The path's stat when it names a regular file a log importer reads (``max_bytes`` None:
     any size, a followed log grows); else the one-line error that says why not."""
-    try:
-        info = os.stat(path)
-    except FileNotFoundError:
-        raise ReplayscopeError(f"{path}: no such file") from None
-    except OSError as error:
-        raise ReplayscopeError(f"{path}: cannot read: {error.strerror or error}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise ReplayscopeError(f"{path} is a directory, not a log file")
-    if not stat.S_ISREG(info.st_mode):
-        what = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if stat.S_ISCHR(info.st_mode)
-                or stat.S_ISBLK(info.st_mode) else "a socket" if stat.S_ISSOCK(info.st_mode) else "not a file")
-        raise ReplayscopeError(f"{path} is {what}, not a regular file: a log file is read to its end, and this "
-                               f"may have none (a stream: `replayscope follow ENGINE -` reads standard input)")
+    info = regular_file(path, "a log file", "a log file is read to its end, and this may have none (a stream: "
+                                            "`replayscope follow ENGINE -` reads standard input)")
     if max_bytes is not None and info.st_size > max_bytes:
         raise ReplayscopeError(f"{path}: {info.st_size} bytes is more than a log importer reads (2 GiB)")
     return info
