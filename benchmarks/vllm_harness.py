@@ -59,6 +59,7 @@ _CAPTURE_BAR = re.compile(r"Capturing CUDA graphs \((?P<mode>[A-Z_]+)\)[^\r\n]*?
 _FINISHED = re.compile(r"Graph capturing finished in (?P<secs>[\d.]+) secs?, took (?P<gib>[\d.]+) GiB")
 _INIT = re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s")
 _COMPILE = re.compile(r"torch\.compile takes (?P<secs>[\d.]+) s in total")
+_MODEL_LOADING = re.compile(r"Model loading took [\d.]+ GiB and (?P<secs>[\d.]+) seconds")
 
 
 def log_facts(text: str) -> dict:
@@ -70,11 +71,13 @@ def log_facts(text: str) -> dict:
     finished = _FINISHED.search(text)
     init = _INIT.search(text)
     compiled = _COMPILE.search(text)
+    loading = _MODEL_LOADING.search(text)
     return {"capture_passes": passes,
             "capture_secs": float(finished["secs"]) if finished else None,
             "capture_gib": float(finished["gib"]) if finished else None,
             "init_engine_s": float(init["secs"]) if init else None,
-            "compile_s": float(compiled["secs"]) if compiled else None}
+            "compile_s": float(compiled["secs"]) if compiled else None,
+            "model_loading_s": float(loading["secs"]) if loading else None}
 
 
 def metrics_facts(text: str) -> dict:

@@ -69,6 +69,7 @@ class RunLifecycle:
         self.recipes: list[str] = []
         self.step_unreached: str | None = None    # why --step is not found if nothing reports (bootstrap)
         self._step_reported = False
+        self.engine_init_started: float | None = None   # when an engine's init began (its phase ends after warm-up)
         self._pending_warnings: list[tuple[str, str]] = []
         self._warned: set[str] = set()
         self.status: str | None = None
@@ -180,6 +181,11 @@ class RunLifecycle:
         emitter = self._ensure_run()
         if emitter is not None:
             emitter.emit(kind, **fields)
+
+    def engine_phase(self, name: str, start_ts: float, duration_s: float, mem_bytes: int | None) -> None:
+        """A start-up phase an engine recipe timed (its worker's load, profile, KV cache, warm-up)."""
+        self.emit("phase", phase=name, start_ts=start_ts, duration_s=max(0.0, duration_s),
+                  mem_bytes=mem_bytes, rank=self._label())
 
     def _label(self) -> str | None:
         """The process's label for an event's ``rank`` (opening the run, which names it)."""

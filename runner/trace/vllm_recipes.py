@@ -8,7 +8,7 @@ and run on an H200 with vLLM 0.25.0 (docs/engines.md):
 | --- | --- | --- |
 | V1: ``v1/worker/gpu_model_runner.py`` | ``GPUModelRunner.execute_model(scheduler_output, intermediate_tensors=None)`` | ``GPUModelRunner._dummy_run(num_tokens, cudagraph_runtime_mode=None, ...)`` (@000fc94), called per size by ``capture_model`` |
 | model runner V2: ``v1/worker/gpu/model_runner.py`` | ``GPUModelRunner.execute_model(scheduler_output, intermediate_tensors=None, dummy_run=False, skip_attn_for_dummy_run=False, is_profile=False)``; its dummy and profile runs are not steps (@0036d38, 0.25.0) | ``gpu/cudagraph_utils.py`` (0.25.0): ``CudaGraphManager.capture(create_forward_fn, ...)`` calls ``create_forward_fn(desc, warmup)`` once or twice per ``BatchExecutionDescriptor`` (PIECEWISE sizes first, then FULL); everything captured from one descriptor's first call to the next is that (mode, size)'s capture, its pieces counted in it. Older V2: ``gpu/cudagraph/manager.py`` ``CudaGraphManager.capture_graph(cudagraph_key, ...)`` (@1f8c5b6) |
-| both: ``v1/worker/gpu_worker.py`` | ``Worker.compile_or_warm_up_model`` and ``determine_available_memory`` are start-up: the forwards they run (V2's ``warmup_kernels`` prefill and decode through ``execute_model``, the profile run) are not steps | |
+| both: ``v1/worker/gpu_worker.py`` | ``Worker.compile_or_warm_up_model`` and ``determine_available_memory`` are start-up: the forwards they run (V2's ``warmup_kernels`` prefill and decode through ``execute_model``, the profile run) are not steps; ``load_model``, ``determine_available_memory``, ``initialize_from_config`` and ``compile_or_warm_up_model`` are timed as the phases ``load_weights``, ``profile``, ``kv_cache`` and ``warmup`` (with the device memory each took), and ``engine_init`` runs from the profile to the warm-up's end, as vLLM's "init engine (profile, create kv cache, warmup model)" | |
 
 The step's batch is its scheduled tokens (vLLM keys its graphs by tokens, so padding is to the
 captured token count); nothing scheduled, no step. In V2 the dispatcher's decision
@@ -21,6 +21,7 @@ beside the allocator's pool.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Callable
 
 from runner.trace import device
@@ -127,28 +128,52 @@ def install_graph_manager(tracer: Tracer, module: Any, patches: Patches) -> None
     tracer.recipes.append("vllm cudagraph manager")
 
 
-def startup_wrapper(tracer: Tracer, original: Callable) -> Callable:
-    """``original`` (a worker's start-up step) with the forwards it runs kept out of the steps."""
-    def startup(*args, **kwargs):
+# Worker method -> the start-up phase it is, named as the log importer names vLLM's own lines
+# ("Model loading took", "Memory profiling takes", "Available KV cache memory", "init engine
+# (profile, create kv cache, warmup model) took"): the engine's init runs from the profile to the
+# end of the warm-up, as vLLM's EngineCore times it.
+WORKER_PHASES = {"load_model": "load_weights", "determine_available_memory": "profile",
+                 "initialize_from_config": "kv_cache", "compile_or_warm_up_model": "warmup"}
+ENGINE_INIT_FROM, ENGINE_INIT_TO = "determine_available_memory", "compile_or_warm_up_model"
+
+
+def phase_wrapper(tracer: Tracer, original: Callable, method: str) -> Callable:
+    """A worker's start-up method timed as its phase (with the device memory it took), the
+    forwards it runs kept out of the steps; the engine's init phase closed after the warm-up."""
+    name = WORKER_PHASES[method]
+
+    def phase(*args, **kwargs):
+        started, free_before = time.time(), device.free_bytes()
+        if method == ENGINE_INIT_FROM and tracer.engine_init_started is None:
+            tracer.engine_init_started = started
         tracer.engine_startup += 1
         try:
             return original(*args, **kwargs)
         finally:
             tracer.engine_startup -= 1
-    startup.__wrapped__ = original
-    return startup
+            ended, free_after = time.time(), device.free_bytes()
+            took = free_before - free_after if free_before is not None and free_after is not None else None
+            try:
+                tracer.engine_phase(name, started, ended - started, took)
+                if method == ENGINE_INIT_TO and tracer.engine_init_started is not None:
+                    tracer.engine_phase("engine_init", tracer.engine_init_started,
+                                        ended - tracer.engine_init_started, None)
+                    tracer.engine_init_started = None
+            except Exception as error:  # noqa: BLE001
+                tracer.hook_error("vllm start-up phase", error)
+    phase.__wrapped__ = original
+    return phase
 
 
 def install_worker(tracer: Tracer, module: Any, patches: Patches) -> None:
     worker = getattr(module, "Worker", None)
-    found = [name for name in ("determine_available_memory", "compile_or_warm_up_model")
-             if callable(getattr(worker, name, None))]
+    found = [name for name in WORKER_PHASES if callable(getattr(worker, name, None))]
     if "compile_or_warm_up_model" not in found:
         tracer.warn("recipe_incomplete", f"the vLLM recipe found no Worker.compile_or_warm_up_model in "
                                          f"{module.__name__}: the engine's warm-up forwards may be counted as steps",
                     once=f"recipe_incomplete:{module.__name__}")
     for name in found:
-        patches.replace(worker, name, lambda original: startup_wrapper(tracer, original))
+        patches.replace(worker, name, lambda original, name=name: phase_wrapper(tracer, original, name))
 
 
 def per_descriptor_capture(tracer: Tracer, original: Callable) -> Callable:

@@ -119,3 +119,16 @@ def test_serve_steps_equal_its_metrics_and_ctrl_c_ends_the_run(model, out):
         == engine["iteration_tokens"] - run.report["asked"]["requests"]
     ends = [e for e in events if e["kind"] == "run_end"]
     assert [e["status"] for e in ends] == ["interrupted"]
+
+
+def test_offline_start_up_phases_are_the_ones_vllm_logs(offline):
+    """The worker's start-up timed by the trace against vLLM's own lines: "Model loading took …
+    and X seconds" (the model runner's load, inside the worker's) and "init engine (profile,
+    create kv cache, warmup model) took X s" (the EngineCore's, from the profile to the warm-up)."""
+    run, _record, events = offline
+    phases = {e["phase"]: e for e in events if e["kind"] == "phase"}
+    assert {"load_weights", "profile", "kv_cache", "warmup", "engine_init", "capture"} <= set(phases)
+    facts = run.log_facts
+    assert facts["model_loading_s"] - 0.05 <= phases["load_weights"]["duration_s"] <= facts["model_loading_s"] + 1.0
+    assert abs(phases["engine_init"]["duration_s"] - facts["init_engine_s"]) <= max(0.5, 0.05 * facts["init_engine_s"])
+    assert phases["kv_cache"]["mem_bytes"] > 0              # the KV cache it allocated, measured as free memory

@@ -242,3 +242,38 @@ def test_a_worker_without_its_start_up_method_is_a_warning_naming_it(traced):
     warnings = [w["message"] for w in kinds(traced.finish(), "warning") if w["code"] == "recipe_incomplete"]
     assert warnings == ["the vLLM recipe found no Worker.compile_or_warm_up_model in vllm.v1.worker.gpu_worker: the "
                         "engine's warm-up forwards may be counted as steps"]
+
+
+def test_the_workers_start_up_is_timed_as_the_phases_vllm_logs(traced, recorded):
+    """vLLM 0.25's Worker (gpu_worker.py): load_model, then the EngineCore's init — the profile
+    (determine_available_memory), the KV cache (initialize_from_config), the warm-up and capture
+    (compile_or_warm_up_model) — each a phase as the log importer names vLLM's own lines, and
+    ``engine_init`` from the profile's start to the warm-up's end, as "init engine (profile,
+    create kv cache, warmup model) took" measures it."""
+    _, records = recorded
+    replay = Replay(records)
+    *modules, Worker = layout(replay)
+    calls = []
+    Worker.load_model = lambda self, **kw: calls.append("load_model")
+    Worker.initialize_from_config = lambda self, kv_cache_config: calls.append("initialize_from_config")
+    for module in modules:
+        install(traced, vllm_recipes, module)
+    worker = Worker()
+    worker.load_model()
+    while (record := replay.peek()) is not None:
+        if record["event"] == "startup_begin":
+            replay.take("startup_begin")
+            if record["call"] == "compile_or_warm_up_model":
+                worker.initialize_from_config({})
+            getattr(worker, record["call"])()
+        else:
+            run(worker.model_runner, replay.take("execute_model"))
+    phases = {p["phase"]: p for p in kinds(traced.finish(), "phase")}
+
+    assert calls == ["load_model", "initialize_from_config"]       # the originals still ran
+    assert {"load_weights", "profile", "kv_cache", "warmup", "engine_init", "capture"} <= set(phases)
+    init, profile, warmup = phases["engine_init"], phases["profile"], phases["warmup"]
+    assert init["start_ts"] == profile["start_ts"]
+    assert init["start_ts"] + init["duration_s"] == pytest.approx(warmup["start_ts"] + warmup["duration_s"], abs=1e-3)
+    assert phases["load_weights"]["start_ts"] <= profile["start_ts"]
+    assert all(p["mem_bytes"] is None for p in phases.values() if p["phase"] != "capture")   # no CUDA here: not measured
