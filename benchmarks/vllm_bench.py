@@ -1,10 +1,15 @@
-"""The cost of ``replayscope trace`` to a real ``vllm serve`` (GPU, vLLM importable): the same
-server and workload started untraced and traced, alternating, each start timed from the command to
-a healthy ``/health``, then rounds of requests of exact lengths (requests per second, the first
-round of each start left out as its warm-up). A first untraced start warms vLLM's compile and
-kernel caches so that no start pays them.
+"""The cost of ``replayscope trace`` to a real ``vllm serve`` (GPU, vLLM importable).
 
-    python -m benchmarks.vllm_bench [--pairs 2] [--json OUT.json]
+Each pair starts the same server twice at the same moment on the same GPU, one untraced and one
+under ``replayscope trace`` (which one is launched first alternates between pairs), and times each
+from its command to a healthy ``/health``; then rounds of the same requests of exact lengths go to
+one server at a time, alternating (the first round of each server is its warm-up and left out),
+and each server's requests per second is the median of its rounds. Side by side, both starts see
+the same machine (its page cache, its other load, vLLM's warm compile and kernel caches), which is
+what makes a few pairs enough; the servers never serve at the same time. A first untraced start
+alone warms vLLM's caches so that no measured start pays them.
+
+    python -m benchmarks.vllm_bench [--pairs 5] [--rounds 7] [--json OUT.json] [--out DIR]
 """
 
 from __future__ import annotations
@@ -13,51 +18,94 @@ import argparse
 import json
 import statistics
 import tempfile
+import time
 from pathlib import Path
 
 from benchmarks import vllm_harness as harness
 
 
-def measure(pairs: int, out: Path, rounds: int = 4, requests: int = 48, later: int = 16) -> dict:
+def start_side_by_side(model: Path, out: Path, index: int) -> dict[bool, harness.Server]:
+    servers = {traced: harness.Server(model, out / f"{'traced' if traced else 'untraced'}-{index}",
+                                      f"{'traced' if traced else 'untraced'}-{index}", traced)
+               for traced in (False, True)}
+    for traced in ((False, True) if index % 2 == 0 else (True, False)):
+        servers[traced].start()
+    while not all(server.check_healthy() for server in servers.values()):
+        time.sleep(0.05)
+    return servers
+
+
+def measure_pair(model: Path, out: Path, index: int, rounds: int, requests: int, later: int) -> list[dict]:
+    servers = start_side_by_side(model, out, index)
+    try:
+        for r in range(rounds):
+            order = (False, True) if (index + r) % 2 == 0 else (True, False)
+            for traced in order:
+                servers[traced].round(requests, later)
+    finally:
+        runs = {traced: server.stop() for traced, server in servers.items()}
+    starts = []
+    for traced, run in runs.items():
+        rates = [rate for rate in run.seconds.get("rounds", [])[1:] if rate]
+        starts.append({"pair": index, "traced": traced, "to_healthy_s": run.seconds["to_healthy"],
+                       "requests_per_s": statistics.median(rates) if rates else None, "rounds": rates,
+                       "exact": run.report.get("produced", {}).get("exact"),
+                       "engine_steps": run.report.get("engine", {}).get("iteration_steps"),
+                       "init_engine_s": run.log_facts.get("init_engine_s"), "returncode": run.returncode})
+    return starts
+
+
+def ratios(starts: list[dict], key: str) -> list[float]:
+    """traced / untraced of ``key``, one per pair."""
+    pairs: dict[int, dict[bool, dict]] = {}
+    for start in starts:
+        pairs.setdefault(start["pair"], {})[start["traced"]] = start
+    return [p[True][key] / p[False][key] for p in pairs.values()
+            if len(p) == 2 and p[True][key] and p[False][key]]
+
+
+def measure(pairs: int, out: Path, rounds: int = 7, requests: int = 48, later: int = 16) -> dict:
     model = harness.make_model(out / "model")
     harness.run_serve(model, out / "warm", "warm", False, requests=8, later=0)
-    starts = []
+    starts: list[dict] = []
     for index in range(pairs):
-        for traced in (False, True):
-            name = f"{'traced' if traced else 'untraced'}-{index}"
-            run = harness.run_serve(model, out / name, name, traced, requests=requests, later=later, rounds=rounds)
-            rates = [r for r in run.seconds["rounds"][1:] if r]
-            starts.append({"traced": traced, "to_healthy_s": run.seconds["to_healthy"],
-                           "requests_per_s": statistics.median(rates) if rates else None,
-                           "exact": run.report.get("produced", {}).get("exact"),
-                           "init_engine_s": run.log_facts.get("init_engine_s")})
-    def median(traced: bool, key: str) -> float:
-        return statistics.median(s[key] for s in starts if s["traced"] is traced)
-    return {"starts": starts,
-            "requests_per_s_ratio": median(True, "requests_per_s") / median(False, "requests_per_s"),
-            "to_healthy_ratio": median(True, "to_healthy_s") / median(False, "to_healthy_s"),
-            "init_engine_ratio": median(True, "init_engine_s") / median(False, "init_engine_s")}
+        starts += measure_pair(model, out, index, rounds, requests, later)
+    result = {"starts": starts}
+    for key, name in (("requests_per_s", "requests_per_s_ratio"), ("to_healthy_s", "to_healthy_ratio"),
+                      ("init_engine_s", "init_engine_ratio")):
+        each = ratios(starts, key)
+        result[name] = statistics.median(each) if each else None
+        result[name + "s"] = each
+    return result
 
 
 def table(result: dict) -> str:
-    lines = ["| start | traced | to healthy (s) | vLLM init engine (s) | requests/s | outputs exact |",
-             "| --- | --- | --- | --- | --- | --- |"]
-    for i, s in enumerate(result["starts"], 1):
-        lines.append(f"| {i} | {'yes' if s['traced'] else 'no'} | {s['to_healthy_s']:.1f} | {s['init_engine_s']} "
-                     f"| {s['requests_per_s']:.1f} | {s['exact']} |")
-    lines.append(f"\ntraced/untraced (medians): requests/s {result['requests_per_s_ratio']:.3f}, "
-                 f"to healthy {result['to_healthy_ratio']:.3f}, init engine {result['init_engine_ratio']:.3f}")
+    lines = ["| pair | traced | to healthy (s) | vLLM init engine (s) | requests/s (median of rounds) | rounds | "
+             "outputs exact |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for s in result["starts"]:
+        rps = f"{s['requests_per_s']:.1f}" if s["requests_per_s"] else "—"
+        lines.append(f"| {s['pair'] + 1} | {'yes' if s['traced'] else 'no'} | {s['to_healthy_s']:.1f} | "
+                     f"{s['init_engine_s']} | {rps} | {len(s['rounds'])} | {s['exact']} |")
+
+    def shown(name: str) -> str:
+        each = result.get(name + "s") or []
+        median = result.get(name)
+        spread = f" (pairs {min(each):.3f}–{max(each):.3f})" if each else ""
+        return (f"{median:.3f}" if median is not None else "—") + spread
+    lines.append(f"\ntraced/untraced, median of the pairs' ratios: requests/s {shown('requests_per_s_ratio')}, "
+                 f"to healthy {shown('to_healthy_ratio')}, init engine {shown('init_engine_ratio')}")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--pairs", type=int, default=2)
+    parser.add_argument("--pairs", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of requests per server (the first is warm-up)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="where the runs' logs go (default: a temporary folder)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="vllm-bench-"))
-    result = measure(args.pairs, out)
+    result = measure(args.pairs, out, rounds=args.rounds)
     print(table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

@@ -151,55 +151,88 @@ def _healthy(url: str) -> bool:
         return False
 
 
+class Server:
+    """One ``vllm serve`` (its own process group, as a terminal runs it), traced or not: start it,
+    wait for ``/health``, send rounds of requests, read ``/metrics``, Ctrl-C it."""
+
+    def __init__(self, model: Path, out: Path, name: str, traced: bool, *options: str):
+        out.mkdir(parents=True, exist_ok=True)
+        self.out, self.name, self.traced = out, name, traced
+        self.url = f"http://127.0.0.1:{free_port()}"
+        self.run = EngineRun(name, traced, out / f"{name}.log", out / f"{name}.jsonl" if traced else None)
+        self.command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model),
+                        "--port", self.url.rsplit(":", 1)[1], "--skip-tokenizer-init", "--max-num-seqs", "16",
+                        "--gpu-memory-utilization", "0.25", "--max-model-len", "1024", "--served-model-name", "m",
+                        *options]
+        if traced:
+            self.command = _trace_prefix(self.run.events) + self.command
+        self.process: subprocess.Popen | None = None
+        self.started = 0.0
+
+    def start(self) -> "Server":
+        self.started = time.time()
+        with open(self.run.log, "w") as stream:
+            self.process = subprocess.Popen(self.command, stdout=stream, stderr=subprocess.STDOUT, env=ENV,
+                                            cwd=self.out, start_new_session=True)
+        return self
+
+    def check_healthy(self, ready_timeout: float = 300) -> bool:
+        """True once healthy (its time to healthy noted); raises if it died or took too long."""
+        if "to_healthy" in self.run.seconds:
+            return True
+        if _healthy(self.url):
+            self.run.seconds["to_healthy"] = time.time() - self.started
+            return True
+        if self.process.poll() is not None or time.time() - self.started > ready_timeout:
+            raise RuntimeError(f"vllm serve did not become healthy (exit {self.process.poll()}); see {self.run.log}")
+        return False
+
+    def wait_healthy(self, ready_timeout: float = 300) -> float:
+        while not self.check_healthy(ready_timeout):
+            time.sleep(0.1)
+        return self.run.seconds["to_healthy"]
+
+    def round(self, requests: int, later: int) -> dict:
+        """One round of requests (some at once, some while they run), then ``/metrics``."""
+        client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), self.url, "m", str(self.out),
+                                 "--requests", str(requests), "--later", str(later)],
+                                capture_output=True, text=True, env=ENV, timeout=300)
+        report = json.loads((self.out / "client.json").read_text()) if (self.out / "client.json").exists() else {}
+        self.run.seconds.setdefault("rounds", []).append(report.get("requests_per_s"))
+        exact = self.run.report.get("produced", {}).get("exact", True) and report.get("produced", {}).get("exact")
+        metrics = (self.out / "metrics.txt").read_text() if (self.out / "metrics.txt").exists() else ""
+        self.run.report = {**report, "produced": {**report.get("produced", {}), "exact": exact},
+                           "engine": metrics_facts(metrics), "client_stderr": client.stderr[-2000:]}
+        for produced in ("client.json", "metrics.txt"):
+            if (self.out / produced).exists():
+                (self.out / produced).rename(self.out / f"{self.name}.{produced}")
+        return report
+
+    def stop(self) -> EngineRun:
+        """Ctrl-C (SIGINT to the group) and the wait for it to end (SIGKILL after 90 s)."""
+        stopped = time.time()
+        try:
+            os.killpg(self.process.pid, signal.SIGINT)
+            self.run.returncode = self.process.wait(timeout=90)
+        except (subprocess.TimeoutExpired, ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.run.returncode = self.process.wait()
+        self.run.seconds["stop"] = time.time() - stopped
+        self.run.log_facts = log_facts(self.run.log.read_text(errors="replace"))
+        return self.run
+
+
 def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, requests: int = 24, later: int = 8,
               ready_timeout: float = 300, rounds: int = 1) -> EngineRun:
-    """``vllm serve`` (its own process group, as a terminal runs it), ``rounds`` of requests (each
-    round's requests per second in ``seconds["rounds"]``), ``/metrics``, then Ctrl-C (SIGINT to the
-    group) and the wait for it to end."""
-    out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
-    url = f"http://127.0.0.1:{port}"
-    events = out / f"{name}.jsonl" if traced else None
-    command = [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", str(model), "--port", str(port),
-               "--skip-tokenizer-init", "--max-num-seqs", "16", "--gpu-memory-utilization", "0.25",
-               "--max-model-len", "1024", "--served-model-name", "m", *options]
-    if traced:
-        command = _trace_prefix(events) + command
-    log = out / f"{name}.log"
-    run = EngineRun(name, traced, log, events)
-    started = time.time()
-    with open(log, "w") as stream:
-        server = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=ENV, cwd=out,
-                                  start_new_session=True)
-        try:
-            while not _healthy(url):
-                if server.poll() is not None or time.time() - started > ready_timeout:
-                    raise RuntimeError(f"vllm serve did not become healthy (exit {server.poll()}); see {log}")
-                time.sleep(0.25)
-            run.seconds["to_healthy"] = time.time() - started
-            per_round = []
-            for _ in range(rounds):
-                client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), url, "m", str(out),
-                                         "--requests", str(requests), "--later", str(later)],
-                                        capture_output=True, text=True, env=ENV, timeout=300)
-                report = json.loads((out / "client.json").read_text()) if (out / "client.json").exists() else {}
-                per_round.append(report.get("requests_per_s"))
-            run.seconds["rounds"] = per_round
-            (out / "client.json").rename(out / f"{name}.client.json") if (out / "client.json").exists() else None
-            metrics = (out / "metrics.txt").read_text() if (out / "metrics.txt").exists() else ""
-            if metrics:
-                (out / "metrics.txt").rename(out / f"{name}.metrics.txt")
-            run.report = {**report, "engine": metrics_facts(metrics), "client_stderr": client.stderr[-2000:]}
-        finally:
-            stopped = time.time()
-            try:
-                os.killpg(server.pid, signal.SIGINT)            # Ctrl-C
-                run.returncode = server.wait(timeout=90)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                os.killpg(server.pid, signal.SIGKILL)
-                run.returncode = server.wait()
-            run.seconds["stop"] = time.time() - stopped
-    run.log_facts = log_facts(log.read_text(errors="replace"))
+    """``vllm serve``, ``rounds`` of requests (each round's requests per second in
+    ``seconds["rounds"]``), ``/metrics``, then Ctrl-C and the wait for it to end."""
+    server = Server(model, out, name, traced, *options).start()
+    try:
+        server.wait_healthy(ready_timeout)
+        for _ in range(rounds):
+            server.round(requests, later)
+    finally:
+        run = server.stop()
     return run
 
 

@@ -1,0 +1,33 @@
+"""The real-engine harness and ``benchmarks.vllm_bench`` on a stand-in ``vllm serve``
+(tests/engines/fake_vllm): servers started side by side, timed to healthy, rounds alternated,
+metrics read, Ctrl-C'd, ratios paired — so a device run is spent on the engine, not on the
+harness. The engine's own behaviour is what tests/engines/test_vllm_gpu.py checks on a GPU."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks import vllm_bench
+from benchmarks import vllm_harness as harness
+
+FAKE = Path(__file__).parent / "fake_vllm"
+
+
+def test_the_benchmark_pairs_side_by_side_starts_and_alternates_rounds(tmp_path, monkeypatch):
+    monkeypatch.setitem(harness.ENV, "PYTHONPATH", f"{FAKE}:{harness.ENV['PYTHONPATH']}")
+    monkeypatch.setattr(harness, "make_model", lambda path: path)
+    result = vllm_bench.measure(1, tmp_path, rounds=3, requests=4, later=2)
+
+    starts = result["starts"]
+    assert [s["traced"] for s in starts] == [False, True]
+    assert all(s["returncode"] is not None and s["exact"] and s["to_healthy_s"] >= 1.0 for s in starts)
+    assert all(len(s["rounds"]) == 2 for s in starts)                # the first round is warm-up
+    assert all(s["init_engine_s"] == 1.5 for s in starts)              # read from each server's own log
+    assert all(s["engine_steps"] == 3 * sum(harness_lengths(6)) for s in starts)   # /metrics after 3 rounds
+    assert len(result["requests_per_s_ratios"]) == 1 and result["requests_per_s_ratio"] > 0
+    assert "median of the pairs' ratios" in vllm_bench.table(result)
+
+
+def harness_lengths(n: int) -> list[int]:
+    from benchmarks.vllm_programs.client import output_lengths
+    return output_lengths(n)
