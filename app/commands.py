@@ -51,7 +51,7 @@ def _serve(args) -> int:
 
 def _refuse_open_writes(settings, insecure: bool) -> None:
     """Beyond loopback, anyone who can reach the port could write: that needs a token."""
-    from collector.auth import is_loopback
+    from collector.api.auth import is_loopback
 
     if not settings.token and not is_loopback(settings.host) and not insecure:
         raise ReplayscopeError(f"refusing to listen on {settings.host} without REPLAYSCOPE_TOKEN: anyone who can "

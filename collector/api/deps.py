@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from collector.metrics import Metrics
+from collector.api.metrics import Metrics
 from collector.alerting.notifications import Delivery
 from collector.settings import Settings
 from collector.store import Store
