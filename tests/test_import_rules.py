@@ -2,6 +2,7 @@
 (``[tool.importlinter]``), imports inside functions included."""
 
 import logging
+import tomllib
 from pathlib import Path
 
 from importlinter.cli import lint_imports
@@ -21,3 +22,36 @@ def test_the_import_contracts_are_kept(capsys):
             lg.disabled = was
     report = capsys.readouterr().out
     assert code == 0 and " kept, 0 broken." in report, report
+
+
+COLLECTOR = PYPROJECT.parent / "collector"
+SHARED_INFRASTRUCTURE = {"collector.store", "collector.tables", "collector.settings"}
+
+
+def _layers_contract() -> dict:
+    contracts = tomllib.loads(PYPROJECT.read_text())["tool"]["importlinter"]["contracts"]
+    (layers,) = [c for c in contracts if c["type"] == "layers" and c["name"].startswith("the collector's layers")]
+    return layers
+
+
+def test_every_collector_module_is_in_a_layer_but_the_shared_infrastructure():
+    layers = _layers_contract()
+    layered = {name.strip() for layer in layers["layers"] for name in layer.split("|")}
+    roots = {f"collector.{p.stem}" for p in COLLECTOR.glob("*.py") if p.name != "__init__.py"}
+    roots |= {f"collector.{p.name}" for p in COLLECTOR.iterdir() if (p / "__init__.py").exists()}
+    assert roots, COLLECTOR
+    outside = roots - layered - SHARED_INFRASTRUCTURE
+    assert not outside, f"collector modules in no layer of {layers['name']!r}: {sorted(outside)}"
+    # the contract's name says which root modules stand outside it
+    assert all(name.split(".")[1] in layers["name"] for name in SHARED_INFRASTRUCTURE), layers["name"]
+
+
+def test_the_commands_live_in_one_package():
+    """Every command group registers from ``app.cli`` (the runner's ``run`` and ``trace`` from
+    ``runner``, which never imports ``app``); no collector module defines a command."""
+    from app.cli import COMMAND_MODULES
+
+    assert {m for m in COMMAND_MODULES if not m.startswith("app.cli.")} == {"runner.cli"}, COMMAND_MODULES
+    registering = [str(p.relative_to(COLLECTOR.parent)) for p in COLLECTOR.rglob("*.py")
+                   if "def add_parsers(" in p.read_text() or "add_subparsers(" in p.read_text()]
+    assert not registering, registering
