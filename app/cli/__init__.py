@@ -1,9 +1,9 @@
 """The ``replayscope`` command: one front for the runner, the collector and the dashboard,
 and the one place of the command-line interface: this module is the parser and the
 dispatch, each module of this package one command group (``serve``: serve and demo;
-``advise``; ``db``; ``runs``; ``imports``: import, follow, scrape, writing through
-``import_sinks``); the runner's ``run`` and ``trace`` register from ``runner`` (the
-runner never imports ``app``).
+``advise``; ``run``, which also registers ``trace`` from ``runner.trace.cli``, the
+tracer's own front for ``python -m runner.trace``; ``db``; ``runs``; ``imports``: import,
+follow, scrape, writing through ``import_sinks``).
 
 Each module in ``COMMAND_MODULES`` registers its subcommands with ``add_parsers(sub)``.
 Building the parser must stay cheap and torch-free (``replayscope --help``, ``serve``,
@@ -25,7 +25,7 @@ from runner.errors import EXIT_DONE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLO
 COMMAND_MODULES = (
     "app.cli.serve",              # serve, demo
     "app.cli.advise",             # advise
-    "runner.cli",                 # run, and trace (runner.trace.cli)
+    "app.cli.run",                # run, and trace (runner.trace.cli)
     "app.cli.db",                 # db
     "app.cli.imports",            # import, scrape, follow
     "app.cli.runs",               # runs list, runs delete

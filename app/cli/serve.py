@@ -84,7 +84,7 @@ class _Demo:
         from app.server import create_server
         from collector.settings import DEMO_DB, resolve
         from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
-        from runner.cli import require_torch
+        from app.cli.run import require_torch
 
         # The demo's own store, never $REPLAYSCOPE_DB: its runs stay apart from yours. It starts with
         # the built-in eager-ratio rule, as every store does (migration 0009).

@@ -68,9 +68,9 @@ def environment(service: dict) -> dict[str, str]:
 
 
 def runner_flag_variables() -> set[str]:
-    """REPLAYSCOPE_* variables the runner's flags read as defaults (runner/cli.py, and the token
+    """REPLAYSCOPE_* variables the runner's flags read as defaults (app/cli/run.py, and the token
     through runner/environment.py)."""
-    source = (REPO / "runner" / "cli.py").read_text()
+    source = (REPO / "app" / "cli" / "run.py").read_text()
     found = set(re.findall(r'os\.environ\.get\("(REPLAYSCOPE_[A-Z_]+)"\)', source))
     environment = (REPO / "runner" / "environment.py").read_text()
     return found | set(re.findall(r'^[A-Z_]+_VARIABLE = "(REPLAYSCOPE_[A-Z_]+)"', environment, re.M))
