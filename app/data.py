@@ -16,7 +16,7 @@ from typing import Any
 import dash
 from dash import ctx
 
-from collector import auth
+from collector.api import auth
 from collector.alerting import alerts
 from collector.alerting.eager_ratio import judged_ratios                                 # noqa: F401
 from collector.alerting.rule_kind import watches                                         # noqa: F401
@@ -72,13 +72,13 @@ def token() -> str | None:
 
 
 def wrong_tokens() -> Any:
-    """The API's limit on wrong tokens per client (``collector.throttle``): one for both."""
+    """The API's limit on wrong tokens per client (``collector.api.throttle``): one for both."""
     return getattr(_state(), "wrong_tokens", None)
 
 
 def request_is_writer() -> bool:
     """Whether the callback's request may change the store: the session cookie or the bearer
-    token, checked as the API checks its writes (``collector.auth.is_writer``)."""
+    token, checked as the API checks its writes (``collector.api.auth.is_writer``)."""
     try:
         return auth.is_writer(ctx.headers or {}, ctx.cookies or {}, token(), client=ctx.remote or None,
                               limiter=wrong_tokens())

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from typing import Any
-
 from dash import Input, Output, State, html
 
 from app import components as c

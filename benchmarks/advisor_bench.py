@@ -15,7 +15,8 @@
    ``min(2 x --max-num-seqs, 512)``, batches counted in tokens, the run recorded as a vLLM one
    (``cudagraph_mode`` FULL: this runner's graphs are full ones), so vLLM's rules apply.
    Either way every step is timed (``time_every=1``) and its events kept in memory.
-2. Advise: the advisor (``collector.analysis.advisor``, pure: no store) takes the recorded run's
+2. Advise: the advisor (``collector.analysis.advisor``, pure: no store; the facts from the
+   events by ``benchmarks.advisor_facts``) takes the recorded run's
    decode steps, chooses K sizes on the first 70% of them in time order with the run's
    measured step times, for each K of ``--budgets``.
 3. Replay: the held-back decode steps' batch sizes, in their order, through a
@@ -43,15 +44,16 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
+from dataclasses import fields
 from typing import Any
 
 import torch
 
+from benchmarks.advisor_facts import facts_from_events
 from benchmarks.harness import ListSink, write_json
 from benchmarks.pairing import rotated, timed_once
 from benchmarks.token_batches import token_steps
 from collector.analysis.advisor import choice, engines, steps as stepping
-from collector.analysis.advisor.events import facts_from_events
 from collector.analysis.advisor.objective import Objective
 from collector.analysis.advisor.report import advise, current_sizes
 from runner.dispatch import BatchShape
@@ -172,7 +174,7 @@ def bench(preset: str, steps: int, budgets: list[int], seed: int = 0, shape: str
     held = {}
     for bs in sequence:
         held[bs] = held.get(bs, 0) + 1
-    objective = Objective.from_dict(first["objective"])
+    objective = Objective(**{f.name: first["objective"][f.name] for f in fields(Objective)})
     inputs = batches(engine, set(sequence))
     runners: dict[tuple[int, ...], GraphRunner] = {}
     result: dict[str, Any] = {

@@ -25,7 +25,7 @@ def build_run(store, n_steps: int, rate_per_s: float = 1000.0, chunk: int = 200_
 
     from collector import tables as t
     from collector.ingest import ingest_events, ingest_run
-    from collector.models.rollups import Accumulator
+    from collector.models.rollups import STEP_FIELDS, Accumulator
 
     run_id = "big-run"
     t0 = 1.7e9
@@ -58,7 +58,7 @@ def build_run(store, n_steps: int, rate_per_s: float = 1000.0, chunk: int = 200_
                 tokens, pad = raw_bs, (graph_bs - raw_bs) if mode == "padded" else 0
             dur = 0.004 + (raw_bs / 80) * 0.01
             rows.append((run_pk, seq, ts, stage, mode, raw_bs, graph_bs, tokens, pad, reason, dur))
-            acc.add_step(ts, stage, mode, reason, raw_bs, tokens, pad, dur)
+            acc.add_step_rows([(ts, stage, mode, reason, raw_bs, tokens, pad, dur)], STEP_FIELDS)
         with store.write() as conn:
             conn.exec_driver_sql(sql, rows)
             acc.flush(conn, run_pk)

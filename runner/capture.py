@@ -20,6 +20,7 @@ import torch
 
 from runner.buffers import StaticBuffers
 from runner.errors import ReplayscopeError, describe_error
+from runner.pools import pool_bytes
 from runner.plan import CapturePlan
 from runner.progress import Progress
 
@@ -52,16 +53,6 @@ class CaptureReport:
 
 def as_tuple(outputs: Any) -> tuple[torch.Tensor, ...]:
     return outputs if isinstance(outputs, tuple) else (outputs,)
-
-
-def graph_pool_bytes(pool: Any) -> int | None:
-    """Bytes reserved by one graph memory pool, from the allocator's snapshot."""
-    try:
-        segments = torch.cuda.memory_snapshot()
-    except Exception:
-        return None
-    key = tuple(pool) if pool is not None else None
-    return sum(s["total_size"] for s in segments if tuple(s.get("segment_pool_id", ())) == key)
 
 
 class Capturer:
@@ -102,7 +93,7 @@ class Capturer:
                 status = "failed" if size in report.failed else f"{report.seconds[size]:.2f}s"
                 bar.update(note=f"bs={size} {status}")
         report.total_s = time.perf_counter() - started
-        report.pool_bytes = graph_pool_bytes(self.pool) if self.on_cuda else None
+        report.pool_bytes = pool_bytes(self.pool) if self.on_cuda else None
         self.emit("phase", phase="capture" if self.stage == "decode" else f"capture_{self.stage}",
                   duration_s=report.total_s, start_ts=time.time() - report.total_s, mem_bytes=report.pool_bytes)
         if not plan.captured:
@@ -120,7 +111,7 @@ class Capturer:
     def _capture_size(self, size: int, views: dict[str, torch.Tensor], bar: Progress) -> bool:
         """One size down the ladder; False when it failed (the size is dropped, the run goes on)."""
         report = self.report
-        before = graph_pool_bytes(self.pool) if self.on_cuda else None
+        before = pool_bytes(self.pool) if self.on_cuda else None
         started = time.perf_counter()
         fn = self.step_fn
         variant = "static" if not self.on_cuda else "cuda"
@@ -152,7 +143,7 @@ class Capturer:
         self.graphs[size] = captured
         report.captured.append(size)
         report.seconds[size] = time.perf_counter() - started
-        after = graph_pool_bytes(self.pool) if self.on_cuda else None
+        after = pool_bytes(self.pool) if self.on_cuda else None
         self.emit("capture", graph_bs=size, stage=self.stage, duration_s=report.seconds[size],
                   pool_bytes=after, pool_delta_bytes=None if after is None else after - (before or 0),
                   status="ok", variant=variant)

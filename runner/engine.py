@@ -102,7 +102,6 @@ class RunStats:
     reasons: collections.Counter = field(default_factory=collections.Counter)
     stages: collections.Counter = field(default_factory=collections.Counter)
     tokens: int = 0
-    finished_requests: int = 0
     wall_s: float = 0.0
 
 
@@ -435,6 +434,5 @@ class DecodeEngine:
                     bar.update_to(self.stats.steps, self.mode_shares)   # one clock read between redraws
         finally:
             bar.close(self.mode_shares())
-        self.stats.finished_requests = self.scheduler.finished
         self.stats.wall_s = time.perf_counter() - started
         return self.stats

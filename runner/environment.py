@@ -14,7 +14,7 @@ from runner.errors import ReplayscopeError
 
 TOKEN_VARIABLE = "REPLAYSCOPE_TOKEN"
 # RFC 6750's b64token: what may follow "Bearer " in an Authorization header, so the only
-# tokens a client can send (collector.auth.bearer parses by it).
+# tokens a client can send (collector.api.auth.bearer parses by it).
 B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 

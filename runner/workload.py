@@ -129,11 +129,6 @@ class Scheduler:
         self._ids = 0
         self._turn = 0
 
-    @property
-    def scratch_slot(self) -> int:
-        """The cache slot pad rows write into; no request ever holds it."""
-        return self.spec.max_running
-
     def _rate(self) -> float:
         if self.spec.burst_period_s <= 0:
             return self.spec.arrival_rate

@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from collector.ingest import IngestResult, ingest_events, ingest_run
 from collector.models import retention
-from collector.models.rollups import Accumulator
+from collector.models.rollups import STEP_FIELDS, Accumulator
 from collector.store import Store
 from collector.tables import batch_rollups, step_counts, step_rollups, steps
 from runner.events_file import read_events_file
@@ -36,9 +36,8 @@ def rebuild_rollups(conn, run_pk: int) -> None:
     conn.execute(step_rollups.delete().where(step_rollups.c.run_pk == run_pk))
     conn.execute(batch_rollups.delete().where(batch_rollups.c.run_pk == run_pk))
     acc = Accumulator()
-    for r in conn.execute(sa.select(steps).where(steps.c.run_pk == run_pk)).mappings():
-        acc.add_step(r["ts"], r["stage"], r["mode"], r["reason"], r["raw_bs"], r["num_tokens"],
-                     r["padded_tokens"], r["duration_s"])
+    acc.add_step_rows(conn.execute(sa.select(*(steps.c[f] for f in STEP_FIELDS)).where(steps.c.run_pk == run_pk)),
+                      STEP_FIELDS)
     for r in conn.execute(sa.select(step_counts).where(step_counts.c.run_pk == run_pk)).mappings():
         acc.add_counts(r["ts"], r["stage"], r["mode"], r["reason"], r["count"], r["num_tokens"],
                        r["padded_tokens"], r["duration_s"], r["raw_bs"], r["batch_sizes"])

@@ -4,9 +4,9 @@ own rule writes (``app.data``, as the API's routes), and the firing / resolved h
 each alert's dominant reason. Shares (thresholds, peaks) read as percentages throughout.
 
 With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
-once (wrong tokens are limited per address, collector.throttle; the right one always
+once (wrong tokens are limited per address, collector.api.throttle; the right one always
 signs in): the sign-in callback
-sets a signed, HttpOnly session cookie (collector.auth), and
+sets a signed, HttpOnly session cookie (collector.api.auth), and
 every callback that changes the store checks it, so a callback posted without it changes
 nothing. Readers without it see webhook URLs as scheme and host only."""
 

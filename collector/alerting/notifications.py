@@ -28,7 +28,6 @@ import hashlib
 import logging
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, Callable, Iterable
@@ -48,7 +47,6 @@ log = logging.getLogger("replayscope.notifications")
 ALERTMANAGER_RESEND_S = 60.0     # as Prometheus does: an Alertmanager drops alerts not re-sent
 BACKOFF_FIRST_S = 1.0
 BACKOFF_MAX_S = 300.0
-MAX_PARALLEL_RECEIVERS = 8
 
 
 @dataclass(frozen=True)
@@ -231,28 +229,6 @@ def by_receiver(rows: list[dict]) -> dict[str, list[dict]]:
     for row in rows:
         out.setdefault(row["url"], []).append(row)
     return out
-
-
-def send_due(store: Store, delivery: Delivery, now: float | None = None, *,
-             clock: Callable[[], float] = time.time, post: Post | None = None,
-             metrics: Any = None) -> SendResult:
-    """Send what is due now and wait for it (receivers in parallel, each one's rows in
-    order). The notifier service sends through ``collector.alerting.receiver_lanes`` instead,
-    which never waits for a receiver."""
-    now = clock() if now is None else now
-    with store.read() as conn:
-        groups = list(by_receiver(outbox_rows.due(conn, now)).values())
-    result = SendResult()
-    if not groups:
-        return result
-    with ThreadPoolExecutor(max_workers=min(MAX_PARALLEL_RECEIVERS, len(groups)),
-                            thread_name_prefix="replayscope-notify") as pool:
-        for part in pool.map(lambda rows: send_receiver(store, delivery, rows, now, clock=clock, post=post),
-                             groups):
-            result.merge(part)
-    if metrics is not None:
-        metrics.observe_notifications(result)
-    return result
 
 
 def send_one(store: Store, delivery: Delivery, row: dict, now: float, *,

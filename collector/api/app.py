@@ -18,12 +18,12 @@ from collector.models import queries
 from collector.api import alerts, fleet, ingest, ops, runs
 from collector.api.errors import HANDLED, problem
 from collector.api.guards import BodyLimit, HostGuard, WriteGuard
-from collector.hosts import served_hosts
-from collector.metrics import Metrics
+from collector.api.hosts import served_hosts
+from collector.api.metrics import Metrics
 from collector.services.loops import Evaluator, Notifier, Retention
 from collector.settings import Settings
 from collector.store import Store
-from collector.throttle import WrongTokens
+from collector.api.throttle import WrongTokens
 
 # One router per resource, mounted in this order.
 ROUTERS = (ingest.router, runs.router, fleet.router, alerts.router, ops.router)

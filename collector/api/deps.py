@@ -1,4 +1,4 @@
-"""What routes are given, as FastAPI dependencies: the app's store, settings, metrics and
+"""What routes are given, as FastAPI dependencies: the app's store, metrics and
 alert delivery (set on ``app.state`` once, by ``collector.api.app.create_api``)."""
 
 from __future__ import annotations
@@ -7,18 +7,13 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from collector.metrics import Metrics
+from collector.api.metrics import Metrics
 from collector.alerting.notifications import Delivery
-from collector.settings import Settings
 from collector.store import Store
 
 
 def get_store(request: Request) -> Store:
     return request.app.state.store
-
-
-def get_settings(request: Request) -> Settings:
-    return request.app.state.settings
 
 
 def get_metrics(request: Request) -> Metrics:
@@ -30,6 +25,5 @@ def get_delivery(request: Request) -> Delivery:
 
 
 StoreDep = Annotated[Store, Depends(get_store)]
-SettingsDep = Annotated[Settings, Depends(get_settings)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 DeliveryDep = Annotated[Delivery, Depends(get_delivery)]

@@ -13,7 +13,7 @@ from collector.api.deps import DeliveryDep, MetricsDep, StoreDep
 from collector.api.errors import WRITE, responses
 from collector.api.guards import require_writer
 from collector.api.body import json_body
-from collector.deletion import delete_run
+from collector.services.deletion import delete_run
 from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
 from collector.store import StoreUnavailable
 from runner.errors import NotFound

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 
 # Loaded on first use: the parsers compile many patterns, and ``replayscope --help`` imports
-# this package (for ``collector.import_commands``) without needing them.
+# this package (for ``app.cli.imports``) without needing them.
 _EXPORTS = {
     "RANK_POLICY": ("collector.importers.builder", "RANK_POLICY"),
     "ImportedRun": ("collector.importers.parser", "ImportedRun"),

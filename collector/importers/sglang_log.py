@@ -44,10 +44,6 @@ class SglangRun(SectionCaptures, RunBuilder):
     def _figure(self, name: str, fact: Fact, value: Any) -> None:
         self.figures.setdefault(name, {})[fact.line.rank_label] = (rank_order(fact.line.rank), value)
 
-    def _headline(self, name: str) -> Any:
-        values = self.figures.get(name)
-        return min(values.values(), key=lambda item: item[0])[1] if values else None
-
     # -- startup -----------------------------------------------------------------------
     def on_banner(self, fact: Fact) -> None:
         self.args.update(server_args(fact.data["text"]))

@@ -41,10 +41,6 @@ class Accumulator:
         self.seconds: RollupMap = {}   # (second, stage, mode, reason) -> sums
         self.batches: BatchMap = {}    # (stage, raw_bs, mode, reason) -> sums
 
-    def add_step(self, ts: float, stage: str, mode: str, reason: str | None, raw_bs: int,
-                 num_tokens: int, padded_tokens: int, duration_s: float | None) -> None:
-        self.add_step_rows([(ts, stage, mode, reason, raw_bs, num_tokens, padded_tokens, duration_s)], STEP_FIELDS)
-
     def add_step_rows(self, rows: Iterable[tuple], columns: tuple[str, ...]) -> None:
         """Steps as rows whose fields ``columns`` names (ingest passes its ``steps`` rows): the
         one place the rollup rule is written, as one loop because it is ingest's hot path."""

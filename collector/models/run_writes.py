@@ -2,7 +2,7 @@
 its bookkeeping, the heartbeat timeout, deleting it.
 
 Plain functions of a connection, inside the caller's transaction: ``collector.ingest``
-holds one batch's (all or nothing), ``collector.deletion`` one deletion's. Storing events
+holds one batch's (all or nothing), ``collector.services.deletion`` one deletion's. Storing events
 is the hot path: driver-level ``exec_driver_sql`` executemany with positional tuples,
 its statements built once per dialect, never the ORM.
 """

@@ -253,7 +253,7 @@ def run_exists(store: Store, run_id: str) -> bool:
 
 
 def gauge_counts(store: Store) -> tuple[dict[str, int], dict[str, int]]:
-    """What the store gauges show at scrape time (``collector.metrics``): firing alerts by
+    """What the store gauges show at scrape time (``collector.api.metrics``): firing alerts by
     rule name and runs by status; both empty while the store does not answer."""
     try:
         with store.read() as conn:

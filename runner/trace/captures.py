@@ -10,8 +10,9 @@ import sys
 import time
 from typing import Any
 
+from runner.errors import describe_error
+from runner.pools import pool_bytes
 from runner.trace import device
-from runner.trace.lifecycle import describe_error
 
 # Names under which programs keep the batch size they are capturing (SGLang ``bs``, vLLM
 # ``num_tokens``, most hand-written loops ``bs`` or ``batch_size``), looked up in the frames
@@ -220,7 +221,7 @@ class CaptureTracking:
             if size not in sizes:
                 self.captured_by_stage[stage] = tuple(sorted(sizes + (size,)))
         self.emit("capture", graph_bs=size, stage=stage, duration_s=duration,
-                  pool_bytes=device.pool_bytes(pool), pool_delta_bytes=delta, status=status, error=error,
+                  pool_bytes=pool_bytes(pool), pool_delta_bytes=delta, status=status, error=error,
                   variant=variant, rank=self._label())
 
     def _bind_unsized(self, graph: Any, size: int) -> None:

@@ -9,7 +9,6 @@ with the process (before the program imports torch, if it ever does).
 from __future__ import annotations
 
 import sys
-from typing import Any
 
 
 _TORCH = None
@@ -50,21 +49,6 @@ def reserved_bytes() -> int | None:
         if not torch.cuda.is_initialized():
             return None
         return int(torch.cuda.memory_reserved())
-    except Exception:  # noqa: BLE001
-        return None
-
-
-def pool_bytes(pool: Any) -> int | None:
-    """Bytes reserved by one graph memory pool, from the allocator's snapshot (capture time only)."""
-    if pool is None:
-        return None
-    try:
-        torch = _torch()
-        if not torch.cuda.is_initialized():
-            return None
-        key = tuple(pool)
-        return sum(s["total_size"] for s in torch.cuda.memory_snapshot()
-                   if tuple(s.get("segment_pool_id", ())) == key)
     except Exception:  # noqa: BLE001
         return None
 

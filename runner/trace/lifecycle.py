@@ -17,21 +17,13 @@ import time
 from typing import Any, Callable
 
 from runner.emitter import Emitter
+from runner.errors import describe_error
 from runner.sinks import HttpSink, JsonlSink
 from runner.timing import step_timing
 from runner.trace import device
 from runner.trace.outside import register
 from runner.trace.settings import TraceSettings, claim_events_path
 from runner.trace.tree_state import AUTO_STEPS
-
-
-def describe_error(error: BaseException) -> str:
-    """The error and, for CUDA's 'previous error during capture', the original cause."""
-    text = f"{type(error).__name__}: {error}".strip()
-    cause = error.__cause__ or error.__context__
-    if cause is not None and str(cause) not in text:
-        text += f" (caused by {type(cause).__name__}: {cause})"
-    return text[:4000]
 
 
 def process_label() -> str:

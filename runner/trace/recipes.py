@@ -20,9 +20,9 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, NamedTuple
 
+from runner.errors import describe_error
 from runner.trace.causes import Cause
 from runner.trace.hooks import Patches
-from runner.trace.lifecycle import describe_error
 from runner.trace.tracer import Tracer
 
 

@@ -68,7 +68,7 @@ def test_without_the_token_the_alerts_page_changes_nothing_and_hides_webhook_url
 
 def test_after_giving_the_token_once_rules_change_and_the_session_is_http_only(env):
     from collector.models import queries
-    from collector.auth import SESSION_COOKIE
+    from collector.api.auth import SESSION_COOKIE
 
     driver = env["driver"]
     driver.get(env["url"] + "/alerts")

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from collector.alerting import alerts
 from collector.models import queries
-from collector.auth import SESSION_COOKIE
+from collector.api.auth import SESSION_COOKIE
 from collector.settings import Settings
 from collector.store import Store
 from tests.live_server import LOOPBACK_BASE

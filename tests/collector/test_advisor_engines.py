@@ -51,10 +51,10 @@ def sizes_set_by(line: dict) -> list[int] | None:
         return list(ast.literal_eval(call.args[0]))
     argv = shlex.split(text)
     if line["engine"] == "runner":
-        from runner.cli import config_from_args
+        from app.cli.run import config_from_args
         parser = argparse.ArgumentParser()
         sub = parser.add_subparsers()
-        from runner.cli import add_parsers
+        from app.cli.run import add_parsers
         add_parsers(sub)
         config = config_from_args(parser.parse_args(["run", "--preset", "tiny", *argv]))
         return None if config.backend == "disabled" else list(config.sizes)

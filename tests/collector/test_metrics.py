@@ -79,7 +79,7 @@ def test_per_run_metrics_carry_the_runs_model(tmp_path):
 
 
 def test_the_model_label_is_bounded_in_number_and_length():
-    from collector.metrics import MODEL_LABEL_CHARS, OTHER_MODELS, ModelLabels
+    from collector.api.metrics import MODEL_LABEL_CHARS, OTHER_MODELS, ModelLabels
 
     label = ModelLabels(limit=2)
     assert [label("a"), label("b"), label("c"), label("a")] == ["a", "b", OTHER_MODELS, "a"]

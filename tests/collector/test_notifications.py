@@ -16,7 +16,8 @@ import sqlalchemy as sa
 
 from collector.alerting import alerts, notifications
 from collector.ingest import ingest_events, ingest_run
-from collector.alerting.notifications import Delivery, send_due
+from collector.alerting.notifications import Delivery, SendResult
+from collector.models import outbox
 from collector.tables import alert_notifications as an
 from collector.alerting.webhook_urls import TargetPolicy
 from tests.live_server import LOOPBACK_BASE, free_port, wait_answering
@@ -48,6 +49,19 @@ def fire_and_resolve(store, delivery: Delivery, runs: int = 1, resolve: bool = T
             ingest_events(store, f"run-{k}", steps_at(1000, T0 + 60, 120, 4, 0.0))
         alerts.evaluate_alerts(store, delivery=delivery)
     return [notifications.fingerprint(RULE["name"], t.alert["run_id"], t.alert["id"]) for t in fired]
+
+
+def send_due(store, delivery: Delivery, now: float | None = None, *, clock=time.time) -> SendResult:
+    """What the notifier's lanes send in one round (``collector.alerting.receiver_lanes``:
+    the due rows by receiver, each receiver's through ``send_receiver``), one receiver after
+    the other and waited for, without the lanes' own backoff: the rows' states alone."""
+    now = clock() if now is None else now
+    with store.read() as conn:
+        groups = notifications.by_receiver(outbox.due(conn, now))
+    result = SendResult()
+    for rows in groups.values():
+        result.merge(notifications.send_receiver(store, delivery, rows, now, clock=clock))
+    return result
 
 
 class Clock:

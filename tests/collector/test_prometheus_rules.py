@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector import metrics
+from collector.api import metrics
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 

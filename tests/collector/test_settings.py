@@ -65,7 +65,7 @@ def test_the_token_is_read_when_a_command_runs_not_when_its_parser_is_built(monk
     lookup (``runner.environment.token``, which ``resolve`` uses too), at use: a parser built
     before the variable was set still sends it, and ``--token`` wins over it."""
     from runner import environment
-    from runner.cli import make_sink
+    from app.cli.run import make_sink
 
     monkeypatch.delenv("REPLAYSCOPE_TOKEN", raising=False)
     parser = build_parser()

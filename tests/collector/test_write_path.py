@@ -330,7 +330,7 @@ def test_serve_refuses_a_non_loopback_address_without_a_token(tmp_path, monkeypa
     ("0.0.0.0", None, True, True),
 ])
 def test_who_may_listen_where(host, token, insecure, allowed):
-    from app.commands import _refuse_open_writes
+    from app.cli.serve import _refuse_open_writes
     from runner.errors import ReplayscopeError
 
     settings = Settings(host=host, token=token)

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from app.cli import build_parser
-from collector.metrics import DECODE_STAGES_MATCHER
+from collector.api.metrics import DECODE_STAGES_MATCHER
 from collector.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -68,9 +68,9 @@ def environment(service: dict) -> dict[str, str]:
 
 
 def runner_flag_variables() -> set[str]:
-    """REPLAYSCOPE_* variables the runner's flags read as defaults (runner/cli.py, and the token
+    """REPLAYSCOPE_* variables the runner's flags read as defaults (app/cli/run.py, and the token
     through runner/environment.py)."""
-    source = (REPO / "runner" / "cli.py").read_text()
+    source = (REPO / "app" / "cli" / "run.py").read_text()
     found = set(re.findall(r'os\.environ\.get\("(REPLAYSCOPE_[A-Z_]+)"\)', source))
     environment = (REPO / "runner" / "environment.py").read_text()
     return found | set(re.findall(r'^[A-Z_]+_VARIABLE = "(REPLAYSCOPE_[A-Z_]+)"', environment, re.M))
@@ -364,7 +364,7 @@ def exposed_series() -> dict[str, set[str]]:
     from prometheus_client.parser import text_string_to_metric_families
 
     from collector.ingest import IngestResult
-    from collector.metrics import Metrics
+    from collector.api.metrics import Metrics
 
     metrics = Metrics(store_gauges=lambda: ({"eager-high": 1}, {"finished": 2}))
     metrics.observe_ingest(IngestResult(
@@ -416,7 +416,7 @@ def test_every_dashboard_query_names_metrics_and_labels_the_collector_exposes():
         assert selectors, f"no replayscope metric in {expr!r}"
         labels: set[str] = {"le"}
         for name, matchers in selectors:
-            assert name in series, f"{name} is not exposed by collector/metrics.py ({expr!r})"
+            assert name in series, f"{name} is not exposed by collector/api/metrics.py ({expr!r})"
             for label in _MATCHER.findall(matchers):
                 assert label in series[name], f"{name} has no label {label} ({expr!r})"
             labels |= series[name]

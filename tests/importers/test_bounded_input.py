@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from collector import import_commands as cli
+from app.cli import imports as cli
 from collector.importers import import_log, log_source, parser as log_parser
 from collector.models import queries
 from collector.store import Store

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from collector import import_commands as cli
+from app.cli import imports as cli
 from runner.errors import ReplayscopeError
 from tests.importers.conftest import FIXTURES, gib
 from tests.live_server import free_port

@@ -10,7 +10,7 @@ import io
 import pytest
 
 from app.cli import main
-from collector import import_commands as cli
+from app.cli import imports as cli
 from runner import sinks
 from tests.importers.test_follow import START, decode, db_args
 from tests.live_server import free_port

@@ -99,7 +99,7 @@ def test_the_import_line_says_the_capture_did_not_finish_and_gives_no_total(tmp_
     import argparse
     import io
 
-    from collector import import_commands as cli
+    from app.cli import imports as cli
 
     p = argparse.ArgumentParser()
     cli.add_parsers(p.add_subparsers())

@@ -17,7 +17,7 @@ from datetime import datetime, timezone
 import pytest
 
 from collector.models import queries
-from collector import import_commands as cli
+from app.cli import imports as cli
 from collector.importers import ENGINE_SPECS
 from collector.importers.follow import follow
 from collector.store import Store

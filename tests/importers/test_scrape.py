@@ -8,7 +8,7 @@ import argparse
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from collector import import_commands as cli
+from app.cli import imports as cli
 from collector.importers.scrape import Scraper
 from runner.errors import ReplayscopeError
 from runner.wire import validate_event, validate_run

@@ -158,7 +158,7 @@ def test_workload_flags_override_the_named_workload(capsys, tmp_path):
 
 
 def config_of(*argv):
-    from runner.cli import config_from_args
+    from app.cli.run import config_from_args
 
     return config_from_args(build_parser().parse_args(["run", *argv]))
 

@@ -30,8 +30,7 @@ def test_running_requests_stay_under_max_running_and_never_share_a_slot(name):
         slots = [r.slot for r in scheduler.running]
         assert len(scheduler.running) <= spec.max_running
         assert len(set(slots)) == len(slots), f"two running requests share a slot: {sorted(slots)}"
-        assert all(0 <= s < spec.max_running for s in slots)
-        assert scheduler.scratch_slot not in slots
+        assert all(0 <= s < spec.max_running for s in slots)     # never the pad rows' scratch slot, max_running
         assert {r.slot for r in iteration.requests} <= set(slots)
         seen_full = seen_full or len(scheduler.running) == spec.max_running
     assert seen_full, "the workload never filled its running set; the cap was not exercised"

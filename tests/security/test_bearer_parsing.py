@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from collector import auth
+from collector.api import auth
 from runner.environment import token as configured_token
 from runner.errors import ReplayscopeError
 from tests.faults.conftest import REPO, Collector, http_json, migrated_sqlite

@@ -76,7 +76,7 @@ def test_the_demo_in_a_project_with_its_own_app_package_runs_none_of_its_code(in
 def test_a_runner_that_keeps_failing_stops_the_demo_with_a_nonzero_exit(tmp_path, monkeypatch, capsys):
     import argparse
 
-    from app import commands
+    from app.cli import serve as commands
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(commands._Demo, "runner_command",

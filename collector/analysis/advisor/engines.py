@@ -52,9 +52,9 @@ SGLang (sizes are requests in a decode batch):
   (``--piecewise-cuda-graph-tokens``, ``--cuda-graph-bs-prefill`` after PR #23906) and are
   not chosen here.
 
-This runner (``runner/plan.py``, ``runner/cli.py``): any ascending sizes >= 1
+This runner (``runner/plan.py``, ``app/cli/run.py``): any ascending sizes >= 1
 (``CapturePlan``); ``--capture-sizes 1,2,4`` (commas or spaces) with ``--max-bs`` equal
-to the largest (``runner.cli`` refuses a different one); batches never exceed the
+to the largest (``app.cli.run`` refuses a different one); batches never exceed the
 workload's running requests, so sizes above them serve nothing; ``--no-padding`` serves
 only exact sizes; ``--backend disabled`` / ``--enforce-eager``: no graphs. The verify
 stage captures the sizes up to 16 (``runner.engine.VERIFY_MAX_BS``).

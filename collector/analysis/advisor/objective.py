@@ -30,7 +30,7 @@ choice over the observed sizes exact (``choice``).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass
 from typing import Iterable, NamedTuple, Sequence
 
 from collector.analysis.advisor.steps import served
@@ -90,10 +90,6 @@ class Objective:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "unit": self.unit}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "Objective":
-        return cls(**{f.name: d[f.name] for f in fields(cls) if f.name in d})
 
 
 def rows_objective(eager_weight: float, provenance: str, basis: str) -> Objective:

@@ -1,4 +1,4 @@
-"""Collector subcommands of ``replayscope``: ``db upgrade``, ``db current`` and ``db prune``."""
+"""``replayscope db upgrade``, ``db current`` and ``db prune``: the store's schema and its retention."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from collector.import_sinks import BATCH, DbSink, StreamedWriter, open_sink
+from app.cli.import_sinks import BATCH, DbSink, StreamedWriter, open_sink
 from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 

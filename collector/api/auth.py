@@ -4,7 +4,7 @@ With ``REPLAYSCOPE_TOKEN`` set, every write needs it: API clients send
 ``Authorization: Bearer <token>``; the dashboard asks for the token once and keeps a
 signed, HttpOnly, SameSite=Strict session cookie (``SESSION_COOKIE``) whose signature is
 keyed by the token, so changing the token ends every session. Wrong tokens are limited
-per client address (``collector.throttle``); the right one is always checked and accepted,
+per client address (``collector.api.throttle``); the right one is always checked and accepted,
 so nobody sharing an address can lock a runner out. Without a token every
 caller is a writer (``replayscope serve`` refuses to listen beyond loopback then, unless
 ``--insecure``). Either way a browser's cross-origin write is refused (``origin_allowed``).
@@ -23,7 +23,7 @@ from runner.environment import B64TOKEN
 from runner.errors import TooManyRequests
 
 if TYPE_CHECKING:
-    from collector.throttle import WrongTokens
+    from collector.api.throttle import WrongTokens
 
 SESSION_COOKIE = "replayscope_session"
 SESSION_TTL_S = 12 * 3600
@@ -91,7 +91,7 @@ def check_token(supplied: str, token: str, *, client: str | None = None, limiter
     """Whether ``supplied`` is the token. It is always compared (in constant time), so the
     right one is accepted from any address, however many wrong ones came from it: a runner
     behind the same NAT, proxy or host as a guesser is never locked out. A wrong one counts
-    against ``client`` (``collector.throttle``), and while ``client`` has given too many it
+    against ``client`` (``collector.api.throttle``), and while ``client`` has given too many it
     is answered ``TooManyRequests`` instead of False."""
     if token_matches(supplied, token):
         return True

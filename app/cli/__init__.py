@@ -1,4 +1,9 @@
-"""The ``replayscope`` command: one front for the runner, the collector and the dashboard.
+"""The ``replayscope`` command: one front for the runner, the collector and the dashboard,
+and the one place of the command-line interface: this module is the parser and the
+dispatch, each module of this package one command group (``serve``: serve and demo;
+``advise``; ``run``, which also registers ``trace`` from ``runner.trace.cli``, the
+tracer's own front for ``python -m runner.trace``; ``db``; ``runs``; ``imports``: import,
+follow, scrape, writing through ``import_sinks``).
 
 Each module in ``COMMAND_MODULES`` registers its subcommands with ``add_parsers(sub)``.
 Building the parser must stay cheap and torch-free (``replayscope --help``, ``serve``,
@@ -18,11 +23,12 @@ from app import __version__
 from runner.errors import EXIT_DONE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, ReplayscopeError
 
 COMMAND_MODULES = (
-    "app.commands",               # serve, demo, advise
-    "runner.cli",                 # run, and trace (runner.trace.cli)
-    "collector.cli",              # db
-    "collector.import_commands",  # import, scrape, follow
-    "collector.run_commands",     # runs list, runs delete
+    "app.cli.serve",              # serve, demo
+    "app.cli.advise",             # advise
+    "app.cli.run",                # run, and trace (runner.trace.cli)
+    "app.cli.db",                 # db
+    "app.cli.imports",            # import, scrape, follow
+    "app.cli.runs",               # runs list, runs delete
 )
 
 
@@ -77,6 +83,3 @@ def _output_closed() -> int:
         pass
     return EXIT_PIPE_CLOSED
 
-
-if __name__ == "__main__":
-    sys.exit(main())

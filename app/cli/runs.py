@@ -91,7 +91,7 @@ def _delete(args) -> int:
             raise ReplayscopeError(f"collector {args.collector}: {error}") from None
         print(f"deleted run {args.run_id} through the collector at {args.collector}")
         return 0
-    from collector.deletion import delete_run
+    from collector.services.deletion import delete_run
     from collector.store import Store
 
     store = Store.open(resolve(args).db, create=False)     # never a new store to delete from

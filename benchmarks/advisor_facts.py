@@ -1,9 +1,9 @@
-"""A run's advisor facts from its wire events (an events file, or a run held in memory).
+"""The advisor benchmark's recorded run as the advisor's facts, from its events in memory.
 
-What ``stored`` reads from a store, built from the events themselves: each step a row of
-its own (its time its own), step times per (stage, batch size, mode, reason), the decode
-captures. Pure: the GPU benchmark advises its own recorded run with it where no store
-(and no SQLAlchemy) is at hand.
+What ``collector.analysis.advisor.stored`` reads from a store, built from the events
+themselves: each step a row of its own (its time its own), step times per (stage, batch
+size, mode, reason), the decode captures. The benchmark replays the held-back steps one by
+one, so it needs every step as its own row, not a store's time buckets.
 """
 
 from __future__ import annotations
