@@ -1,0 +1,238 @@
+"""Where a traced step's host time goes: each stage of a ``--step`` step, on any machine.
+
+    python -m benchmarks.trace_stages [--rounds 7] [--steps 20000] [--json FILE]
+
+One process, a trivial step (a Python call that replays a stand-in CUDA graph, so the replay
+hook and the graph path of the routing run as on a GPU; with CUDA in use the timing stage is
+CUDA events on 1 step in N, else the host clock on every step). Batch sizes cycle over
+``SIZES`` against graphs captured for ``CAPTURED``: graph, padded and eager (above the largest)
+steps, as the host-bound loop of ``benchmarks.trace_loop`` runs. Every figure is µs per step, the
+median over alternating rounds (the order of the sides rotating round by round) with its
+spread (max - min over the rounds):
+
+- ``floor``: what recording a step cannot go below: a bare Python call and a list append;
+- the stages of a traced step, each alone: ``dispatch`` (the step wrapper and reading the batch
+  from the arguments), ``timing`` (start and stop of the step's clock), ``routing`` (deciding
+  graph / padded / eager and the cause from the graphs replayed and the tracer's state), ``event``
+  (``Emitter.step``: counting and queueing the step), ``sink`` (the emitter thread's work per
+  event: the wire dict and its line in the events file, which holds the GIL the program needs);
+- ``traced step``: the whole step traced (the emitter's thread running, its events written to a
+  file) minus the same step untraced; the collections the garbage collector ran in each side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import os
+import statistics
+import tempfile
+import time
+import types
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.harness import NullSink, write_json
+from benchmarks.pairing import rotated
+from runner.emitter import Emitter
+from runner.sinks import JsonlSink
+from runner.trace.hooks import Patches, install_cuda_graph_hooks
+from runner.trace.recipes import step_wrapper, tensor_batch
+from runner.trace.settings import TraceSettings
+from runner.trace.tracer import Tracer
+
+CAPTURED = (1, 2, 4, 8, 16)
+SIZES = (1, 3, 8, 12, 24)         # graph, padded, graph, padded, eager (above the largest graph)
+
+
+class StandInGraph:
+    """A CUDA graph's methods, doing nothing: what the hooks cost on the host, alone."""
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        pass
+
+    def capture_end(self):
+        pass
+
+    def replay(self):
+        pass
+
+    def pool(self):
+        return (0, 1)
+
+
+class Program:
+    """The traced program: graphs captured per size (hooks on), a step that replays the graph of
+    the smallest size that holds its batch, or runs eager above the largest."""
+
+    def __init__(self, tracer: Tracer | None = None, patches: Patches | None = None):
+        graph_class = type("Graph", (StandInGraph,), {})      # its own class: its own hooks, or none
+        if tracer is not None:
+            install_cuda_graph_hooks(tracer, types.SimpleNamespace(CUDAGraph=graph_class), patches)
+        self.graphs: dict[int, StandInGraph] = {}
+        for bs in CAPTURED:
+            graph = graph_class()
+            graph.capture_begin()       # the tracer reads the size from this frame's ``bs``
+            graph.capture_end()
+            self.graphs[bs] = graph
+        self.graph_for = {bs: next((self.graphs[s] for s in CAPTURED if s >= bs), None) for bs in SIZES}
+        self.inputs = [torch.zeros(bs, 1, dtype=torch.long) for bs in SIZES]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        graph = self.graph_for[tokens.shape[0]]
+        if graph is not None:
+            graph.replay()
+        return tokens
+
+
+def new_tracer(path: str) -> Tracer:
+    return Tracer(TraceSettings(trace_id="bench", name="bench"), make_sink=lambda run_id: JsonlSink(path))
+
+
+def _loop(fn: Callable[[Any], Any], inputs: list, steps: int) -> float:
+    """µs per call of ``fn`` over ``steps`` calls, the inputs taken in turn."""
+    n = len(inputs)
+    batches = [inputs[i % n] for i in range(steps)]
+    started = time.perf_counter()
+    for x in batches:
+        fn(x)
+    return (time.perf_counter() - started) / steps * 1e6
+
+
+class GcCount:
+    """Collections the garbage collector ran, and the seconds spent in them, while counting."""
+
+    def __init__(self):
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> "GcCount":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "spread": max(values) - min(values)}
+
+
+def measure(rounds: int, steps: int, workdir: str) -> dict[str, Any]:
+    tracer, patches = new_tracer(os.path.join(workdir, "traced.jsonl")), Patches()
+    program = Program(tracer, patches)
+    inputs = program.inputs
+    traced = step_wrapper(tracer, program.step, tensor_batch, "bench")
+    closed = Tracer(TraceSettings(trace_id="closed", name="closed"), make_sink=lambda run_id: None)
+    closed.closed = True                       # step_begin refuses at once: the wrapper and the batch alone
+    dispatch_only = step_wrapper(closed, program.step, tensor_batch, "bench")
+    queue: list = []
+    append, seq = queue.append, itertools.count()
+
+    def floor(x):
+        append((next(seq), 8))                  # a record of atoms, as an event is (untracked by the gc)
+        return program.step(x)
+
+    def timing(x):
+        tracer._stop_timing(tracer._start_timing("decode", 8))
+        return program.step(x)
+
+    graph, bs_of = program.graphs[8], {id(x): x.shape[0] for x in inputs}
+    graph_of = {id(x): program.graph_for[x.shape[0]] for x in inputs}
+
+    def routing(x):
+        graph = graph_of[id(x)]
+        graphs = [graph] if graph is not None else []
+        tracer._route(bs_of[id(x)], graphs)
+        return program.step(x)
+
+    events = Emitter(JsonlSink(os.path.join(workdir, "events.jsonl")), {
+        "run_id": "stages", "name": "stages", "source": "trace", "started_at": time.time(), "backend": "trace",
+        "model": "bench", "device": "cpu", "config": {}})
+    events.sink.open(events.run)                # its thread is not started: the rounds clear its queue
+
+    def event(x):
+        events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
+        return program.step(x)
+
+    # The same program traced with its events dropped by the sink: the step's path on the program's
+    # thread, and the emitter thread's conversion only (no line written).
+    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: NullSink())
+    dropped = step_wrapper(dropping, Program(dropping, patches).step, tensor_batch, "bench")
+    traced(inputs[0])                           # the runs open (their emitter threads start) outside the rounds
+    dropped(inputs[0])
+    sides: dict[str, Callable[[Any], Any]] = {
+        "untraced": Program().step, "floor": floor, "dispatch": dispatch_only, "timing": timing,
+        "routing": routing, "event": event, "traced step": traced, "events dropped": dropped}
+    gc_counts = {name: GcCount() for name in sides}
+
+    def side(name: str) -> Callable[[int], float]:
+        def one_round(_round: int) -> float:
+            queue.clear()
+            events._queue.clear()
+            with gc_counts[name]:
+                return _loop(sides[name], inputs, steps)
+        return one_round
+
+    names = list(sides)
+    gc.collect()
+    per_round = dict(zip(names, rotated([side(n) for n in names], range(rounds))))
+    # The emitter thread's work per event (the GIL it holds), measured here on the main thread.
+    sink_us = []
+    for _ in range(rounds):
+        events._flush()
+        for _ in range(steps):
+            events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
+        started = time.perf_counter()
+        events._flush()
+        sink_us.append((time.perf_counter() - started) / steps * 1e6)
+    patches.remove()
+    tracer.close()
+    dropping.close()
+    base = per_round["untraced"]
+    result: dict[str, Any] = {"steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
+                              "untraced_us": summary(base), "stages": {}}
+    for name in names[1:]:
+        added = [v - b for v, b in zip(per_round[name], base)]
+        result["stages"][name] = {**summary(added), "gc": gc_counts[name].collections,
+                                  "gc_ms": gc_counts[name].seconds * 1e3}
+    result["stages"]["sink"] = summary(sink_us)
+    result["untraced_gc"] = gc_counts["untraced"].collections
+    result["traced_steps"] = tracer.steps
+    result["modes"] = dict(tracer.modes)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--steps", type=int, default=20000, help="steps per side per round")
+    parser.add_argument("--json", help="also write the figures as JSON to this file")
+    options = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory() as workdir:
+        result = measure(options.rounds, options.steps, workdir)
+    print(f"untraced step {result['untraced_us']['median']:.2f} us; per step, added over it "
+          f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = max - min):")
+    print(f"{'stage':<12} {'added us':>9} {'spread':>7} {'gc gen0/1/2':>12} {'gc ms':>6}")
+    for name, figures in result["stages"].items():
+        gcs = "/".join(str(n) for n in figures.get("gc", ())) or "-"
+        gc_ms = f"{figures['gc_ms']:6.1f}" if "gc_ms" in figures else f"{'-':>6}"
+        print(f"{name:<12} {figures['median']:9.2f} {figures['spread']:7.2f} {gcs:>12} {gc_ms}")
+    print(f"untraced gc {'/'.join(map(str, result['untraced_gc']))}; traced steps {result['traced_steps']}, "
+          f"modes {result['modes']}")
+    write_json(options.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
