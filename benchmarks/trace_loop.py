@@ -10,7 +10,9 @@ with CUDA events, as the trace does by default). Once both have captured and war
 alternate between them (which goes first alternating round by round): each round is ``--steps``
 steps with one synchronise per 100, timed inside the process. Per program: µs per step of each
 side, traced/untraced and the µs added per step, each the median over the rounds with its spread
-(max - min), and the garbage collector's collections in each side's rounds. The traced side's
+(max - min); the µs of the process's CPU time added per step (all its threads, the emitter's
+too: on a GPU host it also counts the synchronise's spinning, on a busy CPU-only machine it is
+the figure other processes do not inflate); and the garbage collector's collections in each side's rounds. The traced side's
 events file is read afterwards: every step it ran is there, with its mode.
 
 Programs (``--programs``): ``host`` — 8 bf16 layers 1024 wide, graphs for batch sizes
@@ -35,6 +37,7 @@ PROGRAMS = {"cuda": {"host": ["--width", "1024", "--layers", "8"], "engine": ["-
             "cpu": {"host": ["--width", "64", "--layers", "8"]}}
 STEPS = {"host": 20000, "engine": 2000}
 STEP_SPEC = "benchmarks.trace_loop_program:step"
+WARMUP = 500          # steps each process runs before its first round (graphs warmed up, the run opened)
 
 
 class Side:
@@ -68,7 +71,8 @@ def spread(values: list[float]) -> dict[str, float]:
 
 def measure(device: str, name: str, args: list[str], rounds: int, steps: int, out: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
-    program = [sys.executable, "-m", "benchmarks.trace_loop_program", "--device", device, *args]
+    program = [sys.executable, "-m", "benchmarks.trace_loop_program", "--device", device, "--warmup", str(WARMUP),
+               *args]
     events = out / f"events-{device}-{name}.jsonl"
     if events.exists():
         events.unlink()
@@ -95,25 +99,28 @@ def measure(device: str, name: str, args: list[str], rounds: int, steps: int, ou
             "untraced_us": spread(base), "traced_us": spread(cand),
             "ratio": spread([c / b for b, c in zip(base, cand)]),
             "added_us": spread([c - b for b, c in zip(base, cand)]),
+            "cpu_added_us": spread([c["cpu_us_per_step"] - b["cpu_us_per_step"]
+                                    for b, c in zip(untraced.rounds, traced.rounds)]),
             "rounds": {"untraced": untraced.rounds, "traced": traced.rounds},
             "gc_untraced": [sum(r["gc"][g] for r in untraced.rounds) for g in range(3)],
             "gc_traced": [sum(r["gc"][g] for r in traced.rounds) for g in range(3)],
-            "step_events": sum(modes.values()), "modes": modes}
+            "steps_run": WARMUP + rounds * steps, "step_events": sum(modes.values()), "modes": modes}
 
 
 def table(rows: list[dict[str, Any]], rounds: int) -> str:
     lines = [f"Medians over {rounds} alternating rounds, spread = max - min over the rounds; gc = the collections "
              f"(generations 0/1/2) in all the rounds of each side.", "",
              "| program | steps/round | untraced µs/step | traced µs/step | traced/untraced (spread) "
-             "| added µs/step (spread) | gc untraced | gc traced | step events (modes) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| added µs/step (spread) | added CPU µs/step (spread) | gc untraced | gc traced | steps run | step events (modes) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         modes = ", ".join(f"{k} {v}" for k, v in sorted(r["modes"].items()))
         lines.append(f"| {r['device']} {r['program']} | {r['steps_per_round']} | {r['untraced_us']['median']:.2f} "
                      f"| {r['traced_us']['median']:.2f} | {r['ratio']['median']:.4f} ({r['ratio']['spread']:.4f}) "
                      f"| {r['added_us']['median']:.2f} ({r['added_us']['spread']:.2f}) "
+                     f"| {r['cpu_added_us']['median']:.2f} ({r['cpu_added_us']['spread']:.2f}) "
                      f"| {'/'.join(map(str, r['gc_untraced']))} | {'/'.join(map(str, r['gc_traced']))} "
-                     f"| {r['step_events']} ({modes}) |")
+                     f"| {r['steps_run']} | {r['step_events']} ({modes}) |")
     return "\n".join(lines) + "\n"
 
 

@@ -6,8 +6,8 @@ eagerly above the largest; on the CPU (no graphs) it runs the layers. One synchr
 
     python -m benchmarks.trace_loop_program [--device cuda] [--width 1024] [--layers 8]
 
-It reads commands on stdin: ``round N`` runs N steps and answers one JSON line (µs per step, the
-garbage collector's collections in the round); ``quit`` ends it. It answers ``ready`` once its
+It reads commands on stdin: ``round N`` runs N steps and answers one JSON line (µs per step, of
+the wall clock and of the process's CPU time; the garbage collector's collections in the round); ``quit`` ends it. It answers ``ready`` once its
 graphs are captured and warmed up.
 """
 
@@ -54,6 +54,7 @@ def setup(device: str, width: int, layers: int) -> None:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     weights.extend(torch.randn(width, width, device=device, dtype=dtype) / width ** 0.5 for _ in range(layers))
     if device != "cuda":
+        torch.set_num_threads(1)        # no intra-op threads: the loop and the tracer's thread, as on a GPU host
         size_for.update({bs: None for bs in BATCHES})
         return
     static_in = torch.zeros(max(CAPTURED), width, device=device, dtype=dtype)
@@ -85,15 +86,17 @@ def run_round(inputs: list[torch.Tensor], steps: int, sync) -> dict:
     gc.callbacks.append(collections)
     n = len(inputs)
     sync()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for i in range(steps):
         step(inputs[i % n])
         if i % SYNC_EVERY == SYNC_EVERY - 1:
             sync()
     sync()
-    seconds = time.perf_counter() - started
+    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
     gc.callbacks.remove(collections)
-    return {"us_per_step": seconds / steps * 1e6, "gc": collections.counts}
+    # The process's CPU time (all its threads): what other processes on a busy machine do not inflate.
+    return {"us_per_step": seconds / steps * 1e6, "cpu_us_per_step": cpu_seconds / steps * 1e6,
+            "gc": collections.counts}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,6 @@
 """Where a traced step's host time goes: each stage of a ``--step`` step, on any machine.
 
-    python -m benchmarks.trace_stages [--rounds 7] [--steps 20000] [--json FILE]
+    python -m benchmarks.trace_stages [--rounds 21] [--steps 4000] [--json FILE]
 
 One process, a trivial step (a Python call that replays a stand-in CUDA graph, so the replay
 hook and the graph path of the routing run as on a GPU; with CUDA in use the timing stage is
@@ -8,7 +8,7 @@ CUDA events on 1 step in N, else the host clock on every step). Batch sizes cycl
 ``SIZES`` against graphs captured for ``CAPTURED``: graph, padded and eager (above the largest)
 steps, as the host-bound loop of ``benchmarks.trace_loop`` runs. Every figure is µs per step, the
 median over alternating rounds (the order of the sides rotating round by round) with its
-spread (max - min over the rounds):
+spread (the interquartile range over the rounds; the JSON also has the full range):
 
 - ``floor``: what recording a step cannot go below: a bare Python call and a list append;
 - the stages of a traced step, each alone: ``dispatch`` (the step wrapper and reading the batch
@@ -16,8 +16,11 @@ spread (max - min over the rounds):
   graph / padded / eager and the cause from the graphs replayed and the tracer's state), ``event``
   (``Emitter.step``: counting and queueing the step), ``sink`` (the emitter thread's work per
   event: the wire dict and its line in the events file, which holds the GIL the program needs);
+- ``events dropped``: the same, its events dropped by the sink (the emitter's thread converts them,
+  writes nothing);
 - ``traced step``: the whole step traced (the emitter's thread running, its events written to a
-  file) minus the same step untraced; the collections the garbage collector ran in each side.
+  file; each round ends with a flush, so that the writing of its own events is in its time)
+  minus the same step untraced; the collections the garbage collector ran in each side.
 """
 
 from __future__ import annotations
@@ -91,14 +94,22 @@ def new_tracer(path: str) -> Tracer:
     return Tracer(TraceSettings(trace_id="bench", name="bench"), make_sink=lambda run_id: JsonlSink(path))
 
 
-def _loop(fn: Callable[[Any], Any], inputs: list, steps: int) -> float:
-    """µs per call of ``fn`` over ``steps`` calls, the inputs taken in turn."""
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _loop(fn: Callable[[Any], Any], inputs: list, steps: int, clock: Callable[[], float],
+          then: Callable[[], Any] | None = None) -> float:
+    """µs per call of ``fn`` over ``steps`` calls, the inputs taken in turn, and ``then()`` after
+    them (a traced round's flush: the writing of its own events is in its time, whenever the
+    emitter's thread would have done it)."""
     n = len(inputs)
     batches = [inputs[i % n] for i in range(steps)]
-    started = time.perf_counter()
+    started = clock()
     for x in batches:
         fn(x)
-    return (time.perf_counter() - started) / steps * 1e6
+    if then is not None:
+        then()
+    return (clock() - started) / steps * 1e6
 
 
 class GcCount:
@@ -125,10 +136,13 @@ class GcCount:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "spread": max(values) - min(values)}
+    """The median, the spread of the middle half (interquartile range) and the full range."""
+    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "spread": quartiles[2] - quartiles[0],
+            "range": max(values) - min(values)}
 
 
-def measure(rounds: int, steps: int, workdir: str) -> dict[str, Any]:
+def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[str, Any]:
     tracer, patches = new_tracer(os.path.join(workdir, "traced.jsonl")), Patches()
     program = Program(tracer, patches)
     inputs = program.inputs
@@ -175,13 +189,14 @@ def measure(rounds: int, steps: int, workdir: str) -> dict[str, Any]:
         "untraced": Program().step, "floor": floor, "dispatch": dispatch_only, "timing": timing,
         "routing": routing, "event": event, "traced step": traced, "events dropped": dropped}
     gc_counts = {name: GcCount() for name in sides}
+    flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush}
 
     def side(name: str) -> Callable[[int], float]:
         def one_round(_round: int) -> float:
             queue.clear()
             events._queue.clear()
             with gc_counts[name]:
-                return _loop(sides[name], inputs, steps)
+                return _loop(sides[name], inputs, steps, CLOCKS[clock], flushes.get(name))
         return one_round
 
     names = list(sides)
@@ -193,14 +208,14 @@ def measure(rounds: int, steps: int, workdir: str) -> dict[str, Any]:
         events._flush()
         for _ in range(steps):
             events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
-        started = time.perf_counter()
+        started = CLOCKS[clock]()
         events._flush()
-        sink_us.append((time.perf_counter() - started) / steps * 1e6)
+        sink_us.append((CLOCKS[clock]() - started) / steps * 1e6)
     patches.remove()
     tracer.close()
     dropping.close()
     base = per_round["untraced"]
-    result: dict[str, Any] = {"steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
+    result: dict[str, Any] = {"clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
                               "untraced_us": summary(base), "stages": {}}
     for name in names[1:]:
         added = [v - b for v, b in zip(per_round[name], base)]
@@ -215,14 +230,19 @@ def measure(rounds: int, steps: int, workdir: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--steps", type=int, default=20000, help="steps per side per round")
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--steps", type=int, default=4000, help="steps per side per round")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall: elapsed time; cpu: the process's CPU time, all its threads (the emitter's "
+                             "too), which other processes on a busy machine do not inflate")
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
+    if torch.cuda.is_available():
+        torch.cuda.init()            # as a traced GPU program: the timing stage is CUDA events on 1 step in N
     with tempfile.TemporaryDirectory() as workdir:
-        result = measure(options.rounds, options.steps, workdir)
-    print(f"untraced step {result['untraced_us']['median']:.2f} us; per step, added over it "
-          f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = max - min):")
+        result = measure(options.rounds, options.steps, workdir, options.clock)
+    print(f"{options.clock} clock; untraced step {result['untraced_us']['median']:.2f} us; per step, added over it "
+          f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = interquartile range):")
     print(f"{'stage':<12} {'added us':>9} {'spread':>7} {'gc gen0/1/2':>12} {'gc ms':>6}")
     for name, figures in result["stages"].items():
         gcs = "/".join(str(n) for n in figures.get("gc", ())) or "-"
