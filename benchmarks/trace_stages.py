@@ -20,7 +20,10 @@ spread (the interquartile range over the rounds; the JSON also has the full rang
   writes nothing);
 - ``traced step``: the whole step traced (the emitter's thread running, its events written to a
   file; each round ends with a flush, so that the writing of its own events is in its time)
-  minus the same step untraced; the collections the garbage collector ran in each side.
+  minus the same step untraced; the collections the garbage collector ran in each side;
+- ``graph-tree step``: the zero-configuration step, the same program called through a stand-in
+  of Inductor's graph-tree manager (each call of a reduce-overhead function a step, no
+  ``--step``), traced minus untraced, its events written as the traced step's are.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from benchmarks.harness import NullSink, write_json
 from benchmarks.pairing import rotated
 from runner.emitter import Emitter
 from runner.sinks import JsonlSink
+from runner.trace.graph_trees import install_graph_tree_hooks
 from runner.trace.hooks import Patches, install_cuda_graph_hooks
 from runner.trace.recipes import step_wrapper, tensor_batch
 from runner.trace.settings import TraceSettings
@@ -88,6 +92,25 @@ class Program:
         if graph is not None:
             graph.replay()
         return tokens
+
+
+class StandInNode:
+    def check_invariants(self, inputs):
+        return True
+
+
+def tree_manager(program: Program) -> type:
+    """Inductor's graph-tree manager reduced to what the hooks see: ``run`` is one call of a
+    reduce-overhead function, here the program's step on its first input."""
+    class Manager:
+        ids_to_funcs: dict = {}
+
+        def run(self, new_inputs, function_id):
+            return program.step(new_inputs[0])
+
+        def record_function(self, new_inputs, function_id):
+            return new_inputs
+    return Manager
 
 
 def new_tracer(path: str) -> Tracer:
@@ -183,13 +206,30 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     # thread, and the emitter thread's conversion only (no line written).
     dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: NullSink())
     dropped = step_wrapper(dropping, Program(dropping, patches).step, tensor_batch, "bench")
+    # Zero configuration: each call of a reduce-overhead function a step (no --step), same program.
+    trees_tracer = new_tracer(os.path.join(workdir, "trees.jsonl"))
+    traced_manager = tree_manager(Program(trees_tracer, patches))
+    install_graph_tree_hooks(trees_tracer, types.SimpleNamespace(CUDAGraphTreeManager=traced_manager,
+                                                                 CUDAGraphNode=StandInNode), patches)
+    traced_tree, untraced_tree = traced_manager(), tree_manager(Program())()
+    tree_inputs = {id(x): [x] for x in inputs}
+
+    def tree_call(x):
+        return untraced_tree.run(tree_inputs[id(x)], 0)
+
+    def traced_tree_call(x):
+        return traced_tree.run(tree_inputs[id(x)], 0)
+
     traced(inputs[0])                           # the runs open (their emitter threads start) outside the rounds
     dropped(inputs[0])
+    traced_tree_call(inputs[0])
     sides: dict[str, Callable[[Any], Any]] = {
         "untraced": Program().step, "floor": floor, "dispatch": dispatch_only, "timing": timing,
-        "routing": routing, "event": event, "traced step": traced, "events dropped": dropped}
+        "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
+        "tree call": tree_call, "graph-tree step": traced_tree_call}
     gc_counts = {name: GcCount() for name in sides}
-    flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush}
+    flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush,
+               "graph-tree step": trees_tracer.emitter.flush}
 
     def side(name: str) -> Callable[[int], float]:
         def one_round(_round: int) -> float:
@@ -214,17 +254,22 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     patches.remove()
     tracer.close()
     dropping.close()
+    trees_tracer.close()
     base = per_round["untraced"]
     result: dict[str, Any] = {"clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
                               "untraced_us": summary(base), "stages": {}}
     for name in names[1:]:
-        added = [v - b for v, b in zip(per_round[name], base)]
+        if name == "tree call":
+            continue
+        against = per_round["tree call"] if name == "graph-tree step" else base
+        added = [v - b for v, b in zip(per_round[name], against)]
         result["stages"][name] = {**summary(added), "gc": gc_counts[name].collections,
                                   "gc_ms": gc_counts[name].seconds * 1e3}
     result["stages"]["sink"] = summary(sink_us)
     result["untraced_gc"] = gc_counts["untraced"].collections
     result["traced_steps"] = tracer.steps
     result["modes"] = dict(tracer.modes)
+    result["graph_tree_modes"] = dict(trees_tracer.modes)
     return result
 
 

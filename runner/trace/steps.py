@@ -16,7 +16,7 @@ from runner.trace.causes import Cause, StepFacts, decide, replayed
 from runner.trace.no_graph import no_graph_cause
 
 
-EAGER_OUTCOMES_KEPT = 4096      # eager outcomes kept (stage, batch, hint, process state); the rest decided each step
+DECISIONS_KEPT = 4096     # outcomes kept of steps that are not a plain replay; beyond, decided each step
 
 
 class StepTracking:
@@ -35,7 +35,7 @@ class StepTracking:
         self._cuda_clock: CudaClock | None = None     # once the process uses CUDA
         self._timing_counts: dict[int | None, list[int]] = {}   # decode batch size -> its clock's count
         self._replayed: dict[tuple[int, int], Any] = {}         # (batch, graph size) -> outcome
-        self._eager: dict[tuple, Any] = {}                      # what an eager step's outcome depends on -> it
+        self._decisions: dict[tuple, Any] = {}                  # what another step's outcome depends on -> it
         self.step_graphs: list[Any] = []       # the graphs replayed in the step so far, in order
         self.step_inductor: Cause | None = None
         self.step_captures = 0
@@ -137,8 +137,9 @@ class StepTracking:
         """(batch, mode, graph size, reason, evidence) of the step that replayed ``graphs`` (the
         list is emptied), from the graphs' sizes and what the tracer knows of the process. An
         outcome is kept per what it depends on: per batch and graph size for a step that replayed
-        graphs, and for an eager step per its stage, batch, hint and the process's state (the
-        sizes captured, Inductor's compile-time skip, why it has no graph)."""
+        graphs, and for any other step per every fact ``decide`` reads (its stage, batch, replays,
+        Inductor's word on it, its hint, the compile-time skip, the sizes captured, what the
+        no-graph cause reads)."""
         replays = len(graphs)
         max_bs = 0
         if replays:
@@ -162,16 +163,14 @@ class StepTracking:
                                             "from; such steps are recorded with the size of the graph "
                                             "they replayed (or 1)", once="step_batch_unknown")
         outcome = None
-        if self.step_inductor is None:
-            if replays:
-                key = (raw_bs, max_bs)
-                outcome = self._replayed.get(key)
-                if outcome is None:
-                    outcome = self._replayed[key] = replayed(raw_bs, max_bs)
-            else:
-                outcome = self._eager_outcome(raw_bs)
+        if replays and self.step_inductor is None:
+            # The common case, decided at once (and kept per batch and graph size).
+            key = (raw_bs, max_bs)
+            outcome = self._replayed.get(key)
+            if outcome is None:
+                outcome = self._replayed[key] = replayed(raw_bs, max_bs)
         if outcome is None:
-            outcome = decide(self._facts(raw_bs, replays, max_bs, None))
+            outcome = self._decided(raw_bs, replays, max_bs)
         mode = outcome.mode
         evidence = outcome.evidence if outcome.evidence is not None or mode == "eager" else self.step_note
         return raw_bs, mode, outcome.graph_bs, outcome.reason, evidence
@@ -182,16 +181,18 @@ class StepTracking:
                          compile_skip=self.compile_skip, no_graph=no_graph,
                          captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes)
 
-    def _eager_outcome(self, raw_bs: int) -> Any:
-        """The outcome of a step that replayed nothing (Inductor said nothing of it either)."""
+    def _decided(self, raw_bs: int, replays: int, max_bs: int) -> Any:
+        """``decide`` for the other steps (eager ones, or Inductor's), kept per what it reads."""
         stage = self.step_stage
         captured = self.captured_by_stage.get(stage) or self.captured_sizes
-        key = (stage, raw_bs, self.step_hint, self.compile_skip, captured, self._no_graph_state(captured))
-        outcome = self._eager.get(key)
+        asks_no_graph = not replays and self.step_inductor is None
+        key = (stage, raw_bs, replays, max_bs, self.step_inductor, self.step_hint, self.compile_skip, captured,
+               self._no_graph_state(captured) if asks_no_graph else None)
+        outcome = self._decisions.get(key)
         if outcome is None:
-            outcome = decide(self._facts(raw_bs, 0, 0, self._no_graph()))
-            if len(self._eager) < EAGER_OUTCOMES_KEPT:
-                self._eager[key] = outcome
+            outcome = decide(self._facts(raw_bs, replays, max_bs, self._no_graph() if asks_no_graph else None))
+            if len(self._decisions) < DECISIONS_KEPT:
+                self._decisions[key] = outcome
         return outcome
 
     def _no_graph_state(self, captured: tuple) -> tuple | None:

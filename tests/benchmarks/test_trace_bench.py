@@ -18,10 +18,10 @@ def test_each_stage_of_a_traced_step_is_measured_against_the_floor_and_every_ste
 
     result = trace_stages.measure(rounds=2, steps=200, workdir=str(__import__("tempfile").mkdtemp()))
     assert set(result["stages"]) == {"floor", "dispatch", "timing", "routing", "event", "traced step",
-                                     "events dropped", "sink"}
+                                     "events dropped", "graph-tree step", "sink"}
     # graph, padded and eager steps all ran through the traced step (each round's, and the run's first)
     assert result["traced_steps"] == 2 * 200 + 1
-    assert set(result["modes"]) == {"graph", "padded", "eager"}
+    assert set(result["modes"]) == set(result["graph_tree_modes"]) == {"graph", "padded", "eager"}
 
 
 def test_the_host_bound_loop_runs_traced_and_untraced_and_its_events_hold_every_step(tmp_path):

@@ -83,3 +83,28 @@ def test_the_batch_read_from_a_tensor_is_kept_per_shape_and_dtype():
         assert recipes.tensor_batch((torch.zeros(0, 4),), {}).raw_bs is None
         assert recipes.tensor_batch((torch.zeros(3, 1, dtype=torch.long),), {}) == recipes.StepBatch("decode", 3, 3)
         assert recipes.tensor_batch(("x", [ids]), {"y": hidden}) == recipes.StepBatch("decode", 3, 3)
+
+
+def test_the_same_batch_reads_inductors_word_on_each_step_warm_up_recording_skip(traced):
+    from tests.trace.test_tracer import FakeNode, FakeTreeManager, inductor_step
+    import types
+
+    from runner.trace.graph_trees import install_graph_tree_hooks
+
+    install_graph_tree_hooks(traced.tracer, types.SimpleNamespace(CUDAGraphTreeManager=FakeTreeManager,
+                                                                  CUDAGraphNode=FakeNode), traced.patches)
+    trees = FakeTreeManager()
+    for function_id in (1, 1, 1):
+        inductor_step(traced, trees, 4, function_id)
+    trees.mutating.add(2)
+    traced.tracer.inductor_calls.append(2)      # Inductor's message while the manager runs function 2
+    traced.tracer.inductor_skip("skipping cudagraphs due to mutated inputs (1 instances)")
+    traced.tracer.inductor_calls.pop()
+    for function_id in (2, 2, 1):
+        inductor_step(traced, trees, 4, function_id)
+    rows = outcomes(traced.finish())
+    assert [(mode, reason) for _bs, mode, _g, reason, _e in rows] == [
+        ("eager", "graph_warmup"), ("eager", "graph_warmup"), ("graph", None),
+        ("eager", "mutated_inputs"), ("eager", "mutated_inputs"), ("graph", None)]
+    assert "ran compiled function 1 without a graph" in rows[0][4]
+    assert "recorded the CUDA graph of compiled function 1" in rows[1][4]
