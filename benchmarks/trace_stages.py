@@ -44,6 +44,7 @@ from benchmarks.harness import NullSink, write_json
 from benchmarks.pairing import rotated
 from runner.emitter import Emitter
 from runner.sinks import JsonlSink
+from runner.timing import CudaClock
 from runner.trace.graph_trees import install_graph_tree_hooks
 from runner.trace.hooks import Patches, install_cuda_graph_hooks
 from runner.trace.recipes import step_wrapper, tensor_batch
@@ -181,7 +182,8 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
         return program.step(x)
 
     def timing(x):
-        tracer._stop_timing(tracer._start_timing("decode", 8))
+        # On CUDA the events go back to the pool at once (the emitter's thread does it once read).
+        CudaClock.drop(tracer._stop_timing(tracer._start_timing("decode", 8)))
         return program.step(x)
 
     graph, bs_of = program.graphs[8], {id(x): x.shape[0] for x in inputs}
