@@ -108,3 +108,22 @@ def test_the_same_batch_reads_inductors_word_on_each_step_warm_up_recording_skip
         ("eager", "mutated_inputs"), ("eager", "mutated_inputs"), ("graph", None)]
     assert "ran compiled function 1 without a graph" in rows[0][4]
     assert "recorded the CUDA graph of compiled function 1" in rows[1][4]
+
+
+def test_a_vllm_step_batch_kept_per_stage_tokens_and_requests_says_its_own_numbers(traced):
+    from runner.trace import vllm_recipes
+    from tests.trace.test_engine_recipes import install, scheduled, v1_layout
+
+    module, GPUModelRunner = v1_layout()
+    install(traced, vllm_recipes, module)
+    runner = GPUModelRunner()
+    runner.capture_model()
+    for batch in (scheduled(7, 1), scheduled(7, 1), scheduled(5, 3), scheduled(2, 2, 2, 2),
+                  scheduled(1, 1, 1), scheduled(1, 1, 1), scheduled(3, spec={"r0": [1, 2]})):
+        runner.execute_model(batch)
+    rows = [(e["stage"], e["mode"], e["raw_bs"], e["reason"], e.get("evidence")) for e in kinds(traced.finish(), "step")]
+    prompt = "requests with 8 tokens: a batch with prompt tokens"
+    assert rows == [("mixed", "eager", 8, "prefill", f"2 {prompt}"), ("mixed", "eager", 8, "prefill", f"2 {prompt}"),
+                    ("mixed", "eager", 8, "prefill", f"2 {prompt}"), ("mixed", "eager", 8, "prefill", f"4 {prompt}"),
+                    rows[4], rows[4], ("verify", "eager", 3, "unknown", rows[6][4])]
+    assert rows[4][:3] == ("decode", "padded", 3)
