@@ -127,3 +127,23 @@ def test_a_vllm_step_batch_kept_per_stage_tokens_and_requests_says_its_own_numbe
                     ("mixed", "eager", 8, "prefill", f"2 {prompt}"), ("mixed", "eager", 8, "prefill", f"4 {prompt}"),
                     rows[4], rows[4], ("verify", "eager", 3, "unknown", rows[6][4])]
     assert rows[4][:3] == ("decode", "padded", 3)
+
+
+def test_an_sglang_step_batch_kept_per_stage_rows_and_tokens_says_its_own_numbers(traced):
+    from runner.trace import sglang_recipes
+    from tests.trace.test_engine_recipes import forward_batch, install, old_sglang_layout
+
+    runner_module, graphs_module, ModelRunner = old_sglang_layout()
+    install(traced, sglang_recipes, graphs_module)
+    install(traced, sglang_recipes, runner_module)
+    runner = ModelRunner()
+    for batch in (forward_batch(2, "EXTEND", 40), forward_batch(2, "EXTEND", 40), forward_batch(2, "EXTEND", 41),
+                  forward_batch(3, "EXTEND", 40), forward_batch(3), forward_batch(3)):
+        runner.forward(batch)
+    steps = kinds(traced.finish(), "step")
+    assert [(s["stage"], s["raw_bs"], s["reason"], s.get("evidence")) for s in steps[:4]] == [
+        ("prefill", 40, "prefill", "prefill batch of 2 requests, 40 tokens"),
+        ("prefill", 40, "prefill", "prefill batch of 2 requests, 40 tokens"),
+        ("prefill", 41, "prefill", "prefill batch of 2 requests, 41 tokens"),
+        ("prefill", 40, "prefill", "prefill batch of 3 requests, 40 tokens")]
+    assert [(s["stage"], s["mode"], s["raw_bs"], s["graph_bs"]) for s in steps[4:]] == [("decode", "padded", 3, 4)] * 2
