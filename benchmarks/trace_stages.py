@@ -11,8 +11,9 @@ median over alternating rounds (the order of the sides rotating round by round) 
 spread (the interquartile range over the rounds; the JSON also has the full range):
 
 - ``floor``: what recording a step cannot go below: a bare Python call and a list append;
-- the stages of a traced step, each alone: ``dispatch`` (the step wrapper and reading the batch
-  from the arguments), ``timing`` (start and stop of the step's clock), ``routing`` (deciding
+- the stages of a traced step, each alone around the untraced step: ``dispatch`` (the step wrapper
+  and reading the batch from the arguments), ``replay hook`` (a graph replay counted and kept for
+  the step's end), ``timing`` (start and stop of the step's clock), ``routing`` (deciding
   graph / padded / eager and the cause from the graphs replayed and the tracer's state), ``event``
   (``Emitter.step``: counting and queueing the step), ``sink`` (the emitter thread's work per
   event: the wire dict and its line in the events file, which holds the GIL the program needs);
@@ -171,29 +172,40 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     program = Program(tracer, patches)
     inputs = program.inputs
     traced = step_wrapper(tracer, program.step, tensor_batch, "bench")
+    plain = Program().step                     # untraced: each stage alone is measured around it
     closed = Tracer(TraceSettings(trace_id="closed", name="closed"), make_sink=lambda run_id: None)
     closed.closed = True                       # step_begin refuses at once: the wrapper and the batch alone
-    dispatch_only = step_wrapper(closed, program.step, tensor_batch, "bench")
+    dispatch_only = step_wrapper(closed, plain, tensor_batch, "bench")
+    hooks_on = Tracer(TraceSettings(trace_id="hooks", name="hooks"), make_sink=lambda run_id: NullSink())
+    hooks_on.in_step = True                    # its replays are appended to a step's graphs, as in a step
+    hooked, step_graphs = Program(hooks_on, patches).step, hooks_on.step_graphs
+
+    def replay_hook(x):
+        result = hooked(x)
+        step_graphs.clear()
+        return result
     queue: list = []
     append, seq = queue.append, itertools.count()
 
     def floor(x):
         append((next(seq), 8))                  # a record of atoms, as an event is (untracked by the gc)
-        return program.step(x)
+        return plain(x)
 
     def timing(x):
         # On CUDA the events go back to the pool at once (the emitter's thread does it once read).
         CudaClock.drop(tracer._stop_timing(tracer._start_timing("decode", 8)))
-        return program.step(x)
+        return plain(x)
 
-    graph, bs_of = program.graphs[8], {id(x): x.shape[0] for x in inputs}
+    bs_of = {id(x): x.shape[0] for x in inputs}
     graph_of = {id(x): program.graph_for[x.shape[0]] for x in inputs}
+    replayed: list = []
 
     def routing(x):
         graph = graph_of[id(x)]
-        graphs = [graph] if graph is not None else []
-        tracer._route(bs_of[id(x)], graphs)
-        return program.step(x)
+        if graph is not None:
+            replayed.append(graph)
+        tracer._route(bs_of[id(x)], replayed)      # empties the list
+        return plain(x)
 
     events = Emitter(JsonlSink(os.path.join(workdir, "events.jsonl")), {
         "run_id": "stages", "name": "stages", "source": "trace", "started_at": time.time(), "backend": "trace",
@@ -202,7 +214,7 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
 
     def event(x):
         events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
-        return program.step(x)
+        return plain(x)
 
     # The same program traced with its events dropped by the sink: the step's path on the program's
     # thread, and the emitter thread's conversion only (no line written).
@@ -226,8 +238,8 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     dropped(inputs[0])
     traced_tree_call(inputs[0])
     sides: dict[str, Callable[[Any], Any]] = {
-        "untraced": Program().step, "floor": floor, "dispatch": dispatch_only, "timing": timing,
-        "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
+        "untraced": plain, "floor": floor, "dispatch": dispatch_only, "replay hook": replay_hook,
+        "timing": timing, "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
         "tree call": tree_call, "graph-tree step": traced_tree_call}
     gc_counts = {name: GcCount() for name in sides}
     flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush,
@@ -257,6 +269,8 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     tracer.close()
     dropping.close()
     trees_tracer.close()
+    hooks_on.in_step = False
+    hooks_on.close()
     base = per_round["untraced"]
     result: dict[str, Any] = {"clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
                               "untraced_us": summary(base), "stages": {}}
