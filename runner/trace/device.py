@@ -33,11 +33,20 @@ def cuda_state() -> str:
         return "unavailable"
 
 
+_IS_INITIALIZED: Any = None      # torch.cuda.is_initialized, once torch is imported (every step asks)
+
+
 def cuda_in_use() -> bool:
     """Whether this process has initialised CUDA (never imports torch to find out)."""
-    torch = sys.modules.get("torch")
+    global _IS_INITIALIZED
+    is_initialized = _IS_INITIALIZED
     try:
-        return torch is not None and torch.cuda.is_initialized()
+        if is_initialized is None:
+            torch = sys.modules.get("torch")
+            if torch is None:
+                return False
+            is_initialized = _IS_INITIALIZED = torch.cuda.is_initialized
+        return is_initialized()
     except Exception:  # noqa: BLE001 (torch half-imported)
         return False
 

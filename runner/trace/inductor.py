@@ -27,6 +27,7 @@ class InductorTracking:
         self.inductor_recordings = 0            # recordings of compiled functions so far
         self.inductor_recording: tuple[Any, bool] | None = None
         self._inductor_recorded: set[Any] = set()
+        self._warm_up_causes: dict[Any, Cause] = {}   # function number -> its warm-up cause, made once
 
     def inductor_skip(self, message: str) -> None:
         """Inductor decided to run a compiled function without CUDA graphs, and said why."""
@@ -75,9 +76,11 @@ class InductorTracking:
         elif self.total_replays != replays_before:
             return
         else:
-            cause = self.inductor_skipped.get(function_id) or Cause(
-                "graph_warmup", f"Inductor ran compiled function {number} without a graph "
-                                f"(warm-up before recording)")
+            cause = self.inductor_skipped.get(function_id) or self._warm_up_causes.get(number)
+            if cause is None:
+                cause = self._warm_up_causes[number] = Cause(
+                    "graph_warmup", f"Inductor ran compiled function {number} without a graph "
+                                    f"(warm-up before recording)")
         current = self.step_inductor
         if current is None or (current.reason == "graph_warmup" and cause.reason != "graph_warmup"):
             self.step_inductor = cause

@@ -119,32 +119,46 @@ def _first_tensor(values: Any, tensor_type: type) -> Any:
 
 
 _NO_BATCH = StepBatch("decode", None)
-_BATCHES: dict[tuple[int, int], StepBatch] = {}      # (rows, tokens) -> its StepBatch, made once
+_BATCHES: dict[tuple, StepBatch] = {}      # (shape, dtype) of the tensor read -> its StepBatch, made once
 _BATCHES_KEPT = 4096
+
+
+def _tensor_type() -> type:
+    global _TENSOR
+    import torch
+    _TENSOR = torch.Tensor
+    return _TENSOR
 
 
 def tensor_batch(args: tuple, kwargs: dict) -> StepBatch:
     """The batch of a step named with --step: the leading dimension of its first tensor argument
     (looked for in the arguments, then one level into dicts, lists and tuples). A 2-D integer
-    tensor (token ids) counts rows x columns tokens; anything else one token per row."""
-    global _TENSOR
-    if _TENSOR is None:
-        import torch
-        _TENSOR = torch.Tensor
-    tensor = _first_tensor(args + tuple(kwargs.values()) if kwargs else args, _TENSOR)
-    if tensor is None:
-        return _NO_BATCH
-    shape = tensor.shape
+    tensor (token ids) counts rows x columns tokens; anything else one token per row. Kept per
+    shape and dtype: a step reads two attributes of its tensor and one dictionary."""
+    tensor_type = _TENSOR or _tensor_type()
+    for value in args:
+        if isinstance(value, tensor_type):
+            tensor = value
+            break
+    else:
+        tensor = _first_tensor(args + tuple(kwargs.values()) if kwargs else args, tensor_type)
+        if tensor is None:
+            return _NO_BATCH
+    key = (tensor.shape, tensor.dtype)
+    batch = _BATCHES.get(key)
+    if batch is None:
+        batch = _batch_of(key[0], tensor.is_floating_point())
+        if len(_BATCHES) < _BATCHES_KEPT:
+            _BATCHES[key] = batch
+    return batch
+
+
+def _batch_of(shape: Any, floating: bool) -> StepBatch:
     if not shape or shape[0] < 1:
         return _NO_BATCH
     rows = shape[0]
-    tokens = rows * shape[1] if len(shape) == 2 and shape[1] > 1 and not tensor.is_floating_point() else rows
-    batch = _BATCHES.get((rows, tokens))
-    if batch is None:
-        batch = StepBatch("decode", rows, tokens)
-        if len(_BATCHES) < _BATCHES_KEPT:
-            _BATCHES[(rows, tokens)] = batch
-    return batch
+    tokens = rows * shape[1] if len(shape) == 2 and shape[1] > 1 and not floating else rows
+    return StepBatch("decode", rows, tokens)
 
 
 def resolve(owner: Any, qualname: str) -> tuple[Any, str]:

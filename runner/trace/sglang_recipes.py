@@ -48,8 +48,12 @@ def graphs_off(server_args: Any) -> str | None:
     return None
 
 
+BATCHES_KEPT = 4096      # a step's StepBatch (and its hint) made once per (stage, rows, tokens)
+
+
 def sglang_batch(tracer: Tracer) -> BatchOf:
     known: dict[str, Any] = {}
+    kept: dict[tuple, StepBatch] = {}
 
     def batch(args: tuple, kwargs: dict) -> StepBatch | None:
         runner, forward_batch = args[0], arg(args, kwargs, 1, "forward_batch")
@@ -65,13 +69,28 @@ def sglang_batch(tracer: Tracer) -> BatchOf:
         tokens = size_value(ids.shape[0]) if getattr(ids, "shape", None) else None
         tokens = tokens or rows
         if _mode_is(mode, "is_decode"):
-            hint = Cause("graphs_disabled", known["off"]) if known["off"] else None
-            return StepBatch("decode", rows, tokens, hint)
-        if _mode_is(mode, "is_target_verify"):
-            return StepBatch("verify", rows, tokens)
-        stage = "mixed" if _mode_is(mode, "is_mixed") else "prefill"
-        return StepBatch(stage, tokens, tokens, Cause("prefill", f"{stage} batch of {rows} requests, {tokens} tokens"))
+            stage = "decode"
+        elif _mode_is(mode, "is_target_verify"):
+            stage = "verify"
+        else:
+            stage = "mixed" if _mode_is(mode, "is_mixed") else "prefill"
+        key = (stage, rows, tokens)
+        step_batch = kept.get(key)
+        if step_batch is None:
+            step_batch = _step_batch(stage, rows, tokens, known["off"])
+            if len(kept) < BATCHES_KEPT:
+                kept[key] = step_batch
+        return step_batch
     return batch
+
+
+def _step_batch(stage: str, rows: int, tokens: int, graphs_off_because: str | None) -> StepBatch:
+    if stage == "decode":
+        hint = Cause("graphs_disabled", graphs_off_because) if graphs_off_because else None
+        return StepBatch("decode", rows, tokens, hint)
+    if stage == "verify":
+        return StepBatch("verify", rows, tokens)
+    return StepBatch(stage, tokens, tokens, Cause("prefill", f"{stage} batch of {rows} requests, {tokens} tokens"))
 
 
 def _backend_label(runner: Any) -> str:

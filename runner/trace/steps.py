@@ -16,6 +16,9 @@ from runner.trace.causes import Cause, StepFacts, decide, replayed
 from runner.trace.no_graph import no_graph_cause
 
 
+DECISIONS_KEPT = 4096     # outcomes kept of steps that are not a plain replay; beyond, decided each step
+
+
 class StepTracking:
     """The steps of ``Tracer``: ``step_begin`` / ``step_end`` (or ``step_abort``) around each
     call of the program's step function."""
@@ -30,7 +33,9 @@ class StepTracking:
         self.engine_startup = 0                 # > 0 inside an engine's start-up (warm-up forwards are not steps)
         self.step_timing: Any = None
         self._cuda_clock: CudaClock | None = None     # once the process uses CUDA
-        self._replayed: dict[tuple[int, int], Any] = {}
+        self._timing_counts: dict[int | None, list[int]] = {}   # decode batch size -> its clock's count
+        self._replayed: dict[tuple[int, int], Any] = {}         # (batch, graph size) -> outcome
+        self._decisions: dict[tuple, Any] = {}                  # what another step's outcome depends on -> it
         self.step_graphs: list[Any] = []       # the graphs replayed in the step so far, in order
         self.step_inductor: Cause | None = None
         self.step_captures = 0
@@ -45,15 +50,15 @@ class StepTracking:
         """A step starts. False when one is already running (the call is part of it)."""
         if self.in_step or self.closed:
             return False
+        self.in_step = True
+        self.step_stage = stage
+        self.step_bs = raw_bs
+        self.step_tokens = num_tokens if num_tokens is not None else (raw_bs or 0)
+        self.step_hint = hint
+        self.step_note = None
+        self.step_captures = 0
+        self.step_inductor = None
         try:
-            self.in_step = True
-            self.step_stage = stage
-            self.step_bs = raw_bs
-            self.step_tokens = num_tokens if num_tokens is not None else (raw_bs or 0)
-            self.step_hint = hint
-            self.step_note = None
-            self.step_captures = 0
-            self.step_inductor = None
             self.step_timing = self._start_timing(stage, raw_bs)
         except Exception as error:  # noqa: BLE001
             self.in_step = False
@@ -64,13 +69,21 @@ class StepTracking:
     def _start_timing(self, stage: str, raw_bs: int | None) -> Any:
         """Host time while the process has not used CUDA; then CUDA events on a sample of steps
         (``runner.timing``: the first of each stage and batch size, then every Nth), never while
-        the stream is capturing (an event recorded there would break the capture)."""
-        if self._cuda_clock is None:
+        the stream is capturing (an event recorded there would break the capture). A decode
+        batch size's count is kept here: a step reads one dictionary, builds no key."""
+        clock = self._cuda_clock
+        if clock is None:
             if not device.cuda_in_use():
                 return time.perf_counter()
-            self._cuda_clock = CudaClock(None, self.settings.time_every)
-        clock = self._cuda_clock
-        if not clock.due((stage, raw_bs)) or device.capturing():
+            clock = self._cuda_clock = CudaClock(None, self.settings.time_every)
+        count = self._timing_counts.get(raw_bs) if stage == "decode" else None
+        if count is None:
+            count = clock.counter((stage, raw_bs))
+            if stage == "decode":
+                self._timing_counts[raw_bs] = count
+        seen = count[0]
+        count[0] = seen + 1
+        if seen % clock.every or device.capturing():
             return None
         return clock.record_start()
 
@@ -92,34 +105,58 @@ class StepTracking:
             self.in_step = False
             self.hook_error("step", error)
 
+    @staticmethod
+    def _stop_timing(timing: Any) -> Any:
+        """What the emitter takes for the step's duration: host seconds, a CUDA timing, or None."""
+        if timing is not None:
+            if type(timing) is float:
+                return time.perf_counter() - timing
+            timing.end.record(timing.stream)        # the end, on the stream the start was recorded on
+        return timing
+
     def _step_end(self) -> None:
         timing = self.step_timing
         if timing is not None:
-            if type(timing) is float:
-                timing = time.perf_counter() - timing
-            else:
-                timing.end.record(timing.stream)        # the end, on the stream the start was recorded on
+            timing = time.perf_counter() - timing if type(timing) is float else self._stop_timing(timing)
         self.in_step = False
         self.step_timing = None
-        raw_bs = self.step_bs
-        graphs = self.step_graphs
+        raw_bs, mode, graph_bs, reason, evidence = self._route(self.step_bs, self.step_graphs)
+        tokens = self.step_tokens
+        padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
+        emitter = self.emitter if self.emitter is not None else self._ensure_run()
+        self.steps += 1
+        self.modes[mode] += 1
+        if reason is not None:
+            self.reasons[reason] += 1
+        if emitter is not None:
+            emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, evidence)
+        if not self._capture_phase_sent:
+            self._maybe_capture_phase()
+
+    def _route(self, raw_bs: int | None, graphs: list) -> tuple[int, str, int | None, str | None, str | None]:
+        """(batch, mode, graph size, reason, evidence) of the step that replayed ``graphs`` (the
+        list is emptied), from the graphs' sizes and what the tracer knows of the process. An
+        outcome is kept per what it depends on: per batch and graph size for a step that replayed
+        graphs, and for any other step per every fact ``decide`` reads (its stage, batch, replays,
+        Inductor's word on it, its hint, the compile-time skip, the sizes captured, what the
+        no-graph cause reads)."""
         replays = len(graphs)
         max_bs = 0
         if replays:
             self.step_replays_total += replays
-            unknown = []
+            unknown = False
             for graph in graphs:
                 size = getattr(graph, "_replayscope_bs", 0)
                 if size > max_bs:
                     max_bs = size
                 elif not size:
-                    unknown.append(graph)
-            graphs.clear()
+                    unknown = True
             if unknown and raw_bs:
-                for graph in unknown:
-                    if "_replayscope_pending" in graph.__dict__:
+                for graph in graphs:
+                    if not getattr(graph, "_replayscope_bs", 0) and "_replayscope_pending" in graph.__dict__:
                         self._bind_unsized(graph, raw_bs)
                         max_bs = max(max_bs, raw_bs)
+            graphs.clear()
         if raw_bs is None:
             raw_bs = max_bs or 1
             self.warn("step_batch_unknown", "a step's arguments hold no tensor to read its batch size "
@@ -133,24 +170,38 @@ class StepTracking:
             if outcome is None:
                 outcome = self._replayed[key] = replayed(raw_bs, max_bs)
         if outcome is None:
-            outcome = decide(StepFacts(
-                stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
-                inductor_eager=self.step_inductor, recipe_hint=self.step_hint, compile_skip=self.compile_skip,
-                no_graph=self._no_graph() if not replays and self.step_inductor is None else None,
-                captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes))
-        mode, graph_bs, reason = outcome.mode, outcome.graph_bs, outcome.reason
+            outcome = self._decided(raw_bs, replays, max_bs)
+        mode = outcome.mode
         evidence = outcome.evidence if outcome.evidence is not None or mode == "eager" else self.step_note
-        tokens = self.step_tokens
-        padded = (graph_bs - raw_bs) * max(tokens // raw_bs, 1) if mode == "padded" else 0
-        emitter = self.emitter if self.emitter is not None else self._ensure_run()
-        self.steps += 1
-        self.modes[mode] += 1
-        if reason is not None:
-            self.reasons[reason] += 1
-        if emitter is not None:
-            emitter.step(self.step_stage, mode, raw_bs, graph_bs, tokens, padded, reason, timing, evidence)
-        if not self._capture_phase_sent:
-            self._maybe_capture_phase()
+        return raw_bs, mode, outcome.graph_bs, outcome.reason, evidence
+
+    def _facts(self, raw_bs: int, replays: int, max_bs: int, no_graph: Cause | None) -> StepFacts:
+        return StepFacts(stage=self.step_stage, raw_bs=raw_bs, replays=replays, replayed_bs=max_bs,
+                         inductor_eager=self.step_inductor, recipe_hint=self.step_hint,
+                         compile_skip=self.compile_skip, no_graph=no_graph,
+                         captured_sizes=self.captured_by_stage.get(self.step_stage) or self.captured_sizes)
+
+    def _decided(self, raw_bs: int, replays: int, max_bs: int) -> Any:
+        """``decide`` for the other steps (eager ones, or Inductor's), kept per what it reads."""
+        stage = self.step_stage
+        captured = self.captured_by_stage.get(stage) or self.captured_sizes
+        asks_no_graph = not replays and self.step_inductor is None
+        key = (stage, raw_bs, replays, max_bs, self.step_inductor, self.step_hint, self.compile_skip, captured,
+               self._no_graph_state(captured) if asks_no_graph else None)
+        outcome = self._decisions.get(key)
+        if outcome is None:
+            outcome = decide(self._facts(raw_bs, replays, max_bs, self._no_graph() if asks_no_graph else None))
+            if len(self._decisions) < DECISIONS_KEPT:
+                self._decisions[key] = outcome
+        return outcome
+
+    def _no_graph_state(self, captured: tuple) -> tuple | None:
+        """What ``_no_graph`` reads, for an eager step's key (None: it is not consulted)."""
+        if captured or self.captured_sizes:
+            return None
+        intent = self.graph_intent
+        return ("torch" in sys.modules, device.cuda_in_use(), intent.compiles, intent.with_graphs,
+                intent.silent_skips)
 
     def _no_graph(self) -> Cause | None:
         """Why no graph could serve a step when none exists in the process (the device, Inductor's

@@ -42,8 +42,12 @@ def graphs_off(runner: Any) -> bool:
     return mode is not None and getattr(mode, "name", str(mode)) == "NONE"
 
 
+BATCHES_KEPT = 4096      # a step's StepBatch (and its hint) made once per (stage, tokens, requests)
+
+
 def vllm_batch(tracer: Tracer) -> BatchOf:
     known: dict[str, Any] = {}
+    kept: dict[tuple, StepBatch] = {}
 
     def batch(args: tuple, kwargs: dict) -> StepBatch | None:
         if kwargs.get("dummy_run") or kwargs.get("is_profile") or tracer.engine_startup:
@@ -58,14 +62,30 @@ def vllm_batch(tracer: Tracer) -> BatchOf:
         per_request = getattr(scheduled, "num_scheduled_tokens", None)
         requests = len(per_request) if isinstance(per_request, dict) and per_request else tokens
         if tokens == requests:
-            hint = Cause("graphs_disabled", "vLLM runs with enforce_eager or cudagraph_mode NONE") \
-                if known["off"] else None
-            return StepBatch("decode", tokens, tokens, hint)
-        if getattr(scheduled, "scheduled_spec_decode_tokens", None):
-            return StepBatch("verify", tokens, tokens)
-        return StepBatch("mixed", tokens, tokens,
-                         Cause("prefill", f"{requests} requests with {tokens} tokens: a batch with prompt tokens"))
+            stage = "decode"
+        elif getattr(scheduled, "scheduled_spec_decode_tokens", None):
+            stage = "verify"
+        else:
+            stage = "mixed"
+        key = (stage, tokens, requests)
+        step_batch = kept.get(key)
+        if step_batch is None:
+            step_batch = _step_batch(stage, tokens, requests, known["off"])
+            if len(kept) < BATCHES_KEPT:
+                kept[key] = step_batch
+        return step_batch
     return batch
+
+
+def _step_batch(stage: str, tokens: int, requests: int, graphs_are_off: bool) -> StepBatch:
+    if stage == "decode":
+        hint = Cause("graphs_disabled", "vLLM runs with enforce_eager or cudagraph_mode NONE") \
+            if graphs_are_off else None
+        return StepBatch("decode", tokens, tokens, hint)
+    if stage == "verify":
+        return StepBatch("verify", tokens, tokens)
+    return StepBatch("mixed", tokens, tokens,
+                     Cause("prefill", f"{requests} requests with {tokens} tokens: a batch with prompt tokens"))
 
 
 def dummy_run_size(tracer: Tracer) -> SizeOf:

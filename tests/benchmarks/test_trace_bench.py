@@ -2,6 +2,8 @@
 what a hooked graph-tree call and a traced step cost on the host, with the tracer's real hooks on
 stand-in graph objects. Figures are not judged here (benchmarks/, never timed tests)."""
 
+import pytest
+
 from benchmarks import trace_bench
 
 
@@ -11,3 +13,37 @@ def test_the_host_costs_of_a_traced_step_and_of_a_graph_tree_call_are_measured()
                 "tree_call_us"):
         assert costs[key] > 0, key
     assert costs["tree_call_added_us"] == costs["traced_tree_call_us"] - costs["tree_call_us"]
+
+
+def test_each_stage_of_a_traced_step_is_measured_against_the_floor_and_every_step_recorded(tmp_path):
+    from benchmarks import trace_stages
+
+    result = trace_stages.measure(rounds=2, steps=200, workdir=str(tmp_path))
+    assert set(result["stages"]) == {"floor", "dispatch", "replay hook", "timing", "routing", "event", "traced step",
+                                     "events dropped", "graph-tree step", "sink"}
+    # graph, padded and eager steps all ran through the traced step (each round's, and the run's first)
+    assert result["traced_steps"] == 2 * 200 + 1
+    assert set(result["modes"]) == set(result["graph_tree_modes"]) == {"graph", "padded", "eager"}
+
+
+def test_the_host_bound_loop_runs_traced_and_untraced_and_its_events_hold_every_step(tmp_path):
+    from benchmarks import trace_loop
+
+    row = trace_loop.measure("cpu", "host", trace_loop.PROGRAMS["cpu"]["host"], rounds=2, steps=100,
+                               out=tmp_path)
+    assert len(row["rounds"]["traced"]) == len(row["rounds"]["untraced"]) == 2
+    assert row["step_events"] == row["steps_run"] == trace_loop.WARMUP + 2 * 100
+    assert row["modes"] == {"eager": row["steps_run"]}
+    assert "| cpu host |" in trace_loop.table([row], 2)
+
+
+@pytest.mark.gpu
+def test_the_host_bound_loop_on_cuda_replays_pads_and_runs_eager_above_the_largest_graph(tmp_path):
+    from benchmarks import trace_loop
+
+    row = trace_loop.measure("cuda", "host", trace_loop.PROGRAMS["cuda"]["host"], rounds=2, steps=600,
+                             out=tmp_path)
+    assert row["step_events"] == row["steps_run"] == trace_loop.WARMUP + 2 * 600
+    # batches 1, 3, 8, 13, 24, 40 in turn on graphs of 1..32: 2 graph, 3 padded, 1 eager in every 6
+    assert set(row["modes"]) == {"graph", "padded", "eager"}
+    assert abs(row["modes"]["padded"] - row["steps_run"] / 2) <= 3

@@ -91,3 +91,34 @@ def test_a_directory_or_a_missing_file_is_one_clear_error(tmp_path):
         read_events_file(tmp_path)
     with pytest.raises(ReplayscopeError, match="cannot read"):
         read_events_file(tmp_path / "missing.jsonl")
+
+
+def test_step_events_are_written_as_the_json_encoder_writes_them_whatever_their_values():
+    """A step event's line is formatted without the encoder's walk (``events_file._step_line``):
+    every line is the encoder's own, character for character, and whatever the fast format cannot
+    write exactly (a bool, a NaN, an infinite time, evidence, keys in another order) goes to it."""
+    import itertools
+    import json
+
+    from runner.events_file import _step_line, event_lines
+
+    def step(**changes):
+        event = {"seq": 7, "ts": 1764770000.123456, "kind": "step", "stage": "decode", "mode": "padded",
+                 "raw_bs": 5, "graph_bs": 8, "num_tokens": 5, "padded_tokens": 3, "reason": None,
+                 "duration_s": 1.5e-05}
+        event.update(changes)
+        return event
+
+    values = {"seq": [0, 2**70], "ts": [0.0, 1e16, 1.0e-7, float("nan"), float("inf")],
+              "stage": ["decode", 'pre"fill\\\n', "dé\u2028c"], "raw_bs": [1, True], "graph_bs": [None, 64, 1.0],
+              "reason": [None, "batch_too_large", "é \"q\""], "duration_s": [None, 0.25, 3, float("-inf"), 1e-300]}
+    events = [step(**{key: value}) for key, options in values.items() for value in options]
+    events += [step(evidence="largest graph replayed holds 4 rows"), step(raw_bs=False),
+               {k: v for k, v in reversed(step().items())}, {"seq": 1, "ts": 2.0, "kind": "heartbeat"},
+               {**step(), "kind": "step_counts"}]
+    events += [step(seq=seq, mode=mode, raw_bs=bs) for seq, mode, bs in
+               itertools.product((1, 99), ("graph", "eager"), (1, 512))]
+    assert event_lines(events) == "".join(json.dumps(event) + "\n" for event in events)
+    fast = [e for e in events if _step_line(e) is not None]
+    assert len(fast) > 20            # the fast format did write most of them
+    assert all(json.loads(_step_line(e)) == e for e in fast)

@@ -1,0 +1,319 @@
+"""Where a traced step's host time goes: each stage of a ``--step`` step, on any machine.
+
+    python -m benchmarks.trace_stages [--rounds 21] [--steps 4000] [--json FILE]
+
+One process, a trivial step (a Python call that replays a stand-in CUDA graph, so the replay
+hook and the graph path of the routing run as on a GPU; with CUDA in use the timing stage is
+CUDA events on 1 step in N, else the host clock on every step). Batch sizes cycle over
+``SIZES`` against graphs captured for ``CAPTURED``: graph, padded and eager (above the largest)
+steps, as the host-bound loop of ``benchmarks.trace_loop`` runs. Every figure is µs per step, the
+median over alternating rounds (the order of the sides rotating round by round) with its
+spread (the interquartile range over the rounds; the JSON also has the full range):
+
+- ``floor``: what recording a step cannot go below: a bare Python call and a list append;
+- the stages of a traced step, each alone around the untraced step: ``dispatch`` (the step wrapper
+  and reading the batch from the arguments), ``replay hook`` (a graph replay counted and kept for
+  the step's end), ``timing`` (start and stop of the step's clock), ``routing`` (deciding
+  graph / padded / eager and the cause from the graphs replayed and the tracer's state), ``event``
+  (``Emitter.step``: counting and queueing the step), ``sink`` (the emitter thread's work per
+  event: the wire dict and its line in the events file, which holds the GIL the program needs);
+- ``events dropped``: the same, its events dropped by the sink (the emitter's thread converts them,
+  writes nothing);
+- ``traced step``: the whole step traced (the emitter's thread running, its events written to a
+  file; each round ends with a flush, so that the writing of its own events is in its time)
+  minus the same step untraced; the collections the garbage collector ran in each side;
+- ``graph-tree step``: the zero-configuration step, the same program called through a stand-in
+  of Inductor's graph-tree manager (each call of a reduce-overhead function a step, no
+  ``--step``), traced minus untraced, its events written as the traced step's are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import itertools
+import os
+import statistics
+import tempfile
+import time
+import types
+from typing import Any, Callable
+
+import torch
+
+from benchmarks.harness import NullSink, write_json
+from benchmarks.pairing import rotated
+from runner.emitter import Emitter
+from runner.sinks import JsonlSink
+from runner.timing import CudaClock
+from runner.trace.graph_trees import install_graph_tree_hooks
+from runner.trace.hooks import Patches, install_cuda_graph_hooks
+from runner.trace.recipes import step_wrapper, tensor_batch
+from runner.trace.settings import TraceSettings
+from runner.trace.tracer import Tracer
+
+CAPTURED = (1, 2, 4, 8, 16)
+SIZES = (1, 3, 8, 12, 24)         # graph, padded, graph, padded, eager (above the largest graph)
+
+
+class StandInGraph:
+    """A CUDA graph's methods, doing nothing: what the hooks cost on the host, alone."""
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        pass
+
+    def capture_end(self):
+        pass
+
+    def replay(self):
+        pass
+
+    def pool(self):
+        return (0, 1)
+
+
+class Program:
+    """The traced program: graphs captured per size (hooks on), a step that replays the graph of
+    the smallest size that holds its batch, or runs eager above the largest."""
+
+    def __init__(self, tracer: Tracer | None = None, patches: Patches | None = None):
+        graph_class = type("Graph", (StandInGraph,), {})      # its own class: its own hooks, or none
+        if tracer is not None:
+            install_cuda_graph_hooks(tracer, types.SimpleNamespace(CUDAGraph=graph_class), patches)
+        self.graphs: dict[int, StandInGraph] = {}
+        for bs in CAPTURED:
+            graph = graph_class()
+            graph.capture_begin()       # the tracer reads the size from this frame's ``bs``
+            graph.capture_end()
+            self.graphs[bs] = graph
+        self.graph_for = {bs: next((self.graphs[s] for s in CAPTURED if s >= bs), None) for bs in SIZES}
+        self.inputs = [torch.zeros(bs, 1, dtype=torch.long) for bs in SIZES]
+
+    def step(self, tokens: torch.Tensor) -> torch.Tensor:
+        graph = self.graph_for[tokens.shape[0]]
+        if graph is not None:
+            graph.replay()
+        return tokens
+
+
+class StandInNode:
+    def check_invariants(self, inputs):
+        return True
+
+
+def tree_manager(program: Program) -> type:
+    """Inductor's graph-tree manager reduced to what the hooks see: ``run`` is one call of a
+    reduce-overhead function, here the program's step on its first input."""
+    class Manager:
+        ids_to_funcs: dict = {}
+
+        def run(self, new_inputs, function_id):
+            return program.step(new_inputs[0])
+
+        def record_function(self, new_inputs, function_id):
+            return new_inputs
+    return Manager
+
+
+def new_tracer(path: str) -> Tracer:
+    return Tracer(TraceSettings(trace_id="bench", name="bench"), make_sink=lambda run_id: JsonlSink(path))
+
+
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
+
+def _loop(fn: Callable[[Any], Any], inputs: list, steps: int, clock: Callable[[], float],
+          then: Callable[[], Any] | None = None) -> float:
+    """µs per call of ``fn`` over ``steps`` calls, the inputs taken in turn, and ``then()`` after
+    them (a traced round's flush: the writing of its own events is in its time, whenever the
+    emitter's thread would have done it)."""
+    n = len(inputs)
+    batches = [inputs[i % n] for i in range(steps)]
+    started = clock()
+    for x in batches:
+        fn(x)
+    if then is not None:
+        then()
+    return (clock() - started) / steps * 1e6
+
+
+class GcCount:
+    """Collections the garbage collector ran, and the seconds spent in them, while counting."""
+
+    def __init__(self):
+        self.collections = [0, 0, 0]
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.collections[info["generation"]] += 1
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> "GcCount":
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        gc.callbacks.remove(self)
+
+
+def summary(values: list[float]) -> dict[str, float]:
+    """The median, the spread of the middle half (interquartile range) and the full range."""
+    quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "spread": quartiles[2] - quartiles[0],
+            "range": max(values) - min(values)}
+
+
+def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[str, Any]:
+    tracer, patches = new_tracer(os.path.join(workdir, "traced.jsonl")), Patches()
+    program = Program(tracer, patches)
+    inputs = program.inputs
+    traced = step_wrapper(tracer, program.step, tensor_batch, "bench")
+    plain = Program().step                     # untraced: each stage alone is measured around it
+    closed = Tracer(TraceSettings(trace_id="closed", name="closed"), make_sink=lambda run_id: None)
+    closed.closed = True                       # step_begin refuses at once: the wrapper and the batch alone
+    dispatch_only = step_wrapper(closed, plain, tensor_batch, "bench")
+    hooks_on = Tracer(TraceSettings(trace_id="hooks", name="hooks"), make_sink=lambda run_id: NullSink())
+    hooks_on.in_step = True                    # its replays are appended to a step's graphs, as in a step
+    hooked, step_graphs = Program(hooks_on, patches).step, hooks_on.step_graphs
+
+    def replay_hook(x):
+        result = hooked(x)
+        step_graphs.clear()
+        return result
+    queue: list = []
+    append, seq = queue.append, itertools.count()
+
+    def floor(x):
+        append((next(seq), 8))                  # a record of atoms, as an event is (untracked by the gc)
+        return plain(x)
+
+    def timing(x):
+        # On CUDA the events go back to the pool at once (the emitter's thread does it once read).
+        CudaClock.drop(tracer._stop_timing(tracer._start_timing("decode", 8)))
+        return plain(x)
+
+    bs_of = {id(x): x.shape[0] for x in inputs}
+    graph_of = {id(x): program.graph_for[x.shape[0]] for x in inputs}
+    replayed: list = []
+
+    def routing(x):
+        graph = graph_of[id(x)]
+        if graph is not None:
+            replayed.append(graph)
+        tracer._route(bs_of[id(x)], replayed)      # empties the list
+        return plain(x)
+
+    events = Emitter(JsonlSink(os.path.join(workdir, "events.jsonl")), {
+        "run_id": "stages", "name": "stages", "source": "trace", "started_at": time.time(), "backend": "trace",
+        "model": "bench", "device": "cpu", "config": {}})
+    events.sink.open(events.run)                # its thread is not started: the rounds clear its queue
+
+    def event(x):
+        events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
+        return plain(x)
+
+    # The same program traced with its events dropped by the sink: the step's path on the program's
+    # thread, and the emitter thread's conversion only (no line written).
+    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: NullSink())
+    dropped = step_wrapper(dropping, Program(dropping, patches).step, tensor_batch, "bench")
+    # Zero configuration: each call of a reduce-overhead function a step (no --step), same program.
+    trees_tracer = new_tracer(os.path.join(workdir, "trees.jsonl"))
+    traced_manager = tree_manager(Program(trees_tracer, patches))
+    install_graph_tree_hooks(trees_tracer, types.SimpleNamespace(CUDAGraphTreeManager=traced_manager,
+                                                                 CUDAGraphNode=StandInNode), patches)
+    traced_tree, untraced_tree = traced_manager(), tree_manager(Program())()
+    tree_inputs = {id(x): [x] for x in inputs}
+
+    def tree_call(x):
+        return untraced_tree.run(tree_inputs[id(x)], 0)
+
+    def traced_tree_call(x):
+        return traced_tree.run(tree_inputs[id(x)], 0)
+
+    traced(inputs[0])                           # the runs open (their emitter threads start) outside the rounds
+    dropped(inputs[0])
+    traced_tree_call(inputs[0])
+    sides: dict[str, Callable[[Any], Any]] = {
+        "untraced": plain, "floor": floor, "dispatch": dispatch_only, "replay hook": replay_hook,
+        "timing": timing, "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
+        "tree call": tree_call, "graph-tree step": traced_tree_call}
+    gc_counts = {name: GcCount() for name in sides}
+    flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush,
+               "graph-tree step": trees_tracer.emitter.flush}
+
+    def side(name: str) -> Callable[[int], float]:
+        def one_round(_round: int) -> float:
+            queue.clear()
+            events._queue.clear()
+            with gc_counts[name]:
+                return _loop(sides[name], inputs, steps, CLOCKS[clock], flushes.get(name))
+        return one_round
+
+    names = list(sides)
+    gc.collect()
+    per_round = dict(zip(names, rotated([side(n) for n in names], range(rounds))))
+    # The emitter thread's work per event (the GIL it holds), measured here on the main thread.
+    sink_us = []
+    for _ in range(rounds):
+        events._flush()
+        for _ in range(steps):
+            events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
+        started = CLOCKS[clock]()
+        events._flush()
+        sink_us.append((CLOCKS[clock]() - started) / steps * 1e6)
+    patches.remove()
+    tracer.close()
+    dropping.close()
+    trees_tracer.close()
+    hooks_on.in_step = False
+    hooks_on.close()
+    base = per_round["untraced"]
+    result: dict[str, Any] = {"clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
+                              "untraced_us": summary(base), "stages": {}}
+    for name in names[1:]:
+        if name == "tree call":
+            continue
+        against = per_round["tree call"] if name == "graph-tree step" else base
+        added = [v - b for v, b in zip(per_round[name], against)]
+        result["stages"][name] = {**summary(added), "gc": gc_counts[name].collections,
+                                  "gc_ms": gc_counts[name].seconds * 1e3}
+    result["stages"]["sink"] = summary(sink_us)
+    result["untraced_gc"] = gc_counts["untraced"].collections
+    result["traced_steps"] = tracer.steps
+    result["modes"] = dict(tracer.modes)
+    result["graph_tree_modes"] = dict(trees_tracer.modes)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=21)
+    parser.add_argument("--steps", type=int, default=4000, help="steps per side per round")
+    parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
+                        help="wall: elapsed time; cpu: the process's CPU time, all its threads (the emitter's "
+                             "too), which other processes on a busy machine do not inflate")
+    parser.add_argument("--json", help="also write the figures as JSON to this file")
+    options = parser.parse_args(argv)
+    if torch.cuda.is_available():
+        torch.cuda.init()            # as a traced GPU program: the timing stage is CUDA events on 1 step in N
+    with tempfile.TemporaryDirectory() as workdir:
+        result = measure(options.rounds, options.steps, workdir, options.clock)
+    print(f"{options.clock} clock; untraced step {result['untraced_us']['median']:.2f} us; per step, added over it "
+          f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = interquartile range):")
+    print(f"{'stage':<12} {'added us':>9} {'spread':>7} {'gc gen0/1/2':>12} {'gc ms':>6}")
+    for name, figures in result["stages"].items():
+        gcs = "/".join(str(n) for n in figures.get("gc", ())) or "-"
+        gc_ms = f"{figures['gc_ms']:6.1f}" if "gc_ms" in figures else f"{'-':>6}"
+        print(f"{name:<12} {figures['median']:9.2f} {figures['spread']:7.2f} {gcs:>12} {gc_ms}")
+    print(f"untraced gc {'/'.join(map(str, result['untraced_gc']))}; traced steps {result['traced_steps']}, "
+          f"modes {result['modes']}")
+    write_json(options.json, result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
