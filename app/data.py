@@ -16,7 +16,7 @@ from typing import Any
 import dash
 from dash import ctx
 
-from collector import auth
+from collector import alert_rule, auth                                                    # noqa: F401
 from collector.alerting import alerts
 from collector.alerting.eager_ratio import judged_ratios                                 # noqa: F401
 from collector.alerting.rule_kind import watches                                         # noqa: F401

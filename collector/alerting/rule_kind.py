@@ -1,7 +1,7 @@
 """What every kind of alert rule is (``alert_rules.kind``): the interface the evaluator,
 the rule checks and the outbox call, so no kind is special-cased anywhere else.
 
-A kind ``validate``s its own fields of a rule (``KIND_FIELDS``), ``evaluate``s one rule
+A kind ``validate``s its own fields of a rule (the regression's ``metric``), ``evaluate``s one rule
 over the runs in its scope in the evaluator's transaction (its transitions are owed to
 the rule's receivers by the caller, ``collector.alerting.alerts.evaluate_alerts``), and
 gives the Alertmanager ``labels`` and annotations of one of its alerts. The kinds are
@@ -14,12 +14,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from collector.alert_rule import InvalidRule
 from collector.models import alerts as alert_rows
-from runner.errors import Invalid
 
-
-class InvalidRule(Invalid):
-    pass
+__all__ = ["InvalidRule", "RuleKind", "Transition", "resolve_row", "watches"]
 
 
 @dataclass(frozen=True)
