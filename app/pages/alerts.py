@@ -47,11 +47,12 @@ RULE_COLUMNS = (
 )
 
 
-def kind_text(rule: dict[str, Any]) -> str:
-    """'eager ratio', or 'regression of graph step time' / 'regression of any metric'."""
-    if rule["kind"] != "regression":
-        return KIND_WORDS.get(rule["kind"], rule["kind"])
-    metric = data.REGRESSION_METRICS.get(rule.get("metric"))
+def kind_text(row: dict[str, Any]) -> str:
+    """A rules-table row's kind: 'eager ratio', or 'regression of graph step time' / 'regression
+    of any metric'."""
+    if row["kind"] != "regression":
+        return KIND_WORDS.get(row["kind"], row["kind"])
+    metric = data.REGRESSION_METRICS.get(row.get("metric"))
     return f"regression of {metric.label if metric else 'any metric'}"
 HISTORY_COLUMNS = (
     c.Column("rule_name", "rule", min_width=100),
@@ -68,15 +69,15 @@ HISTORY_COLUMNS = (
 )
 
 
-def rule_rows(rules: list[dict[str, Any]], writer: bool = True) -> list[dict[str, Any]]:
+def rule_rows(rules: list[Any], writer: bool = True) -> list[dict[str, Any]]:
     rules = [data.alerts.public_rule(r, writer) for r in rules]
     return c.grid_rows(RULE_COLUMNS, ({
-        "id": r["id"], "name": r["name"], "kind": r["kind"], "metric": r["metric"],
-        "threshold": r["threshold"], "window_s": r["window_s"],
-        "resolve_threshold": r["threshold"] if r["resolve_threshold"] is None else r["resolve_threshold"],
-        "for_s": r["for_s"], "keep_firing_for_s": r["keep_firing_for_s"],
-        "min_steps": r["min_steps"], "stage": r["stage"], "run_pattern": r["run_pattern"] or "(all runs)",
-        "webhook_url": r["webhook_url"] or "(default)", "enabled": "yes" if r["enabled"] else "no"}
+        "id": r.id, "name": r.name, "kind": r.kind, "metric": r.metric,
+        "threshold": r.threshold, "window_s": r.window_s,
+        "resolve_threshold": r.threshold if r.resolve_threshold is None else r.resolve_threshold,
+        "for_s": r.for_s, "keep_firing_for_s": r.keep_firing_for_s,
+        "min_steps": r.min_steps, "stage": r.stage, "run_pattern": r.run_pattern or "(all runs)",
+        "webhook_url": r.webhook_url or "(default)", "enabled": "yes" if r.enabled else "no"}
         for r in rules))
 
 
@@ -217,13 +218,13 @@ def act(_n, _create, _update, _delete, _auth, selected, *form):
             message, kind = "Not saved: changing rules needs the collector's token; sign in above.", "message error"
         elif trigger == "rule-create":
             rule = data.create_rule(form_data(*form))
-            message, kind, keep = f"Created rule {rule['name']!s}.", "message ok", []
+            message, kind, keep = f"Created rule {rule.name!s}.", "message ok", []
         elif trigger in ("rule-update", "rule-delete"):
             if selected_id is None:
                 message, kind = "Select a rule in the table first.", "message error"
             elif trigger == "rule-update":
                 rule = data.replace_rule(selected_id, form_data(*form))
-                message, kind = f"Saved rule {rule['name']!s}.", "message ok"
+                message, kind = f"Saved rule {rule.name!s}.", "message ok"
             else:
                 data.delete_rule(selected_id)
                 message, kind, keep = "Deleted the rule; its history stays.", "message ok", []
@@ -243,6 +244,6 @@ def load_rule(selected):
     if not selected:
         raise dash.exceptions.PreventUpdate
     rule = data.rule_for_form(selected[0]["id"])
-    return (rule["name"], rule["kind"], rule["metric"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["for_s"],
-            rule["keep_firing_for_s"], rule["resolve_threshold"], rule["stage"], rule["run_pattern"] or "",
-            rule["webhook_url"] or "", ["on"] if rule["enabled"] else [])
+    return (rule.name, rule.kind, rule.metric, rule.threshold, rule.window_s, rule.min_steps, rule.for_s,
+            rule.keep_firing_for_s, rule.resolve_threshold, rule.stage, rule.run_pattern or "",
+            rule.webhook_url or "", ["on"] if rule.enabled else [])

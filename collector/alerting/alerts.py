@@ -30,13 +30,14 @@ in the same transaction.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
 from collector.alerting import notifications, webhook_urls
-from collector.alert_rule import DEFAULTS, REQUIRED, check_field
+from collector.alert_rule import DEFAULTS, REQUIRED, AlertRule, check_field
 from collector.alerting.kinds import KINDS, kind_of
 from collector.alerting.notifications import Delivery
 from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row
@@ -106,51 +107,52 @@ def validate_rule(data: Any, *, partial: bool = False, policy: TargetPolicy | No
     return out
 
 
-def _check_thresholds(rule: dict) -> None:
-    resolve = rule.get("resolve_threshold")
-    if resolve is not None and resolve > rule["threshold"]:
-        raise InvalidRule("resolve_threshold", f"{resolve:g} is above the threshold {rule['threshold']:g}: "
+def _check_thresholds(fields: dict) -> None:
+    """A rule's written fields (checked, defaults filled) resolve at or below where they fire."""
+    resolve, threshold = fields.get("resolve_threshold"), fields["threshold"]
+    if resolve is not None and resolve > threshold:
+        raise InvalidRule("resolve_threshold", f"{resolve:g} is above the threshold {threshold:g}: "
                                                "a rule resolves at or below the share it fires above")
 
 
-def _rule_dict(conn, rule_id: int) -> dict:
+def _rule(conn, rule_id: int) -> AlertRule:
     rule = alert_rows.rule(conn, rule_id)
     if rule is None:
         raise UnknownRule(rule_id)
     return rule
 
 
-def get_rule(store: Store, rule_id: int) -> dict:
+def get_rule(store: Store, rule_id: int) -> AlertRule:
     with store.read() as conn:
-        return _rule_dict(conn, rule_id)
+        return _rule(conn, rule_id)
 
 
-def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> dict:
+def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> AlertRule:
     """Create a rule (``policy``: the non-public webhook addresses allowed, see ``validate_rule``)."""
     fields = validate_rule(data, policy=policy)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
             rule_id = alert_rows.insert_rule(conn, fields, now)
-            return _rule_dict(conn, rule_id)
+            return _rule(conn, rule_id)
     except sa_exc.IntegrityError:
         raise DuplicateRule(fields["name"]) from None
 
 
 def update_rule(store: Store, rule_id: int, data: Any, *, partial: bool = True, now: float | None = None,
-                delivery: Delivery | None = None) -> dict:
+                delivery: Delivery | None = None) -> AlertRule:
     """Change a rule (``partial``: only the given fields; else a full replacement).
     Disabling it resolves its firing alerts (and notifies their receivers)."""
     fields = validate_rule(data, partial=partial, policy=delivery.policy if delivery is not None else None)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
-            current = _rule_dict(conn, rule_id)
-            _check_thresholds({**current, **fields})
+            current = _rule(conn, rule_id)
+            _check_thresholds({**current.as_dict(), **fields})
             alert_rows.update_rule(conn, rule_id, fields, now)
-            rule = _rule_dict(conn, rule_id)
-            scope_changed = any(rule[k] != current[k] for k in ("run_pattern", "stage"))
-            if not rule["enabled"] or scope_changed:
+            rule = _rule(conn, rule_id)
+            scope_changed = (rule.run_pattern, rule.stage) != (current.run_pattern, current.stage)
+            if not rule.enabled or scope_changed:
                 _end_rule_alerts(conn, rule, delivery, now)    # other runs or steps: start afresh
             return rule
     except sa_exc.IntegrityError:
@@ -161,20 +163,20 @@ def delete_rule(store: Store, rule_id: int, *, now: float | None = None, deliver
     """Delete a rule; its firing alerts resolve (notified), its history stays."""
     now = time.time() if now is None else now
     with store.write() as conn:
-        rule = _rule_dict(conn, rule_id)
+        rule = _rule(conn, rule_id)
         _end_rule_alerts(conn, rule, delivery, now)
         alert_rows.delete_rule(conn, rule_id)
 
 
-def _end_rule_alerts(conn, rule: dict, delivery: Delivery | None, now: float) -> None:
+def _end_rule_alerts(conn, rule: AlertRule, delivery: Delivery | None, now: float) -> None:
     """Resolve a rule's firing alerts where each run's evaluation stands, and forget its state."""
-    states = alert_rows.evaluated_to(conn, rule["id"])
-    for alert in alert_rows.firing_of_rule(conn, rule["id"]):
+    states = alert_rows.evaluated_to(conn, rule.id)
+    for alert in alert_rows.firing_of_rule(conn, rule.id):
         _resolve(conn, alert, rule, states.get(alert["run_pk"], alert["started_at"]), delivery, now)
-    alert_rows.forget_rule(conn, rule["id"])
+    alert_rows.forget_rule(conn, rule.id)
 
 
-def _resolve(conn, alert: dict, rule: dict, at: float, delivery: Delivery | None, now: float) -> dict:
+def _resolve(conn, alert: dict, rule: AlertRule, at: float, delivery: Delivery | None, now: float) -> dict:
     resolve_row(conn, alert, at)
     notifications.enqueue(conn, "resolved", alert, rule, delivery, now)
     return alert
@@ -190,7 +192,7 @@ def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Deliver
     with store.write() as conn:
         alert_rows.lock_evaluation(conn)
         for rule in alert_rows.rules(conn):
-            if not rule["enabled"]:
+            if not rule.enabled:
                 _end_rule_alerts(conn, rule, delivery, now)
                 continue
             for transition in kind_of(rule).evaluate(conn, rule, now):
@@ -201,16 +203,16 @@ def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Deliver
 
 # -- what readers see -------------------------------------------------------------------------
 
-def public_rule(rule: dict, writer: bool) -> dict:
+def public_rule(rule: AlertRule, writer: bool) -> AlertRule:
     """A rule as a reader sees it: the webhook URL (itself often a secret) only for writers."""
-    if writer or not rule.get("webhook_url"):
+    if writer or not rule.webhook_url:
         return rule
-    return {**rule, "webhook_url": webhook_urls.redact(rule["webhook_url"])}
+    return dataclasses.replace(rule, webhook_url=webhook_urls.redact(rule.webhook_url))
 
 
 def resolve_run_alerts(conn, run_pk: int, delivery: Delivery | None, now: float) -> None:
     """A run is going away: its firing alerts resolve (notified), its outbox rows are kept."""
-    rules = {r["id"]: r for r in alert_rows.rules(conn)}
+    rules = {r.id: r for r in alert_rows.rules(conn)}
     for alert in alert_rows.firing_of_run(conn, run_pk):
         rule = rules.get(alert["rule_id"])
         if rule is not None:

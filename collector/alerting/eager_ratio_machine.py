@@ -26,7 +26,9 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Mapping
+from typing import Mapping
+
+from collector.alert_rule import RuleFields
 
 MAX_POINTS_PER_RUN = 200_000     # seconds of one run evaluated in one call; the rest the next
 
@@ -112,14 +114,14 @@ class RunEnd:
     frontier: float
 
 
-def evaluate(state: State, window: Window, rule: Mapping[str, Any], now: int,
+def evaluate(state: State, window: Window, rule: RuleFields, now: int,
              end: RunEnd | None = None) -> tuple[State, list[Change]]:
     """The state after judging every second from ``state.evaluated_to`` (exclusive) to
     ``now`` (inclusive, at most ``MAX_POINTS_PER_RUN`` of them), and the alert's changes
     in order. ``window`` holds the seconds from ``evaluated_to + 2 - window_s`` on; ``end``
     only once the run ended (applied when the evaluation reached ``now``)."""
-    threshold, min_steps = rule["threshold"], rule["min_steps"]
-    resolve_at = threshold if rule["resolve_threshold"] is None else rule["resolve_threshold"]
+    threshold, min_steps = rule.threshold, rule.min_steps
+    resolve_at = threshold if rule.resolve_threshold is None else rule.resolve_threshold
     pending, clear_since, firing = state.pending_since, state.clear_since, state.firing
     changes: list[Change] = []
     begin = math.floor(state.evaluated_to) + 1
@@ -147,12 +149,12 @@ def evaluate(state: State, window: Window, rule: Mapping[str, Any], now: int,
                     clear_since = None
                 else:
                     clear_since = float(t) if clear_since is None else clear_since
-                    if t - clear_since >= rule["keep_firing_for_s"]:
+                    if t - clear_since >= rule.keep_firing_for_s:
                         changes.append(Change("resolved", max(float(t), firing.started_at), firing))
                         firing, clear_since, pending = None, None, None
             elif judged and ratio > threshold:
                 pending = float(t) if pending is None else pending
-                if t - pending >= rule["for_s"]:
+                if t - pending >= rule.for_s:
                     firing = Figures(float(t), ratio, ratio, steps, window.dominant_reason(t))
                     changes.append(Change("firing", float(t), firing))
                     pending, clear_since = None, None

@@ -4,11 +4,12 @@
 
 from __future__ import annotations
 
+from collector.alert_rule import AlertRule
 from collector.alerting import eager_ratio, regression
 from collector.alerting.rule_kind import RuleKind
 
 KINDS: dict[str, RuleKind] = {eager_ratio.NAME: eager_ratio, regression.NAME: regression}
 
 
-def kind_of(rule: dict) -> RuleKind:
-    return KINDS[rule.get("kind") or eager_ratio.NAME]
+def kind_of(rule: AlertRule) -> RuleKind:
+    return KINDS[rule.kind]

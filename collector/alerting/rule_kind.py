@@ -14,7 +14,7 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collector.alert_rule import InvalidRule
+from collector.alert_rule import AlertRule, InvalidRule, RuleFields
 from collector.models import alerts as alert_rows
 
 __all__ = ["InvalidRule", "RuleKind", "Transition", "resolve_row", "watches"]
@@ -26,13 +26,13 @@ class Transition:
 
     status: str                 # firing | resolved
     alert: dict                 # the alert_events row (with run_id, run_name)
-    rule: dict                  # the rule row
+    rule: AlertRule
 
 
-def watches(rule: dict[str, Any], run_name: str) -> bool:
+def watches(rule: RuleFields, run_name: str) -> bool:
     """Whether the rule covers a run of this name (its ``run_pattern`` glob; none: every run):
     the one place a rule's scope is applied, by every kind and by the run page."""
-    return rule.get("run_pattern") is None or fnmatch.fnmatchcase(run_name, rule["run_pattern"])
+    return rule.run_pattern is None or fnmatch.fnmatchcase(run_name, rule.run_pattern)
 
 
 class RuleKind(Protocol):
@@ -41,10 +41,10 @@ class RuleKind(Protocol):
     def validate(self, fields: dict[str, Any]) -> None:
         """Raise ``InvalidRule`` when this kind's own fields of a rule are wrong."""
 
-    def evaluate(self, conn, rule: dict[str, Any], now: float) -> list[Transition]:
+    def evaluate(self, conn, rule: AlertRule, now: float) -> list[Transition]:
         """The rule's alerts that fired or resolved since its last evaluation (rows written)."""
 
-    def labels(self, alert: dict[str, Any], rule: dict[str, Any], status: str) -> tuple[dict[str, str], dict[str, str]]:
+    def labels(self, alert: dict[str, Any], rule: AlertRule, status: str) -> tuple[dict[str, str], dict[str, str]]:
         """Alertmanager labels and annotations of one alert in ``status``."""
 
 

@@ -83,7 +83,7 @@ def test_the_page_and_the_api_take_the_same_good_rule(site):
     assert _page_message(client, dash_app, form) == "Created rule form."
     rule = {name: value for name, value in FORM_TO_RULE.values()}
     assert client.post("/v1/alert-rules", json={**rule, "name": "api"}).status_code == 201
-    made = {r["name"]: r for r in queries.alert_rules(store)}
+    made = {r.name: r.as_dict() for r in queries.alert_rules(store)}
     assert {k: v for k, v in made["form"].items() if k not in ("id", "name", "created_at", "updated_at")} == \
         {k: v for k, v in made["api"].items() if k not in ("id", "name", "created_at", "updated_at")}
 
