@@ -17,6 +17,7 @@ import dash
 from dash import ctx
 
 from collector.api import auth
+from collector import alert_rule                                                    # noqa: F401
 from collector.alerting import alerts
 from collector.alerting.eager_ratio import judged_ratios                                 # noqa: F401
 from collector.alerting.rule_kind import watches                                         # noqa: F401
@@ -92,16 +93,16 @@ def _delivery() -> Any:
     return _state().delivery
 
 
-def create_rule(data: dict[str, Any]) -> dict[str, Any]:
+def create_rule(data: dict[str, Any]) -> alert_rule.AlertRule:
     return alerts.create_rule(store(), data, policy=_delivery().policy)
 
 
-def replace_rule(rule_id: int, data: dict[str, Any]) -> dict[str, Any]:
+def replace_rule(rule_id: int, data: dict[str, Any]) -> alert_rule.AlertRule:
     """Replace a rule from the form; a webhook URL the form was loaded with redacted keeps the
     real one (a reader of the form never saw it)."""
     current = alerts.get_rule(store(), rule_id)
-    if data.get("webhook_url") and data["webhook_url"] == alerts.public_rule(current, False)["webhook_url"]:
-        data = {**data, "webhook_url": current["webhook_url"]}
+    if data.get("webhook_url") and data["webhook_url"] == alerts.public_rule(current, False).webhook_url:
+        data = {**data, "webhook_url": current.webhook_url}
     return alerts.update_rule(store(), rule_id, data, partial=False, delivery=_delivery())
 
 
@@ -109,6 +110,6 @@ def delete_rule(rule_id: int) -> None:
     alerts.delete_rule(store(), rule_id, delivery=_delivery())
 
 
-def rule_for_form(rule_id: int) -> dict[str, Any]:
+def rule_for_form(rule_id: int) -> alert_rule.AlertRule:
     """A rule as the reader may see it (webhook URLs redacted unless a writer asks)."""
     return alerts.public_rule(alerts.get_rule(store(), rule_id), request_is_writer())

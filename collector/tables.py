@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from collector.alert_rule import DEFAULTS as RULE_DEFAULTS, FIELDS as RULE_FIELDS, Spec as RuleSpec
+
 metadata = sa.MetaData(
     naming_convention={
         "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -227,24 +229,23 @@ batch_rollups = sa.Table(
     sqlite_with_rowid=False,
 )
 
+# An alert rule's columns follow its fields (collector.alert_rule): type, length, nullability.
+_RULE_COLUMN_TYPES = {"ratio": sa.Float, "seconds": sa.Integer, "count": sa.Integer, "flag": sa.Boolean}
+_RULE_SERVER_DEFAULTS = ("kind", "for_s", "keep_firing_for_s")    # added to stored rules by migrations 0005, 0006
+
+
+def _rule_column(name: str, spec: RuleSpec) -> sa.Column:
+    kind = sa.String(spec.max_length) if spec.max_length is not None else _RULE_COLUMN_TYPES[spec.kind]()
+    server_default = str(RULE_DEFAULTS[name]) if name in _RULE_SERVER_DEFAULTS else None
+    return sa.Column(name, kind, nullable=spec.nullable, unique=name == "name", server_default=server_default)
+
+
 alert_rules = sa.Table(
     "alert_rules", metadata,
     sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("name", sa.String(100), nullable=False, unique=True),
-    sa.Column("kind", sa.String(16), nullable=False, server_default="eager_ratio"),   # | regression
-    sa.Column("metric", sa.String(32)),           # regression rules: the metric watched; NULL = any
-    sa.Column("threshold", sa.Float, nullable=False),
-    sa.Column("window_s", sa.Integer, nullable=False),
-    sa.Column("min_steps", sa.Integer, nullable=False),
-    sa.Column("run_pattern", sa.String(200)),     # glob on run name; NULL = all runs
-    sa.Column("stage", sa.String(16), nullable=False),
-    sa.Column("webhook_url", sa.String(2000)),
-    sa.Column("enabled", sa.Boolean, nullable=False),
+    *(_rule_column(name, spec) for name, spec in RULE_FIELDS.items()),
     sa.Column("created_at", sa.Float, nullable=False),
     sa.Column("updated_at", sa.Float, nullable=False),
-    sa.Column("for_s", sa.Integer, nullable=False, server_default="60"),              # pending duration
-    sa.Column("keep_firing_for_s", sa.Integer, nullable=False, server_default="300"),  # hold once firing
-    sa.Column("resolve_threshold", sa.Float),     # NULL: resolves at the threshold
 )
 
 alert_events = sa.Table(

@@ -74,8 +74,8 @@ def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1
     row, ``points`` (``collector.alerting.eager_ratio.judged_ratios``: a gap where fewer than min steps ran)
     and ``spans`` (its alerts for this run)."""
     if not any(p["ratio"] is not None for j in judged for p in j["points"]):
-        rules = "<br>".join(f"{j['rule']['name']}: {j['rule']['min_steps']:,} steps in "
-                            f"{formats.seconds(j['rule']['window_s'])}" for j in judged)
+        rules = "<br>".join(f"{j['rule'].name}: {j['rule'].min_steps:,} steps in "
+                            f"{formats.seconds(j['rule'].window_s)}" for j in judged)
         return empty(f"no window had the {scope} steps its rule needs to judge:<br>{rules}")
     traces, shapes, notes, ts = [], [], [], []
     for i, j in enumerate(judged):
@@ -83,11 +83,11 @@ def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1
         ts += [p["t"] for p in j["points"]]
         traces.append(dict(
             type="scatter", mode="lines+markers", marker=dict(size=4), line=dict(color=color), connectgaps=False,
-            name=f"{rule['name']}: last {formats.seconds(rule['window_s'])}, ≥ {rule['min_steps']:,} steps",
+            name=f"{rule.name}: last {formats.seconds(rule.window_s)}, ≥ {rule.min_steps:,} steps",
             x=utc_times(p["t"] for p in j["points"]), y=[p["ratio"] for p in j["points"]],
             customdata=[formats.plural(p["steps"], "step") for p in j["points"]],
             hovertemplate="%{x}: %{y:.1%} eager of %{customdata} in the window<extra></extra>"))
-        shape, note = hline(rule["threshold"], f"{rule['name']} > {formats.pct(rule['threshold'])}", color)
+        shape, note = hline(rule.threshold, f"{rule.name} > {formats.pct(rule.threshold)}", color)
         shapes.append(shape)
         notes.append({**note, "x": 1, "xanchor": "right"} if i % 2 else note)
         end = max(p["t"] for p in j["points"]) if j["points"] else None

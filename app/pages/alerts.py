@@ -21,12 +21,13 @@ from app import components as c
 from app import data
 from app.callbacks import Callbacks
 from runner.errors import TooManyRequests
-from runner.wire import DECODE_VIEW, RULE_STAGES
 
 dash.register_page(__name__, path="/alerts", title="replayscope · alerts", name="Alerts")
 callback = Callbacks()
 
 REFRESH_MS = 5000
+# The form starts at the rule's defaults, with the built-in rule's threshold (collector.alert_rule).
+FORM_DEFAULTS = {**data.alert_rule.DEFAULTS, "threshold": data.alerts.BUILTIN_EAGER_RATIO_RULE["threshold"]}
 KIND_WORDS = {"eager_ratio": "eager ratio", "regression": "regression"}
 RULE_COLUMNS = (
     c.Column("id", "id", numeric=True, min_width=50, flex=0.4),
@@ -46,11 +47,12 @@ RULE_COLUMNS = (
 )
 
 
-def kind_text(rule: dict[str, Any]) -> str:
-    """'eager ratio', or 'regression of graph step time' / 'regression of any metric'."""
-    if rule["kind"] != "regression":
-        return KIND_WORDS.get(rule["kind"], rule["kind"])
-    metric = data.REGRESSION_METRICS.get(rule.get("metric"))
+def kind_text(row: dict[str, Any]) -> str:
+    """A rules-table row's kind: 'eager ratio', or 'regression of graph step time' / 'regression
+    of any metric'."""
+    if row["kind"] != "regression":
+        return KIND_WORDS.get(row["kind"], row["kind"])
+    metric = data.REGRESSION_METRICS.get(row.get("metric"))
     return f"regression of {metric.label if metric else 'any metric'}"
 HISTORY_COLUMNS = (
     c.Column("rule_name", "rule", min_width=100),
@@ -67,15 +69,15 @@ HISTORY_COLUMNS = (
 )
 
 
-def rule_rows(rules: list[dict[str, Any]], writer: bool = True) -> list[dict[str, Any]]:
+def rule_rows(rules: list[Any], writer: bool = True) -> list[dict[str, Any]]:
     rules = [data.alerts.public_rule(r, writer) for r in rules]
     return c.grid_rows(RULE_COLUMNS, ({
-        "id": r["id"], "name": r["name"], "kind": r["kind"], "metric": r["metric"],
-        "threshold": r["threshold"], "window_s": r["window_s"],
-        "resolve_threshold": r["threshold"] if r["resolve_threshold"] is None else r["resolve_threshold"],
-        "for_s": r["for_s"], "keep_firing_for_s": r["keep_firing_for_s"],
-        "min_steps": r["min_steps"], "stage": r["stage"], "run_pattern": r["run_pattern"] or "(all runs)",
-        "webhook_url": r["webhook_url"] or "(default)", "enabled": "yes" if r["enabled"] else "no"}
+        "id": r.id, "name": r.name, "kind": r.kind, "metric": r.metric,
+        "threshold": r.threshold, "window_s": r.window_s,
+        "resolve_threshold": r.threshold if r.resolve_threshold is None else r.resolve_threshold,
+        "for_s": r.for_s, "keep_firing_for_s": r.keep_firing_for_s,
+        "min_steps": r.min_steps, "stage": r.stage, "run_pattern": r.run_pattern or "(all runs)",
+        "webhook_url": r.webhook_url or "(default)", "enabled": "yes" if r.enabled else "no"}
         for r in rules))
 
 
@@ -127,23 +129,24 @@ def layout(**_query: Any) -> html.Div:
         c.section("Rule", html.Div([
             _field("name", dcc.Input(id="rule-name", type="text", placeholder="eager-high", debounce=False)),
             _field("kind", dcc.Dropdown(id="rule-kind", options=[{"label": w, "value": k} for k, w in KIND_WORDS.items()],
-                                        value="eager_ratio", clearable=False)),
+                                        value=FORM_DEFAULTS["kind"], clearable=False)),
             _field("metric (regression rules; empty = any)",
                    dcc.Dropdown(id="rule-metric", options=[{"label": m.label, "value": k}
                                                            for k, m in data.REGRESSION_METRICS.items()])),
-            _field("threshold (a share, 0..1: 0.2 is 20%)", dcc.Input(id="rule-threshold", type="number", value=0.2)),
-            _field("window (s)", dcc.Input(id="rule-window", type="number", value=300)),
-            _field("min steps", dcc.Input(id="rule-min-steps", type="number", value=100)),
-            _field("for (s): active this long before it fires", dcc.Input(id="rule-for", type="number", value=60)),
+            _field("threshold (a share, 0..1: 0.2 is 20%)", dcc.Input(id="rule-threshold", type="number", value=FORM_DEFAULTS["threshold"])),
+            _field("window (s)", dcc.Input(id="rule-window", type="number", value=FORM_DEFAULTS["window_s"])),
+            _field("min steps", dcc.Input(id="rule-min-steps", type="number", value=FORM_DEFAULTS["min_steps"])),
+            _field("for (s): active this long before it fires", dcc.Input(id="rule-for", type="number", value=FORM_DEFAULTS["for_s"])),
             _field("hold (s): clear this long before it resolves",
-                   dcc.Input(id="rule-keep", type="number", value=300)),
+                   dcc.Input(id="rule-keep", type="number", value=FORM_DEFAULTS["keep_firing_for_s"])),
             _field("resolves at (empty = the threshold)", dcc.Input(id="rule-resolve", type="number")),
             _field("stage (decode+mixed: the decode stages, where every source's decode steps are)",
-                   dcc.Dropdown(id="rule-stage", options=list(RULE_STAGES), value=DECODE_VIEW, clearable=False)),
+                   dcc.Dropdown(id="rule-stage", options=list(data.alert_rule.FIELDS["stage"].choices),
+                                value=FORM_DEFAULTS["stage"], clearable=False)),
             _field("runs (glob on name, empty = all)", dcc.Input(id="rule-pattern", type="text")),
             _field("webhook URL (empty = default)", dcc.Input(id="rule-webhook", type="text")),
             _field("enabled", dcc.Checklist(id="rule-enabled", options=[{"label": "enabled", "value": "on"}],
-                                            value=["on"])),
+                                            value=["on"] if FORM_DEFAULTS["enabled"] else [])),
         ], className="form"),
             html.Div([html.Button("Create", id="rule-create", n_clicks=0),
                       html.Button("Save changes", id="rule-update", n_clicks=0),
@@ -157,7 +160,9 @@ def layout(**_query: Any) -> html.Div:
 
 def form_data(name, kind, metric, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
               enabled) -> dict[str, Any]:
-    """The form as a rule object for collector.alerting.alerts (which validates it)."""
+    """The form as a rule object, checked by the same validation as the API's writes
+    (``collector.alerting.alerts.validate_rule``: the bounds and messages of
+    ``collector.alert_rule``) when it is created or saved."""
     regression = kind == "regression"
     return {"name": (name or "").strip(), "kind": kind or "eager_ratio", "metric": metric if regression else None,
             "threshold": threshold, "window_s": window, "min_steps": min_steps,
@@ -213,13 +218,13 @@ def act(_n, _create, _update, _delete, _auth, selected, *form):
             message, kind = "Not saved: changing rules needs the collector's token; sign in above.", "message error"
         elif trigger == "rule-create":
             rule = data.create_rule(form_data(*form))
-            message, kind, keep = f"Created rule {rule['name']!s}.", "message ok", []
+            message, kind, keep = f"Created rule {rule.name!s}.", "message ok", []
         elif trigger in ("rule-update", "rule-delete"):
             if selected_id is None:
                 message, kind = "Select a rule in the table first.", "message error"
             elif trigger == "rule-update":
                 rule = data.replace_rule(selected_id, form_data(*form))
-                message, kind = f"Saved rule {rule['name']!s}.", "message ok"
+                message, kind = f"Saved rule {rule.name!s}.", "message ok"
             else:
                 data.delete_rule(selected_id)
                 message, kind, keep = "Deleted the rule; its history stays.", "message ok", []
@@ -239,6 +244,6 @@ def load_rule(selected):
     if not selected:
         raise dash.exceptions.PreventUpdate
     rule = data.rule_for_form(selected[0]["id"])
-    return (rule["name"], rule["kind"], rule["metric"], rule["threshold"], rule["window_s"], rule["min_steps"], rule["for_s"],
-            rule["keep_firing_for_s"], rule["resolve_threshold"], rule["stage"], rule["run_pattern"] or "",
-            rule["webhook_url"] or "", ["on"] if rule["enabled"] else [])
+    return (rule.name, rule.kind, rule.metric, rule.threshold, rule.window_s, rule.min_steps, rule.for_s,
+            rule.keep_firing_for_s, rule.resolve_threshold, rule.stage, rule.run_pattern or "",
+            rule.webhook_url or "", ["on"] if rule.enabled else [])

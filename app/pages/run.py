@@ -27,9 +27,9 @@ RATIO_POINTS = 600      # points of a rule's judged ratio at most
 STAT_IDS = ("run-steps", "run-eager", "run-padded", "run-capture", "run-status", "run-alerts")
 
 
-def rules_for(rules: list[dict[str, Any]], run_name: str) -> list[dict[str, Any]]:
+def rules_for(rules: list[Any], run_name: str) -> list[Any]:
     """The enabled eager-ratio alert rules that watch a run of this name."""
-    return [r for r in rules if r["enabled"] and r["kind"] == "eager_ratio" and data.watches(r, run_name)]
+    return [r for r in rules if r.enabled and r.kind == "eager_ratio" and data.watches(r, run_name)]
 
 
 def decode_scope(stage_steps: dict[str, int]) -> str:
@@ -75,7 +75,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     spans = queries.alert_events(store, run_id=run_id)
     every_s = queries.choose_bucket_s(span_s, RATIO_POINTS)
     judged = [{"rule": rule, "points": data.judged_ratios(store, rule, run_id, every_s),
-               "spans": [s for s in spans if s["rule_id"] == rule["id"]]}
+               "spans": [s for s in spans if s["rule_id"] == rule.id]}
               for rule in rules_for(queries.alert_rules(store), summary["name"])]
     captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] in DECODE_STAGES})
     if not captured:

@@ -30,16 +30,15 @@ in the same transaction.
 
 from __future__ import annotations
 
-import fnmatch
-import math
-import re
+import dataclasses
 import time
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
 from collector.alerting import notifications, webhook_urls
-from collector.alerting.kinds import KIND_FIELDS, KINDS, kind_of
+from collector.alert_rule import DEFAULTS, REQUIRED, AlertRule, check_field
+from collector.alerting.kinds import KINDS, kind_of
 from collector.alerting.notifications import Delivery
 from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row
 from collector.alerting.webhook_urls import TargetPolicy
@@ -47,22 +46,12 @@ from collector.models import alerts as alert_rows, outbox as outbox_rows
 from collector.models.events import last_event_ts
 from collector.store import Store
 from runner.errors import Conflict, NotFound
-from runner.wire import DECODE_VIEW, RULE_STAGES
 
-RULE_DEFAULTS: dict[str, Any] = {
-    "window_s": 300, "min_steps": 100, "run_pattern": None, "stage": DECODE_VIEW,
-    "webhook_url": None, "enabled": True, "for_s": 60, "keep_firing_for_s": 300, "resolve_threshold": None,
-    "kind": "eager_ratio", "metric": None,
-}
 # The rule every store starts with (migration 0009 writes it once; deleted, it stays deleted):
-# the defaults above at a threshold of 20%. deploy/prometheus/replayscope-rules.yml is the
-# same rule for Prometheus (tests/collector/test_prometheus_rules.py keeps them equal).
-BUILTIN_EAGER_RATIO_RULE: dict[str, Any] = {**RULE_DEFAULTS, "name": "built-in - decode eager ratio above 0.2",
+# the defaults (collector.alert_rule) at a threshold of 20%. deploy/prometheus/replayscope-rules.yml
+# is the same rule for Prometheus (tests/collector/test_prometheus_rules.py keeps them equal).
+BUILTIN_EAGER_RATIO_RULE: dict[str, Any] = {**DEFAULTS, "name": "built-in - decode eager ratio above 0.2",
                                             "threshold": 0.2}
-RULE_FIELDS = ("name", "threshold", "window_s", "min_steps", "run_pattern", "stage", "webhook_url", "enabled",
-               "for_s", "keep_firing_for_s", "resolve_threshold", "kind", "metric")
-MAX_WINDOW_S = 7 * 24 * 3600
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9 _.:-]{0,99}$")
 
 
 class UnknownRule(NotFound):
@@ -78,69 +67,11 @@ class DuplicateRule(Conflict, InvalidRule):
 
 # -- rules ---------------------------------------------------------------------------------
 
-def _seconds(name: str, value: Any, low: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRule(name, "must be a whole number of seconds")
-    if not low <= value <= MAX_WINDOW_S:
-        raise InvalidRule(name, f"must be {low}..{MAX_WINDOW_S} seconds")
-    return value
-
-
-def _ratio(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise InvalidRule(name, "must be a number")
-    if not 0 <= value <= 1:
-        raise InvalidRule(name, f"{value:g} is outside 0..1 (it is an eager ratio)")
-    return float(value)
-
-
 def _check_rule_field(name: str, value: Any, policy: TargetPolicy) -> Any:
-    if name == "name":
-        if not isinstance(value, str) or not _NAME.match(value):
-            raise InvalidRule(name, "1-100 characters: letters, digits, space, _ . : -, starting with a letter or digit")
-        return value
-    if name == "threshold":
-        return _ratio(name, value)
-    if name == "resolve_threshold":
-        return None if value is None else _ratio(name, value)
-    if name == "window_s":
-        return _seconds(name, value, 1)
-    if name in ("for_s", "keep_firing_for_s"):
-        return _seconds(name, value, 0)
-    if name == "min_steps":
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 2**31 - 1:
-            raise InvalidRule(name, "must be an integer >= 1")
-        return value
-    if name == "run_pattern":
-        if value is None or value == "":
-            return None
-        if not isinstance(value, str) or len(value) > 200:
-            raise InvalidRule(name, "must be a glob on run names (up to 200 characters) or null for all runs")
-        try:
-            re.compile(fnmatch.translate(value))
-        except re.error as error:
-            raise InvalidRule(name, f"not a valid glob: {error}") from None
-        return value
-    if name == "stage":
-        if value not in RULE_STAGES:
-            raise InvalidRule(name, f"{value!r} is not one of {', '.join(RULE_STAGES)}")
-        return value
-    if name == "webhook_url":
-        if value is None or value == "":
-            return None
+    value = check_field(name, value)          # the bounds and messages of collector.alert_rule
+    if name == "webhook_url" and value is not None:
         check_webhook_url(value, policy, name)
-        return value
-    if name == "enabled":
-        if not isinstance(value, bool):
-            raise InvalidRule(name, "must be true or false")
-        return value
-    if name == "kind":
-        if value not in KINDS:
-            raise InvalidRule(name, f"{value!r} is not one of {', '.join(KINDS)}")
-        return value
-    if name in KIND_FIELDS:          # a kind's own field: that kind checks it (validate_rule)
-        return value
-    raise InvalidRule(name, f"unknown field (known: {', '.join(RULE_FIELDS)})")
+    return value
 
 
 def check_webhook_url(value: Any, policy: TargetPolicy | None = None, field: str = "webhook_url") -> None:
@@ -165,10 +96,10 @@ def validate_rule(data: Any, *, partial: bool = False, policy: TargetPolicy | No
     for name, value in data.items():
         out[name] = _check_rule_field(name, value, policy)
     if not partial:
-        for required in ("name", "threshold"):
+        for required in REQUIRED:
             if required not in out:
                 raise InvalidRule(required, "is required")
-        for name, default in RULE_DEFAULTS.items():
+        for name, default in DEFAULTS.items():
             out.setdefault(name, default)
         _check_thresholds(out)
     # A partial change that names no kind is checked as the kind that has every field.
@@ -176,51 +107,52 @@ def validate_rule(data: Any, *, partial: bool = False, policy: TargetPolicy | No
     return out
 
 
-def _check_thresholds(rule: dict) -> None:
-    resolve = rule.get("resolve_threshold")
-    if resolve is not None and resolve > rule["threshold"]:
-        raise InvalidRule("resolve_threshold", f"{resolve:g} is above the threshold {rule['threshold']:g}: "
+def _check_thresholds(fields: dict) -> None:
+    """A rule's written fields (checked, defaults filled) resolve at or below where they fire."""
+    resolve, threshold = fields.get("resolve_threshold"), fields["threshold"]
+    if resolve is not None and resolve > threshold:
+        raise InvalidRule("resolve_threshold", f"{resolve:g} is above the threshold {threshold:g}: "
                                                "a rule resolves at or below the share it fires above")
 
 
-def _rule_dict(conn, rule_id: int) -> dict:
+def _rule(conn, rule_id: int) -> AlertRule:
     rule = alert_rows.rule(conn, rule_id)
     if rule is None:
         raise UnknownRule(rule_id)
     return rule
 
 
-def get_rule(store: Store, rule_id: int) -> dict:
+def get_rule(store: Store, rule_id: int) -> AlertRule:
     with store.read() as conn:
-        return _rule_dict(conn, rule_id)
+        return _rule(conn, rule_id)
 
 
-def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> dict:
+def create_rule(store: Store, data: Any, *, now: float | None = None, policy: TargetPolicy | None = None) -> AlertRule:
     """Create a rule (``policy``: the non-public webhook addresses allowed, see ``validate_rule``)."""
     fields = validate_rule(data, policy=policy)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
             rule_id = alert_rows.insert_rule(conn, fields, now)
-            return _rule_dict(conn, rule_id)
+            return _rule(conn, rule_id)
     except sa_exc.IntegrityError:
         raise DuplicateRule(fields["name"]) from None
 
 
 def update_rule(store: Store, rule_id: int, data: Any, *, partial: bool = True, now: float | None = None,
-                delivery: Delivery | None = None) -> dict:
+                delivery: Delivery | None = None) -> AlertRule:
     """Change a rule (``partial``: only the given fields; else a full replacement).
     Disabling it resolves its firing alerts (and notifies their receivers)."""
     fields = validate_rule(data, partial=partial, policy=delivery.policy if delivery is not None else None)
     now = time.time() if now is None else now
     try:
         with store.write() as conn:
-            current = _rule_dict(conn, rule_id)
-            _check_thresholds({**current, **fields})
+            current = _rule(conn, rule_id)
+            _check_thresholds({**current.as_dict(), **fields})
             alert_rows.update_rule(conn, rule_id, fields, now)
-            rule = _rule_dict(conn, rule_id)
-            scope_changed = any(rule[k] != current[k] for k in ("run_pattern", "stage"))
-            if not rule["enabled"] or scope_changed:
+            rule = _rule(conn, rule_id)
+            scope_changed = (rule.run_pattern, rule.stage) != (current.run_pattern, current.stage)
+            if not rule.enabled or scope_changed:
                 _end_rule_alerts(conn, rule, delivery, now)    # other runs or steps: start afresh
             return rule
     except sa_exc.IntegrityError:
@@ -231,20 +163,20 @@ def delete_rule(store: Store, rule_id: int, *, now: float | None = None, deliver
     """Delete a rule; its firing alerts resolve (notified), its history stays."""
     now = time.time() if now is None else now
     with store.write() as conn:
-        rule = _rule_dict(conn, rule_id)
+        rule = _rule(conn, rule_id)
         _end_rule_alerts(conn, rule, delivery, now)
         alert_rows.delete_rule(conn, rule_id)
 
 
-def _end_rule_alerts(conn, rule: dict, delivery: Delivery | None, now: float) -> None:
+def _end_rule_alerts(conn, rule: AlertRule, delivery: Delivery | None, now: float) -> None:
     """Resolve a rule's firing alerts where each run's evaluation stands, and forget its state."""
-    states = alert_rows.evaluated_to(conn, rule["id"])
-    for alert in alert_rows.firing_of_rule(conn, rule["id"]):
+    states = alert_rows.evaluated_to(conn, rule.id)
+    for alert in alert_rows.firing_of_rule(conn, rule.id):
         _resolve(conn, alert, rule, states.get(alert["run_pk"], alert["started_at"]), delivery, now)
-    alert_rows.forget_rule(conn, rule["id"])
+    alert_rows.forget_rule(conn, rule.id)
 
 
-def _resolve(conn, alert: dict, rule: dict, at: float, delivery: Delivery | None, now: float) -> dict:
+def _resolve(conn, alert: dict, rule: AlertRule, at: float, delivery: Delivery | None, now: float) -> dict:
     resolve_row(conn, alert, at)
     notifications.enqueue(conn, "resolved", alert, rule, delivery, now)
     return alert
@@ -260,7 +192,7 @@ def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Deliver
     with store.write() as conn:
         alert_rows.lock_evaluation(conn)
         for rule in alert_rows.rules(conn):
-            if not rule["enabled"]:
+            if not rule.enabled:
                 _end_rule_alerts(conn, rule, delivery, now)
                 continue
             for transition in kind_of(rule).evaluate(conn, rule, now):
@@ -271,16 +203,16 @@ def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Deliver
 
 # -- what readers see -------------------------------------------------------------------------
 
-def public_rule(rule: dict, writer: bool) -> dict:
+def public_rule(rule: AlertRule, writer: bool) -> AlertRule:
     """A rule as a reader sees it: the webhook URL (itself often a secret) only for writers."""
-    if writer or not rule.get("webhook_url"):
+    if writer or not rule.webhook_url:
         return rule
-    return {**rule, "webhook_url": webhook_urls.redact(rule["webhook_url"])}
+    return dataclasses.replace(rule, webhook_url=webhook_urls.redact(rule.webhook_url))
 
 
 def resolve_run_alerts(conn, run_pk: int, delivery: Delivery | None, now: float) -> None:
     """A run is going away: its firing alerts resolve (notified), its outbox rows are kept."""
-    rules = {r["id"]: r for r in alert_rows.rules(conn)}
+    rules = {r.id: r for r in alert_rows.rules(conn)}
     for alert in alert_rows.firing_of_run(conn, run_pk):
         rule = rules.get(alert["rule_id"])
         if rule is not None:

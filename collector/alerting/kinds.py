@@ -1,14 +1,15 @@
 """The kinds of alert rule, by ``alert_rules.kind``: each a module with the interface of
-``collector.alerting.rule_kind.RuleKind`` (validate, evaluate, labels)."""
+``collector.alerting.rule_kind.RuleKind`` (validate, evaluate, labels); their names are
+``collector.alert_rule.RULE_KINDS`` (tests/collector/test_alert_rule.py keeps them equal)."""
 
 from __future__ import annotations
 
+from collector.alert_rule import AlertRule
 from collector.alerting import eager_ratio, regression
 from collector.alerting.rule_kind import RuleKind
 
 KINDS: dict[str, RuleKind] = {eager_ratio.NAME: eager_ratio, regression.NAME: regression}
-KIND_FIELDS = ("metric",)        # fields of a rule that its kind checks (the regression's metric)
 
 
-def kind_of(rule: dict) -> RuleKind:
-    return KINDS[rule.get("kind") or eager_ratio.NAME]
+def kind_of(rule: AlertRule) -> RuleKind:
+    return KINDS[rule.kind]

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable
 
 from sqlalchemy import exc as sa_exc
 
+from collector.alert_rule import AlertRule
 from collector.alerting import webhook_client, webhook_urls
 from collector.alerting.kinds import kind_of
 from collector.models import outbox as outbox_rows
@@ -78,10 +79,10 @@ class Delivery:
                    external_url=external_url(settings), expire_s=settings.notify_expire_s,
                    repeat_s=settings.notify_repeat_s, timeout_s=settings.webhook_timeout_s, policy=policy)
 
-    def targets(self, rule: dict) -> list[tuple[str, str]]:
+    def targets(self, rule: AlertRule) -> list[tuple[str, str]]:
         """(receiver, url) pairs a rule's notifications go to."""
         out = []
-        webhook = rule.get("webhook_url") or self.default_webhook
+        webhook = rule.webhook_url or self.default_webhook
         if webhook:
             out.append(("webhook", webhook))
         if self.alertmanager_url:
@@ -127,7 +128,7 @@ def fingerprint(rule_name: str, run_id: str, alert_id: int) -> str:
     return hashlib.sha256(f"{rule_name}|{run_id}|{alert_id}".encode()).hexdigest()[:16]
 
 
-def alert_body(status: str, alert: dict, rule: dict, external: str) -> dict:
+def alert_body(status: str, alert: dict, rule: AlertRule, external: str) -> dict:
     """One alert in Alertmanager's form (the v4 webhook's ``alerts[]`` item). Times are the
     run's own clock (where on the run's timeline it fired and resolved)."""
     labels, annotations = kind_of(rule).labels(alert, rule, status)
@@ -135,7 +136,7 @@ def alert_body(status: str, alert: dict, rule: dict, external: str) -> dict:
             "startsAt": rfc3339(alert["started_at"]),
             "endsAt": rfc3339(alert.get("ended_at") if status == "resolved" else None),
             "generatorURL": f"{external}/run/{alert['run_id']}" if external else "",
-            "fingerprint": fingerprint(rule["name"], alert["run_id"], alert["id"])}
+            "fingerprint": fingerprint(rule.name, alert["run_id"], alert["id"])}
 
 
 def webhook_payload(alert: dict, external: str) -> dict:
@@ -163,7 +164,7 @@ def alertmanager_payload(alert: dict, now: float) -> list[dict]:
 
 # -- the outbox ------------------------------------------------------------------------------------
 
-def enqueue(conn, status: str, alert: dict, rule: dict, delivery: Delivery | None, now: float) -> int:
+def enqueue(conn, status: str, alert: dict, rule: AlertRule, delivery: Delivery | None, now: float) -> int:
     """Owe one notification per receiver for an alert transition; returns how many rows were new."""
     if delivery is None:
         return 0

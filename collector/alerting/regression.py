@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from collector.alert_rule import AlertRule
 from collector.alerting.rule_kind import InvalidRule, Transition, watches
 from collector.analysis import regressions
 from collector.analysis.regressions import METRICS
@@ -24,12 +25,12 @@ def validate(fields: dict[str, Any]) -> None:
         raise InvalidRule("metric", f"{metric!r} is not one of {', '.join(METRICS)} (or null: any)")
 
 
-def evaluate(conn, rule: dict[str, Any], now: float) -> list[Transition]:
+def evaluate(conn, rule: AlertRule, now: float) -> list[Transition]:
     """Transitions of one regression rule: a new alert per run and metric that regressed by
     at least the threshold; open ones resolve once a newer run of the same configuration
     finished."""
     transitions: list[Transition] = []
-    for alert in alert_rows.firing_with_config(conn, rule["id"]):
+    for alert in alert_rows.firing_with_config(conn, rule.id):
         if fleet.newer_finished(conn, alert["config_key"], alert["run_started_at"]):
             alert_rows.resolve(conn, alert["id"], now)
             alert.update(status="resolved", ended_at=now)
@@ -38,7 +39,7 @@ def evaluate(conn, rule: dict[str, Any], now: float) -> list[Transition]:
 
     # Runs seen within the window, and exactly the runs their baselines need: per
     # configuration, every run since its earliest recent run and the finished ones just before.
-    recent = [r for r in fleet.seen_since(conn, now - rule["window_s"]) if watches(rule, r.name)]
+    recent = [r for r in fleet.seen_since(conn, now - rule.window_s) if watches(rule, r.name)]
     if not recent:
         return transitions
     first: dict[str, float] = {}
@@ -53,18 +54,18 @@ def evaluate(conn, rule: dict[str, Any], now: float) -> list[Transition]:
     pk_of = {row["run_id"]: pk for pk, row in by_pk.items()}
     regressions.annotate(table)
     wanted = {r.id for r in recent}
-    done = alert_rows.alerted(conn, rule["id"])
+    done = alert_rows.alerted(conn, rule.id)
     for row in table:
         pk = pk_of[row["run_id"]]
-        if pk not in wanted or row["steps"] < rule["min_steps"]:
+        if pk not in wanted or row["steps"] < rule.min_steps:
             continue
         for finding in row["regressions"]:
-            if rule.get("metric") not in (None, finding["metric"]) or (pk, finding["metric"]) in done:
+            if rule.metric not in (None, finding["metric"]) or (pk, finding["metric"]) in done:
                 continue
-            if finding["change"] is not None and finding["change"] < rule["threshold"]:
+            if finding["change"] is not None and finding["change"] < rule.threshold:
                 continue
-            values = {"rule_id": rule["id"], "rule_name": rule["name"], "run_pk": pk, "status": "firing",
-                      "threshold": rule["threshold"], "started_at": now, "ended_at": None,
+            values = {"rule_id": rule.id, "rule_name": rule.name, "run_pk": pk, "status": "firing",
+                      "threshold": rule.threshold, "started_at": now, "ended_at": None,
                       "peak": finding["change"] if finding["change"] is not None else 0.0,
                       "value": float(finding["value"]), "steps": row["steps"], "reason": finding["metric"]}
             alert_id = alert_rows.insert_alert(conn, values)
@@ -74,12 +75,12 @@ def evaluate(conn, rule: dict[str, Any], now: float) -> list[Transition]:
     return transitions
 
 
-def labels(alert: dict[str, Any], rule: dict[str, Any], status: str) -> tuple[dict[str, str], dict[str, str]]:
+def labels(alert: dict[str, Any], rule: AlertRule, status: str) -> tuple[dict[str, str], dict[str, str]]:
     """Alertmanager labels and annotations of a regression alert."""
     alert = dict(alert, status=status)
     metric = alert.get("reason") or "regression"
     label = METRICS[metric].label if metric in METRICS else metric
-    names = {"alertname": "ReplayscopeRegression", "rule": rule["name"], "run_id": alert["run_id"],
+    names = {"alertname": "ReplayscopeRegression", "rule": rule.name, "run_id": alert["run_id"],
               "run_name": alert["run_name"], "metric": metric, "severity": "warning"}
     baseline = (alert.get("baseline") or {}).get("text")
     summary = (f"{label} of run {alert['run_name']} is beyond the spread of the earlier runs of its configuration"

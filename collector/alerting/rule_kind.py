@@ -1,7 +1,7 @@
 """What every kind of alert rule is (``alert_rules.kind``): the interface the evaluator,
 the rule checks and the outbox call, so no kind is special-cased anywhere else.
 
-A kind ``validate``s its own fields of a rule (``KIND_FIELDS``), ``evaluate``s one rule
+A kind ``validate``s its own fields of a rule (the regression's ``metric``), ``evaluate``s one rule
 over the runs in its scope in the evaluator's transaction (its transitions are owed to
 the rule's receivers by the caller, ``collector.alerting.alerts.evaluate_alerts``), and
 gives the Alertmanager ``labels`` and annotations of one of its alerts. The kinds are
@@ -14,12 +14,10 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from collector.alert_rule import AlertRule, InvalidRule, RuleFields
 from collector.models import alerts as alert_rows
-from runner.errors import Invalid
 
-
-class InvalidRule(Invalid):
-    pass
+__all__ = ["InvalidRule", "RuleKind", "Transition", "resolve_row", "watches"]
 
 
 @dataclass(frozen=True)
@@ -28,13 +26,13 @@ class Transition:
 
     status: str                 # firing | resolved
     alert: dict                 # the alert_events row (with run_id, run_name)
-    rule: dict                  # the rule row
+    rule: AlertRule
 
 
-def watches(rule: dict[str, Any], run_name: str) -> bool:
+def watches(rule: RuleFields, run_name: str) -> bool:
     """Whether the rule covers a run of this name (its ``run_pattern`` glob; none: every run):
     the one place a rule's scope is applied, by every kind and by the run page."""
-    return rule.get("run_pattern") is None or fnmatch.fnmatchcase(run_name, rule["run_pattern"])
+    return rule.run_pattern is None or fnmatch.fnmatchcase(run_name, rule.run_pattern)
 
 
 class RuleKind(Protocol):
@@ -43,10 +41,10 @@ class RuleKind(Protocol):
     def validate(self, fields: dict[str, Any]) -> None:
         """Raise ``InvalidRule`` when this kind's own fields of a rule are wrong."""
 
-    def evaluate(self, conn, rule: dict[str, Any], now: float) -> list[Transition]:
+    def evaluate(self, conn, rule: AlertRule, now: float) -> list[Transition]:
         """The rule's alerts that fired or resolved since its last evaluation (rows written)."""
 
-    def labels(self, alert: dict[str, Any], rule: dict[str, Any], status: str) -> tuple[dict[str, str], dict[str, str]]:
+    def labels(self, alert: dict[str, Any], rule: AlertRule, status: str) -> tuple[dict[str, str], dict[str, str]]:
         """Alertmanager labels and annotations of one alert in ``status``."""
 
 

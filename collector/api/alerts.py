@@ -10,6 +10,7 @@ from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from collector import schemas
+from collector.alert_rule import AlertRule
 from collector.alerting import alerts, notifications, webhook_urls
 from collector.models import queries
 from collector.api.deps import DeliveryDep, StoreDep
@@ -29,7 +30,7 @@ _OUTBOX_FIELDS = ("id", "fingerprint", "status", "receiver", "state", "created_a
 
 
 @router.get("/v1/alert-rules", response_model=list[schemas.AlertRule], **reads_for_writers)
-def get_rules(request: Request, store: StoreDep) -> list[dict]:
+def get_rules(request: Request, store: StoreDep) -> list[AlertRule]:
     """Every rule; webhook URLs (often secrets themselves) only to writers, else scheme and host."""
     writer = is_writer(request)
     return [alerts.public_rule(r, writer) for r in queries.alert_rules(store)]
@@ -37,21 +38,21 @@ def get_rules(request: Request, store: StoreDep) -> list[dict]:
 
 @router.post("/v1/alert-rules", status_code=201, response_model=schemas.AlertRule,
              openapi_extra=schemas.request_body(schemas.AlertRuleIn), **writes)
-async def post_rule(request: Request, store: StoreDep, delivery: DeliveryDep) -> dict:
+async def post_rule(request: Request, store: StoreDep, delivery: DeliveryDep) -> AlertRule:
     """Create a rule; 422 says which field is wrong, 409 if the name is taken."""
     data = await json_body(request)
     return await run_in_threadpool(lambda: alerts.create_rule(store, data, policy=delivery.policy))
 
 
 @router.get("/v1/alert-rules/{rule_id}", response_model=schemas.AlertRule, **reads_for_writers)
-def get_rule(rule_id: RuleId, request: Request, store: StoreDep) -> dict:
+def get_rule(rule_id: RuleId, request: Request, store: StoreDep) -> AlertRule:
     """One rule (its webhook URL redacted for readers)."""
     return alerts.public_rule(alerts.get_rule(store, rule_id), is_writer(request))
 
 
 @router.put("/v1/alert-rules/{rule_id}", response_model=schemas.AlertRule,
             openapi_extra=schemas.request_body(schemas.AlertRuleIn), **writes)
-async def put_rule(rule_id: RuleId, request: Request, store: StoreDep, delivery: DeliveryDep) -> dict:
+async def put_rule(rule_id: RuleId, request: Request, store: StoreDep, delivery: DeliveryDep) -> AlertRule:
     """Replace a rule (omitted optional fields return to their defaults)."""
     data = await json_body(request)
     return await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=False, delivery=delivery)
@@ -59,7 +60,7 @@ async def put_rule(rule_id: RuleId, request: Request, store: StoreDep, delivery:
 
 @router.patch("/v1/alert-rules/{rule_id}", response_model=schemas.AlertRule,
               openapi_extra=schemas.request_body(schemas.AlertRulePatch), **writes)
-async def patch_rule(rule_id: RuleId, request: Request, store: StoreDep, delivery: DeliveryDep) -> dict:
+async def patch_rule(rule_id: RuleId, request: Request, store: StoreDep, delivery: DeliveryDep) -> AlertRule:
     """Change the given fields of a rule."""
     data = await json_body(request)
     return await run_in_threadpool(alerts.update_rule, store, rule_id, data, partial=True, delivery=delivery)

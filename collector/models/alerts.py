@@ -10,6 +10,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from collector.alert_rule import AlertRule
+
 from collector.tables import alert_events as ae, alert_rules as ar, alert_state as st, runs, step_rollups as sr
 
 _EVALUATION_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across collectors
@@ -17,14 +19,14 @@ _EVALUATION_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across
 
 # -- rules ----------------------------------------------------------------------------------
 
-def rule(conn, rule_id: int) -> dict | None:
+def rule(conn, rule_id: int) -> AlertRule | None:
     row = conn.execute(sa.select(ar).where(ar.c.id == rule_id)).mappings().first()
-    return None if row is None else dict(row)
+    return None if row is None else AlertRule.from_row(row)
 
 
-def rules(conn) -> list[dict]:
+def rules(conn) -> list[AlertRule]:
     """Every rule, by id."""
-    return [dict(r) for r in conn.execute(sa.select(ar).order_by(ar.c.id)).mappings()]
+    return [AlertRule.from_row(r) for r in conn.execute(sa.select(ar).order_by(ar.c.id)).mappings()]
 
 
 def insert_rule(conn, fields: dict[str, Any], now: float) -> int:
@@ -124,18 +126,18 @@ def update_state(conn, rule_id: int, run_pk: int, **state: Any) -> None:
     conn.execute(st.update().where(st.c.rule_id == rule_id, st.c.run_pk == run_pk).values(**state))
 
 
-def runs_to_evaluate(conn, rule: dict) -> list:
+def runs_to_evaluate(conn, rule: AlertRule) -> list:
     """Runs with event time the rule has not evaluated yet, or that ended while pending or
     firing, by id; each row has the run's id, run_id, name, status, created_at, ended_at,
     last_event_ts, last_seen_at and its state (``has_state`` None: none yet)."""
-    joined = runs.outerjoin(st, sa.and_(st.c.run_pk == runs.c.id, st.c.rule_id == rule["id"]))
+    joined = runs.outerjoin(st, sa.and_(st.c.run_pk == runs.c.id, st.c.rule_id == rule.id))
     return conn.execute(
         sa.select(runs.c.id, runs.c.run_id, runs.c.name, runs.c.status, runs.c.created_at, runs.c.ended_at,
                   runs.c.last_event_ts, runs.c.last_seen_at, st.c.run_pk.label("has_state"), st.c.evaluated_to, st.c.pending_since,
                   st.c.clear_since, st.c.alert_id)
         .select_from(joined)
         .where(runs.c.last_event_ts.is_not(None), sa.or_(
-            sa.and_(st.c.run_pk.is_(None), runs.c.last_seen_at >= rule["created_at"]),
+            sa.and_(st.c.run_pk.is_(None), runs.c.last_seen_at >= rule.created_at),
             runs.c.last_event_ts > st.c.evaluated_to,
             sa.and_(runs.c.status != "running", sa.or_(
                 st.c.alert_id.is_not(None), st.c.pending_since.is_not(None), runs.c.ended_at > st.c.evaluated_to))))

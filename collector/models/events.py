@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
+from collector.alert_rule import AlertRule
 from collector.store import Store
 from collector.tables import (alert_events as ae, alert_rules as ar, captures as cap, degrades as deg,
                               parity_checks as par, phases as ph, recordings as rec, run_warnings as rw, runs)
@@ -62,11 +63,11 @@ def warnings(store: Store, run_id: str) -> list[dict]:
     return _event_rows(store, run_id, rw)
 
 
-def alert_rules(store: Store) -> list[dict]:
+def alert_rules(store: Store) -> list[AlertRule]:
     """Every alert rule, by name."""
     with store.read() as conn:
         rows = conn.execute(sa.select(ar).order_by(ar.c.name)).mappings().all()
-    return [dict(r) for r in rows]
+    return [AlertRule.from_row(r) for r in rows]
 
 
 def alert_events(store: Store, run_id: str | None = None, limit: int = 200) -> list[dict]:

@@ -4,41 +4,44 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import ConfigDict, Field, create_model
 
 from collector.analysis.regressions import METRICS as REGRESSION_METRICS
+from collector.alert_rule import DEFAULTS, FIELDS, NAME_PATTERN, Spec
 from collector.schemas.base import Out
-from runner import wire
 
-class AlertRuleIn(BaseModel):
-    """An eager-ratio alert rule (Prometheus semantics, on each run's own event time): active
-    when eager/steps over the window > threshold with min_steps steps; fires after for_s
-    active; resolves after keep_firing_for_s at or below resolve_threshold (or too few steps)."""
+_TYPES = {"name": str, "ratio": float, "seconds": int, "count": int, "glob": str, "url": str, "flag": bool}
 
-    name: str = Field(max_length=100)
-    threshold: float = Field(ge=0, le=1, description="eager ratio, 0..1")
-    window_s: int = Field(300, ge=1, le=7 * 24 * 3600, description="seconds of event time")
-    min_steps: int = Field(100, ge=1, description="steps needed in the window to judge")
-    for_s: int = Field(60, ge=0, le=7 * 24 * 3600, description="active this long before it fires (pending)")
-    keep_firing_for_s: int = Field(300, ge=0, le=7 * 24 * 3600,
-                                   description="clear this long before a firing alert resolves")
-    resolve_threshold: Optional[float] = Field(None, ge=0, le=1,
-                                               description="resolves at or below this (<= threshold); "
-                                                           "null: the threshold")
-    run_pattern: Optional[str] = Field(None, description="glob on run names; null = all runs")
-    stage: Literal[wire.RULE_STAGES] = Field(  # type: ignore[valid-type]
-        wire.DECODE_VIEW, description="the steps watched: one stage, or decode+mixed (the decode stages, "
-                                      "where every source's decode steps are)")
-    webhook_url: Optional[str] = Field(None, description="http(s); default: REPLAYSCOPE_ALERT_WEBHOOK. "
-                                                         "Shown as scheme and host to readers without the token")
-    enabled: bool = True
-    kind: Literal["eager_ratio", "regression"] = Field(
-        "eager_ratio", description="eager_ratio: the rule above; regression: fires for a run whose metric is "
-                                   "beyond the spread of the earlier runs of its model and configuration, by at "
-                                   "least threshold (share points for eager share, relative for the rest)")
-    metric: Optional[Literal[tuple(REGRESSION_METRICS)]] = Field(  # type: ignore[valid-type]
-        None, description="regression rules: the metric watched; null = any")
 
+def _annotation(name: str, spec: Spec) -> Any:
+    if spec.kind == "choice":
+        kind = Literal[spec.choices]                                 # type: ignore[valid-type]
+    elif name == "metric":                                             # the regression kind's vocabulary
+        kind = Literal[tuple(REGRESSION_METRICS)]                      # type: ignore[valid-type]
+    else:
+        kind = _TYPES[spec.kind]
+    return Optional[kind] if spec.nullable else kind
+
+
+def _field(name: str, spec: Spec) -> tuple[Any, Any]:
+    """A field of the documented schema, as ``collector.alert_rule`` declares it (and checks it)."""
+    bounds: dict[str, Any] = {}
+    if spec.low is not None:
+        bounds.update(ge=spec.low, le=spec.high)
+    if spec.max_length is not None and spec.kind in ("name", "glob", "url"):
+        bounds["max_length"] = spec.max_length
+    if spec.kind == "name":
+        bounds["pattern"] = NAME_PATTERN
+    return _annotation(name, spec), Field(DEFAULTS.get(name, ...), description=spec.description or None, **bounds)
+
+
+AlertRuleIn = create_model(
+    "AlertRuleIn",
+    __doc__="An eager-ratio alert rule (Prometheus semantics, on each run's own event time): active "
+            "when eager/steps over the window > threshold with min_steps steps; fires after for_s "
+            "active; resolves after keep_firing_for_s at or below resolve_threshold (or too few steps). "
+            "Or a regression rule (kind).",
+    **{name: _field(name, spec) for name, spec in FIELDS.items()})
 
 AlertRulePatch = create_model(
     "AlertRulePatch",

@@ -267,7 +267,7 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
     wait(driver, lambda d: "Created rule eager-high" in d.find_element(By.ID, "rule-message").text)
     wait(driver, lambda d: "eager-high" in d.find_element(By.ID, "alerts-rules").text)
     [rule] = queries.alert_rules(env["store"])
-    assert rule["threshold"] == 0.3 and rule["window_s"] == 300
+    assert rule.threshold == 0.3 and rule.window_s == 300
     assert severe_errors(driver) == []
 
 
@@ -278,14 +278,14 @@ def test_selecting_a_rule_loads_it_into_the_form(env, driver):
     rule = create_rule(env["store"], {"name": "to-edit", "threshold": 0.45, "window_s": 120, "min_steps": 7})
     open_page(driver, env["url"] + "/alerts")
     cell = wait(driver, lambda d: d.find_elements(
-        By.CSS_SELECTOR, f"#alerts-rules .ag-center-cols-container [row-id='{rule['id']}'] [col-id=name]"))
+        By.CSS_SELECTOR, f"#alerts-rules .ag-center-cols-container [row-id='{rule.id}'] [col-id=name]"))
     cell[0].click()
     wait(driver, lambda d: d.find_element(By.ID, "rule-name").get_attribute("value") == "to-edit")
     assert driver.find_element(By.ID, "rule-threshold").get_attribute("value") == "0.45"
     assert driver.find_element(By.ID, "rule-window").get_attribute("value") == "120"
     driver.find_element(By.ID, "rule-delete").click()
     wait(driver, lambda d: "Deleted the rule" in d.find_element(By.ID, "rule-message").text)
-    assert all(r["name"] != "to-edit" for r in queries.alert_rules(env["store"]))
+    assert all(r.name != "to-edit" for r in queries.alert_rules(env["store"]))
     assert severe_errors(driver) == []
 
 

@@ -56,14 +56,14 @@ def test_without_the_token_the_alerts_page_changes_nothing_and_hides_webhook_url
     driver.find_element(By.ID, "rule-name").send_keys("forged")
     driver.find_element(By.ID, "rule-create").click()
     wait(driver, lambda d: "needs the collector's token" in message(d))
-    assert [r["name"] for r in queries.alert_rules(env["store"])] == ["slack-rule"]
+    assert [r.name for r in queries.alert_rules(env["store"])] == ["slack-rule"]
 
     driver.find_element(By.CSS_SELECTOR, "#alerts-rules .ag-center-cols-container [col-id=name]").click()
     wait(driver, lambda d: d.find_element(By.ID, "rule-name").get_attribute("value") == "slack-rule")
     assert "SECRET" not in driver.find_element(By.ID, "rule-webhook").get_attribute("value")
     driver.find_element(By.ID, "rule-delete").click()
     wait(driver, lambda d: "needs the collector's token" in message(d))
-    assert [r["name"] for r in queries.alert_rules(env["store"])] == ["slack-rule"]
+    assert [r.name for r in queries.alert_rules(env["store"])] == ["slack-rule"]
 
 
 def test_after_giving_the_token_once_rules_change_and_the_session_is_http_only(env):
@@ -90,7 +90,7 @@ def test_after_giving_the_token_once_rules_change_and_the_session_is_http_only(e
     name.send_keys("made-in-chromium")
     driver.find_element(By.ID, "rule-create").click()
     wait(driver, lambda d: "Created rule made-in-chromium" in message(d))
-    assert sorted(r["name"] for r in queries.alert_rules(env["store"])) == ["made-in-chromium", "slack-rule"]
+    assert sorted(r.name for r in queries.alert_rules(env["store"])) == ["made-in-chromium", "slack-rule"]
 
     driver.find_element(By.ID, "auth-sign-out").click()
     wait(driver, lambda d: "Read-only" in d.find_element(By.ID, "auth-status").text)

@@ -155,7 +155,7 @@ def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
     [run] = queries.list_runs(store)
     assert run["name"] == "demo" and run["source"] == "runner" and run["steps"] > 0
     [rule] = queries.alert_rules(store)              # the built-in eager-ratio rule, as every new store's
-    assert rule["threshold"] == 0.2 and rule["stage"] == "decode+mixed"   # the decode stages, as by default
+    assert rule.threshold == 0.2 and rule.stage == "decode+mixed"   # the decode stages, as by default
     store.dispose()
 
 

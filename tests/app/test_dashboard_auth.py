@@ -65,14 +65,14 @@ def test_a_rule_callback_posted_without_the_token_changes_nothing(dashboard):
 def test_delete_and_edit_callbacks_without_the_token_change_nothing(dashboard):
     client, store, dash_app = dashboard
     rule = alerts.create_rule(store, {"name": "kept", "threshold": 0.3, "webhook_url": SLACK})
-    selected = {"alerts-rules.selectedRows": [{"id": rule["id"]}]}
+    selected = {"alerts-rules.selectedRows": [{"id": rule.id}]}
     for trigger in ("rule-delete.n_clicks", "rule-update.n_clicks"):
         body = callback_request(dash_app, "alerts-rules.rowData", trigger, {**RULE_FORM, **selected,
                                                                             trigger: 1})
         response = client.post("/_dash-update-component", json=body)
         assert response.status_code == 200 and "SECRET" not in response.text
-    assert queries.alert_rules(store) == [alerts.get_rule(store, rule["id"])]
-    assert alerts.get_rule(store, rule["id"])["name"] == "kept"
+    assert queries.alert_rules(store) == [alerts.get_rule(store, rule.id)]
+    assert alerts.get_rule(store, rule.id).name == "kept"
 
 
 def test_signing_in_once_gives_an_http_only_session_that_lets_the_callback_write(dashboard):
@@ -88,7 +88,7 @@ def test_signing_in_once_gives_an_http_only_session_that_lets_the_callback_write
     assert TOKEN not in cookie
     body = callback_request(dash_app, "alerts-rules.rowData", "rule-create.n_clicks", RULE_FORM)
     assert client.post("/_dash-update-component", json=body).status_code == 200   # the client keeps the cookie
-    assert [r["name"] for r in queries.alert_rules(store)] == ["forged"]
+    assert [r.name for r in queries.alert_rules(store)] == ["forged"]
 
 
 def test_a_failing_dashboard_callback_is_logged_with_its_run_id(dashboard, caplog, monkeypatch):
@@ -123,7 +123,7 @@ def test_two_dashboards_in_one_process_each_write_to_their_own_store(tmp_path):
                                 {**RULE_FORM, "rule-name.value": "first only"})
         response = client.post("/_dash-update-component", json=body)
     assert response.status_code == 200 and "first only" in response.text
-    assert [r["name"] for r in queries.alert_rules(first)] == ["first only"]
+    assert [r.name for r in queries.alert_rules(first)] == ["first only"]
     assert queries.alert_rules(second) == []
     first.dispose()
     second.dispose()

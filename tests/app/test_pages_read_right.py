@@ -59,7 +59,7 @@ def test_the_eager_ratio_line_is_the_rules_judgement_and_its_spans_are_the_rules
     other = alerts.create_rule(store, {"name": "regressed", "kind": "regression", "threshold": 0.2}, now=0)
     t0 = _ten_minute_run(store)
     alerts.evaluate_alerts(store)
-    [span] = [e for e in queries.alert_events(store, run_id="long") if e["rule_id"] == rule["id"]]
+    [span] = [e for e in queries.alert_events(store, run_id="long") if e["rule_id"] == rule.id]
     figure = pages["run"].page_data(store, "long")["figures"]["run-eager-ratio"].to_plotly_json()
     [line] = figure["data"]                       # one line: the one eager-ratio rule (not the regression rule)
     assert line["name"].startswith("decode eager: last 10.0 s, ≥ 20 steps")
@@ -69,7 +69,7 @@ def test_the_eager_ratio_line_is_the_rules_judgement_and_its_spans_are_the_rules
     start = min(above).timestamp()
     assert span["started_at"] - 2 <= start <= span["started_at"] + 2       # it fires where the line crosses
     rects = [s for s in figure["layout"]["shapes"] if s["type"] == "rect"]
-    assert len(rects) == 1 and other["id"] != rule["id"]
+    assert len(rects) == 1 and other.id != rule.id
     assert abs(rects[0]["x0"].timestamp() - span["started_at"]) < 1
     [threshold] = [s for s in figure["layout"]["shapes"] if s["type"] == "line"]
     assert threshold["y0"] == RULE["threshold"]
@@ -102,7 +102,7 @@ def test_every_rule_kind_is_listed_with_its_kind_and_made_from_the_form(store, p
     form = pages["alerts"].form_data("slower", "regression", "graph_step_s", 0.2, 300, 100, 60, 300, None,
                                      "decode+mixed", "", "", ["on"])
     made = alerts.create_rule(store, form)
-    assert made["kind"] == "regression" and made["metric"] == "graph_step_s"
+    assert made.kind == "regression" and made.metric == "graph_step_s"
     alerts.create_rule(store, pages["alerts"].form_data("eager", "eager_ratio", "graph_step_s", 0.4, 300, 100, 60,
                                                         300, None, "decode+mixed", "", "", ["on"]))
     rows = {r["name"]: r for r in pages["alerts"].rule_rows(queries.alert_rules(store))}

@@ -269,7 +269,7 @@ def test_disabling_a_rule_resolves_its_alerts_and_tells_the_receivers(store, liv
     rule = live_run()
     ingest_events(store, "run-1", steps_at(0, T0, 60, 4, 1.0))
     alerts.evaluate_alerts(store, delivery=HOOK)
-    alerts.update_rule(store, rule["id"], {"enabled": False}, delivery=HOOK)
+    alerts.update_rule(store, rule.id, {"enabled": False}, delivery=HOOK)
     assert queries.alert_events(store)[0]["status"] == "resolved"
     with store.read() as conn:
         owed = conn.execute(sa.select(alert_notifications.c.status).order_by(alert_notifications.c.id)).scalars()
@@ -280,7 +280,7 @@ def test_deleting_a_rule_resolves_its_alerts_and_keeps_the_history(store, live_r
     rule = live_run()
     ingest_events(store, "run-1", steps_at(0, T0, 60, 4, 1.0))
     alerts.evaluate_alerts(store, delivery=HOOK)
-    alerts.delete_rule(store, rule["id"], delivery=HOOK)
+    alerts.delete_rule(store, rule.id, delivery=HOOK)
     [event] = queries.alert_events(store)
     assert event["status"] == "resolved" and event["rule_id"] is None
     assert alerts.evaluate_alerts(store) == []
@@ -327,9 +327,9 @@ def test_rule_validation_names_the_field(bad, field):
 def test_a_partial_update_cannot_put_the_resolve_threshold_above_the_threshold(store):
     rule = alerts.create_rule(store, {"name": "x", "threshold": 0.5, "resolve_threshold": 0.4})
     with pytest.raises(alerts.InvalidRule) as info:
-        alerts.update_rule(store, rule["id"], {"threshold": 0.3})
+        alerts.update_rule(store, rule.id, {"threshold": 0.3})
     assert info.value.field == "resolve_threshold"
-    assert alerts.get_rule(store, rule["id"])["threshold"] == 0.5
+    assert alerts.get_rule(store, rule.id).threshold == 0.5
 
 
 def test_rule_defaults_follow_the_shipped_prometheus_rule():

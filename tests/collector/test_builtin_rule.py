@@ -38,8 +38,8 @@ def rules(url: str) -> list[dict]:
 def test_a_new_store_has_the_built_in_rule_and_the_api_shows_it(tmp_path):
     url = f"sqlite:///{tmp_path}/new.db"
     [rule] = rules(url)
-    assert rule["name"] == BUILTIN["name"] and {k: rule[k] for k in FIELDS} == {k: BUILTIN[k] for k in FIELDS}
-    assert (rule["threshold"], rule["window_s"], rule["stage"]) == (0.2, 300, "decode+mixed")
+    assert rule.name == BUILTIN["name"] and {k: getattr(rule, k) for k in FIELDS} == {k: BUILTIN[k] for k in FIELDS}
+    assert (rule.threshold, rule.window_s, rule.stage) == (0.2, 300, "decode+mixed")
     store = Store.open(url)
     client = TestClient(create_api(store, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     assert [r["name"] for r in client.get("/v1/alert-rules").json()] == [BUILTIN["name"]]
@@ -49,18 +49,18 @@ def test_a_new_store_has_the_built_in_rule_and_the_api_shows_it(tmp_path):
 def test_a_store_made_by_db_upgrade_has_it_too(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/upgraded.db"
     assert main(["db", "upgrade", "--db", url]) == 0          # compose's migrate service
-    assert [r["name"] for r in rules(url)] == [BUILTIN["name"]]
+    assert [r.name for r in rules(url)] == [BUILTIN["name"]]
 
 
 def test_an_edit_is_kept_and_a_deletion_stays_deleted_on_the_next_start(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/edited.db"
     [rule] = rules(url)
     store = Store.open(url)
-    alerts.update_rule(store, rule["id"], {"threshold": 0.35})
+    alerts.update_rule(store, rule.id, {"threshold": 0.35})
     store.dispose()
-    assert [r["threshold"] for r in rules(url)] == [0.35]
+    assert [r.threshold for r in rules(url)] == [0.35]
     store = Store.open(url)
-    alerts.delete_rule(store, rule["id"])
+    alerts.delete_rule(store, rule.id)
     store.dispose()
     assert rules(url) == []
     assert main(["db", "upgrade", "--db", url]) == 0 and rules(url) == []
@@ -74,7 +74,7 @@ def test_it_fires_and_owes_the_default_webhook_a_notification(tmp_path):
     ingest_events(store, "run-1", [step(i, t0 + i / 2, mode="eager" if i % 2 else "graph") for i in range(720)])
     delivery = Delivery(default_webhook="http://127.0.0.1:9/hook", external_url="http://dash.example:8300")
     fired = alerts.evaluate_alerts(store, delivery=delivery)
-    assert [(t.status, t.rule["name"]) for t in fired] == [("firing", BUILTIN["name"])]
+    assert [(t.status, t.rule.name) for t in fired] == [("firing", BUILTIN["name"])]
     with store.read() as conn:
         owed = outbox.rows(conn)
     assert [(row["receiver"], row["url"], row["status"]) for row in owed] == [("webhook", "http://127.0.0.1:9/hook", "firing")]

@@ -33,7 +33,7 @@ def test_query_functions_return_the_documented_keys(sqlite_store, run_in):
     assert set(queries.batch_histogram(store, run_id)[0]) == {"raw_bs", "mode", "steps", "num_tokens", "padded_tokens"}
     assert set(queries.step_time_by_mode(store, run_id)[0]) == {"stage", "mode", "steps", "timed_steps",
                                                                          "total_s", "mean_s"}
-    assert queries.alert_rules(store)[0]["name"] == "r"
+    assert queries.alert_rules(store)[0].name == "r"
     assert queries.alert_events(store, run_id)[0]["rule_name"] == "r"
     assert queries.run_summary(store, "ghost") is None
     assert queries.mode_timeline(store, "ghost") == [] and queries.captures(store, "ghost") == []

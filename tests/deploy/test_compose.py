@@ -441,7 +441,7 @@ def test_every_dashboard_stage_filter_is_the_decode_stages_of_the_built_in_rule(
     """A panel that picks stages picks the decode stages (runner.wire.DECODE_STAGES) with the
     matcher the shipped Prometheus rule uses, so a vLLM run's decode and mixed batches and an
     SGLang run's decode steps fill it as a runner run's decode steps do."""
-    from collector.alerting.alerts import RULE_DEFAULTS
+    from collector.alert_rule import DEFAULTS as RULE_DEFAULTS
     from runner.wire import DECODE_STAGES, stages_of
 
     filters = [m.group(0) for expr in dashboard_queries() for m in _STAGE_FILTER.finditer(expr)]

@@ -40,7 +40,7 @@ def seed_run() -> None:
 
 
 def seed_rule() -> int:
-    return create_rule(STORE, {"name": "fuzz-rule", "threshold": 0.5})["id"]
+    return create_rule(STORE, {"name": "fuzz-rule", "threshold": 0.5}).id
 
 
 seed_run()
