@@ -27,7 +27,8 @@ over the rounds and its spread (the largest minus the smallest round).
   ``step`` (recording, host-timed: a CPU run's step) and ``step, gc off`` (the same with the
   garbage collector off: the collections the queued events bring).
 
-``added`` is a figure less the bare step's, from the medians. On a GPU host the same Python
+``added`` is a figure less the bare step's, from the medians. ``--clock thread`` reads the main
+thread's CPU time instead of the wall clock: on a shared machine other processes move it less. On a GPU host the same Python
 costs more after a synchronise (cold caches): ``runner_bench`` measures that; this benchmark
 says which part of the Python costs what.
 """
@@ -57,6 +58,8 @@ from runner.timing import HostClock
 RUN = {"run_id": "host-path", "name": "host-path", "source": "library", "started_at": 0.0, "backend": "static",
        "model": "bench", "device": "cpu"}
 UNTIMED = 10**9         # a clock's ``every`` that times no step after each key's first
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+CLOCK = [time.perf_counter]    # what every figure is read on (--clock)
 
 
 def decode_inputs(scratch_slot: int) -> list[StaticInput]:
@@ -67,19 +70,19 @@ def decode_inputs(scratch_slot: int) -> list[StaticInput]:
 def per_call_us(fn: Callable[[], object], calls: int) -> float:
     """Mean host µs of one call of ``fn`` over ``calls`` calls."""
     loop = range(calls)
-    started = time.perf_counter()
+    started = CLOCK[0]()
     for _ in loop:
         fn()
-    return (time.perf_counter() - started) / calls * 1e6
+    return (CLOCK[0]() - started) / calls * 1e6
 
 
 def flush_per_event_us(emitter: Emitter, fill: Callable[[], object], events: int) -> float:
     """Host µs per event of the flush thread's work (conversion and hand-off), run inline."""
     for _ in range(events):
         fill()
-    started = time.perf_counter()
+    started = CLOCK[0]()
     emitter._flush()
-    return (time.perf_counter() - started) / events * 1e6
+    return (CLOCK[0]() - started) / events * 1e6
 
 
 def untimed_clock() -> HostClock:
@@ -185,9 +188,9 @@ def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dic
         with tempfile.TemporaryDirectory() as folder:
             sink = JsonlSink(os.path.join(folder, "events.jsonl"))
             sink.open(RUN)
-            started = time.perf_counter()
+            started = CLOCK[0]()
             sink.write(batch)
-            elapsed = time.perf_counter() - started
+            elapsed = CLOCK[0]() - started
             sink.close()
         return elapsed / len(batch) * 1e6
 
@@ -236,7 +239,8 @@ def summarise(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def run(sizes: list[int], rounds: int, calls: int) -> dict:
+def run(sizes: list[int], rounds: int, calls: int, clock: str = "wall") -> dict:
+    CLOCK[0] = CLOCKS[clock]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
 
@@ -248,7 +252,7 @@ def run(sizes: list[int], rounds: int, calls: int) -> dict:
     runner = GraphRunner(trivial, decode_inputs(max(sizes)), CapturePlan(tuple(sorted(set(sizes)))),
                          backend="static", device="cpu", emitter=emitter, progress=False)
     runner.capture()
-    result = {"torch": torch.__version__, "rounds": rounds, "calls": calls, "sizes": {}}
+    result = {"torch": torch.__version__, "rounds": rounds, "calls": calls, "clock": clock, "sizes": {}}
     try:
         for bs in sizes:
             result["sizes"][str(bs)] = summarise(measure_size(bs, runner, emitter, idle, rounds, calls))
@@ -259,7 +263,8 @@ def run(sizes: list[int], rounds: int, calls: int) -> dict:
 
 
 def caption(result: dict) -> str:
-    return (f"host µs per call on the CPU (static backend, trivial step, torch {result['torch']}): median of "
+    return (f"host µs per call on the CPU ({result['clock']} clock; static backend, trivial step, torch "
+            f"{result['torch']}): median of "
             f"{result['rounds']} rounds of {result['calls']} calls, order rotating per round; spread: largest "
             f"minus smallest round; added: less the bare step")
 
@@ -296,10 +301,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1,8,64")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--calls", type=int, default=20000)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="wall: perf_counter; thread: the main thread's CPU time (time.thread_time), which "
+                             "other processes on a shared machine move less, and which leaves out the flush "
+                             "thread's share of the GIL (its own row gives it)")
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     parser.add_argument("--out", help="also write host_path_bench.json and host_path_bench.md into this folder")
     options = parser.parse_args(argv)
-    result = run([int(s) for s in options.sizes.split(",")], options.rounds, options.calls)
+    result = run([int(s) for s in options.sizes.split(",")], options.rounds, options.calls, options.clock)
     print_table(result)
     write_json(options.json, result)
     write_folder(options.out, "host_path_bench", result, markdown(result))

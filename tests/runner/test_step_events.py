@@ -157,3 +157,25 @@ def test_an_untimed_step_on_a_sampling_clock_carries_no_duration_and_no_clock_ca
     assert [e["duration_s"] for e in sink.events if e["kind"] == "step"] == [0.001, None, None, 0.001]
     assert len(stops) == 2
     assert time.time() >= sink.events[-1]["ts"]
+
+
+def test_queued_steps_leave_no_object_for_the_garbage_collector():
+    """A step's queued record is values in the emitter's deque, not a container per step that
+    lives until the flush: a serving loop's steps bring no collections of the heap."""
+    import gc
+
+    emitter = Emitter(ListSink(), run_record())
+    fields = STEPS[1][0]
+    gc.collect()
+    gc.disable()
+    try:
+        before = len(gc.get_objects())
+        for _ in range(5000):
+            emitter.step_fields(fields, None)
+            emitter.step(*fields[:7], 0.001, fields[7])
+        grown = len(gc.get_objects()) - before
+    finally:
+        gc.enable()
+    assert grown < 100                  # was 10000: one tuple per step
+    emitter.flush()
+    assert len(emitter.sink.events) == 10000
