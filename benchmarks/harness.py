@@ -1,5 +1,6 @@
 """What the benchmarks share around their measurements: sinks for a run's events (dropped,
-or kept in memory), the ``--json`` file of the figures, and client threads timed together.
+or kept in memory), the ``--json`` file of the figures (``--out``: a folder with the figures
+and their markdown table), and client threads timed together.
 
 Standard library only: the GPU benchmarks import it on a host without the collector's packages.
 """
@@ -40,6 +41,23 @@ def write_json(path: str | None, result: dict[str, Any]) -> None:
     if path:
         with open(path, "w") as out:
             json.dump(result, out, indent=2)
+
+
+def write_folder(folder: str | None, name: str, result: dict[str, Any], markdown: str) -> None:
+    """``name``.json (the figures) and ``name``.md (the table) into ``folder`` (made if missing),
+    when one is given (the ``--out`` option)."""
+    if folder:
+        import os
+
+        os.makedirs(folder, exist_ok=True)
+        write_json(os.path.join(folder, f"{name}.json"), result)
+        with open(os.path.join(folder, f"{name}.md"), "w") as out:
+            out.write(markdown)
+
+
+def markdown_table(headers: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + " --- |" * len(headers)]
+    return "\n".join(lines + ["| " + " | ".join(row) + " |" for row in rows]) + "\n"
 
 
 def timed_threads(work: Callable[[int], None], count: int) -> float:

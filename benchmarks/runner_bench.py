@@ -39,7 +39,7 @@ from typing import Callable
 
 import torch
 
-from benchmarks.harness import NullSink, write_json
+from benchmarks.harness import NullSink, markdown_table, write_folder, write_json
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
 from runner.emitter import Emitter
 from runner.graphs import GraphRunner, StaticInput
@@ -221,8 +221,25 @@ def timed(fn, iters: int, warmup: int = 5) -> tuple[list[float], list[float]]:
     return step_ms, host_us
 
 
+def over_rounds(rounds: list[dict]) -> dict:
+    """One row from a size's rounds: each figure's median over them; the spread (largest minus
+    smallest round) of the ratio and of the host time added; each round's row in ``rounds``."""
+    row = dict(rounds[0])
+    for key, value in rounds[0].items():
+        if isinstance(value, float):
+            row[key] = statistics.median(r[key] for r in rounds)
+    for key in SPREAD_OF:
+        row[f"{key}_spread"] = max(r[key] for r in rounds) - min(r[key] for r in rounds)
+    row["rounds"] = [{k: v for k, v in r.items() if k != "breakdown"} for r in rounds]
+    return row
+
+
+SPREAD_OF = ("overhead_ratio", "added_host_untimed_us", "added_host_back_to_back_us", "added_host_cycle_us",
+             "added_host_floor_us")
+
+
 def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
-                 breakdown: bool = False) -> tuple[list[dict], dict]:
+                 breakdown: bool = False, rounds: int = 1) -> tuple[list[dict], dict]:
     args = ModelArgs.from_preset(preset)
     model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)
     max_bs = max(sizes)
@@ -246,9 +263,9 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
                     "positions": torch.randint(0, seq_len - 1, (bs, 1), device="cuda"),
                     "slots": torch.randperm(max_bs, device="cuda")[:bs]}
 
-        rows = []
         clock = runner._clock
-        for bs in sizes:
+
+        def measure(bs: int, with_breakdown: bool) -> dict:
             inputs = batch(bs)
             bare = bare_loop(runner, bs, inputs)
 
@@ -259,7 +276,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
             clock.every = UNTIMED                    # the same steps, none timed (each key's first one was)
             untimed = paired(bare, instrumented, iters)
             floor = paired(bare, bare, iters)        # the bare loop against itself: ~0 unless the pairing is biased
-            breakdown_row = host_breakdown(runner, bare, instrumented, inputs, iters) if breakdown else None
+            breakdown_row = host_breakdown(runner, bare, instrumented, inputs, iters) if with_breakdown else None
             clock.every = 1                          # the same steps, each one timed with CUDA events
             timed_steps = paired(bare, instrumented, iters // 2)
             clock.every = sampled
@@ -267,23 +284,31 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
             bare_pipelined = pipelined_ms(bare, iters)
             pipelined_ratio = pipelined_ms(instrumented, iters) / bare_pipelined
             eager_ms, _ = timed(lambda: step(**inputs), max(iters // 4, 10))
-            rows.append({"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_ms),
-                         "graph_ms": sampled_steps["baseline_ms"], "instrumented_ms": sampled_steps["candidate_ms"],
-                         "overhead_ratio": sampled_steps["ratio"], "pipelined_ratio": pipelined_ratio,
-                         "bare_host_us": untimed["baseline_host_us"],
-                         "instrumented_host_us": untimed["candidate_host_us"],
-                         "added_host_untimed_us": untimed["added_host_us"],
-                         "added_host_untimed_iqr_us": untimed["added_host_iqr_us"],
-                         "added_host_floor_us": floor["added_host_us"],
-                         "added_host_timed_us": timed_steps["added_host_us"],
-                         "added_host_sampled_us": sampled_steps["added_host_us"],
-                         "added_host_back_to_back_us": back_to_back["added_host_us"],
-                         # the mean over a sampling cycle: every - 1 untimed steps and one timed
-                         "added_host_cycle_us": ((sampled - 1) * untimed["added_host_us"]
-                                                 + timed_steps["added_host_us"]) / sampled,
-                         "capture_s": report.seconds[bs]})
+            row = {"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_ms),
+                   "graph_ms": sampled_steps["baseline_ms"], "instrumented_ms": sampled_steps["candidate_ms"],
+                   "overhead_ratio": sampled_steps["ratio"], "pipelined_ratio": pipelined_ratio,
+                   "bare_host_us": untimed["baseline_host_us"],
+                   "instrumented_host_us": untimed["candidate_host_us"],
+                   "added_host_untimed_us": untimed["added_host_us"],
+                   "added_host_untimed_iqr_us": untimed["added_host_iqr_us"],
+                   "added_host_floor_us": floor["added_host_us"],
+                   "added_host_timed_us": timed_steps["added_host_us"],
+                   "added_host_sampled_us": sampled_steps["added_host_us"],
+                   "added_host_back_to_back_us": back_to_back["added_host_us"],
+                   # the mean over a sampling cycle: every - 1 untimed steps and one timed
+                   "added_host_cycle_us": ((sampled - 1) * untimed["added_host_us"]
+                                           + timed_steps["added_host_us"]) / sampled,
+                   "capture_s": report.seconds[bs]}
             if breakdown_row is not None:
-                rows[-1]["breakdown"] = breakdown_row
+                row["breakdown"] = breakdown_row
+            return row
+
+        per_size: dict[int, list[dict]] = {bs: [] for bs in sizes}
+        for round_ in range(rounds):                 # the sizes' order rotates round by round
+            shift = round_ % len(sizes)
+            for bs in sizes[shift:] + sizes[:shift]:
+                per_size[bs].append(measure(bs, breakdown and round_ == 0))
+        rows = [over_rounds(per_size[bs]) for bs in sizes]
         five = batch(5)
         padded_ms, _ = timed(lambda: runner.step(five), iters)
         eager5_ms, _ = timed(lambda: step(**five), max(iters // 4, 10))
@@ -304,7 +329,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--breakdown", action="store_true",
                         help="also split the added host time per step (see host_breakdown)")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="measure each preset's sizes this many times, the sizes' order rotating; each "
+                             "figure is the median over the rounds, with the spread of the ratio and host time added")
     parser.add_argument("--json", help="also write the figures as JSON to this file")
+    parser.add_argument("--out", help="also write runner_bench.json and runner_bench.md (the table) into this folder")
     options = parser.parse_args(argv)
     sizes = [int(s) for s in options.sizes.split(",")]
     result = {"emitter": emitter_cost_us(), "progress_tick_us": progress_tick_us(), "torch": torch.__version__,
@@ -322,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         result["device"] = torch.cuda.get_device_name()
         result["rows"], result["summaries"] = [], []
         for preset in options.presets.split(","):
-            rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len, options.breakdown)
+            rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len, options.breakdown,
+                                         options.rounds)
             torch.cuda.empty_cache()             # the preset's model and graphs are gone now
             result["rows"] += rows
             result["summaries"].append(summary)
@@ -374,8 +404,37 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
                   f"{(s['pool_bytes'] or 0) / 2**20:9.1f} {s['padded_5_on_8_ms']:9.3f} {s['eager_5_ms']:8.3f} "
                   f"{s['padding_speedup']:7.1f}x")
+    result["rounds"] = options.rounds
+    markdown = rounds_markdown(result)
+    print("\n" + markdown, end="")
     write_json(options.json, result)
+    write_folder(options.out, "runner_bench", result, markdown)
     return 0
+
+
+def rounds_markdown(result: dict) -> str:
+    """The host time added per step and the ratio, medians over the rounds with their spread."""
+    cpu = markdown_table(["bs", "bare host µs", "GraphRunner.step host µs", "added µs"],
+                         [[str(r["bs"]), f"{r['bare_host_us']:.2f}", f"{r['instrumented_host_us']:.2f}",
+                           f"{r['added_host_us']:.2f}"] for r in result["host_cpu"]])
+    text = (f"CPU static backend, trivial step (torch {result['torch']}); Emitter.step "
+            f"{result['emitter']['emitter_step_us']:.2f} µs, list append {result['emitter']['list_append_us']:.2f} µs\n\n"
+            + cpu)
+    if "rows" not in result:
+        return text
+    rounds = result["rounds"]
+
+    def cell(row, key, digits):
+        spread = row.get(f"{key}_spread")
+        return f"{row[key]:.{digits}f}" + ("" if spread is None or rounds < 2 else f" (spread {spread:.{digits}f})")
+    rows = [[r["preset"], str(r["bs"]), cell(r, "overhead_ratio", 4), cell(r, "added_host_back_to_back_us", 1),
+             cell(r, "added_host_untimed_us", 1), f"{r['added_host_timed_us']:.1f}", cell(r, "added_host_cycle_us", 1),
+             cell(r, "added_host_floor_us", 1), f"{r['bare_host_us']:.1f}"] for r in result["rows"]]
+    return (text + f"\n{result['device']}, {rounds} round{'s' * (rounds != 1)} (median over the rounds; spread: "
+            f"largest minus smallest round); host µs added per step over the bare copy-and-replay loop; targets: back to back ≤ 2, "
+            f"untimed after a synchronise ≤ 5, instr./bare ≤ 1.01\n\n"
+            + markdown_table(["preset", "bs", "instr./bare", "back to back µs", "untimed after sync µs",
+                              "timed µs", "per step (cycle) µs", "floor µs", "bare host µs"], rows))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Telemetry emitter: events leave the step loop through a queue and a background thread.
 
-``Emitter.step`` appends one tuple to a deque and returns (well under 2 µs); it never
+``Emitter.step`` adds one event's values to a deque and returns (well under 2 µs); it never
 blocks and never touches the GPU. A step's duration is seconds, None (not timed), or a
 *timing* object (``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA
 events (``runner.timing``): the flush thread reads it only once ``ready()`` says the GPU got
@@ -21,6 +21,9 @@ from typing import Any, Iterator
 from runner import wire
 from runner.errors import ReplayscopeError
 from runner.sinks import HttpSink, JsonlSink, Sink, _warn
+
+_now = time.time          # an event's ts: read once per event, a module global (no attribute lookup)
+_SPREAD = object()        # the queued kind of a step whose eight fields follow one by one (Emitter.step)
 
 
 class GraphSampler:
@@ -117,6 +120,9 @@ class Emitter:
         self.flush_interval_s = flush_interval_s
         self.heartbeat_s = heartbeat_s
         self.max_batch = max_batch
+        # Each event is values in a row, added by one extend: seq, ts, kind, fields, timing (``step``
+        # puts _SPREAD for the kind and its eight fields in place of the tuple). No container per
+        # event outlives the step, so queued steps bring no garbage collections of the heap.
         self._queue: deque = deque()
         self._seq = itertools.count()
         self._waiting: deque = deque()  # converted; its head may wait on a GPU timing
@@ -158,13 +164,19 @@ class Emitter:
              padded_tokens: int, reason: str | None, timing: Any, evidence: str | None = None) -> None:
         """Record one step. ``timing`` is seconds, None (not timed) or a timing object; ``evidence`` says
         what was seen that gave the reason, when the batch alone does not show it."""
-        self._queue.append((next(self._seq), time.time(), "step",
-                            (stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence),
-                            timing))
+        self._queue.extend((next(self._seq), _now(), _SPREAD,
+                            stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence, timing))
+
+    def step_fields(self, fields: tuple, timing: Any) -> None:
+        """``step`` with its fields made once by the caller: ``(stage, mode, raw_bs, graph_bs,
+        num_tokens, padded_tokens, reason, evidence)``, the same tuple for every step of a kind
+        (the runner keeps one per route). The same event as ``step(*fields[:7], timing, fields[7])``,
+        without building its fields per step."""
+        self._queue.extend((next(self._seq), _now(), "step", fields, timing))
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Record any other event (phase, capture, degrade, parity, run_end, ...)."""
-        self._queue.append((next(self._seq), time.time(), kind, fields, None))
+        self._queue.extend((next(self._seq), _now(), kind, fields, None))
 
     # -- background ---------------------------------------------------------
     @staticmethod
@@ -180,40 +192,42 @@ class Emitter:
             event["evidence"] = evidence
         return event
 
-    @staticmethod
-    def _timing_of(event: dict[str, Any]) -> Any:
-        """The step's timing object, or None when its duration is already a number (or unknown)."""
-        timing = event.get("duration_s")
-        if timing is None or isinstance(timing, (int, float)) or event["kind"] != "step":
-            return None
-        return timing
-
     def _collect(self, wait_for_gpu: bool, final: bool = False) -> list[dict[str, Any]]:
-        """Take events in order, stopping at the first step whose GPU timing is not ready."""
+        """Take events in order, stopping at the first step whose GPU timing is not ready.
+
+        An event whose duration is known (seconds, or None: not timed) is ready as it is
+        converted; one with a timing object waits in ``_waiting``, and every later event behind it."""
         ready: list[dict[str, Any]] = []
         sampler = self.sampler
-        while len(ready) < self.max_batch:
-            if self._waiting:
-                event = self._waiting[0]
-            elif self._queue:
-                event = self._convert(self._queue.popleft())
-                self._waiting.append(event)
-            else:
-                break
-            timing = self._timing_of(event)
-            if timing is not None:
+        take = ready.append if sampler is None else (lambda event: ready.extend(sampler.offer(event)))
+        waiting, queue, convert, max_batch = self._waiting, self._queue, self._convert, self.max_batch
+        pop = queue.popleft
+        while len(ready) < max_batch:
+            if waiting:                  # its head holds a timing object
+                event = waiting[0]
+                timing = event["duration_s"]
                 if not timing.ready():
                     if not wait_for_gpu:
-                        break  # later events wait behind this one, keeping their order
+                        break            # later events wait behind this one, keeping their order
                     timing.wait()
                 event["duration_s"] = timing.seconds()
                 timing.release()
-            if sampler is None:
-                ready.append(self._waiting.popleft())
+                take(waiting.popleft())
+            elif queue:
+                seq, ts, kind = pop(), pop(), pop()
+                if kind is _SPREAD:
+                    item = (seq, ts, "step", (pop(), pop(), pop(), pop(), pop(), pop(), pop(), pop()), pop())
+                else:
+                    item = (seq, ts, kind, pop(), pop())
+                timing = item[4]         # None for every kind but a step
+                if timing is None or isinstance(timing, (int, float)):
+                    take(convert(item))
+                else:
+                    waiting.append(convert(item))
             else:
-                ready.extend(sampler.offer(self._waiting.popleft()))
-        if sampler is not None and len(ready) < self.max_batch:
-            ready.extend(sampler.drain() if final and not self._waiting else sampler.due(time.time()))
+                break
+        if sampler is not None and len(ready) < max_batch:
+            ready.extend(sampler.drain() if final and not waiting else sampler.due(time.time()))
         return ready
 
     def _flush(self, wait_for_gpu: bool = False, final: bool = False) -> int:

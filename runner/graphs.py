@@ -107,6 +107,21 @@ class GraphRunner:
         self._clock = CudaClock(self.device.index, time_every) if self.device.type == "cuda" else HostClock()
 
     @property
+    def emitter(self) -> Any:
+        return self._emitter
+
+    @emitter.setter
+    def emitter(self, emitter: Any) -> None:
+        """Steps hand it their event's fields made once per route (``Emitter.step_fields``); an
+        emitter of another kind, with ``step`` alone, gets them as ``step``'s arguments."""
+        self._emitter = emitter
+        if emitter is None:
+            self._record = None
+        else:
+            self._record = getattr(emitter, "step_fields", None) or (
+                lambda fields, timing: emitter.step(*fields[:7], timing))
+
+    @property
     def plan(self) -> CapturePlan:
         return self._plan
 
@@ -153,7 +168,10 @@ class GraphRunner:
         """
         stage = stage or self.stage
         if reason is None and not adapters and not grammar_switched:
-            route = self._plain_route(inputs, stage)
+            try:                                  # _plain_route, inlined: one call less per step
+                route = self._plain_routes.get((stage, inputs[self._first_input].shape[self._first_dim]))
+            except (KeyError, IndexError, AttributeError, TypeError):   # the explanation says what is wrong
+                route = None
             if route is not None and fits(inputs, route.expected, route.cuda_index):
                 return self._run(route, inputs, num_tokens, None)
             # a known route the inputs did not fit: the explanation alone is left; no route yet: both halves
@@ -190,7 +208,8 @@ class GraphRunner:
                                       query_len=self.plan.query_len)[1]
 
     def _plain_route(self, inputs: Mapping[str, torch.Tensor], stage: str) -> Route | None:
-        """The route of plain steps of this stage and the inputs' batch size, if one was made.
+        """The route of plain steps of this stage and the inputs' batch size, if one was made
+        (``step`` does the same inline; the benchmarks measure it through this).
 
         Reads only what the step needs anyway (its first input's shape, one dictionary); the
         caller matches the inputs against it before the launch (a bad input must change nothing)."""
@@ -219,8 +238,8 @@ class GraphRunner:
 
     def _run(self, route: Route, inputs: Mapping[str, torch.Tensor], num_tokens: int | None,
              eager_fn: Callable[..., Any] | None) -> Any:
-        emitter = self.emitter
-        if emitter is not None:                  # timed: the first step of its key, then 1 in `every`
+        record = self._record                    # the emitter's step_fields; None without an emitter
+        if record is not None:                   # timed: the first step of its key, then 1 in `every`
             clock = self._clock
             timing = clock.record_start() if route.count[0] % clock.every == 0 else None
         raw_bs, graph_bs = route.raw_bs, route.graph_bs
@@ -242,12 +261,10 @@ class GraphRunner:
                 outputs = route.outputs
             elif route.slice_rows:
                 outputs = slice_rows(outputs, raw_bs)
-        if emitter is not None:
+        if record is not None:
             route.count[0] += 1
-            decision = route.decision
-            emitter.step(route.stage, decision.mode, raw_bs, graph_bs,
-                         route.num_tokens if num_tokens is None else num_tokens, route.padded_tokens,
-                         decision.reason, self._clock.stop(timing))
+            record(route.event if num_tokens is None else route.event_with(num_tokens),
+                   None if timing is None else clock.stop(timing))
         if self.parity_every and route.call is not None:
             self._replays += 1
             if self._replays % self.parity_every == 0:

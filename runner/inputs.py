@@ -50,12 +50,17 @@ def fits(inputs: Mapping[str, Any], expected: Expected, cuda_index: int | None) 
     if len(inputs) != len(expected):
         return False
     try:
-        for name, shape, dtype in expected:
-            tensor = inputs[name]
-            if tensor.shape != shape or tensor.dtype is not dtype or (
-                    not tensor.is_cpu if cuda_index is None
-                    else not tensor.is_cuda or tensor.get_device() != cuda_index):
-                return False
+        if cuda_index is None:
+            for name, shape, dtype in expected:
+                tensor = inputs[name]
+                if tensor.dtype is not dtype or not tensor.is_cpu or tensor.shape != shape:
+                    return False
+        else:
+            for name, shape, dtype in expected:
+                tensor = inputs[name]
+                if tensor.dtype is not dtype or not tensor.is_cuda or tensor.shape != shape or (
+                        tensor.get_device() != cuda_index):
+                    return False
     except (KeyError, AttributeError):
         return False
     return True

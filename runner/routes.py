@@ -4,7 +4,8 @@ After a synchronise the host's caches are cold, and every object a step touches 
 launch delays the launch (docs/gpu-results.md): a step reads one route, its inputs and the
 static rows before the launch, and does its bookkeeping after it. A route holds all of it:
 the inputs it accepts (for the fast match, ``runner.inputs.fits``), the decision, the static
-rows to copy into, what to call, what the replay returns, and its timing counter.
+rows to copy into, what to call, what the replay returns, its timing counter and its step
+event's fields (made once: a step after its launch hands the emitter one tuple).
 """
 
 from __future__ import annotations
@@ -34,6 +35,13 @@ class Route:
     call: Callable[[], Any] | None = None           # the replay or static stand-in; None when eager
     outputs: Any = None                             # what a graph's replay returns (its static rows)
     slice_rows: bool = False                        # a stand-in's fresh outputs are cut to raw_bs rows
+    event: tuple = ()                               # the step event's fields (Emitter.step_fields), made once
+
+    def event_with(self, num_tokens: int) -> tuple:
+        """The step event's fields when the caller gives the batch's tokens."""
+        decision = self.decision
+        return (self.stage, decision.mode, self.raw_bs, self.graph_bs, num_tokens, self.padded_tokens,
+                decision.reason, None)
 
 
 def slice_rows(outputs: Any, rows: int) -> Any:
@@ -73,6 +81,7 @@ class Routes:
         route = Route(stage, raw_bs, decision, self._contract.expected(raw_bs), self._contract.cuda_index, graph_bs,
                       clock.counter((stage, decision.mode, raw_bs)),
                       raw_bs * query_len, 0 if graph_bs is None else (graph_bs - raw_bs) * query_len)
+        route.event = route.event_with(route.num_tokens)
         if graph_bs is not None:
             if not self._buffers:
                 raise ReplayscopeError("call capture() before the first step")

@@ -41,12 +41,18 @@ def test_the_whole_gpu_path_runs_and_prints_every_figure_it_names(tmp_path, caps
                              current_stream=lambda *a: None, is_available=lambda: True,
                              get_device_name=lambda *a: "stand-in", empty_cache=lambda: None):
         assert runner_bench.main(["--presets", "tiny", "--sizes", "1,8", "--iters", "4", "--seq-len", "32",
-                                  "--breakdown", "--json", str(tmp_path / "bench.json")]) == 0
+                                  "--breakdown", "--rounds", "2", "--out", str(tmp_path / "out"),
+                                  "--json", str(tmp_path / "bench.json")]) == 0
     result = json.loads((tmp_path / "bench.json").read_text())
     assert [(row["preset"], row["bs"]) for row in result["rows"]] == [("tiny", 1), ("tiny", 8)]
     for row in result["rows"]:
         assert {"overhead_ratio", "added_host_untimed_us", "added_host_untimed_iqr_us", "added_host_floor_us",
                 "added_host_timed_us", "added_host_cycle_us", "added_host_back_to_back_us"} <= set(row)
         assert {"added_record_after_us", "added_check_before_us", "added_step_us"} <= set(row["breakdown"])
+        assert len(row["rounds"]) == 2 and {"overhead_ratio_spread", "added_host_back_to_back_us_spread",
+                                            "added_host_untimed_us_spread"} <= set(row)
+    assert json.loads((tmp_path / "out" / "runner_bench.json").read_text())["rows"] == result["rows"]
+    table = (tmp_path / "out" / "runner_bench.md").read_text()
+    assert "| tiny | 1 |" in table and "| tiny | 8 |" in table and "back to back" in table
     printed = capsys.readouterr().out
     assert "instr/bare" in printed and "record" in printed and "speedup" in printed
