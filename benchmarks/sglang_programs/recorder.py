@@ -3,10 +3,10 @@
 and whether it ran a graph), each per-size capture (``capture_one_shape`` of the decode and prefill
 graph runners: size, backend, the CUDA graphs captured inside) and the memory around each capture
 pass, measured both ways (the device's free memory, as SGLang logs it, and PyTorch's reserved
-bytes). The CUDA graphs counted are torch.cuda.CUDAGraph captures: the breakable backend
-captures through cuda-python and counts 0 here. SGLang runs its scheduler in a spawned process, which imports this file again as
-``__mp_main__``: the patches are installed there. The records are the shapes replayscope's CPU
-tests can replay.
+bytes). The CUDA graphs counted are torch.cuda.CUDAGraph captures (the breakable backend
+captures its segments that way too). SGLang runs its scheduler in a spawned process, which
+imports this file again as ``__mp_main__``: the patches are installed there. The records are the
+shapes replayscope's CPU tests can replay.
 
     python recorder.py MODEL_DIR OUT.jsonl [offline.py's options]
 """
