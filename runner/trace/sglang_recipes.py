@@ -28,6 +28,9 @@ not see.
 
 The step is ``ModelRunner.forward``, its batch ``forward_batch.batch_size``; a prefill or mixed
 batch counts its tokens (SGLang keys its prefill graphs by tokens). Idle batches are not steps.
+An eager prefill is ``prefill`` where the process has no prefill graphs; where it captured some
+(the 2026 layout, ``breakable`` by default on CUDA), its reason is the one any eager step gets
+(``batch_too_large`` above the largest number of tokens captured).
 Graphs off: ``server_args.disable_cuda_graph`` (until 2025), or a decode backend ``disabled``
 in ``server_args.cuda_graph_config`` (2026).
 """
@@ -81,6 +84,10 @@ def sglang_batch(tracer: Tracer) -> BatchOf:
         if _mode_is(mode, "is_target_verify"):
             return StepBatch("verify", rows, tokens)
         stage = "mixed" if _mode_is(mode, "is_mixed") else "prefill"
+        if stage == "prefill" and tracer.captured_by_stage.get("prefill"):
+            # this process captured prefill graphs (2026's PrefillCudaGraphRunner): a prefill that
+            # replays none ran eager for another reason (above the largest size captured, ...)
+            return StepBatch(stage, tokens, tokens)
         return StepBatch(stage, tokens, tokens, Cause("prefill", f"{stage} batch of {rows} requests, {tokens} tokens"))
     return batch
 
