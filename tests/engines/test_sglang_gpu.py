@@ -89,6 +89,18 @@ def test_offline_captures_are_the_logs_passes_one_per_size(offline):
     assert abs(phase["mem_bytes"] / GIB - logged) <= 0.006 * len(passes)
 
 
+def test_the_offline_runs_own_log_imports_as_a_finished_run_agreeing_with_the_trace(offline):
+    from collector.importers import parse_sglang_text
+    run, _record, events = offline
+    [imported] = parse_sglang_text(run.log.read_text(errors="replace"), path=str(run.log), mtime=0.0).runs
+    assert imported.status == "finished" and imported.run["config"]["offline"] is True
+    traced_captures = sorted((c["stage"], c["graph_bs"]) for c in events if c["kind"] == "capture")
+    imported_captures = sorted((c["stage"], c["graph_bs"]) for c in imported.events if c["kind"] == "capture")
+    assert imported_captures == traced_captures
+    imported_prefill = [e for e in imported.events if e["kind"] == "step" and e["stage"] == "prefill"]
+    assert len(imported_prefill) == len(steps_of(events, "prefill", "mixed"))
+
+
 def test_graphs_off_every_step_is_eager_as_graphs_disabled(model, out):
     run = harness.run_offline(model, out, "sglang-offline-eager-traced", True, "--disable-cuda-graph")
     assert run.returncode == 0, run.log.read_text()[-3000:]
