@@ -21,8 +21,8 @@ from collector.importers.facts import Fact, mem_bytes, num, rank_order, to_int
 from collector.importers.parser import Engine, parse_text as _parse
 from collector.importers.sglang_capture import unfinished_capture
 from collector.importers.sglang_capture import SectionCaptures, _Section
-from collector.importers.sglang_lines import KV, MEM, classify, from_the_http_server, mem_in, server_args, \
-    timings_of
+from collector.importers.sglang_lines import KV, MEM, STAGES, classify, from_the_http_server, mem_in, \
+    server_args, timings_of
 
 
 SOURCE = "sglang-log"
@@ -150,7 +150,7 @@ class SglangRun(SectionCaptures, RunBuilder):
         base = {"kind": "step", "ts": fact.line.ts, "stage": stage, "duration_s": None, "raw_bs": raw_bs,
                 "num_tokens": tokens or 0}
         if not graph:
-            cause = self._eager_cause(stage, raw_bs)
+            cause = self._eager_cause(stage, raw_bs, tokens)
             self.emit(dict(base, mode="eager", graph_bs=None, padded_tokens=0, reason=cause["reason"],
                            evidence=cause["evidence"]))
             return
@@ -173,14 +173,13 @@ class SglangRun(SectionCaptures, RunBuilder):
             return True
         return order == best
 
-    def _eager_cause(self, stage: str, raw_bs: int | None) -> dict[str, Any]:
+    def _eager_cause(self, stage: str, raw_bs: int | None, tokens: int | None = None) -> dict[str, Any]:
         """Why a batch ran without a graph, from what the log shows; unknown otherwise."""
         if self.args.get("disable_cuda_graph"):
             return {"reason": "graphs_disabled", "provenance": "inferred",
                     "evidence": "the server runs with disable_cuda_graph=True"}
         if stage == "prefill":
-            return {"reason": "prefill", "provenance": "inferred",
-                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
+            return self._eager_prefill_cause(tokens)
         sizes = self.decode_sizes()
         largest = max(sizes) if sizes else self.args.get("cuda_graph_max_bs")
         source = "the largest captured size" if sizes else "cuda_graph_max_bs"
@@ -191,6 +190,28 @@ class SglangRun(SectionCaptures, RunBuilder):
             return {"reason": "not_captured", "provenance": "inferred",
                     "evidence": f"padding is disabled and bs {raw_bs} is not one of the captured sizes"}
         return {"reason": "unknown", "provenance": None, "evidence": None}
+
+    def _eager_prefill_cause(self, tokens: int | None) -> dict[str, Any]:
+        """A prefill without a graph: ``prefill`` where the target captured no prefill graphs;
+        where it did (SGLang 0.5.17's prefill CUDA graphs, keyed by tokens), above the largest
+        size is ``batch_too_large`` and else not known from the log."""
+        sizes = self.prefill_sizes()
+        if not sizes:
+            return {"reason": "prefill", "provenance": "inferred",
+                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
+        if tokens is not None and tokens > max(sizes):
+            return {"reason": "batch_too_large", "provenance": "inferred",
+                    "evidence": f"#new-token: {tokens} is above the largest captured prefill size ({max(sizes)} tokens)"}
+        return {"reason": "unknown", "provenance": None, "evidence": None}
+
+    def prefill_sizes(self) -> list[int]:
+        """The token counts the target's prefill graphs were captured for (none: no such graphs)."""
+        for s in self.sections:
+            if s.role == "target" and STAGES.get(s.stage) == "prefill" and not s.failed:
+                sizes = s.known_sizes()
+                if sizes:
+                    return sizes
+        return []
 
     def decode_sizes(self) -> list[int]:
         """The decode sizes captured (a failed capture's do not serve steps)."""
