@@ -38,6 +38,15 @@ PATTERNS = {
 # What a capture bar is of: "Capturing batches (bs=8 avail_mem=12.30 GB)", "(bs=8, avail_mem=...)",
 # "(avail_mem=...)" without the size, the piecewise "Capturing num tokens (num_tokens=N avail_mem=...)";
 # a bar without a description is one too while a capture section is open.
+# lines only a server prints (uvicorn, the HTTP server, its access log): an offline sglang.Engine has none
+HTTP_SERVER = re.compile(r"Uvicorn running on|Started server process|Waiting for application startup|"
+                         r"Application startup complete|fired up and ready to roll|\"(?:GET|POST) /")
+
+
+def from_the_http_server(text: str) -> bool:
+    return bool(HTTP_SERVER.search(text))
+
+
 BAR_DESC = re.compile(r"Capturing [\w ]*?\((?:(?:bs|num_tokens)=(?P<bs>\d+),?\s*)?avail_mem=" + NUM +
                        r"\s*(?P<unit>GB|GiB)\)")
 KV = {

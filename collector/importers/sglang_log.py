@@ -6,6 +6,8 @@ capture section (target / draft, decode / verify / prefill; "cuda", "cpu" or "np
 graph), every form of its progress bar (with ``bs=``, with only ``avail_mem=``, without a
 description), capture failures, the startup timings line, and the per-batch
 ``cuda graph: True|False`` flag, with the cause of an eager batch where the log shows it.
+An offline ``sglang.Engine`` (no HTTP server line anywhere, batches after its start-up) is
+ready at "Engine startup timings (s)", the end of its start-up.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from collector.importers.facts import Fact, mem_bytes, num, rank_order, to_int
 from collector.importers.parser import Engine, parse_text as _parse
 from collector.importers.sglang_capture import unfinished_capture
 from collector.importers.sglang_capture import SectionCaptures, _Section
-from collector.importers.sglang_lines import KV, MEM, classify, mem_in, server_args, timings_of
+from collector.importers.sglang_lines import KV, MEM, STAGES, classify, from_the_http_server, mem_in, \
+    server_args, timings_of
 
 
 SOURCE = "sglang-log"
@@ -40,6 +43,15 @@ class SglangRun(SectionCaptures, RunBuilder):
         self.open: dict[Any, _Section] = {}                   # rank -> its open section
         self.steps_without_flag = 0
         self.step_ranks: dict[Any, tuple] = {}                # DP group -> the rank whose steps count
+        self.http_server = False        # a line only a server prints (an offline sglang.Engine has none)
+        self.timings_fact: Fact | None = None
+        self.batches_after_timings = 0
+        self.offline = False
+
+    def observe(self, line) -> None:
+        super().observe(line)
+        if not self.http_server and from_the_http_server(line.text):
+            self.http_server = True
 
     def _figure(self, name: str, fact: Fact, value: Any) -> None:
         self.figures.setdefault(name, {})[fact.line.rank_label] = (rank_order(fact.line.rank), value)
@@ -96,6 +108,7 @@ class SglangRun(SectionCaptures, RunBuilder):
             self._figure("available_gpu_mem_bytes", fact, mem_bytes(m.group(1), m.group(2)))
 
     def on_timings(self, fact: Fact) -> None:
+        self.timings_fact = fact
         self.timings = timings_of(fact.data["rest"])
         if "scheduler_e2e" in self.timings:
             self.phase(fact, "engine_init", self.timings["scheduler_e2e"])
@@ -108,6 +121,8 @@ class SglangRun(SectionCaptures, RunBuilder):
 
     # -- steps -------------------------------------------------------------------------
     def on_batch(self, fact: Fact) -> None:
+        if self.timings_fact is not None:
+            self.batches_after_timings += 1
         self._release_startup()
         if not self._counts_steps(fact):
             return
@@ -131,7 +146,7 @@ class SglangRun(SectionCaptures, RunBuilder):
         base = {"kind": "step", "ts": fact.line.ts, "stage": stage, "duration_s": None, "raw_bs": raw_bs,
                 "num_tokens": tokens or 0}
         if not graph:
-            cause = self._eager_cause(stage, raw_bs)
+            cause = self._eager_cause(stage, raw_bs, tokens)
             self.emit(dict(base, mode="eager", graph_bs=None, padded_tokens=0, reason=cause["reason"],
                            evidence=cause["evidence"]))
             return
@@ -154,14 +169,13 @@ class SglangRun(SectionCaptures, RunBuilder):
             return True
         return order == best
 
-    def _eager_cause(self, stage: str, raw_bs: int | None) -> dict[str, Any]:
+    def _eager_cause(self, stage: str, raw_bs: int | None, tokens: int | None = None) -> dict[str, Any]:
         """Why a batch ran without a graph, from what the log shows; unknown otherwise."""
         if self.args.get("disable_cuda_graph"):
             return {"reason": "graphs_disabled", "provenance": "inferred",
                     "evidence": "the server runs with disable_cuda_graph=True"}
         if stage == "prefill":
-            return {"reason": "prefill", "provenance": "inferred",
-                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
+            return self._eager_prefill_cause(tokens)
         sizes = self.decode_sizes()
         largest = max(sizes) if sizes else self.args.get("cuda_graph_max_bs")
         source = "the largest captured size" if sizes else "cuda_graph_max_bs"
@@ -172,6 +186,28 @@ class SglangRun(SectionCaptures, RunBuilder):
             return {"reason": "not_captured", "provenance": "inferred",
                     "evidence": f"padding is disabled and bs {raw_bs} is not one of the captured sizes"}
         return {"reason": "unknown", "provenance": None, "evidence": None}
+
+    def _eager_prefill_cause(self, tokens: int | None) -> dict[str, Any]:
+        """A prefill without a graph: ``prefill`` where the target captured no prefill graphs;
+        where it did (SGLang 0.5.17's prefill CUDA graphs, keyed by tokens), above the largest
+        size is ``batch_too_large`` and else not known from the log."""
+        sizes = self.prefill_sizes()
+        if not sizes:
+            return {"reason": "prefill", "provenance": "inferred",
+                    "evidence": "a prefill batch (cuda graph: False): its variable-length input has no captured graph"}
+        if tokens is not None and tokens > max(sizes):
+            return {"reason": "batch_too_large", "provenance": "inferred",
+                    "evidence": f"#new-token: {tokens} is above the largest captured prefill size ({max(sizes)} tokens)"}
+        return {"reason": "unknown", "provenance": None, "evidence": None}
+
+    def prefill_sizes(self) -> list[int]:
+        """The token counts the target's prefill graphs were captured for (none: no such graphs)."""
+        for s in self.sections:
+            if s.role == "target" and STAGES.get(s.stage) == "prefill" and not s.failed:
+                sizes = s.known_sizes()
+                if sizes:
+                    return sizes
+        return []
 
     def decode_sizes(self) -> list[int]:
         """The decode sizes captured (a failed capture's do not serve steps)."""
@@ -260,6 +296,11 @@ class SglangRun(SectionCaptures, RunBuilder):
                     self.warnings.append(f"the capture of {section.label}{where} was still running where the log ends")
                     self._emit_captures(section)
         self._release_startup()
+        if not self.ready and self.timings_fact is not None and self.batches_after_timings \
+                and not self.http_server and not self.failed():
+            # an offline sglang.Engine: no server comes; its start-up ended at the timings line
+            self.offline = True
+            self.mark_ready(self.timings_fact)
         if self.steps_without_flag:
             self.warnings.append(f"{self.steps_without_flag} batch line(s) without a 'cuda graph:' flag "
                                  f"(older SGLang): not imported as steps")
@@ -321,6 +362,8 @@ class SglangRun(SectionCaptures, RunBuilder):
                 config[key + "_by_rank"] = {label: value for label, (_, value) in ranks.items() if label}
         if self.timings:
             config["startup_timings"] = self.timings
+        if self.offline:
+            config["offline"] = True
         for key in ("decode_log_interval", "cuda_graph_max_bs", "disable_cuda_graph", "disable_cuda_graph_padding",
                     "tp_size", "dp_size", "pp_size", "enable_dp_attention", "torch_compile_max_bs",
                     "speculative_algorithm"):

@@ -12,11 +12,25 @@ In the 2026 layout a capture of one shape goes through the runner's pluggable ba
 (``self.backend.capture_one(shape_key, run_once, ...)``: ``full`` one ``torch.cuda.CUDAGraph``,
 ``breakable`` segments, ``tc_piecewise`` the pieces of a compiled graph): the graphs captured
 inside one ``capture_one_shape`` call are one capture event of that size, labelled with the
-backend (``sglang full``, ``sglang breakable, 12 graphs``). Subclasses (speculative draft
-runners) call ``super().capture_one_shape``: the outermost call with graphs inside is the event.
+backend (``sglang full``, ``sglang breakable, 12 graphs``) and the call's variant where it has
+one: the decode runner's ``variant_label`` ("lora" / "nolora") and ``stream_idx``, the prefill
+runner's ``prefix_num_chunks``. Subclasses (speculative draft runners) call
+``super().capture_one_shape``: the outermost call with graphs inside is the event.
+
+SGLang 0.5.17's released wheel (the version run on the H200) has exactly the 2026 layout above:
+``ModelRunner.forward(forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None,
+reinit_attn_backend=False, split_forward_count=1)``, called for real batches only (start-up's
+dummy runs call the model directly); the decode runner calls ``capture_one_shape(bs, forward,
+stream_idx, variant_label)`` positionally. Its ``breakable`` backend (the prefill default on CUDA)
+captures each segment as a ``torch.cuda.CUDAGraph``; with ``SGLANG_ENABLE_CUDA_GRAPH_DEDUP=1``
+(off by default) segments replay through cuda-python's ``cudaGraphLaunch``, which the trace does
+not see.
 
 The step is ``ModelRunner.forward``, its batch ``forward_batch.batch_size``; a prefill or mixed
 batch counts its tokens (SGLang keys its prefill graphs by tokens). Idle batches are not steps.
+An eager prefill is ``prefill`` where the process has no prefill graphs; where it captured some
+(the 2026 layout, ``breakable`` by default on CUDA), its reason is the one any eager step gets
+(``batch_too_large`` above the largest number of tokens captured).
 Graphs off: ``server_args.disable_cuda_graph`` (until 2025), or a decode backend ``disabled``
 in ``server_args.cuda_graph_config`` (2026).
 """
@@ -74,22 +88,28 @@ def sglang_batch(tracer: Tracer) -> BatchOf:
             stage = "verify"
         else:
             stage = "mixed" if _mode_is(mode, "is_mixed") else "prefill"
-        key = (stage, rows, tokens)
+        prefill_graphs = stage == "prefill" and bool(tracer.captured_by_stage.get("prefill"))
+        key = (stage, rows, tokens, prefill_graphs)
         step_batch = kept.get(key)
         if step_batch is None:
-            step_batch = _step_batch(stage, rows, tokens, known["off"])
+            step_batch = _step_batch(stage, rows, tokens, known["off"], prefill_graphs)
             if len(kept) < BATCHES_KEPT:
                 kept[key] = step_batch
         return step_batch
     return batch
 
 
-def _step_batch(stage: str, rows: int, tokens: int, graphs_off_because: str | None) -> StepBatch:
+def _step_batch(stage: str, rows: int, tokens: int, graphs_off_because: str | None,
+                prefill_graphs: bool = False) -> StepBatch:
     if stage == "decode":
         hint = Cause("graphs_disabled", graphs_off_because) if graphs_off_because else None
         return StepBatch("decode", rows, tokens, hint)
     if stage == "verify":
         return StepBatch("verify", rows, tokens)
+    if prefill_graphs:
+        # this process captured prefill graphs (2026's PrefillCudaGraphRunner): a prefill that
+        # replays none ran eager for another reason (above the largest size captured, ...)
+        return StepBatch(stage, tokens, tokens)
     return StepBatch(stage, tokens, tokens, Cause("prefill", f"{stage} batch of {rows} requests, {tokens} tokens"))
 
 
@@ -101,8 +121,27 @@ def _backend_label(runner: Any) -> str:
     return "sglang"
 
 
+def _variant_of(args: tuple, kwargs: dict) -> str:
+    """What else names the graph a ``capture_one_shape`` call captures (SGLang 0.5.17): the decode
+    runner's ``variant_label`` ("lora" / "nolora" when it records a graph without LoRA too) and
+    ``stream_idx``, passed positionally (``capture_one_shape(bs, forward, stream_idx,
+    variant_label)``), and the prefill runner's ``prefix_num_chunks`` (chunked-prefix variants)."""
+    parts = []
+    label = arg(args, kwargs, 4, "variant_label")
+    if isinstance(label, str) and label:
+        parts.append(label)
+    stream = arg(args, kwargs, 3, "stream_idx")
+    if isinstance(stream, int) and not isinstance(stream, bool):
+        parts.append(f"stream {stream}")
+    chunks = kwargs.get("prefix_num_chunks")
+    if isinstance(chunks, int) and chunks > 0:
+        parts.append(f"prefix chunks {chunks}")
+    return "".join(f", {part}" for part in parts)
+
+
 def capture_size(tracer: Tracer, name: str, stage: str) -> SizeOf:
-    """The size a runner's per-size capture is called with (``bs`` or ``size``, the first argument)."""
+    """The size a runner's per-size capture is called with (``bs`` or ``size``, the first argument),
+    labelled with the runner's backend and the call's variant."""
     def size_of(args: tuple, kwargs: dict) -> tuple[int, str, str] | None:
         size = size_value(arg(args, kwargs, 1, name))
         if size is None:
@@ -110,7 +149,7 @@ def capture_size(tracer: Tracer, name: str, stage: str) -> SizeOf:
         runner = args[0]
         server_args = getattr(getattr(runner, "model_runner", None), "server_args", None)
         tracer.set_model(getattr(server_args, "model_path", None))
-        return size, stage, _backend_label(runner)
+        return size, stage, _backend_label(runner) + _variant_of(args, kwargs)
     return size_of
 
 

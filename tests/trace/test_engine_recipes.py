@@ -251,7 +251,9 @@ def test_sglang_2026_runner_package_captures_each_shape_once_labelled_with_its_b
                         (64, "prefill", "sglang tc_piecewise, 2 graphs")]
     assert step_rows(events) == [("decode", "padded", 3, 4, None), ("decode", "graph", 4, 4, None),
                                  ("decode", "eager", 6, None, "batch_too_large"),
-                                 ("prefill", "padded", 100, 128, None), ("prefill", "eager", 500, None, "prefill")]
+                                 ("prefill", "padded", 100, 128, None),
+                                 ("prefill", "eager", 500, None, "batch_too_large")]
+    assert kinds(events, "step")[4]["evidence"] == "batch of 500; largest captured graph holds 128"
     recipes = traced.sinks[0].run["config"]["trace"]["recipes"]
     assert {"sglang", "sglang decode_cuda_graph_runner", "sglang prefill_cuda_graph_runner"} <= set(recipes)
 

@@ -1,0 +1,51 @@
+"""The SGLang harness's client speaks SGLang's native API as 0.5.17 serves it with
+--skip-tokenizer-init: POST /generate with ``input_ids`` and ``sampling_params``, the answer's
+``output_ids``; /metrics read before and after its requests. Here against a local HTTP server
+that answers in that shape (the GPU test runs it against the real one)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from benchmarks.sglang_programs import client
+
+BODIES: list[dict] = []
+
+
+class Shaped(BaseHTTPRequestHandler):
+    def do_POST(self):                      # noqa: N802
+        body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        BODIES.append(body)
+        n = body["sampling_params"]["max_new_tokens"] - (1 if len(BODIES) == 3 else 0)   # one answer short
+        self._answer(json.dumps({"output_ids": list(range(n)), "meta_info": {"completion_tokens": n}}).encode())
+
+    def do_GET(self):                       # noqa: N802
+        self._answer(f"sglang:num_requests_total{{model_name=\"m\"}} {len(BODIES)}.0\n".encode())
+
+    def _answer(self, data: bytes):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_requests_carry_token_ids_and_exact_lengths_and_a_short_answer_is_not_exact():
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Shaped)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        report = client.run(f"http://127.0.0.1:{server.server_port}", requests=3, later=2, prompt_tokens=5)
+    finally:
+        server.shutdown()
+    lengths = client.output_lengths(5)
+    assert sorted(b["sampling_params"]["max_new_tokens"] for b in BODIES) == sorted(lengths)
+    assert all(b["sampling_params"]["min_new_tokens"] == b["sampling_params"]["max_new_tokens"]
+               and b["sampling_params"]["ignore_eos"] and len(b["input_ids"]) == 5 for b in BODIES)
+    assert report["asked"] == {"requests": 5, "prompt_tokens": 25, "output_tokens": sum(lengths),
+                               "decode_tokens": sum(lengths) - 5, "lengths": lengths}
+    assert report["produced"] == {"output_tokens": sum(lengths) - 1, "exact": False}
+    assert not report["errors"]
