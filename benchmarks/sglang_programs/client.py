@@ -39,7 +39,7 @@ def run(url: str, requests: int, later: int, prompt_tokens: int) -> dict:
 
     def one(i: int) -> None:
         body = {"input_ids": [(13 * i + 7 * j) % 4000 + 10 for j in range(prompt_tokens)],
-                "sampling_params": {"max_new_tokens": lengths[i], "min_new_tokens": lengths[i],
+                "sampling_params": {"max_new_tokens": lengths[i],
                                     "ignore_eos": True, "temperature": 0.0}}
         try:
             answer = post(f"{url}/generate", body)

@@ -46,7 +46,7 @@ def main() -> None:
     engine = sglang.Engine(**options)
     ready = time.time()
     lengths = output_lengths(args.requests)
-    params = [{"max_new_tokens": n, "min_new_tokens": n, "ignore_eos": True, "temperature": 0.0} for n in lengths]
+    params = [{"max_new_tokens": n, "ignore_eos": True, "temperature": 0.0} for n in lengths]
     outputs = engine.generate(input_ids=prompts(args.requests, args.prompt_tokens), sampling_params=params)
     done = time.time()
     engine.shutdown()
