@@ -52,6 +52,12 @@ from runner.trace.recipes import step_wrapper, tensor_batch
 from runner.trace.settings import TraceSettings
 from runner.trace.tracer import Tracer
 
+class LinesDropped(NullSink):
+    """Takes steps' lines as the events file does (``runner.sinks.JsonlSink``), and drops them."""
+
+    takes_step_lines = True
+
+
 CAPTURED = (1, 2, 4, 8, 16)
 SIZES = (1, 3, 8, 12, 24)         # graph, padded, graph, padded, eager (above the largest graph)
 
@@ -217,8 +223,9 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
         return plain(x)
 
     # The same program traced with its events dropped by the sink: the step's path on the program's
-    # thread, and the emitter thread's conversion only (no line written).
-    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: NullSink())
+    # thread, and the emitter thread's conversion only (each step's line made, as for the events
+    # file, and nothing written).
+    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: LinesDropped())
     dropped = step_wrapper(dropping, Program(dropping, patches).step, tensor_batch, "bench")
     # Zero configuration: each call of a reduce-overhead function a step (no --step), same program.
     trees_tracer = new_tracer(os.path.join(workdir, "trees.jsonl"))

@@ -51,3 +51,70 @@ def test_a_plain_step_event_is_written_without_json_dumps(monkeypatch):
     monkeypatch.setattr(events_file.json, "dumps", lambda event: through_dumps.append(event) or dumps(event))
     assert event_lines(plain + quirky) == expected
     assert through_dumps == quirky                # the plain steps took the template, the others json.dumps
+
+
+# -- a step's line from the emitter's queued values (no event dict) -------------------------------
+
+import itertools  # noqa: E402
+
+from runner import emitter as emitter_module  # noqa: E402
+from runner.emitter import Emitter  # noqa: E402
+from runner.events_file import read_events_file, step_line  # noqa: E402
+from runner.sinks import JsonlSink  # noqa: E402
+from tests.runner.test_emitter import FakeTiming, ListSink, run_record  # noqa: E402
+
+odd = st.one_of(values, st.lists(ints, max_size=2), st.tuples(ints))
+
+
+@st.composite
+def queued_steps(draw):
+    """(seq, ts, fields, duration) as a step is queued: mostly plain, some odd values anywhere."""
+    fields = [draw(texts), draw(st.sampled_from(["graph", "padded", "eager"])), draw(ints),
+              draw(st.one_of(st.none(), ints)), draw(ints), draw(ints), draw(st.one_of(st.none(), texts)),
+              draw(st.one_of(st.none(), texts))]
+    if draw(st.booleans()):
+        fields[draw(st.integers(0, 7))] = draw(odd)
+    seq = draw(st.one_of(st.integers(0, 2**63), st.just(True)))
+    return seq, draw(floats), tuple(fields), draw(st.one_of(st.none(), floats, ints))
+
+
+@settings(max_examples=500, deadline=None)
+@given(queued_steps())
+def test_a_steps_line_from_its_queued_values_is_json_dumps_of_the_event_the_emitter_makes(queued):
+    seq, ts, fields, duration = queued
+    event = Emitter._convert(seq, ts, "step", fields, duration)
+    assert step_line(seq, ts, fields, duration) == json.dumps(event) + "\n"
+    assert step_line(seq, ts, fields, duration) == json.dumps(event) + "\n"      # its fields' text kept
+
+
+def test_an_events_file_gets_each_step_as_its_line_and_the_same_events_as_any_other_sink(tmp_path, monkeypatch):
+    """The file sink takes a step's line made from its queued values: no event dict per step, and
+    the file holds, line for line, json.dumps of the events a dict-taking sink gets."""
+    def steps():
+        return [(("decode", "graph", 8, 8, 8, 0, None, None), 0.002),
+                (("decode", "padded", 5, 8, 5, 3, None, None), None),
+                (("prefill", "eager", 3, None, 40, 0, "prefill", None), FakeTiming(0.004)),
+                (("decode", "eager", 2, None, 2, 0, "custom:warm-up", "the caller said so"), 3)]
+    path = tmp_path / "events.jsonl"
+    to_file, to_list = Emitter(JsonlSink(str(path)), run_record()), Emitter(ListSink(), run_record())
+    converted = []
+    convert = Emitter._convert
+    monkeypatch.setattr(Emitter, "_convert", staticmethod(lambda *item: converted.append(item) or convert(*item)))
+    for emitter in (to_file, to_list):
+        clock = (1764760000.0 + i / 7 for i in itertools.count())     # the same ts for both
+        monkeypatch.setattr(emitter_module, "_now", lambda: next(clock))
+        emitter.sink.open(emitter.run)
+        emitter.emit("phase", phase="capture", duration_s=1.5)
+        queued = steps()
+        for fields, timing in queued:
+            emitter.step_fields(fields, timing)
+        emitter.step(*queued[1][0][:7], 0.001, queued[1][0][7])
+        queued[2][1].is_ready = True
+        emitter._flush()
+    assert [kind for _, _, kind, _, _ in converted] == ["phase"] * 2 + ["step"] * 5   # steps: the dict-taking sink's only
+    lines = path.read_text().splitlines()[1:]
+    assert lines == [json.dumps(event) for event in to_list.sink.events]
+    assert len(lines) == 6 and read_events_file(path).events == to_list.sink.events
+    to_file.step_fields(("decode", "eager", 2, None, 2, 0, "x", object()), None)  # JSON cannot write it: lost, as before
+    to_file._flush()
+    assert to_file.lost == 1 and len(path.read_text().splitlines()) == 7
