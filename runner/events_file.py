@@ -95,17 +95,14 @@ def step_line(seq: int, ts: float, fields: tuple, duration: Any) -> str:
                 and (reason is None or type(reason) is str) and (evidence is None or type(evidence) is str)):
             _step_texts[fields] = texts
     middle, tail = texts
-    ts_text = repr(ts) if type(ts) is float else json.dumps(ts)
-    if ts_text in _NOT_FINITE:
-        ts_text = json.dumps(ts)
+    # A float's JSON is its repr when finite (x - x is 0.0 only then); anything else json.dumps's.
+    ts_text = repr(ts) if type(ts) is float and ts - ts == 0.0 else json.dumps(ts)
     if duration is None:
         duration_text = "null"
     else:
-        duration_text = repr(duration) if type(duration) is float else json.dumps(duration)
-        if duration_text in _NOT_FINITE:
-            duration_text = json.dumps(duration)
-    return ('{"seq": ' + (str(seq) if type(seq) is int else json.dumps(seq)) + ', "ts": ' + ts_text
-            + middle + duration_text + tail)
+        duration_text = (repr(duration) if type(duration) is float and duration - duration == 0.0
+                         else json.dumps(duration))
+    return f'{{"seq": {seq if type(seq) is int else json.dumps(seq)}, "ts": {ts_text}{middle}{duration_text}{tail}'
 
 
 def written_lines(items: Iterable[Any]) -> str:
