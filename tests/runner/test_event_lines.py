@@ -1,15 +1,21 @@
 """The events file's lines: a step event of plain values is written by a template (issue 37:
 the sink's JSON was the largest per-event cost of a run), byte for byte what json.dumps writes;
-anything else goes to json.dumps."""
+anything else goes to json.dumps. A step queued in the emitter reaches the file as its line made
+from its queued values (``step_line``), the same bytes, no event dict."""
 
+import itertools
 import json
 import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from runner import emitter as emitter_module
 from runner import events_file
-from runner.events_file import STEP_KEYS, event_line, event_lines
+from runner.emitter import Emitter
+from runner.events_file import STEP_KEYS, event_line, event_lines, read_events_file, step_line
+from runner.sinks import JsonlSink
+from tests.runner.test_emitter import FakeTiming, ListSink, run_record
 
 STEP = {"seq": 7, "ts": 1764760000.123456, "kind": "step", "stage": "decode", "mode": "padded", "raw_bs": 5,
         "graph_bs": 8, "num_tokens": 5, "padded_tokens": 3, "reason": None, "duration_s": 0.00123}
@@ -54,14 +60,6 @@ def test_a_plain_step_event_is_written_without_json_dumps(monkeypatch):
 
 
 # -- a step's line from the emitter's queued values (no event dict) -------------------------------
-
-import itertools  # noqa: E402
-
-from runner import emitter as emitter_module  # noqa: E402
-from runner.emitter import Emitter  # noqa: E402
-from runner.events_file import read_events_file, step_line  # noqa: E402
-from runner.sinks import JsonlSink  # noqa: E402
-from tests.runner.test_emitter import FakeTiming, ListSink, run_record  # noqa: E402
 
 odd = st.one_of(values, st.lists(ints, max_size=2), st.tuples(ints))
 
