@@ -145,7 +145,7 @@ def layout(**_query: Any) -> html.Div:
                                 value=FORM_DEFAULTS["stage"], clearable=False)),
             _field("runs (glob on name, empty = all)", dcc.Input(id="rule-pattern", type="text")),
             _field("webhook URL (empty = default)", dcc.Input(id="rule-webhook", type="text")),
-            _field("enabled", dcc.Checklist(id="rule-enabled", options=[{"label": "enabled", "value": "on"}],
+            _field("enabled", dcc.Checklist(id="rule-enabled", options=[{"label": "on", "value": "on"}],
                                             value=["on"] if FORM_DEFAULTS["enabled"] else [])),
         ], className="form"),
             html.Div([html.Button("Create", id="rule-create", n_clicks=0),
