@@ -14,6 +14,7 @@ SGLang is brought to the device machine as a folder of wheels on PYTHONPATH (doc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -169,7 +170,9 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
         try:
             while not _healthy(url):
                 if server.poll() is not None or time.time() - started > ready_timeout:
-                    raise RuntimeError(f"sglang.launch_server did not become healthy (exit {server.poll()}); see {log}")
+                    stream.flush()
+                    raise RuntimeError(f"sglang.launch_server did not become healthy (exit {server.poll()}); "
+                                       f"its log ends: {_last_line(log)}")
                 time.sleep(0.25)
             run.seconds["to_healthy"] = time.time() - started
             client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), url, str(out),
@@ -185,15 +188,33 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
                           "client_stderr": client.stderr[-2000:]}
         finally:
             stopped = time.time()
-            try:
-                os.killpg(server.pid, signal.SIGINT)            # Ctrl-C
-                run.returncode = server.wait(timeout=90)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                os.killpg(server.pid, signal.SIGKILL)
-                run.returncode = server.wait()
+            run.returncode = stop_group(server)
             run.seconds["stop"] = time.time() - stopped
     run.log_facts = log_facts(log.read_text(errors="replace"))
     return run
+
+
+def stop_group(server: subprocess.Popen, grace_s: float = 90) -> int:
+    """Ctrl-C to the server's process group, SIGKILL after ``grace_s``; its exit status. A server
+    that is already gone (it died during start-up) is not an error here: its status is returned
+    and whatever ended the run (the caller's exception) is what the test reports."""
+    if server.poll() is not None:
+        return server.returncode
+    try:
+        os.killpg(server.pid, signal.SIGINT)                # Ctrl-C
+        return server.wait(timeout=grace_s)
+    except ProcessLookupError:                              # the group ended meanwhile
+        return server.wait()
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        return server.wait()
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line of a log that is not the tracer's own ending (the error's)."""
+    lines = [line for line in _read(log).splitlines() if line.strip() and not line.startswith("replayscope trace")]
+    return lines[-1].strip() if lines else f"(empty: {log})"
 
 
 def _read(path: Path) -> str:
