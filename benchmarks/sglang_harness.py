@@ -51,6 +51,7 @@ _BEGIN = re.compile(r"Capture (?P<name>\w+ \w+) (?:CUDA|CPU|NPU|XPU) graph begin
                     r"(?:num_tokens_per_req=\d+, bs=\[(?P<bs>[^\]]*)\]|num_tokens=\[(?P<tokens>[^\]]*)\])")
 _END = re.compile(r"Capture (?P<name>\w+ \w+) (?:CUDA|CPU|NPU|XPU) graph end\. elapsed=(?P<secs>[\d.]+) s, "
                   r"mem usage=(?P<gb>[\d.]+) GB")
+_DECODE = re.compile(r"Decode batch(?: \[\d+\])?, #running-req: (?P<rows>\d+),")
 _PREFILL = re.compile(r"Prefill batch(?: \[\d+\])?, #new-seq: (?P<seqs>\d+), #new-token: (?P<new>\d+), "
                       r"#cached-token: (?P<cached>\d+)")
 
@@ -62,7 +63,9 @@ def _sizes(text: str | None) -> list[int]:
 def log_facts(text: str) -> dict:
     """Each capture pass the log states (name, backend, sizes, elapsed seconds, memory in GB; None
     where its end line is missing) and its prefill batches (count, new and cached tokens, new
-    requests). Decode batches are logged only every ``decode_log_interval`` steps: not counted."""
+    requests) and the decode batches it logged (one line every ``decode_log_interval`` decode
+    batches, each with its rows, ``#running-req``: the offline program sets the interval to 1, so
+    every decode batch)."""
     passes: dict[str, dict] = {}
     for match in _BEGIN.finditer(text):
         sizes = _sizes(match["bs"]) if match["bs"] is not None else _sizes(match["tokens"])
@@ -73,7 +76,9 @@ def log_facts(text: str) -> dict:
         if match["name"] in passes:
             passes[match["name"]].update(elapsed_s=float(match["secs"]), mem_gb=float(match["gb"]))
     prefills = [(int(m["seqs"]), int(m["new"]), int(m["cached"])) for m in _PREFILL.finditer(text)]
+    decodes = [int(m["rows"]) for m in _DECODE.finditer(text)]
     return {"capture_passes": passes,
+            "decode_batches": len(decodes), "decode_rows": sum(decodes),
             "prefill_batches": len(prefills),
             "prefill_new_tokens": sum(new for _, new, _ in prefills),
             "prefill_cached_tokens": sum(cached for _, _, cached in prefills),

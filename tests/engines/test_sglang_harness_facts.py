@@ -26,6 +26,7 @@ def test_log_facts_reads_each_capture_pass_and_every_prefill_batch():
                            "mem_gb": 0.11}}
     assert (facts["prefill_batches"], facts["prefill_new_tokens"], facts["prefill_cached_tokens"],
             facts["prefill_new_requests"]) == (2, 312, 8, 40)
+    assert (facts["decode_batches"], facts["decode_rows"]) == (1, 40)
 
 
 def test_a_pass_whose_end_line_is_missing_has_no_time_or_memory():
