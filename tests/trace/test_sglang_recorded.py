@@ -14,6 +14,7 @@ through the recipe's hooks; the run must equal what the engine said about itself
 from __future__ import annotations
 
 import json
+import re
 import types
 from pathlib import Path
 
@@ -28,6 +29,7 @@ RECORDS = [json.loads(line) for line in RECORDED.read_text().splitlines()]
 LOG = log_facts((ENGINE / "sglang-0.5.17-offline.log").read_text())
 ASKED = json.loads((ENGINE / "sglang-0.5.17-offline.report.json").read_text())["asked"]
 MODULES = "sglang.srt.model_executor"
+GIB = 1 << 30
 STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
 
 
@@ -48,8 +50,12 @@ class FullCudaGraphBackend(BreakableCudaGraphBackend):
 
 
 class DecodeCudaGraphRunner:
-    def __init__(self):
+    """Built once (``cuda_graph_setup.py``), capturing every recorded size in its ``__init__``."""
+
+    def __init__(self, captures=()):
         self.backend = FullCudaGraphBackend()
+        for record in captures:
+            self.capture_one_shape(record["size"], graphs=record["cuda_graphs"])
 
     def capture_one_shape(self, size, forward=None, stream_idx=None, variant_label=None, *, graphs=1):
         self.backend.capture_one(size, graphs)
@@ -60,8 +66,10 @@ class DecodeCudaGraphRunner:
 
 
 class PrefillCudaGraphRunner(DecodeCudaGraphRunner):
-    def __init__(self):
+    def __init__(self, captures=()):
         self.backend = BreakableCudaGraphBackend()
+        for record in captures:
+            self.capture_one_shape(record["size"], graphs=record["cuda_graphs"])
 
     def capture_one_shape(self, size, *, prefix_num_chunks=0, graphs=1):
         self.backend.capture_one(size, graphs)
@@ -70,7 +78,10 @@ class PrefillCudaGraphRunner(DecodeCudaGraphRunner):
 class ModelRunner:
     def __init__(self):
         self.server_args = server_args(model_path="/root/out/sg/model")
-        self.decode, self.prefill = DecodeCudaGraphRunner(), PrefillCudaGraphRunner()
+        captures = [r for r in RECORDS if r["event"] == "capture_one_shape"]
+        assert [r["runner"] for r in captures] == sorted(r["runner"] for r in captures)[::-1]   # prefill first
+        self.prefill = PrefillCudaGraphRunner([r for r in captures if r["runner"] == "prefill"])
+        self.decode = DecodeCudaGraphRunner([r for r in captures if r["runner"] == "decode"])
 
     def forward(self, forward_batch, skip_attn_backend_init=None, pp_proxy_tensors=None,
                 reinit_attn_backend=False, split_forward_count=1):
@@ -109,10 +120,7 @@ def replay(traced):
     streamer = SchedulerOutputStreamer(lambda: traced.sinks[0].events if traced.sinks else [])
     finished = types.SimpleNamespace(finished=lambda: True)
     for record in RECORDS:
-        if record["event"] == "capture_one_shape":
-            graph_runner = runner.decode if record["runner"] == "decode" else runner.prefill
-            graph_runner.capture_one_shape(record["size"], graphs=record["cuda_graphs"])
-        elif record["event"] == "forward":
+        if record["event"] == "forward":
             assert not record["in_capture"]          # start-up's dummy runs never reach ModelRunner.forward
             runner.forward(forward_batch(record))
     # the last request's answer leaves the scheduler; Engine.shutdown then SIGKILLs it
@@ -164,3 +172,20 @@ def test_one_capture_per_size_as_the_logs_capture_passes_say(traced):
     assert {c["variant"].rsplit(", pool", 1)[0] for c in captures if c["stage"] == "prefill"} == \
         {"sglang breakable, 5 graphs"}
     assert {c["variant"].rsplit(", pool", 1)[0] for c in captures if c["stage"] == "decode"} == {"sglang full"}
+
+
+AVAIL = re.compile(r"Capture target (?:decode|prefill) CUDA graph (?:begin|end)\..*?avail mem=(?P<gb>[\d.]+) GB")
+
+
+def test_the_capture_phases_memory_is_measured_as_sglang_measures_each_pass(traced, monkeypatch):
+    """SGLang logs each pass's "mem usage": free device memory (cache emptied) before minus after
+    building the graph runner. Here the device's free memory is what the log says it was at each
+    begin and end line; the trace's capture phase is the sum of the passes (0.19 + 0.06 GB)."""
+    from runner.trace import device
+    free = [int(float(m["gb"]) * GIB) for m in AVAIL.finditer((ENGINE / "sglang-0.5.17-offline.log").read_text())]
+    assert len(free) == 4
+    monkeypatch.setattr(device, "free_bytes_emptied", lambda: free.pop(0), raising=False)
+    _written, events = replay(traced)
+    [phase] = [e for e in events if e["kind"] == "phase" and e["phase"] == "capture"]
+    logged = sum(p["mem_gb"] for p in LOG["capture_passes"].values())
+    assert abs(phase["mem_bytes"] / GIB - logged) <= 0.006 * 2 and not free
