@@ -216,11 +216,14 @@ def capture_installer(method: str, argument: str, stage: str, expected: str, mea
     return install
 
 
-def _any_finished(reqs: Any) -> bool:
+def _finished(reqs: Any) -> tuple[bool, bool]:
+    """(any request finished, all of them): a batch whose requests all finished leaves the
+    scheduler nothing of it to run."""
     try:
-        return any(callable(getattr(req, "finished", None)) and req.finished() for req in reqs or ())
+        done = [bool(req.finished()) for req in reqs or ()]
     except Exception:  # noqa: BLE001 (an unknown request shape: no early write)
-        return False
+        return False, False
+    return any(done), bool(done) and all(done)
 
 
 def install_output_streamer(tracer: Tracer, module: Any, patches: Patches) -> None:
@@ -229,16 +232,20 @@ def install_output_streamer(tracer: Tracer, module: Any, patches: Patches) -> No
     requests' ``finished()``). ``Engine.shutdown`` SIGKILLs the scheduler moments after the last
     answer arrives: without this its last steps (the emitter's flush interval) died with it. The
     program learns of a finished request only from what this call sends, so every step it ran
-    before is written first (its overlap scheduler's one forward more per finished request too)."""
+    before is written first. Where every request of the output finished, the write waits for the
+    GPU timing of the forward still in flight (the overlap scheduler's one forward more of those
+    requests): the program may stop the engine the moment that answer arrives. Where some run on,
+    it writes only what is ready, keeping the overlap (the next write takes the rest)."""
     streamer = getattr(module, "SchedulerOutputStreamer", None)
     if streamer is None or not callable(getattr(streamer, "stream_output", None)):
         return      # an older layout: its steps still end with the emitter's flush interval
 
     def wrap(original):
         def stream_output(self, reqs, *args, **kwargs):
-            if _any_finished(reqs):
+            some, every = _finished(reqs)
+            if some:
                 try:
-                    tracer.flush_events()
+                    tracer.flush_events(wait_for_gpu=every)
                 except Exception as error:  # noqa: BLE001 (the engine's output goes out whatever happens)
                     tracer.hook_error("SGLang stream_output", error)
             return original(self, reqs, *args, **kwargs)

@@ -189,3 +189,18 @@ def test_the_capture_phases_memory_is_measured_as_sglang_measures_each_pass(trac
     [phase] = [e for e in events if e["kind"] == "phase" and e["phase"] == "capture"]
     logged = sum(p["mem_gb"] for p in LOG["capture_passes"].values())
     assert abs(phase["mem_bytes"] / GIB - logged) <= 0.006 * 2 and not free
+
+
+def test_the_write_waits_for_the_gpu_only_when_every_request_of_the_output_finished(traced):
+    """SGLang's overlap scheduler streams batch N's output while batch N+1 runs on the GPU:
+    waiting there for every finished request would cost the overlap. It waits where the output
+    finishes all its requests (the engine may be stopped on that answer), else writes what is ready."""
+    calls = []
+    traced.tracer.flush_events = lambda wait_for_gpu=True: calls.append(wait_for_gpu)
+    install(traced, sglang_recipes, stand_in(STREAMER, SchedulerOutputStreamer))
+    streamer = SchedulerOutputStreamer(lambda: [])
+    done, running = (types.SimpleNamespace(finished=lambda value=value: value) for value in (True, False))
+    streamer.stream_output([running, running], False)
+    streamer.stream_output([running, done], False)
+    streamer.stream_output([done, done], False)
+    assert calls == [False, True]
