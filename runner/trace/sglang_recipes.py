@@ -216,14 +216,16 @@ def capture_installer(method: str, argument: str, stage: str, expected: str, mea
     return install
 
 
-def _finished(reqs: Any) -> tuple[bool, bool]:
-    """(any request finished, all of them): a batch whose requests all finished leaves the
-    scheduler nothing of it to run."""
+def _finishing(reqs: Any) -> tuple[bool, bool]:
+    """(a request's answer is finished in this output, every request of it is finished). A request
+    whose answer already went out (``finished_output``) is in the overlap scheduler's next batch
+    too, "one additional delayed token" SGLang then skips: it finishes nothing."""
     try:
-        done = [bool(req.finished()) for req in reqs or ()]
+        if not any(req.finished() and not getattr(req, "finished_output", None) for req in reqs or ()):
+            return False, False
+        return True, all(req.finished() for req in reqs)
     except Exception:  # noqa: BLE001 (an unknown request shape: no early write)
         return False, False
-    return any(done), bool(done) and all(done)
 
 
 def install_output_streamer(tracer: Tracer, module: Any, patches: Patches) -> None:
@@ -235,15 +237,16 @@ def install_output_streamer(tracer: Tracer, module: Any, patches: Patches) -> No
     before is written first. Where every request of the output finished, the write waits for the
     GPU timing of the forward still in flight (the overlap scheduler's one forward more of those
     requests): the program may stop the engine the moment that answer arrives. Where some run on,
-    it writes only what is ready, keeping the overlap (the next write takes the rest)."""
+    it writes only what is ready, keeping the overlap (the next write takes the rest). An output
+    that finishes no answer (already-answered requests' delayed rows included) writes nothing."""
     streamer = getattr(module, "SchedulerOutputStreamer", None)
     if streamer is None or not callable(getattr(streamer, "stream_output", None)):
         return      # an older layout: its steps still end with the emitter's flush interval
 
     def wrap(original):
         def stream_output(self, reqs, *args, **kwargs):
-            some, every = _finished(reqs)
-            if some:
+            finishing, every = _finishing(reqs)
+            if finishing:
                 try:
                     tracer.flush_events(wait_for_gpu=every)
                 except Exception as error:  # noqa: BLE001 (the engine's output goes out whatever happens)

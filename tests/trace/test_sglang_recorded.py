@@ -193,14 +193,19 @@ def test_the_capture_phases_memory_is_measured_as_sglang_measures_each_pass(trac
 
 def test_the_write_waits_for_the_gpu_only_when_every_request_of_the_output_finished(traced):
     """SGLang's overlap scheduler streams batch N's output while batch N+1 runs on the GPU:
-    waiting there for every finished request would cost the overlap. It waits where the output
-    finishes all its requests (the engine may be stopped on that answer), else writes what is ready."""
+    waiting there for every finished request would cost the overlap. It writes only where an
+    answer finishes (not for a request answered already, in batch N+1 for its delayed token), and
+    waits where every request of the output is finished (the engine may be stopped on that answer)."""
     calls = []
     traced.tracer.flush_events = lambda wait_for_gpu=True: calls.append(wait_for_gpu)
     install(traced, sglang_recipes, stand_in(STREAMER, SchedulerOutputStreamer))
     streamer = SchedulerOutputStreamer(lambda: [])
-    done, running = (types.SimpleNamespace(finished=lambda value=value: value) for value in (True, False))
+    def req(finished, answered=False):
+        return types.SimpleNamespace(finished=lambda: finished, finished_output=True if answered else None)
+    running, done, answered = req(False), req(True), req(True, answered=True)
     streamer.stream_output([running, running], False)
+    streamer.stream_output([running, answered], False)      # the overlap's delayed row: no answer ends
     streamer.stream_output([running, done], False)
-    streamer.stream_output([done, done], False)
+    streamer.stream_output([answered, done], False)
+    streamer.stream_output([answered], False)
     assert calls == [False, True]
