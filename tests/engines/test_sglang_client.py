@@ -43,8 +43,10 @@ def test_requests_carry_token_ids_and_exact_lengths_and_a_short_answer_is_not_ex
         server.shutdown()
     lengths = client.output_lengths(5)
     assert sorted(b["sampling_params"]["max_new_tokens"] for b in BODIES) == sorted(lengths)
-    assert all(b["sampling_params"]["min_new_tokens"] == b["sampling_params"]["max_new_tokens"]
-               and b["sampling_params"]["ignore_eos"] and len(b["input_ids"]) == 5 for b in BODIES)
+    # exact lengths by max_new_tokens with ignore_eos: SGLang 0.5.17 refuses min_new_tokens under
+    # --skip-tokenizer-init (it needs the tokenizer's eos id)
+    assert all("min_new_tokens" not in b["sampling_params"] and b["sampling_params"]["ignore_eos"]
+               and len(b["input_ids"]) == 5 for b in BODIES)
     assert report["asked"] == {"requests": 5, "prompt_tokens": 25, "output_tokens": sum(lengths),
                                "decode_tokens": sum(lengths) - 5, "lengths": lengths}
     assert report["produced"] == {"output_tokens": sum(lengths) - 1, "exact": False}
