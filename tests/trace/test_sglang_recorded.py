@@ -159,7 +159,7 @@ def test_decode_rows_are_the_asked_tokens_plus_one_overlap_forward_per_request(t
     assert {s["mode"] for s in decode} == {"graph", "padded"}
     assert all(s["padded_tokens"] == s["graph_bs"] - s["raw_bs"] for s in decode)
     # the one decode batch the log printed (every 40th): its #running-req is the 40th decode step's rows
-    assert decode[39]["raw_bs"] == 14
+    assert (LOG["decode_batches"], LOG["decode_rows"]) == (1, decode[39]["raw_bs"]) == (1, 14)
 
 
 def test_one_capture_per_size_as_the_logs_capture_passes_say(traced):
