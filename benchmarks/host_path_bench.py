@@ -20,7 +20,8 @@ over the rounds and its spread (the largest minus the smallest round).
   ``Emitter.step`` with its eight arguments, as the trace calls it, and ``Emitter.step_fields``
   with the route's tuple, as the runner does), ``flush`` (per event: the flush thread turning
   queued steps into wire events and handing them to a sink that drops them) and ``events file``
-  (per event: the events file's sink writing them as JSON lines); the last two run on the
+  (per event: a flush to the events file's sink, each step's line made from its queued values
+  and written: the whole of the flush thread's work for a run to a file); the last two run on the
   emitter's thread, but under the GIL the step loop needs too;
 - the whole step: ``step, no emitter`` (``GraphRunner.step`` recording nothing), ``step,
   untimed`` (recording, no clock: what a CUDA step that is not sampled does on the host),
@@ -180,19 +181,18 @@ def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dic
         return flush_per_event_us(idle, record_fields, 20000)
 
     def events_file():
-        """Per event: the events file's sink writing a batch of converted steps (JSON lines)."""
-        idle._queue.clear()
-        for _ in range(5000):
-            record_fields()
-        batch = idle._collect(wait_for_gpu=False)
+        """Per event: a flush to the events file's sink, the way a run's flush thread does it (each
+        step's line made from its queued values, then written)."""
         with tempfile.TemporaryDirectory() as folder:
-            sink = JsonlSink(os.path.join(folder, "events.jsonl"))
-            sink.open(RUN)
+            to_file = Emitter(JsonlSink(os.path.join(folder, "events.jsonl")), RUN)
+            to_file.sink.open(to_file.run)
+            for _ in range(5000):
+                to_file.step_fields(fields, None)      # as record_fields queues them
             started = CLOCK[0]()
-            sink.write(batch)
+            to_file._flush()
             elapsed = CLOCK[0]() - started
-            sink.close()
-        return elapsed / len(batch) * 1e6
+            to_file.sink.close()
+        return elapsed / 5000 * 1e6
 
     return {"empty": empty, "floor": floor, "bare": bare, "route": route_lookup, "input_check": input_check,
             "dispatch": dispatch, "timing": timing, "event": record, "event_fields": record_fields,

@@ -17,6 +17,8 @@ spread (the interquartile range over the rounds; the JSON also has the full rang
   graph / padded / eager and the cause from the graphs replayed and the tracer's state), ``event``
   (``Emitter.step``: counting and queueing the step), ``sink`` (the emitter thread's work per
   event: the wire dict and its line in the events file, which holds the GIL the program needs);
+- ``step path``: the same, its emitter's thread stopped and its queue cleared: the whole step's
+  work on the program's thread (dispatch, timing, routing, the event and the step's bookkeeping);
 - ``events dropped``: the same, its events dropped by the sink (the emitter's thread converts them,
   writes nothing);
 - ``traced step``: the whole step traced (the emitter's thread running, its events written to a
@@ -51,6 +53,12 @@ from runner.trace.hooks import Patches, install_cuda_graph_hooks
 from runner.trace.recipes import step_wrapper, tensor_batch
 from runner.trace.settings import TraceSettings
 from runner.trace.tracer import Tracer
+
+class LinesDropped(NullSink):
+    """Takes steps' lines as the events file does (``runner.sinks.JsonlSink``), and drops them."""
+
+    takes_step_lines = True
+
 
 CAPTURED = (1, 2, 4, 8, 16)
 SIZES = (1, 3, 8, 12, 24)         # graph, padded, graph, padded, eager (above the largest graph)
@@ -217,9 +225,14 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
         return plain(x)
 
     # The same program traced with its events dropped by the sink: the step's path on the program's
-    # thread, and the emitter thread's conversion only (no line written).
-    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: NullSink())
+    # thread, and the emitter thread's conversion only (each step's line made, as for the events
+    # file, and nothing written).
+    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: LinesDropped())
     dropped = step_wrapper(dropping, Program(dropping, patches).step, tensor_batch, "bench")
+    # The same program traced, its emitter's thread stopped once its run is open (the queue cleared
+    # each round): the whole of the step's work on the program's thread, none of the emitter's.
+    queuing = Tracer(TraceSettings(trace_id="queue", name="queue"), make_sink=lambda run_id: NullSink())
+    queued = step_wrapper(queuing, Program(queuing, patches).step, tensor_batch, "bench")
     # Zero configuration: each call of a reduce-overhead function a step (no --step), same program.
     trees_tracer = new_tracer(os.path.join(workdir, "trees.jsonl"))
     traced_manager = tree_manager(Program(trees_tracer, patches))
@@ -236,10 +249,15 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
 
     traced(inputs[0])                           # the runs open (their emitter threads start) outside the rounds
     dropped(inputs[0])
+    queued(inputs[0])
+    queuing._starter.join()
+    queuing.emitter._stop.set()
+    queuing.emitter._thread.join()
     traced_tree_call(inputs[0])
     sides: dict[str, Callable[[Any], Any]] = {
         "untraced": plain, "floor": floor, "dispatch": dispatch_only, "replay hook": replay_hook,
         "timing": timing, "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
+        "step path": queued,
         "tree call": tree_call, "graph-tree step": traced_tree_call}
     gc_counts = {name: GcCount() for name in sides}
     flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush,
@@ -249,6 +267,7 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
         def one_round(_round: int) -> float:
             queue.clear()
             events._queue.clear()
+            queuing.emitter._queue.clear()
             with gc_counts[name]:
                 return _loop(sides[name], inputs, steps, CLOCKS[clock], flushes.get(name))
         return one_round
@@ -268,6 +287,8 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     patches.remove()
     tracer.close()
     dropping.close()
+    queuing.emitter._queue.clear()
+    queuing.close()
     trees_tracer.close()
     hooks_on.in_step = False
     hooks_on.close()

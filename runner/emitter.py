@@ -20,6 +20,7 @@ from typing import Any, Iterator
 
 from runner import wire
 from runner.errors import ReplayscopeError
+from runner.events_file import step_line
 from runner.sinks import HttpSink, JsonlSink, Sink, _warn
 
 _now = time.time          # an event's ts: read once per event, a module global (no attribute lookup)
@@ -127,6 +128,10 @@ class Emitter:
         self._seq = itertools.count()
         self._waiting: deque = deque()  # converted; its head may wait on a GPU timing
         self.sampler = GraphSampler(graph_sample, self._seq) if graph_sample > 1 else None
+        # A sink that takes steps' lines (the events file) gets a step as its line, made from its queued
+        # values: no event dict per step, and a string is nothing for the garbage collector to track.
+        # Any other sink, or a sampled run, gets dicts.
+        self._step_lines = self.sampler is None and getattr(sink, "takes_step_lines", False)
         self._stop = threading.Event()
         self._flush_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -180,50 +185,62 @@ class Emitter:
 
     # -- background ---------------------------------------------------------
     @staticmethod
-    def _convert(item) -> dict[str, Any]:
-        seq, ts, kind, fields, timing = item
+    def _convert(seq: int, ts: float, kind: Any, fields: Any, duration: Any) -> dict[str, Any]:
         if kind != "step":
             return {"seq": seq, "ts": ts, "kind": kind, **fields}
         stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence = fields
         event = {"seq": seq, "ts": ts, "kind": "step", "stage": stage, "mode": mode, "raw_bs": raw_bs,
                  "graph_bs": graph_bs, "num_tokens": num_tokens, "padded_tokens": padded_tokens,
-                 "reason": reason, "duration_s": timing}
+                 "reason": reason, "duration_s": duration}
         if evidence is not None:
             event["evidence"] = evidence
         return event
 
-    def _collect(self, wait_for_gpu: bool, final: bool = False) -> list[dict[str, Any]]:
+    @staticmethod
+    def _line(seq: int, ts: float, kind: Any, fields: Any, duration: Any) -> Any:
+        """A step as its line (``runner.events_file.step_line``), for a sink that takes lines; any
+        other event, or a step with a value JSON cannot write, as its dict (the sink then fails on
+        it as on any such event: its batch counted lost)."""
+        if kind == "step":
+            try:
+                return step_line(seq, ts, fields, duration)
+            except Exception:  # noqa: BLE001
+                pass
+        return Emitter._convert(seq, ts, kind, fields, duration)
+
+    def _collect(self, wait_for_gpu: bool, final: bool = False) -> list[Any]:
         """Take events in order, stopping at the first step whose GPU timing is not ready.
 
         An event whose duration is known (seconds, or None: not timed) is ready as it is
         converted; one with a timing object waits in ``_waiting``, and every later event behind it."""
-        ready: list[dict[str, Any]] = []
+        ready: list[Any] = []
         sampler = self.sampler
         take = ready.append if sampler is None else (lambda event: ready.extend(sampler.offer(event)))
-        waiting, queue, convert, max_batch = self._waiting, self._queue, self._convert, self.max_batch
+        convert = self._line if self._step_lines else self._convert
+        waiting, queue, max_batch = self._waiting, self._queue, self.max_batch
         pop = queue.popleft
         while len(ready) < max_batch:
             if waiting:                  # its head holds a timing object
-                event = waiting[0]
-                timing = event["duration_s"]
+                seq, ts, kind, fields, timing = waiting[0]
                 if not timing.ready():
                     if not wait_for_gpu:
                         break            # later events wait behind this one, keeping their order
                     timing.wait()
-                event["duration_s"] = timing.seconds()
+                seconds = timing.seconds()
                 timing.release()
-                take(waiting.popleft())
+                waiting.popleft()
+                take(convert(seq, ts, kind, fields, seconds))
             elif queue:
                 seq, ts, kind = pop(), pop(), pop()
                 if kind is _SPREAD:
-                    item = (seq, ts, "step", (pop(), pop(), pop(), pop(), pop(), pop(), pop(), pop()), pop())
+                    kind, fields = "step", (pop(), pop(), pop(), pop(), pop(), pop(), pop(), pop())
                 else:
-                    item = (seq, ts, kind, pop(), pop())
-                timing = item[4]         # None for every kind but a step
+                    fields = pop()
+                timing = pop()           # None for every kind but a step
                 if timing is None or isinstance(timing, (int, float)):
-                    take(convert(item))
+                    take(convert(seq, ts, kind, fields, timing))
                 else:
-                    waiting.append(convert(item))
+                    waiting.append((seq, ts, kind, fields, timing))
             else:
                 break
         if sampler is not None and len(ready) < max_batch:

@@ -57,6 +57,60 @@ def event_line(event: dict[str, Any]) -> str:
     return json.dumps(event) + "\n"
 
 
+# -- a step's line from the emitter's queued values, no event dict ---------------------------
+
+STEP_FIELDS = ("stage", "mode", "raw_bs", "graph_bs", "num_tokens", "padded_tokens", "reason", "evidence")
+STEP_TEXTS_KEPT = 4096     # the fields' text kept per distinct fields (a run has a few dozen)
+_step_texts: dict[tuple, tuple[str, str]] = {}
+
+
+def _fields_text(fields: tuple) -> tuple[str, str]:
+    """A step line's text between its ts and its duration, and after the duration, for one step's
+    ``fields`` (``STEP_FIELDS``): json.dumps's own, as it writes them inside the event's dict."""
+    stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence = fields
+    middle = json.dumps({"kind": "step", "stage": stage, "mode": mode, "raw_bs": raw_bs, "graph_bs": graph_bs,
+                         "num_tokens": num_tokens, "padded_tokens": padded_tokens, "reason": reason})
+    tail = "}\n" if evidence is None else ', "evidence": ' + json.dumps(evidence) + "}\n"
+    return ", " + middle[1:-1] + ', "duration_s": ', tail
+
+
+def step_line(seq: int, ts: float, fields: tuple, duration: Any) -> str:
+    """The line of the step event the emitter makes of ``seq``, ``ts``, ``fields`` (``STEP_FIELDS``
+    order) and ``duration`` (the event's keys, ``evidence`` only when not None), byte for byte
+    json.dumps's, without the event's dict: the fields' text is made once per distinct fields.
+    Raises as json.dumps would on a value it cannot write."""
+    stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence = fields
+    # Kept only for plain fields (sizes ints, texts str or None): equal fields are then the same
+    # text, once the sizes are ints (True == 1 and 8.0 == 8, but json writes them otherwise).
+    plain = (type(raw_bs) is int and type(num_tokens) is int and type(padded_tokens) is int
+             and (graph_bs is None or type(graph_bs) is int))
+    try:
+        texts = _step_texts.get(fields) if plain else None
+    except TypeError:                  # a value that cannot be a key (a list): made for this line alone
+        texts = None
+        plain = False
+    if texts is None:
+        texts = _fields_text(fields)
+        if (plain and len(_step_texts) < STEP_TEXTS_KEPT and type(stage) is str and type(mode) is str
+                and (reason is None or type(reason) is str) and (evidence is None or type(evidence) is str)):
+            _step_texts[fields] = texts
+    middle, tail = texts
+    # A float's JSON is its repr when finite (x - x is 0.0 only then); anything else json.dumps's.
+    ts_text = repr(ts) if type(ts) is float and ts - ts == 0.0 else json.dumps(ts)
+    if duration is None:
+        duration_text = "null"
+    else:
+        duration_text = (repr(duration) if type(duration) is float and duration - duration == 0.0
+                         else json.dumps(duration))
+    return f'{{"seq": {seq if type(seq) is int else json.dumps(seq)}, "ts": {ts_text}{middle}{duration_text}{tail}'
+
+
+def written_lines(items: Iterable[Any]) -> str:
+    """The text of ``items`` (``EventsFileWriter.write``): each an event dict (``event_line``) or
+    a line made already (``step_line``)."""
+    return "".join([item if type(item) is str else event_line(item) for item in items])
+
+
 class EventsFileWriter:
     """Writes one run's events file from the start: the run record, then events as they come."""
 
@@ -66,8 +120,9 @@ class EventsFileWriter:
         self._file.write(run_line(run))
         self._file.flush()
 
-    def write(self, events: list[dict[str, Any]]) -> None:
-        self._file.write(event_lines(events))
+    def write(self, events: list[Any]) -> None:
+        """Events (dicts) and steps' lines (``step_line``), in order."""
+        self._file.write(written_lines(events))
         self._file.flush()          # a reader (or a crash) sees every batch written so far
 
     def close(self) -> None:

@@ -33,7 +33,11 @@ def _warn(message: str) -> None:
 
 
 class JsonlSink:
-    """The run as an events file (``runner.events_file``): the run record, then one event per line."""
+    """The run as an events file (``runner.events_file``): the run record, then one event per line.
+    ``write`` takes steps' lines beside event dicts (``runner.events_file.step_line``): the
+    emitter makes a step's line from its queued values, no event dict made."""
+
+    takes_step_lines = True
 
     def __init__(self, path: str):
         self.path = path
@@ -45,7 +49,7 @@ class JsonlSink:
         except OSError as error:         # before the run starts: nothing is lost yet
             raise ReplayscopeError(f"cannot write the events file {self.path}: {error.strerror or error}") from None
 
-    def write(self, events: list[dict[str, Any]]) -> None:
+    def write(self, events: list[Any]) -> None:
         self._writer.write(events)
 
     def close(self) -> None:

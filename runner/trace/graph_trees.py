@@ -65,7 +65,10 @@ def install_graph_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches
                 if step:
                     tracer.step_abort()
                 raise
-            _safely(tracer, "Inductor call", tracer.inductor_call_end, function_id, replays, recordings)
+            try:                    # _safely's work without its call: this runs once per compiled call
+                tracer.inductor_call_end(function_id, replays, recordings)
+            except Exception as error:  # noqa: BLE001
+                tracer.hook_error("Inductor call", error)
             if step:
                 tracer.step_end()
             return result
