@@ -15,8 +15,8 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
-from collector.api.guards import send_error
-from runner.errors import ReplayscopeError
+from replayscope.collector.api.guards import send_error
+from replayscope.contract.errors import ReplayscopeError
 
 PATH = "/_dash-update-component"
 # A page address's parts (dcc.Location's, which Dash's own page router reads as strings).

@@ -2,7 +2,7 @@
 
 ``dash.callback`` registers into process-wide lists that only the first app to serve a
 request takes; a page that collects its callbacks here (``callback = Callbacks()``, then
-``@callback(...)`` as with Dash's) has them put on every app ``app.server`` builds, so a second
+``@callback(...)`` as with Dash's) has them put on every app ``replayscope.app.server`` builds, so a second
 server in the same process (the tests) gets them too, without re-importing the page.
 """
 

@@ -1,5 +1,5 @@
 """What the pages say about a run beyond its own figures: how it compares with the earlier
-runs of its model and configuration (``collector.analysis.regressions``), and how much of its step
+runs of its model and configuration (``replayscope.collector.analysis.regressions``), and how much of its step
 detail is stored (sampled at the source, expired by retention), and what its source cannot
 know. Text only, from query results; the run page and the fleet page both use it."""
 
@@ -9,7 +9,7 @@ from typing import Any
 
 from dash import html
 
-from app import formats
+from replayscope.app import formats
 
 
 def value_text(unit: str, value: float | None) -> str:
@@ -88,7 +88,7 @@ def detail_notes(detail: dict[str, Any]) -> list[str]:
     return notes
 
 
-# What each entry of a run's ``not_measured`` (runner.wire NOT_MEASURABLE) is, in words.
+# What each entry of a run's ``not_measured`` (replayscope.contract.wire NOT_MEASURABLE) is, in words.
 NOT_MEASURED_WORDS = {"modes": "how each step ran (graph, padded or eager)", "padding": "padding",
                       "reasons": "why a step ran eager", "batch_sizes": "each step's batch size"}
 

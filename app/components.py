@@ -1,7 +1,7 @@
 """Pieces every page uses: number formats, stat tiles, cards, tables, the navigation.
 
 Everything shown from the store goes into components as text, which Dash escapes; no page
-uses raw HTML or markdown for stored strings. (The store itself: ``app.data``.)
+uses raw HTML or markdown for stored strings. (The store itself: ``replayscope.app.data``.)
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from typing import Any, Callable, Iterable
 import dash_ag_grid as dag
 from dash import dcc, html
 
-# The pages' number formats live in app.formats; re-exported so a page needs one import.
-from app.formats import (count, inert, number, pct, plural, seconds, signed_seconds, size,  # noqa: F401
-                         unknown, when)
+# The pages' number formats live in replayscope.app.formats; re-exported so a page needs one import.
+from replayscope.app.formats import (count, inert, number, pct, plural, seconds, signed_seconds, size,
+                                     unknown, when)
 
 # -- layout pieces ---------------------------------------------------------------------
 NAV = (("Runs", "/"), ("Fleet", "/fleet"), ("Alerts", "/alerts"))

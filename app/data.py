@@ -16,21 +16,21 @@ from typing import Any
 import dash
 from dash import ctx
 
-from collector.api import auth
-from collector import alert_rule                                                    # noqa: F401
-from collector.alerting import alerts
-from collector.alerting.eager_ratio import judged_ratios                                 # noqa: F401
-from collector.alerting.rule_kind import watches                                         # noqa: F401
-from collector.analysis import fleet, regressions                                        # noqa: F401
-from collector.analysis.advisor.report import advise                                     # noqa: F401
-from collector.analysis.advisor.stored import run_facts                                  # noqa: F401
-from collector.analysis.diagnosis import diagnose_run                                     # noqa: F401
-from collector.analysis.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
-from collector.analysis.regressions import METRICS as REGRESSION_METRICS                 # noqa: F401
-from collector.importers.parser import stated_figures                                    # noqa: F401
-from collector.importers.stages import STAGE_NOTES                                       # noqa: F401
-from collector.models import queries                                                     # noqa: F401
-from runner.errors import TooManyRequests
+from replayscope.collector.api import auth
+from replayscope.collector import alert_rule                                                    # noqa: F401
+from replayscope.collector.alerting import alerts
+from replayscope.collector.alerting.eager_ratio import judged_ratios                                 # noqa: F401
+from replayscope.collector.alerting.rule_kind import watches                                         # noqa: F401
+from replayscope.collector.analysis import fleet, regressions                                        # noqa: F401
+from replayscope.collector.analysis.advisor.report import advise                                     # noqa: F401
+from replayscope.collector.analysis.advisor.stored import run_facts                                  # noqa: F401
+from replayscope.collector.analysis.diagnosis import diagnose_run                                     # noqa: F401
+from replayscope.collector.analysis.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
+from replayscope.collector.analysis.regressions import METRICS as REGRESSION_METRICS                 # noqa: F401
+from replayscope.collector.importers.parser import stated_figures                                    # noqa: F401
+from replayscope.collector.importers.stages import STAGE_NOTES                                       # noqa: F401
+from replayscope.collector.models import queries                                                     # noqa: F401
+from replayscope.contract.errors import TooManyRequests
 
 InvalidRule, UnknownRule = alerts.InvalidRule, alerts.UnknownRule
 
@@ -73,13 +73,13 @@ def token() -> str | None:
 
 
 def wrong_tokens() -> Any:
-    """The API's limit on wrong tokens per client (``collector.api.throttle``): one for both."""
+    """The API's limit on wrong tokens per client (``replayscope.collector.api.throttle``): one for both."""
     return getattr(_state(), "wrong_tokens", None)
 
 
 def request_is_writer() -> bool:
     """Whether the callback's request may change the store: the session cookie or the bearer
-    token, checked as the API checks its writes (``collector.api.auth.is_writer``)."""
+    token, checked as the API checks its writes (``replayscope.collector.api.auth.is_writer``)."""
     try:
         return auth.is_writer(ctx.headers or {}, ctx.cookies or {}, token(), client=ctx.remote or None,
                               limiter=wrong_tokens())

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from app import formats
-from runner.wire import DECODE_STAGES
+from replayscope.app import formats
+from replayscope.contract.wire import DECODE_STAGES
 
 NO_STEPS = "no steps"
 NO_DECODE_STEPS = "no decode steps"

@@ -10,8 +10,8 @@ from typing import Any
 
 from dash import Input, Output, State, html
 
-from app import components as c
-from app import data
+from replayscope.app import components as c
+from replayscope.app import data
 
 SECTION_ID = "run-recordings-section"
 CAUSE_WORDS = {
@@ -75,7 +75,7 @@ def section() -> html.Section:
 
 
 def register(callback: Any) -> None:
-    """Keep the section's callback with the run page's (``app.callbacks.Callbacks``)."""
+    """Keep the section's callback with the run page's (``replayscope.app.callbacks.Callbacks``)."""
     callback(Output("run-recordings", "children"), Output(SECTION_ID, "style"),
              Input("run-interval", "n_intervals"), State("run-id", "data"))(refresh)
 

@@ -20,16 +20,16 @@ from dash import ctx
 from fastapi import FastAPI
 from starlette.middleware import Middleware
 
-from app.callback_bodies import CallbackBodies
-from app.data import ServingApp
-from collector.api import create_api
-from collector.settings import Settings
+from replayscope.app.callback_bodies import CallbackBodies
+from replayscope.app.data import ServingApp
+from replayscope.collector.api import create_api
+from replayscope.collector.settings import Settings
 
 log = logging.getLogger("replayscope.dashboard")
 _RUN_PAGE = re.compile(r"/(?:run|startup|advisor)/([^/?#]+)")
 
-PAGES = ("app.pages.runs", "app.pages.run", "app.pages.startup", "app.pages.advisor", "app.pages.alerts",
-         "app.pages.fleet", "app.pages.not_found_404")
+PAGES = tuple(f"replayscope.app.pages.{name}"
+              for name in ("runs", "run", "startup", "advisor", "alerts", "fleet", "not_found_404"))
 ASSETS = Path(__file__).resolve().parent / "assets"
 
 

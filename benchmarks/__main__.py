@@ -188,7 +188,7 @@ def demo_rows(verbose: bool, timeout_s: float = 180.0) -> list[tuple[str, str, s
     port = _free_port()
     tmp = tempfile.mkdtemp(prefix="replayscope-demo-bench-")
     start = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--db",
+    proc = subprocess.Popen([sys.executable, "-m", "replayscope", "demo", "--port", str(port), "--db",
                              f"sqlite:///{tmp}/demo.db", "--duration", str(int(timeout_s) + 30)],
                             cwd=REPO, stdin=subprocess.DEVNULL, stdout=None if verbose else subprocess.DEVNULL,
                             stderr=None if verbose else subprocess.DEVNULL)

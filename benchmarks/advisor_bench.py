@@ -6,7 +6,7 @@
 
 1. Record, by ``--shape``:
    ``requests`` (SGLang's shape, the default): the ``mixed`` workload runs through
-   ``runner.engine.DecodeEngine`` on CUDA graphs with the runner's default capture list,
+   ``replayscope.runner.engine.DecodeEngine`` on CUDA graphs with the runner's default capture list,
    batches counted in requests;
    ``tokens`` (vLLM's shape): a chunked-prefill scheduler's steps (``benchmarks.token_batches``:
    a decode token per running request plus prompt chunks up to ``--max-num-batched-tokens``,
@@ -15,12 +15,12 @@
    ``min(2 x --max-num-seqs, 512)``, batches counted in tokens, the run recorded as a vLLM one
    (``cudagraph_mode`` FULL: this runner's graphs are full ones), so vLLM's rules apply.
    Either way every step is timed (``time_every=1``) and its events kept in memory.
-2. Advise: the advisor (``collector.analysis.advisor``, pure: no store; the facts from the
+2. Advise: the advisor (``replayscope.collector.analysis.advisor``, pure: no store; the facts from the
    events by ``benchmarks.advisor_facts``) takes the recorded run's
    decode steps, chooses K sizes on the first 70% of them in time order with the run's
    measured step times, for each K of ``--budgets``.
 3. Replay: the held-back decode steps' batch sizes, in their order, through a
-   ``runner.graphs.GraphRunner`` of the engine's own decode step per list:
+   ``replayscope.runner.graphs.GraphRunner`` of the engine's own decode step per list:
    (a) ``default``: the runner's default pattern (1, 2, 4, 8, then every 8: vLLM's default
        below 256 too) cut to its K smallest sizes, what lowering ``--max-bs`` /
        ``--max-cudagraph-capture-size`` / ``--cuda-graph-max-bs`` gives;
@@ -53,14 +53,16 @@ from benchmarks.advisor_facts import facts_from_events
 from benchmarks.harness import ListSink, write_json
 from benchmarks.pairing import rotated, timed_once
 from benchmarks.token_batches import token_steps
-from collector.analysis.advisor import choice, engines, steps as stepping
-from collector.analysis.advisor.objective import Objective
-from collector.analysis.advisor.report import advise, current_sizes
-from runner.dispatch import BatchShape
-from runner.emitter import Emitter
-from runner.engine import DecodeEngine, RunConfig
-from runner.graphs import GraphRunner
-from runner.plan import CapturePlan, default_capture_sizes, vllm_default_sizes
+from replayscope.collector.analysis.advisor import choice, engines, steps as stepping
+from replayscope.collector.analysis.advisor.objective import Objective
+from replayscope.collector.analysis.advisor.report import advise, current_sizes
+from replayscope.runner.dispatch import BatchShape
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.engine import DecodeEngine, RunConfig
+from replayscope.runner.graphs import GraphRunner
+from replayscope.runner.plan import CapturePlan
+from replayscope.contract.capture_sizes import default_capture_sizes
+from replayscope.collector.analysis.advisor.engines import vllm_default_sizes
 
 BACKEND, DEVICE = "cuda", "cuda"      # the CPU stand-in test sets the static backend on the CPU
 NOISE = 0.01                          # the advisor's list is "not slower" within 1% of the default's mean

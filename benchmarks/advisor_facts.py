@@ -1,6 +1,6 @@
 """The advisor benchmark's recorded run as the advisor's facts, from its events in memory.
 
-What ``collector.analysis.advisor.stored`` reads from a store, built from the events
+What ``replayscope.collector.analysis.advisor.stored`` reads from a store, built from the events
 themselves: each step a row of its own (its time its own), step times per (stage, batch
 size, mode, reason), the decode captures. The benchmark replays the held-back steps one by
 one, so it needs every step as its own row, not a store's time buckets.
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from collector.analysis.advisor.objective import TimingRow
-from collector.analysis.advisor.pricing import CaptureSet
-from collector.analysis.advisor.report import RunFacts
-from collector.analysis.advisor.steps import StepRow
-from runner.wire import DECODE_STAGES, default_provenance
+from replayscope.collector.analysis.advisor.objective import TimingRow
+from replayscope.collector.analysis.advisor.pricing import CaptureSet
+from replayscope.collector.analysis.advisor.report import RunFacts
+from replayscope.collector.analysis.advisor.steps import StepRow
+from replayscope.contract.wire import DECODE_STAGES, default_provenance
 
 
 def facts_from_events(run: dict[str, Any], events: Iterable[dict[str, Any]]) -> RunFacts:

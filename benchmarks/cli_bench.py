@@ -1,6 +1,6 @@
 """Wall time of ``replayscope --help`` (target < 0.3 s), against a bare interpreter start.
 
-Each measurement is a fresh process, as a user runs it: ``python -m app.cli --help``
+Each measurement is a fresh process, as a user runs it: ``python -m replayscope --help``
 from the repository, and ``python -c pass`` as the baseline in the same loop. Also
 reports whether building the parser imported torch, numpy, SQLAlchemy or FastAPI.
 
@@ -31,14 +31,14 @@ def _wall(argv: list[str]) -> float:
 
 def heavy_modules_loaded() -> list[str]:
     """Heavy packages in sys.modules after building the parser, in a fresh process."""
-    probe = ("import sys; from app.cli import build_parser; build_parser(); "
+    probe = ("import sys; from replayscope.app.cli import build_parser; build_parser(); "
              f"print(' '.join(m for m in {HEAVY!r} if m in sys.modules))")
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, check=True, capture_output=True, text=True)
     return done.stdout.split()
 
 
 def measure(repeat: int) -> dict:
-    help_argv = [sys.executable, "-m", "app.cli", "--help"]
+    help_argv = [sys.executable, "-m", "replayscope", "--help"]
     bare_argv = [sys.executable, "-c", "pass"]
     _wall(help_argv)                                     # warm the file cache once
     helps, bares = [], []

@@ -27,9 +27,9 @@ def free_port() -> int:
 def serve(db_url: str, port: int, *, services: bool, migrate: bool) -> None:
     import uvicorn
 
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(db_url, upgrade=migrate)
     app = create_api(store, Settings(db=db_url, run_services=services, max_body_bytes=MAX_BODY_BYTES))

@@ -27,8 +27,8 @@ def _encode(value) -> int:
 
 def page_cases(store, run_id: str, baseline: str):
     """(page, callable) pairs doing what each page does per load / refresh."""
-    from app import comparisons
-    from app.pages import advisor, alerts, run, runs, startup
+    from replayscope.app import comparisons
+    from replayscope.app.pages import advisor, alerts, run, runs, startup
 
     def runs_page():
         return _encode(runs.page_data(store))
@@ -64,13 +64,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args(argv)
 
-    from app.server import create_server
+    from replayscope.app.server import create_server
     from benchmarks.query_bench import build_run
-    from collector.models import queries
-    from collector.alerting.alerts import create_rule
-    from collector.ingest import ingest_events, ingest_run
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.alerting.alerts import create_rule
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     path = args.db or os.path.join(tempfile.mkdtemp(prefix="replayscope-dbench-"), "d.db")
     fresh = not os.path.exists(path)

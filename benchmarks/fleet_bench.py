@@ -161,13 +161,13 @@ def time_ms(fn, repeat: int) -> tuple[float, float]:
 def read_cases(store, recent: str, old: str, baseline: str):
     from fastapi.testclient import TestClient
 
-    from app.pages import fleet as fleet_page
+    from replayscope.app.pages import fleet as fleet_page
     from benchmarks.dashboard_bench import _encode, page_cases
-    from collector.alerting import alerts
-    from collector.analysis import fleet, regressions
-    from collector.models import queries
-    from collector.api import create_api
-    from collector.settings import Settings
+    from replayscope.collector.alerting import alerts
+    from replayscope.collector.analysis import fleet, regressions
+    from replayscope.collector.models import queries
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
 
     client = TestClient(create_api(store, Settings(run_services=False)), base_url="http://127.0.0.1")  # a served host
     cases = [("list_runs (500 newest)", lambda: queries.list_runs(store))]
@@ -244,11 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.pg or args.db):
         parser.error("--pg URL (or $REPLAYSCOPE_TEST_PG_URL) or --db URL is required")
 
-    from app.server import create_server
-    from collector.alerting import alerts
-    from collector.models import queries
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.alerting import alerts
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     def log(message: str) -> None:
         print(f"  [{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)

@@ -70,8 +70,8 @@ def _copy(cursor, table: str, columns: tuple[str, ...], rows) -> None:
 
 def generate(store, fleet: Fleet, log) -> dict:
     """Fill an empty, migrated store with the fleet; returns what was generated."""
-    from collector.models.fleet import config_key
-    from collector.models import retention
+    from replayscope.collector.models.fleet import config_key
+    from replayscope.collector.models import retention
 
     rng = random.Random(15)
     runs, per_run = [], []
@@ -281,7 +281,7 @@ def _raw_rows(cur, fleet: Fleet, raw_from: float) -> tuple[int, int]:
 
 def sizes(store) -> dict[str, int]:
     """Bytes on disk (tables, indexes, TOAST) by what retention does with them."""
-    from collector.models.retention import PARTITIONS_SCHEMA
+    from replayscope.collector.models.retention import PARTITIONS_SCHEMA
 
     with store.read() as conn:
         tables = dict(conn.exec_driver_sql(

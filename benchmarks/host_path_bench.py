@@ -13,7 +13,7 @@ over the rounds and its spread (the largest minus the smallest round).
 - ``floor``: a call and a list append of the step's tuple: the least a recorded step costs;
 - ``bare step``: the baseline, the static rows copied from the inputs and the step called;
 - the stages of ``GraphRunner.step`` on its own: ``route`` (the plain route looked up by stage
-  and batch size), ``input check`` (the fast match, ``runner.inputs.fits``), ``dispatch``
+  and batch size), ``input check`` (the fast match, ``replayscope.runner.inputs.fits``), ``dispatch``
   (``dispatch``: only the first step of a stage, size and decision runs it, later ones read its
   route), ``timing`` (the host clock's start and stop: every CPU step; on CUDA 1 step in
   ``time_every``), ``event`` (the emitter's hand-off of the step, its flush thread not running:
@@ -48,13 +48,13 @@ import torch
 
 from benchmarks.harness import NullSink, markdown_table, write_folder, write_json
 from benchmarks.pairing import rotated
-from runner.dispatch import BatchShape
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner, StaticInput
-from runner.inputs import fits
-from runner.plan import CapturePlan
-from runner.sinks import JsonlSink
-from runner.timing import HostClock
+from replayscope.runner.dispatch import BatchShape
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner, StaticInput
+from replayscope.runner.inputs import fits
+from replayscope.runner.plan import CapturePlan
+from replayscope.contract.sinks import JsonlSink
+from replayscope.runner.timing import HostClock
 
 RUN = {"run_id": "host-path", "name": "host-path", "source": "library", "started_at": 0.0, "backend": "static",
        "model": "bench", "device": "cpu"}

@@ -36,10 +36,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=5.0, help="how long each phase measures")
     args = parser.parse_args(argv)
 
-    from collector.api import create_api
-    from collector.ingest import ingest_run
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.ingest import ingest_run
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
     from tests.live_server import serving
 
     body = b'{"events": [' + (b"[" * 30 + b"]" * 30 + b",") * 130_000 + b"1]}"

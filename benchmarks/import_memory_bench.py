@@ -6,7 +6,7 @@ Each log is generated here: a real fixture's startup (tests/importers/fixtures),
 serving lines repeated with advancing timestamps until the file has the size asked for
 (SGLang: ``Decode batch`` / ``Prefill batch`` lines of ``sglang_v046_decode_sample_serving.log``;
 vLLM: the ``--cudagraph-metrics`` tables of ``vllm_v013_cudagraph_metrics_serving.log``).
-Each command runs in its own process (``python -m app.cli``), into a new SQLite store, and
+Each command runs in its own process (``python -m replayscope``), into a new SQLite store, and
 its peak resident set is read from ``getrusage(RUSAGE_CHILDREN)`` after it exits, with its
 wall time and what it imported. The bound it is checked against is 300 MB for any size.
 docs/benchmarks.md has the figures.
@@ -77,7 +77,7 @@ def measure(argv: list[str], cwd: Path) -> dict:
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "app.cli", *argv], cwd=cwd, env=env, capture_output=True, text=True)
+    done = subprocess.run([sys.executable, "-m", "replayscope", *argv], cwd=cwd, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss      # KiB on Linux: the largest child so far
     return {"rc": done.returncode, "wall_s": round(wall, 1), "peak_rss_mb": round(peak / 1024, 1),

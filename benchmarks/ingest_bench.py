@@ -8,7 +8,7 @@ pragmas, one transaction per batch), measured in the same run.
     python -m benchmarks.ingest_bench [--batches 40] [--batch-size 5000] [--clients 1]
 
 The defaults are what one runner sends: its HTTP sink posts batches of
-``runner.emitter.HTTP_BATCH_EVENTS`` events from one thread.
+``replayscope.runner.emitter.HTTP_BATCH_EVENTS`` events from one thread.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import time
 
 from benchmarks import collectors
 from benchmarks.harness import timed_threads
-from runner.sinks import HTTP_BATCH_EVENTS
+from replayscope.contract.sinks import HTTP_BATCH_EVENTS
 
 TARGET_EVENTS_PER_S = 50_000
 TARGET_RAW_FRACTION = 0.3
@@ -77,7 +77,7 @@ def http_ingest(batches: list[list[dict]], clients: int) -> tuple[float, int]:
 
 def raw_sqlite(batches: list[list[dict]]) -> float:
     """Seconds for sqlite3.executemany of the same rows into the same steps table."""
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     tmp = tempfile.mkdtemp(prefix="replayscope-bench-")
     path = f"{tmp}/raw.db"

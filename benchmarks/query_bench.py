@@ -1,8 +1,8 @@
 """Query-layer latency on one run of 5 million steps (SQLite).
 
 Builds the run fast: raw step rows by ``executemany`` and rollups through
-``collector.models.rollups.Accumulator`` (the code ingest uses), then times every function of
-``collector.models.queries`` and ``GET /v1/runs/{id}`` (median of several calls).
+``replayscope.collector.models.rollups.Accumulator`` (the code ingest uses), then times every function of
+``replayscope.collector.models.queries`` and ``GET /v1/runs/{id}`` (median of several calls).
 
     python -m benchmarks.query_bench [--steps 5000000] [--db PATH]
 """
@@ -23,9 +23,9 @@ TARGET_MS = 200
 def build_run(store, n_steps: int, rate_per_s: float = 1000.0, chunk: int = 200_000) -> str:
     import sqlalchemy as sa
 
-    from collector import tables as t
-    from collector.ingest import ingest_events, ingest_run
-    from collector.models.rollups import STEP_FIELDS, Accumulator
+    from replayscope.collector import tables as t
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.models.rollups import STEP_FIELDS, Accumulator
 
     run_id = "big-run"
     t0 = 1.7e9
@@ -89,10 +89,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from fastapi.testclient import TestClient
 
-    from collector.models import queries as q
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.models import queries as q
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     path = args.db or os.path.join(tempfile.mkdtemp(prefix="replayscope-qbench-"), "q.db")
     fresh = not os.path.exists(path)

@@ -41,12 +41,12 @@ import torch
 
 from benchmarks.harness import NullSink, markdown_table, write_folder, write_json
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner, StaticInput
-from runner.inputs import fits
-from runner.model import ModelArgs, Transformer
-from runner.plan import CapturePlan
-from runner.progress import Progress
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner, StaticInput
+from replayscope.runner.inputs import fits
+from replayscope.runner.model import ModelArgs, Transformer
+from replayscope.runner.plan import CapturePlan
+from replayscope.runner.progress import Progress
 
 RUN = {"run_id": "bench", "name": "bench", "source": "library", "started_at": 0.0, "backend": "cuda",
        "model": "bench", "device": "bench"}

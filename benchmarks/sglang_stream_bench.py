@@ -25,11 +25,11 @@ from pathlib import Path
 import torch
 
 from benchmarks.harness import write_json
-from runner.sinks import JsonlSink
-from runner.trace import sglang_recipes
-from runner.trace.hooks import Patches
-from runner.trace.settings import TraceSettings
-from runner.trace.tracer import Tracer
+from replayscope.contract.sinks import JsonlSink
+from replayscope.runner.trace import sglang_recipes
+from replayscope.runner.trace.hooks import Patches
+from replayscope.runner.trace.settings import TraceSettings
+from replayscope.runner.trace.tracer import Tracer
 
 STREAMER = "sglang.srt.managers.scheduler_components.output_streamer"
 

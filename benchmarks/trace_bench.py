@@ -36,12 +36,12 @@ import torch
 
 from benchmarks.harness import NullSink, write_json
 from benchmarks.pairing import paired, pipelined_ms
-from runner.trace.graph_trees import install_graph_tree_hooks
-from runner.trace.hooks import Patches, install_cuda_graph_hooks
-from runner.trace.recipes import step_wrapper, tensor_batch
-from runner.trace.settings import TraceSettings
-from runner.timing import CUDA_TIME_EVERY
-from runner.trace.tracer import Tracer
+from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
+from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
+from replayscope.runner.trace.recipes import step_wrapper, tensor_batch
+from replayscope.runner.trace.settings import TraceSettings
+from replayscope.runner.timing import CUDA_TIME_EVERY
+from replayscope.runner.trace.tracer import Tracer
 
 
 def new_tracer(time_every: int = CUDA_TIME_EVERY) -> Tracer:
@@ -220,7 +220,7 @@ def capture_sizes(model, static: dict[str, torch.Tensor], sizes: list[int]):
 
 
 def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int) -> list[dict]:
-    from runner.model import ModelArgs, Transformer
+    from replayscope.runner.model import ModelArgs, Transformer
 
     args = ModelArgs.from_preset(preset)
     model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)

@@ -77,7 +77,7 @@ def measure(device: str, name: str, args: list[str], rounds: int, steps: int, ou
     if events.exists():
         events.unlink()
     untraced = Side(program, env)
-    traced = Side([sys.executable, "-m", "runner.trace", "--events", str(events), "--step", STEP_SPEC,
+    traced = Side([sys.executable, "-m", "replayscope.runner.trace", "--events", str(events), "--step", STEP_SPEC,
                    "--", *program], env)
     for side in (untraced, traced):
         side.expect_ready()

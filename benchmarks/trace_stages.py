@@ -45,17 +45,17 @@ import torch
 
 from benchmarks.harness import NullSink, write_json
 from benchmarks.pairing import rotated
-from runner.emitter import Emitter
-from runner.sinks import JsonlSink
-from runner.timing import CudaClock
-from runner.trace.graph_trees import install_graph_tree_hooks
-from runner.trace.hooks import Patches, install_cuda_graph_hooks
-from runner.trace.recipes import step_wrapper, tensor_batch
-from runner.trace.settings import TraceSettings
-from runner.trace.tracer import Tracer
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.sinks import JsonlSink
+from replayscope.runner.timing import CudaClock
+from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
+from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
+from replayscope.runner.trace.recipes import step_wrapper, tensor_batch
+from replayscope.runner.trace.settings import TraceSettings
+from replayscope.runner.trace.tracer import Tracer
 
 class LinesDropped(NullSink):
-    """Takes steps' lines as the events file does (``runner.sinks.JsonlSink``), and drops them."""
+    """Takes steps' lines as the events file does (``replayscope.contract.sinks.JsonlSink``), and drops them."""
 
     takes_step_lines = True
 

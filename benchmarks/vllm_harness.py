@@ -116,7 +116,7 @@ class EngineRun:
 
 
 def _trace_prefix(events: Path) -> list[str]:
-    return [sys.executable, "-m", "runner.trace", "--events", str(events), "--"]
+    return [sys.executable, "-m", "replayscope.runner.trace", "--events", str(events), "--"]
 
 
 def run_offline(model: Path, out: Path, name: str, traced: bool, *options: str, timeout: float = 420) -> EngineRun:
@@ -267,7 +267,7 @@ if __name__ == "__main__":
 def traced_runs(events: Path) -> list[tuple[dict, list[dict]]]:
     """Every run a trace wrote for ``events`` (the first traced process writes the file itself,
     every other one ``<file>-pidN.jsonl``), as (run record, events)."""
-    from runner.events_file import read_events_file
+    from replayscope.contract.events_file import read_events_file
     paths = [events] if events.exists() else []
     paths += sorted(events.parent.glob(f"{events.name}-pid*.jsonl"))
     runs = []

@@ -2,15 +2,15 @@
 carries its type, bounds, default and nullability (``Spec``), and from it follow
 
 - the check every write of a rule goes through, the API's and the Alerts page's alike
-  (``check_field``, called by ``collector.alerting.alerts.validate_rule``): the same
+  (``check_field``, called by ``replayscope.collector.alerting.alerts.validate_rule``): the same
   bounds, the same messages;
-- the API's documented schema (``collector.schemas.alerts.AlertRuleIn``, generated from ``FIELDS``);
-- the store's columns (``collector.tables.alert_rules``, generated from ``FIELDS``);
+- the API's documented schema (``replayscope.collector.schemas.alerts.AlertRuleIn``, generated from ``FIELDS``);
+- the store's columns (``replayscope.collector.tables.alert_rules``, generated from ``FIELDS``);
 - the defaults (``DEFAULTS``) and the Alerts page's form (its bounds and first values);
 - the typed rule the models return (``AlertRule``: the fields with ``id`` and times).
 
 A kind's own field (the regression's ``metric``) is checked here for its type and
-length, and by its kind for its value (``collector.alerting.kinds``).
+length, and by its kind for its value (``replayscope.collector.alerting.kinds``).
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from runner.errors import Invalid
-from runner.wire import DECODE_VIEW, RULE_STAGES
+from replayscope.contract.errors import Invalid
+from replayscope.contract.wire import DECODE_VIEW, RULE_STAGES
 
 MAX_WINDOW_S = 7 * 24 * 3600
-RULE_KINDS = ("eager_ratio", "regression")      # each a module of collector.alerting (kinds.KINDS)
+RULE_KINDS = ("eager_ratio", "regression")      # each a module of replayscope.collector.alerting (kinds.KINDS)
 _REQUIRED = dataclasses.MISSING
 
 
@@ -110,7 +110,7 @@ NAME_PATTERN = _NAME.pattern
 def check_field(name: str, value: Any) -> Any:
     """The field's value, normalised ('' is null where null is allowed), or ``InvalidRule``
     saying what it must be. The webhook URL's target and a kind's own field are checked
-    further by ``collector.alerting`` (they need the operator's policy and the kinds)."""
+    further by ``replayscope.collector.alerting`` (they need the operator's policy and the kinds)."""
     spec = FIELDS.get(name)
     if spec is None:
         raise InvalidRule(name, f"unknown field (known: {', '.join(FIELDS)})")

@@ -1,10 +1,10 @@
 """Ingest: the one door into the store for runs and their events.
 
-Every event is validated with ``runner.wire.validate_event`` before anything is
+Every event is validated with ``replayscope.contract.wire.validate_event`` before anything is
 written; one invalid event rejects the batch (``InvalidBatch``) and nothing is written.
 A batch is one transaction: raw rows, rollups and the run's bookkeeping commit together
 or not at all. A repeated ``(run_id, seq)`` is a retry and is skipped, so rollups never
-count an event twice. The statements are ``collector.models.run_writes``' (the hot path:
+count an event twice. The statements are ``replayscope.collector.models.run_writes``' (the hot path:
 Core ``exec_driver_sql`` executemany with positional tuples, not the ORM).
 """
 
@@ -18,12 +18,12 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
-from collector.models import retention, run_writes
-from collector.models.fleet import config_key
-from collector.models.rollups import Accumulator
-from collector.store import Store, StoreUnavailable
-from runner.errors import Invalid, NotFound
-from runner.wire import WireError, validate_event, validate_run
+from replayscope.collector.models import retention, run_writes
+from replayscope.collector.models.fleet import config_key
+from replayscope.collector.models.rollups import Accumulator
+from replayscope.collector.store import Store, StoreUnavailable
+from replayscope.contract.errors import Invalid, NotFound
+from replayscope.contract.wire import WireError, validate_event, validate_run
 
 MAX_CONFIG_DEPTH = 16
 # An event stamped ahead of the collector's clock moves its run's clock (last_event_ts, which

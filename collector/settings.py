@@ -15,8 +15,8 @@ import re
 from dataclasses import dataclass, fields, replace
 from typing import Any, Mapping
 
-from runner import environment
-from runner.errors import ReplayscopeError
+from replayscope.contract import environment
+from replayscope.contract.errors import ReplayscopeError
 
 DEFAULT_DB = "sqlite:///replayscope.db"
 DEMO_DB = "sqlite:///replayscope-demo.db"     # the demo's own store: its runs stay apart from yours

@@ -31,8 +31,8 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
-from collector.settings import DEFAULT_DB as DEFAULT_URL
-from runner.errors import ReplayscopeError, Unavailable
+from replayscope.collector.settings import DEFAULT_DB as DEFAULT_URL
+from replayscope.contract.errors import ReplayscopeError, Unavailable
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # How long the server's writes wait for a lock another process holds on a SQLite store, before
@@ -40,7 +40,7 @@ MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 # after the default 5 s, twice when a batch takes the lock twice).
 SERVER_BUSY_TIMEOUT_MS = 750
 # PostgreSQL's serialization failure and deadlock: two writers met, one is retried at once
-# (collector.ingest); the store is not failing writes.
+# (replayscope.collector.ingest); the store is not failing writes.
 _RETRIED_CONFLICTS = ("40001", "40P01")
 
 

@@ -10,14 +10,15 @@ On PostgreSQL (migration 0006) the raw step tables ``steps`` and ``step_counts``
 partitioned by UTC day on ``ts`` (key ``(run_pk, seq, ts)``: a partitioned table's key
 must hold its partition column) and ``step_rollups`` by ``(bucket_s, t)``: one partition
 for whole-run rows, one for minute rows, one per day of 1-second rows. The partitions live
-in the schema ``replayscope_partitions``; ``collector.models.retention`` creates and drops them.
+in the schema ``replayscope_partitions``; ``replayscope.collector.models.retention`` creates and drops them.
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from collector.alert_rule import DEFAULTS as RULE_DEFAULTS, FIELDS as RULE_FIELDS, Spec as RuleSpec
+from replayscope.collector.alert_rule import (DEFAULTS as RULE_DEFAULTS, FIELDS as RULE_FIELDS,
+                                              Spec as RuleSpec)
 
 metadata = sa.MetaData(
     naming_convention={
@@ -37,7 +38,7 @@ def _run_fk() -> sa.Column:
                      primary_key=True)
 
 
-# What every rollup row sums (step_rollups, batch_rollups; collector.models.rollups adds them).
+# What every rollup row sums (step_rollups, batch_rollups; replayscope.collector.models.rollups adds them).
 ROLLUP_SUMS = ("steps", "num_tokens", "padded_tokens", "duration_s", "timed_steps")
 
 
@@ -229,7 +230,7 @@ batch_rollups = sa.Table(
     sqlite_with_rowid=False,
 )
 
-# An alert rule's columns follow its fields (collector.alert_rule): type, length, nullability.
+# An alert rule's columns follow its fields (replayscope.collector.alert_rule): type, length, nullability.
 _RULE_COLUMN_TYPES = {"ratio": sa.Float, "seconds": sa.Integer, "count": sa.Integer, "flag": sa.Boolean}
 _RULE_SERVER_DEFAULTS = ("kind", "for_s", "keep_firing_for_s")    # added to stored rules by migrations 0005, 0006
 
@@ -301,7 +302,7 @@ alert_notifications = sa.Table(
 )
 
 # Periodic work shared by several collectors: each job's last period ("slot") claimed, so
-# a job runs once per period however many collectors run it (collector.services.leader).
+# a job runs once per period however many collectors run it (replayscope.collector.services.leader).
 service_ticks = sa.Table(
     "service_ticks", metadata,
     sa.Column("name", sa.String(64), primary_key=True),

@@ -22,7 +22,7 @@ import time
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, StaticCache
 
-from runner import BatchShape, CapturePlan, GraphRunner, StaticInput, open_emitter
+from replayscope import BatchShape, CapturePlan, GraphRunner, StaticInput, open_emitter
 
 
 def build_model(device: str, seed: int = 0) -> LlamaForCausalLM:

@@ -1,6 +1,6 @@
 """Alembic environment for the replayscope store.
 
-``collector.store`` runs it programmatically and hands over an open connection in
+``replayscope.collector.store`` runs it programmatically and hands over an open connection in
 ``config.attributes["connection"]``; from the alembic command line the URL comes from
 ``-x db=URL`` or the ini file. ``render_as_batch`` lets SQLite alter tables.
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine, pool
 
-from collector.tables import metadata
+from replayscope.collector.tables import metadata
 
 config = context.config
 

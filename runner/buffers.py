@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from runner.inputs import StaticInput
+from replayscope.runner.inputs import StaticInput
 
 
 class StaticBuffers:

@@ -18,11 +18,11 @@ from typing import Any, Callable
 
 import torch
 
-from runner.buffers import StaticBuffers
-from runner.errors import ReplayscopeError, describe_error
-from runner.pools import pool_bytes
-from runner.plan import CapturePlan
-from runner.progress import Progress
+from replayscope.runner.buffers import StaticBuffers
+from replayscope.contract.errors import ReplayscopeError, describe_error
+from replayscope.runner.pools import pool_bytes
+from replayscope.runner.plan import CapturePlan
+from replayscope.runner.progress import Progress
 
 log = logging.getLogger(__name__)
 

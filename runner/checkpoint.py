@@ -1,4 +1,4 @@
-"""Load a Hugging Face-format directory (config.json + *.safetensors) into ``runner.model.Transformer``.
+"""Load a Hugging Face-format directory (config.json + *.safetensors) into ``replayscope.runner.model.Transformer``.
 
 Supported: model_type llama, qwen2 and mistral, config.json from transformers 4 (rope_theta /
 rope_scaling at top level) or 5 (``rope_parameters``), single-file or sharded safetensors.
@@ -16,8 +16,8 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from runner.errors import ReplayscopeError
-from runner.model import ModelArgs, Transformer, default_dtype
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.model import ModelArgs, Transformer, default_dtype
 
 MODEL_TYPES = ("llama", "qwen2", "mistral")
 DEFAULT_MAX_SEQ_LEN = 4096
@@ -214,7 +214,7 @@ def load_checkpoint(path: str | Path, device: torch.device | str, dtype: torch.d
                     max_seq_len: int | None = None, progress=None) -> Transformer:
     """A Transformer with the weights of the Hugging Face directory ``path`` (dtype: bf16 on GPU, else fp32).
 
-    ``progress`` (a ``runner.progress.Progress``) advances per tensor, noting the shard.
+    ``progress`` (a ``replayscope.runner.progress.Progress``) advances per tensor, noting the shard.
     """
     args, found = _checked(Path(path), max_seq_len)
     model = Transformer.empty(args, device, dtype or default_dtype(device))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from runner.plan import CapturePlan
+from replayscope.runner.plan import CapturePlan
 
 
 @dataclass(frozen=True)

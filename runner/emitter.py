@@ -3,8 +3,8 @@
 ``Emitter.step`` adds one event's values to a deque and returns (well under 2 µs); it never
 blocks and never touches the GPU. A step's duration is seconds, None (not timed), or a
 *timing* object (``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA
-events (``runner.timing``): the flush thread reads it only once ``ready()`` says the GPU got
-there, so no synchronisation is added. Sinks (``runner.sinks``) turn batches of wire events into
+events (``replayscope.runner.timing``): the flush thread reads it only once ``ready()`` says the GPU got
+there, so no synchronisation is added. Sinks (``replayscope.contract.sinks``) turn batches of wire events into
 JSON lines or HTTP posts.
 """
 
@@ -18,10 +18,10 @@ import time
 from collections import deque
 from typing import Any, Iterator
 
-from runner import wire
-from runner.errors import ReplayscopeError
-from runner.events_file import step_line
-from runner.sinks import HttpSink, JsonlSink, Sink, _warn
+from replayscope.contract import wire
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.events_file import step_line
+from replayscope.contract.sinks import HttpSink, JsonlSink, Sink, _warn
 
 _now = time.time          # an event's ts: read once per event, a module global (no attribute lookup)
 _SPREAD = object()        # the queued kind of a step whose eight fields follow one by one (Emitter.step)
@@ -198,7 +198,7 @@ class Emitter:
 
     @staticmethod
     def _line(seq: int, ts: float, kind: Any, fields: Any, duration: Any) -> Any:
-        """A step as its line (``runner.events_file.step_line``), for a sink that takes lines; any
+        """A step as its line (``replayscope.contract.events_file.step_line``), for a sink that takes lines; any
         other event, or a step with a value JSON cannot write, as its dict (the sink then fails on
         it as on any such event: its batch counted lost)."""
         if kind == "step":

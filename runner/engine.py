@@ -19,17 +19,18 @@ from typing import Any
 
 import torch
 
-from runner.capture import capturing_size
-from runner.checkpoint import load_checkpoint
-from runner.dispatch import BatchShape
-from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput, resolve_backend
-from runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
-from runner.plan import MAX_CAPTURE_SIZE, CapturePlan, default_capture_sizes
-from runner.progress import Progress
-from runner.timing import CUDA_TIME_EVERY, step_timing
-from runner.wire import MAX_DURATION_S
-from runner.workload import Iteration, Request, Scheduler, workload_by_name
+from replayscope.runner.capture import capturing_size
+from replayscope.runner.checkpoint import load_checkpoint
+from replayscope.runner.dispatch import BatchShape
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.graphs import GraphRunner, StaticInput, resolve_backend
+from replayscope.runner.model import LoraWeights, ModelArgs, Transformer, default_dtype
+from replayscope.contract.capture_sizes import MAX_CAPTURE_SIZE, default_capture_sizes
+from replayscope.runner.plan import CapturePlan
+from replayscope.runner.progress import Progress
+from replayscope.runner.timing import CUDA_TIME_EVERY, step_timing
+from replayscope.contract.wire import MAX_DURATION_S
+from replayscope.runner.workload import Iteration, Request, Scheduler, workload_by_name
 
 VERIFY_MAX_BS = 16        # speculative requests are a minority: fewer verify graphs
 LORA_RANK = 8

@@ -15,14 +15,14 @@ With an emitter, every step is an event. On CUDA its duration comes from CUDA ev
 first step of each (stage, mode, batch size) and every ``time_every``-th one after it (default
 8; 1 times every step), read later without synchronising; the other steps carry no duration.
 
-Capture never kills the process (``runner.capture``): a failed compile falls back to
+Capture never kills the process (``replayscope.runner.capture``): a failed compile falls back to
 capture without compile, a failed capture drops that size, and if nothing captures
 the runner runs eager and says so; each rung is a ``degrade`` event.
 
-The runner composes small parts, one job each: the input contract (``runner.inputs``: the
-fast match and the slow explanation), the static buffers (``runner.buffers``), capture
-(``runner.capture``), routes (``runner.routes``: what a step of a stage, batch size and
-decision runs, made on its first use) and parity (``runner.parity``). What it does itself is
+The runner composes small parts, one job each: the input contract (``replayscope.runner.inputs``: the
+fast match and the slow explanation), the static buffers (``replayscope.runner.buffers``), capture
+(``replayscope.runner.capture``), routes (``replayscope.runner.routes``: what a step of a stage, batch size and
+decision runs, made on its first use) and parity (``replayscope.runner.parity``). What it does itself is
 the step: find the route, check the inputs once, copy, launch, then record.
 """
 
@@ -32,16 +32,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from runner import wire
-from runner.buffers import StaticBuffers
-from runner.capture import CaptureReport, Capturer
-from runner.dispatch import BatchShape, Decision, dispatch
-from runner.errors import ReplayscopeError
-from runner.inputs import InputContract, StaticInput, batch_size, fits
-from runner.parity import divergence
-from runner.plan import BACKENDS, CapturePlan
-from runner.routes import Route, Routes, slice_rows
-from runner.timing import CUDA_TIME_EVERY, CudaClock, HostClock, step_timing
+from replayscope.contract import wire
+from replayscope.runner.buffers import StaticBuffers
+from replayscope.runner.capture import CaptureReport, Capturer
+from replayscope.runner.dispatch import BatchShape, Decision, dispatch
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.inputs import InputContract, StaticInput, batch_size, fits
+from replayscope.runner.parity import divergence
+from replayscope.runner.plan import BACKENDS, CapturePlan
+from replayscope.runner.routes import Route, Routes, slice_rows
+from replayscope.runner.timing import CUDA_TIME_EVERY, CudaClock, HostClock, step_timing
 
 OTHER_WIDTH_STAGES = ("verify", "prefill", "mixed")   # stages whose batches may have other row shapes
 
@@ -103,7 +103,7 @@ class GraphRunner:
         self._dirty_until = 0     # rows at and above this index hold pad values
         self._replays = 0
         # Steps on CUDA are timed by events on 1 step in ``time_every`` per (stage, mode, batch
-        # size); the others carry no duration (runner.timing says why). CPU steps: every one.
+        # size); the others carry no duration (replayscope.runner.timing says why). CPU steps: every one.
         self._clock = CudaClock(self.device.index, time_every) if self.device.type == "cuda" else HostClock()
 
     @property
@@ -142,7 +142,7 @@ class GraphRunner:
 
     # -- capture ------------------------------------------------------------
     def capture(self) -> CaptureReport:
-        """Capture every planned size, largest first into one shared pool (``runner.capture``)."""
+        """Capture every planned size, largest first into one shared pool (``replayscope.runner.capture``)."""
         if self.backend == "disabled":
             return self.report
         self._contract.bind(self._buffers.allocate(self.max_bs, self.device))
@@ -160,11 +160,11 @@ class GraphRunner:
         """Run one batch: decide, then replay, pad or fall back. Returns the real rows' outputs.
 
         ``reason`` forces eager with a reason only the caller can see: one of
-        ``runner.wire.REASONS`` or free text, recorded as ``custom:<text>``.
+        ``replayscope.contract.wire.REASONS`` or free text, recorded as ``custom:<text>``.
 
         The inputs are checked once: a plain step seen before takes its route after the fast
         match; any other step goes through the fast match once and, only when that fails, the
-        slow explanation (``runner.inputs``).
+        slow explanation (``replayscope.runner.inputs``).
         """
         stage = stage or self.stage
         if reason is None and not adapters and not grammar_switched:
@@ -273,7 +273,7 @@ class GraphRunner:
 
     def _check_parity(self, graph_bs: int, inputs: Mapping[str, torch.Tensor], outputs: Any,
                       eager_fn: Callable[..., Any] | None) -> None:
-        """Run the same inputs eagerly and record how far the graph's outputs are (``runner.parity``)."""
+        """Run the same inputs eagerly and record how far the graph's outputs are (``replayscope.runner.parity``)."""
         fields = divergence(outputs, lambda: (eager_fn or self.step_fn)(**inputs))
         if fields is not None:
             self._emit("parity", graph_bs=graph_bs, **fields, tolerance=self.parity_tolerance)

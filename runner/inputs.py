@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 import torch
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 Expected = tuple[tuple[str, torch.Size, torch.dtype], ...]   # (name, shape, dtype) of each input
 OTHER_WIDTH = -1        # tokens per request of a batch whose row shapes differ from the plan's

@@ -9,7 +9,7 @@ and one ``forward`` serves prefill, decode and speculative verify:
 
 ``forward`` is CUDA-graph capturable: no host synchronisation, no value-dependent shapes or
 Python branches. RoPE follows the Hugging Face rotate_half convention, so checkpoints load
-without permuting q/k weights (see ``runner.checkpoint``).
+without permuting q/k weights (see ``replayscope.runner.checkpoint``).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 ROPE_TYPES = ("default", "llama3")
 
@@ -320,7 +320,7 @@ class Transformer(nn.Module):
                dtype: torch.dtype | None = None, progress=None) -> Transformer:
         """Seeded random weights (N(0, 0.02) for linears and embeddings, ones for norms), made on ``device``.
 
-        ``progress`` (a ``runner.progress.Progress``) advances per tensor.
+        ``progress`` (a ``replayscope.runner.progress.Progress``) advances per tensor.
         """
         model = cls.empty(args, device, dtype)
         gen = torch.Generator(device=device).manual_seed(seed)

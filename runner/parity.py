@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import torch
 
-from runner.capture import as_tuple
+from replayscope.runner.capture import as_tuple
 
 HUGE = 3.0e38   # divergence past float32's range is reported as this, keeping the wire finite
 

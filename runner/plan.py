@@ -1,57 +1,15 @@
-"""Capture plans: which batch sizes get a graph, and the engines' default size lists."""
+"""Capture plans: which batch sizes get a graph (the size lists: replayscope.contract.capture_sizes)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 # How a plan's sizes are served: cuda graphs, torch.compile then graphs, the CPU stand-in,
-# eager only, or the best the device allows. Here, not in runner.graphs, so the command
+# eager only, or the best the device allows. Here, not in replayscope.runner.graphs, so the command
 # line can offer them without importing torch.
 BACKENDS = ("auto", "cuda", "compile", "static", "disabled")
-# The largest batch the runner captures or holds static buffers for (--max-bs, --capture-sizes):
-# vLLM's largest default capture size is 512, SGLang's 160; beyond this a typo (99999999)
-# would allocate gigabytes of buffers before the first step.
-MAX_CAPTURE_SIZE = 4096
-
-
-def default_capture_sizes(max_bs: int) -> tuple[int, ...]:
-    """Like the engines: 1, 2, 4, 8, then every 8 up to ``max_bs`` (and ``max_bs`` itself)."""
-    if max_bs < 1:
-        raise ReplayscopeError(f"--max-bs must be at least 1, got {max_bs}")
-    sizes = {s for s in (1, 2, 4, 8) if s <= max_bs}
-    sizes.update(range(16, max_bs + 1, 8))
-    sizes.add(max_bs)
-    return tuple(sorted(sizes))
-
-
-def vllm_default_sizes(max_size: int = 512) -> tuple[int, ...]:
-    """vLLM V1: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)."""
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
-    return tuple(s for s in sizes if s <= max_size)
-
-
-def sglang_default_sizes(max_bs: int = 160) -> tuple[int, ...]:
-    """SGLang (older cuda_graph_runner): [1, 2, 4, 8] + range(16, 161, 8), capped at max_bs."""
-    return tuple(s for s in [1, 2, 4, 8] + list(range(16, 161, 8)) if s <= max_bs)
-
-
-def parse_capture_sizes(text: str) -> tuple[int, ...]:
-    """Parse ``--capture-sizes 1,2,4,8`` (commas or spaces) into sorted unique sizes."""
-    parts = [p for p in text.replace(",", " ").split() if p]
-    if not parts:
-        raise ReplayscopeError("--capture-sizes needs at least one batch size, e.g. 1,2,4,8")
-    sizes = []
-    for part in parts:
-        try:
-            size = int(part)
-        except ValueError:
-            raise ReplayscopeError(f"--capture-sizes: {part!r} is not an integer") from None
-        if not 1 <= size <= MAX_CAPTURE_SIZE:
-            raise ReplayscopeError(f"--capture-sizes: batch sizes go from 1 to {MAX_CAPTURE_SIZE}, got {size}")
-        sizes.append(size)
-    return tuple(sorted(set(sizes)))
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 After a synchronise the host's caches are cold, and every object a step touches before its
 launch delays the launch (docs/gpu-results.md): a step reads one route, its inputs and the
 static rows before the launch, and does its bookkeeping after it. A route holds all of it:
-the inputs it accepts (for the fast match, ``runner.inputs.fits``), the decision, the static
+the inputs it accepts (for the fast match, ``replayscope.runner.inputs.fits``), the decision, the static
 rows to copy into, what to call, what the replay returns, its timing counter and its step
 event's fields (made once: a step after its launch hands the emitter one tuple).
 """
@@ -13,11 +13,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from runner.buffers import StaticBuffers
-from runner.capture import Captured
-from runner.dispatch import Decision
-from runner.errors import ReplayscopeError
-from runner.inputs import Expected, InputContract
+from replayscope.runner.buffers import StaticBuffers
+from replayscope.runner.capture import Captured
+from replayscope.runner.dispatch import Decision
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.inputs import Expected, InputContract
 
 
 @dataclass(eq=False, slots=True)

@@ -14,7 +14,7 @@ import random
 from collections import deque
 from dataclasses import dataclass, field, replace
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from typing import Callable
 
 
 # The base URL for Starlette's TestClient: its default Host, "testserver", is not a name a
-# collector serves (collector.api.hosts refuses it, as any name a rebound DNS could send).
+# collector serves (replayscope.collector.api.hosts refuses it, as any name a rebound DNS could send).
 LOOPBACK_BASE = "http://127.0.0.1"
 
 

@@ -3,7 +3,7 @@ steps the CUDA clock times. Torch-free, like the runner's sinks: the GPU tests i
 
 import collections
 
-from runner.timing import CUDA_TIME_EVERY
+from replayscope.runner.timing import CUDA_TIME_EVERY
 
 
 class ListSink:

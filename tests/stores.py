@@ -11,16 +11,16 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from collector.ingest import IngestResult, ingest_events, ingest_run
-from collector.models import retention
-from collector.models.rollups import STEP_FIELDS, Accumulator
-from collector.store import Store
-from collector.tables import batch_rollups, step_counts, step_rollups, steps
-from runner.events_file import read_events_file
+from replayscope.collector.ingest import IngestResult, ingest_events, ingest_run
+from replayscope.collector.models import retention
+from replayscope.collector.models.rollups import STEP_FIELDS, Accumulator
+from replayscope.collector.store import Store
+from replayscope.collector.tables import batch_rollups, step_counts, step_rollups, steps
+from replayscope.contract.events_file import read_events_file
 
 
 def ingest_events_file(store: Store, path: str | Path, *, batch_size: int = 5000) -> IngestResult:
-    """Load an events file (``runner.events_file``), checked whole before anything is written."""
+    """Load an events file (``replayscope.contract.events_file``), checked whole before anything is written."""
     events_file = read_events_file(path)
     ingest_run(store, events_file.run)
     total = IngestResult(accepted=0, duplicates=0)
@@ -61,8 +61,8 @@ def partitions(store: Store) -> dict[str, list[int]]:
 def without_builtin_rule(store: Store) -> Store:
     """``store`` without the eager-ratio rule every store starts with (migration 0009), for a
     test that writes the rules it tests and counts their alerts; returns ``store``."""
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE
-    from collector.tables import alert_rules
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE
+    from replayscope.collector.tables import alert_rules
 
     with store.write() as conn:
         conn.execute(alert_rules.delete().where(alert_rules.c.name == BUILTIN_EAGER_RATIO_RULE["name"]))

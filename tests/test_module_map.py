@@ -1,4 +1,4 @@
-"""docs/internals.md's module map is the tree: every module of app/, collector/ and runner/
+"""docs/internals.md's module map is the tree: every module of app/, collector/, runner/ and replayscope/
 has a row (its own, or its package's), and every module a row names exists."""
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERNALS = ROOT / "docs" / "internals.md"
-PACKAGES = ("app", "collector", "runner")
+PACKAGES = ("app", "collector", "runner", "replayscope")
 
 
 def _module_rows() -> list[list[str]]:

@@ -14,7 +14,7 @@ NOT_SHIPPED = re.compile(r"REFERENCE\.md|§|\bseed \d{3}\b|\bthe seeds?\b|\bseed
 
 def shipped_text_files() -> list[Path]:
     files = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
-    for package in ("app", "collector", "runner"):
+    for package in ("app", "collector", "runner", "replayscope"):
         files += sorted(p for p in (REPO / package).rglob("*.py"))
     return files
 

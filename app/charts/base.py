@@ -9,7 +9,7 @@ from typing import Any, Callable, Iterable
 
 import plotly.graph_objects as go
 
-from app import formats
+from replayscope.app import formats
 
 MODE_COLORS = {"graph": "#2e8b57", "padded": "#e0a100", "eager": "#c8453b", "unknown": "#9a9a9a"}
 MODE_ORDER = ("graph", "padded", "eager")

@@ -6,8 +6,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app import formats
-from app.charts.base import empty, figure, per_bucket, time_axis, utc_times
+from replayscope.app import formats
+from replayscope.app.charts.base import empty, figure, per_bucket, time_axis, utc_times
 
 
 FLEET_METRICS = {

@@ -8,8 +8,9 @@ from typing import Any, Iterable
 
 import plotly.graph_objects as go
 
-from app import formats
-from app.charts.base import MODE_COLORS, MODE_ORDER, empty, figure, hline, per_bucket, size_axis, time_axis, utc_times
+from replayscope.app import formats
+from replayscope.app.charts.base import (MODE_COLORS, MODE_ORDER, empty, figure, hline, per_bucket, size_axis,
+                                         time_axis, utc_times)
 
 
 GRAPH_OR_PADDED = "graph, padded or not (/metrics cannot tell)"
@@ -71,7 +72,7 @@ RULE_COLORS = ("#c8453b", "#7a3fb0", "#1f4e9c", "#b5651d")
 def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1) -> go.Figure:
     """The eager ratio as each eager-ratio rule watching the run judges it, against that
     rule's threshold, with that rule's alert spans shaded. ``judged``: per rule, its ``rule``
-    row, ``points`` (``collector.alerting.eager_ratio.judged_ratios``: a gap where fewer than min steps ran)
+    row, ``points`` (``replayscope.collector.alerting.eager_ratio.judged_ratios``: a gap where fewer than min steps ran)
     and ``spans`` (its alerts for this run)."""
     if not any(p["ratio"] is not None for j in judged for p in j["points"]):
         rules = "<br>".join(f"{j['rule'].name}: {j['rule'].min_steps:,} steps in "

@@ -7,8 +7,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
-from app import formats
-from app.charts.base import LAYOUT, bytes_axis, empty, figure, scaled
+from replayscope.app import formats
+from replayscope.app.charts.base import LAYOUT, bytes_axis, empty, figure, scaled
 
 
 def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
@@ -170,4 +170,4 @@ def diff_figure(diff: list[dict[str, Any]]) -> go.Figure:
                    yaxis=dict(title=dict(text="run − baseline (s)")))
 
 
-# name -> (label, unit): what the fleet chart can plot, from collector.analysis.fleet's series points.
+# name -> (label, unit): what the fleet chart can plot, from replayscope.collector.analysis.fleet's series points.

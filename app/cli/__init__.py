@@ -1,8 +1,8 @@
 """The ``replayscope`` command: one front for the runner, the collector and the dashboard,
 and the one place of the command-line interface: this module is the parser and the
 dispatch, each module of this package one command group (``serve``: serve and demo;
-``advise``; ``run``, which also registers ``trace`` from ``runner.trace.cli``, the
-tracer's own front for ``python -m runner.trace``; ``db``; ``runs``; ``imports``: import,
+``advise``; ``run``, which also registers ``trace`` from ``replayscope.runner.trace.cli``, the
+tracer's own front for ``python -m replayscope.runner.trace``; ``db``; ``runs``; ``imports``: import,
 follow, scrape, writing through ``import_sinks``).
 
 Each module in ``COMMAND_MODULES`` registers its subcommands with ``add_parsers(sub)``.
@@ -19,16 +19,17 @@ import importlib
 import os
 import sys
 
-from app import __version__
-from runner.errors import EXIT_DONE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED, ReplayscopeError
+from replayscope.app import __version__
+from replayscope.contract.errors import (EXIT_DONE, EXIT_ERROR, EXIT_INTERRUPTED, EXIT_PIPE_CLOSED,
+                                         ReplayscopeError)
 
 COMMAND_MODULES = (
-    "app.cli.serve",              # serve, demo
-    "app.cli.advise",             # advise
-    "app.cli.run",                # run, and trace (runner.trace.cli)
-    "app.cli.db",                 # db
-    "app.cli.imports",            # import, scrape, follow
-    "app.cli.runs",               # runs list, runs delete
+    "replayscope.app.cli.serve",              # serve, demo
+    "replayscope.app.cli.advise",             # advise
+    "replayscope.app.cli.run",                # run, and trace (replayscope.runner.trace.cli)
+    "replayscope.app.cli.db",                 # db
+    "replayscope.app.cli.imports",            # import, scrape, follow
+    "replayscope.app.cli.runs",               # runs list, runs delete
 )
 
 
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit code says whether it did its job (``runner.errors.EXIT_*``,
+    """Run one command; its exit code says whether it did its job (``replayscope.contract.errors.EXIT_*``,
     docs/commands.md). Every command ends here, so a closed output pipe (``advise ... | head``)
     ends every one of them quietly."""
     args = None

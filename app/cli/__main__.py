@@ -1,7 +1,7 @@
-"""``python -m app.cli``: the ``replayscope`` command where it is not installed."""
+"""``python -m replayscope``: the ``replayscope`` command where it is not installed."""
 
 import sys
 
-from app.cli import main
+from replayscope.app.cli import main
 
 sys.exit(main())

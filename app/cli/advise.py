@@ -3,13 +3,13 @@ read from the store (``--db``) or a running collector (``--collector``)."""
 
 from __future__ import annotations
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 
 def _advise(args) -> int:
     import json
 
-    from collector.analysis.advisor.report import format_text
+    from replayscope.collector.analysis.advisor.report import format_text
 
     if args.budget is not None and args.budget < 1:
         raise ReplayscopeError("--budget must be at least 1")
@@ -26,9 +26,9 @@ def _advise(args) -> int:
 
 
 def _advice_from_store(args) -> dict:
-    from collector.analysis.advisor.stored import advice_for_run
-    from collector.settings import resolve
-    from collector.store import Store
+    from replayscope.collector.analysis.advisor.stored import advice_for_run
+    from replayscope.collector.settings import resolve
+    from replayscope.collector.store import Store
 
     store = Store.open(resolve(args).db, create=False)     # reads: never a new store
     try:
@@ -44,8 +44,8 @@ def _advice_through(collector: str, args) -> dict:
     """GET /v1/runs/{id}/advice from a running collector, with the token."""
     import urllib.parse
 
-    from collector.settings import resolve
-    from runner.http import HttpError, request_json
+    from replayscope.collector.settings import resolve
+    from replayscope.contract.http import HttpError, request_json
 
     query = {k: v for k, v in (("budget", args.budget), ("eager_weight", args.eager_weight)) if v is not None}
     url = (f"{collector.rstrip('/')}/v1/runs/{urllib.parse.quote(args.run_id, safe='')}/advice"
@@ -60,7 +60,7 @@ def _advice_through(collector: str, args) -> dict:
 
 def add_parsers(sub) -> None:
     """Register ``advise`` on ``sub``."""
-    from collector.settings import DEFAULT_DB
+    from replayscope.collector.settings import DEFAULT_DB
 
     db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
     advise = sub.add_parser("advise", help="capture sizes for a budget of K graphs, from a run's batches",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 
 def _upgrade(args) -> int:
-    from collector.settings import resolve
-    from collector.store import Store, head_revision
+    from replayscope.collector.settings import resolve
+    from replayscope.collector.store import Store, head_revision
 
     store = Store.open(resolve(args).db, upgrade=True)      # asked for: any store, PostgreSQL included
     store.dispose()
@@ -18,8 +18,8 @@ def _upgrade(args) -> int:
 
 
 def _current(args) -> int:
-    from collector.settings import resolve
-    from collector.store import Store, head_revision
+    from replayscope.collector.settings import resolve
+    from replayscope.collector.store import Store, head_revision
 
     store = Store.connect(resolve(args).db, create=False)   # reads the revision, changes nothing
     store.dispose()
@@ -30,9 +30,9 @@ def _current(args) -> int:
 
 
 def _prune(args) -> int:
-    from collector.models import retention
-    from collector.settings import resolve
-    from collector.store import Store
+    from replayscope.collector.models import retention
+    from replayscope.collector.settings import resolve
+    from replayscope.collector.store import Store
 
     settings = resolve(args)                                # checks the retentions: one line, exit 2
     policy = retention.Policy.from_settings(settings)
@@ -47,7 +47,7 @@ def _prune(args) -> int:
 
 def add_parsers(sub) -> None:
     """Register ``db upgrade``, ``db current`` and ``db prune`` on ``sub``."""
-    from collector.settings import DEFAULT_DB
+    from replayscope.collector.settings import DEFAULT_DB
 
     db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
     db = sub.add_parser("db", help="manage the collector's database schema")

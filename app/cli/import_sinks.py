@@ -1,4 +1,4 @@
-"""Where ``replayscope import`` writes: a store (``DbSink``, through ``collector.ingest``) or
+"""Where ``replayscope import`` writes: a store (``DbSink``, through ``replayscope.collector.ingest``) or
 a running collector (``CollectorSink``, its HTTP API), chosen by ``open_sink`` from the
 flags; ``StreamedWriter``, a streamed import's writes into one of them (each run's record
 before its events, again at its end).
@@ -11,17 +11,17 @@ import os
 import urllib.parse
 from typing import Any, Callable
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 BATCH = 500
 
 
 class DbSink:
-    """Writes through collector.ingest into the store at ``url``."""
+    """Writes through replayscope.collector.ingest into the store at ``url``."""
 
     def __init__(self, url: str, migrate: bool = False):
-        from collector import ingest
-        from collector.store import Store
+        from replayscope.collector import ingest
+        from replayscope.collector.store import Store
 
         self._ingest = ingest
         self.store = Store.open(url, upgrade=migrate)
@@ -53,7 +53,7 @@ class CollectorSink:
         self.token = token
 
     def _post(self, path: str, payload: Any) -> Any:
-        from runner.http import HttpError, post_json
+        from replayscope.contract.http import HttpError, post_json
 
         try:
             return post_json(self.url + path, payload, token=self.token, timeout=30.0)
@@ -81,7 +81,7 @@ class CollectorSink:
 
 
 def open_sink(args: argparse.Namespace):
-    from collector.settings import resolve
+    from replayscope.collector.settings import resolve
 
     settings = resolve(args)
     if getattr(args, "collector", None):

@@ -18,8 +18,8 @@ import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from app.cli.import_sinks import BATCH, DbSink, StreamedWriter, open_sink
-from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
+from replayscope.app.cli.import_sinks import BATCH, DbSink, StreamedWriter, open_sink
+from replayscope.contract.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 
 
@@ -28,7 +28,7 @@ from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 def run_import(args: argparse.Namespace, out=None) -> int:
     out = out or sys.stdout
-    from collector.importers import import_log
+    from replayscope.collector.importers import import_log
 
     writer = None if args.dry_run else StreamedWriter(lambda: open_sink(args), args.logfile)
     try:
@@ -90,7 +90,7 @@ def capture_words(summary: dict[str, Any]) -> str:
 
 def run_import_events(args: argparse.Namespace, out=None) -> int:
     """Every file is read and checked before anything is written; then each is reported."""
-    from runner.events_file import check_events_file, event_batches
+    from replayscope.contract.events_file import check_events_file, event_batches
 
     out = out or sys.stdout
     # every file checked whole before any write, a line at a time (memory bounded for any size)
@@ -168,12 +168,12 @@ class Delivery:
 def follow_sinks(args: argparse.Namespace):
     """(open_sink(record) -> sink, close_all() -> Delivery, target): HttpSink (retries,
     spool) for --collector, the store for --db."""
-    from collector.settings import resolve
+    from replayscope.collector.settings import resolve
 
     settings = resolve(args)
     delivery = Delivery()
     if getattr(args, "collector", None):
-        from runner.sinks import HttpSink
+        from replayscope.contract.sinks import HttpSink
 
         def open_http(record: dict[str, Any]):
             sink = HttpSink(args.collector, token=settings.token)
@@ -192,8 +192,8 @@ def follow_sinks(args: argparse.Namespace):
 
 def run_follow(args: argparse.Namespace, out=None) -> int:
     out = out or sys.stdout
-    from collector.importers import ENGINE_SPECS
-    from collector.importers.follow import follow
+    from replayscope.collector.importers import ENGINE_SPECS
+    from replayscope.collector.importers.follow import follow
 
     if args.interval <= 0:
         raise ReplayscopeError("--interval must be more than 0 seconds")
@@ -245,8 +245,8 @@ def scrape_capture_sizes(args: argparse.Namespace) -> tuple[list[int] | None, in
     """vLLM's capture sizes as the user gives them to ``scrape`` (its own flags' spelling, or
     the server's log): the list, the largest size (or the bound ``--max-cudagraph-capture-size``
     sets), and why graphs are off where the log says they are."""
-    from collector.importers.scrape_vllm import sizes_from_log
-    from runner.plan import parse_capture_sizes
+    from replayscope.collector.importers.scrape_vllm import sizes_from_log
+    from replayscope.contract.capture_sizes import parse_capture_sizes
 
     given = getattr(args, "cudagraph_capture_sizes", None)
     largest = getattr(args, "max_cudagraph_capture_size", None)
@@ -272,7 +272,7 @@ def scrape_capture_sizes(args: argparse.Namespace) -> tuple[list[int] | None, in
 
 def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None] = time.sleep) -> int:
     out = out or sys.stdout
-    from collector.importers.scrape import Scraper
+    from replayscope.collector.importers.scrape import Scraper
 
     if args.interval <= 0:
         raise ReplayscopeError("--interval must be more than 0 seconds")
@@ -318,7 +318,7 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
-    from collector.settings import DEFAULT_DB
+    from replayscope.collector.settings import DEFAULT_DB
 
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--db", metavar="URL", default=None,

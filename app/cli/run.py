@@ -8,11 +8,11 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
-from runner import environment
-from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
+from replayscope.contract import environment
+from replayscope.contract.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 if TYPE_CHECKING:
-    from runner.engine import RunConfig
+    from replayscope.runner.engine import RunConfig
 
 
 def add_parsers(sub) -> None:
@@ -21,9 +21,10 @@ def add_parsers(sub) -> None:
     Where vLLM or SGLang have a flag with the same meaning, it is accepted as an alias
     (``--enforce-eager``, ``--cudagraph-capture-sizes``/``--cuda-graph-bs``, ``--max-num-seqs``...).
     """
-    from runner.plan import BACKENDS, MAX_CAPTURE_SIZE
-    from runner.timing import CUDA_TIME_EVERY
-    from runner.workload import WORKLOADS
+    from replayscope.runner.plan import BACKENDS
+    from replayscope.contract.capture_sizes import MAX_CAPTURE_SIZE
+    from replayscope.runner.timing import CUDA_TIME_EVERY
+    from replayscope.runner.workload import WORKLOADS
 
     run = sub.add_parser(
         "run", help="run a transformer decode workload through CUDA graphs, recording every step",
@@ -120,7 +121,7 @@ def add_parsers(sub) -> None:
                              "allocations past it fail with out of memory, as on a smaller or shared GPU")
     run.set_defaults(handler=run_command)
 
-    from runner.trace.cli import add_parser as add_trace_parser
+    from replayscope.runner.trace.cli import add_parser as add_trace_parser
     add_trace_parser(sub)
 
 
@@ -133,7 +134,7 @@ def _backend(args) -> str:
 
 
 def _sizes_and_max_bs(args) -> tuple[tuple[int, ...] | None, int]:
-    from runner.plan import parse_capture_sizes
+    from replayscope.contract.capture_sizes import parse_capture_sizes
 
     sizes = parse_capture_sizes(" ".join(args.capture_sizes)) if args.capture_sizes else None
     if sizes and args.max_bs is not None and args.max_bs != sizes[-1]:
@@ -143,8 +144,8 @@ def _sizes_and_max_bs(args) -> tuple[tuple[int, ...] | None, int]:
 
 
 def config_from_args(args) -> RunConfig:
-    from runner.engine import RunConfig
-    from runner.plan import parse_capture_sizes
+    from replayscope.runner.engine import RunConfig
+    from replayscope.contract.capture_sizes import parse_capture_sizes
 
     if args.events and os.path.isdir(args.events):
         raise ReplayscopeError(f"--events {args.events} is a directory")
@@ -174,7 +175,7 @@ RECORD_FLAGS = {"--name": "name", "--run-id": "run_id", "--version-tag": "versio
 
 
 def _check_record_flags(args) -> None:
-    from runner.wire import WireError, check_run_field
+    from replayscope.contract.wire import WireError, check_run_field
 
     for flag, field_name in RECORD_FLAGS.items():
         value = getattr(args, flag[2:].replace("-", "_"))
@@ -222,7 +223,7 @@ def _length_range(flag: str, text: str | None) -> tuple[int, int] | None:
 
 
 def make_sink(args):
-    from runner.sinks import HttpSink, JsonlSink
+    from replayscope.contract.sinks import HttpSink, JsonlSink
 
     sinks = []
     if args.events:
@@ -267,12 +268,12 @@ def require_torch() -> None:
 
 def run_command(args) -> int:
     require_torch()
-    from runner.emitter import Emitter, sigterm_as_interrupt
-    from runner.engine import DecodeEngine
+    from replayscope.runner.emitter import Emitter, sigterm_as_interrupt
+    from replayscope.runner.engine import DecodeEngine
 
     config = config_from_args(args)          # every flag is checked before anything is written
     if config.model_dir:
-        from runner.checkpoint import check_checkpoint
+        from replayscope.runner.checkpoint import check_checkpoint
         check_checkpoint(config.model_dir)   # a bad directory fails here, before any event is written
     engine = DecodeEngine(config)
     sink = make_sink(args)

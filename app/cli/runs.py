@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import urllib.parse
 
-from runner.errors import ReplayscopeError
-from runner.wire import RUN_STATUSES, SOURCES
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.wire import RUN_STATUSES, SOURCES
 
 LIST_COLUMNS = ("RUN_ID", "NAME", "SOURCE", "MODEL", "STATUS", "STARTED (UTC)", "STEPS", "EAGER")
 
@@ -29,7 +29,7 @@ def _list(args) -> int:
 
 def format_table(rows: list[dict]) -> str:
     """One line per run under ``LIST_COLUMNS``, each column as wide as its widest cell."""
-    from runner import formats
+    from replayscope.contract import formats
 
     cells = [LIST_COLUMNS] + [
         (r["run_id"], r["name"], r["source"], r["model"], r["status"], formats.when(r["started_at"], seconds=False),
@@ -40,9 +40,9 @@ def format_table(rows: list[dict]) -> str:
 
 
 def _listed_from_store(args, filters: dict) -> list[dict]:
-    from collector.models import queries
-    from collector.settings import resolve
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import resolve
+    from replayscope.collector.store import Store
 
     store = Store.open(resolve(args).db, create=False)     # listing never makes a store
     try:
@@ -53,8 +53,8 @@ def _listed_from_store(args, filters: dict) -> list[dict]:
 
 def _listed_through(args, filters: dict) -> list[dict]:
     """GET /v1/runs from a running collector, with the same filters."""
-    from collector.settings import resolve
-    from runner.http import HttpError, request_json
+    from replayscope.collector.settings import resolve
+    from replayscope.contract.http import HttpError, request_json
 
     query = urllib.parse.urlencode({"limit": args.limit, **{k: v for k, v in filters.items() if v is not None}})
     try:
@@ -77,10 +77,10 @@ def _limit(text: str) -> int:
 
 
 def _delete(args) -> int:
-    from collector.settings import resolve
+    from replayscope.collector.settings import resolve
 
     if args.collector:
-        from runner.http import HttpError, request_json
+        from replayscope.contract.http import HttpError, request_json
 
         url = f"{args.collector.rstrip('/')}/v1/runs/{urllib.parse.quote(args.run_id, safe='')}"
         try:
@@ -91,8 +91,8 @@ def _delete(args) -> int:
             raise ReplayscopeError(f"collector {args.collector}: {error}") from None
         print(f"deleted run {args.run_id} through the collector at {args.collector}")
         return 0
-    from collector.services.deletion import delete_run
-    from collector.store import Store
+    from replayscope.collector.services.deletion import delete_run
+    from replayscope.collector.store import Store
 
     store = Store.open(resolve(args).db, create=False)     # never a new store to delete from
     try:

@@ -10,7 +10,7 @@ import sys
 import threading
 import time
 
-from runner.errors import EXIT_DONE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, ReplayscopeError
+from replayscope.contract.errors import EXIT_DONE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, ReplayscopeError
 
 RUNNER_SEGMENT_S = 600.0     # the demo restarts the runner after this long (a fresh run)
 
@@ -27,9 +27,9 @@ def _check_port(host: str, port: int) -> None:
 def _serve(args) -> int:
     import uvicorn
 
-    from app.server import create_server
-    from collector.settings import resolve
-    from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import resolve
+    from replayscope.collector.store import SERVER_BUSY_TIMEOUT_MS, Store
 
     settings = resolve(args)
     _refuse_open_writes(settings, args.insecure)     # before opening (and maybe creating) a store
@@ -52,7 +52,7 @@ def _serve(args) -> int:
 
 def _refuse_open_writes(settings, insecure: bool) -> None:
     """Beyond loopback, anyone who can reach the port could write: that needs a token."""
-    from collector.api.auth import is_loopback
+    from replayscope.collector.api.auth import is_loopback
 
     if not settings.token and not is_loopback(settings.host) and not insecure:
         raise ReplayscopeError(f"refusing to listen on {settings.host} without REPLAYSCOPE_TOKEN: anyone who can "
@@ -70,7 +70,7 @@ class _Demo:
         self.server = None
 
     def runner_command(self, url: str, seconds: float) -> list[str]:
-        from app.processes import replayscope_command
+        from replayscope.app.processes import replayscope_command
 
         return replayscope_command("run", "--backend", "auto", "--workload", "mixed", "--collector", url,
                                    "--name", "demo", "--duration", f"{seconds:g}", "--quiet")
@@ -81,10 +81,10 @@ class _Demo:
     def run(self) -> int:
         import uvicorn
 
-        from app.server import create_server
-        from collector.settings import DEMO_DB, resolve
-        from collector.store import SERVER_BUSY_TIMEOUT_MS, Store
-        from app.cli.run import require_torch
+        from replayscope.app.server import create_server
+        from replayscope.collector.settings import DEMO_DB, resolve
+        from replayscope.collector.store import SERVER_BUSY_TIMEOUT_MS, Store
+        from replayscope.app.cli.run import require_torch
 
         # The demo's own store, never $REPLAYSCOPE_DB: its runs stay apart from yours. It starts with
         # the built-in eager-ratio rule, as every store does (migration 0009).
@@ -162,7 +162,7 @@ def _demo(args) -> int:
 
 def add_parsers(sub) -> None:
     """Register ``serve`` and ``demo`` on ``sub``."""
-    from collector.settings import DEFAULT_DB, DEFAULT_PORT, DEMO_DB, LOG_LEVELS
+    from replayscope.collector.settings import DEFAULT_DB, DEFAULT_PORT, DEMO_DB, LOG_LEVELS
 
     db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
     log_help = ("uvicorn's log level; info and debug include the access log, a line per request "

@@ -9,10 +9,10 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from app import charts, data
-from app import components as c
-from app.callbacks import Callbacks
-from runner.wire import DECODE_VIEW
+from replayscope.app import charts, data
+from replayscope.app import components as c
+from replayscope.app.callbacks import Callbacks
+from replayscope.contract.wire import DECODE_VIEW
 
 dash.register_page(__name__, path_template="/advisor/<run_id>", title="replayscope · advisor",
                    name="Advisor")

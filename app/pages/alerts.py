@@ -1,12 +1,12 @@
 """Alerts (/alerts): rules of every kind (eager ratio over a window; a regression against a
 run's baseline) listed with their kind, created, edited and deleted through the collector's
-own rule writes (``app.data``, as the API's routes), and the firing / resolved history with
+own rule writes (``replayscope.app.data``, as the API's routes), and the firing / resolved history with
 each alert's dominant reason. Shares (thresholds, peaks) read as percentages throughout.
 
 With a token configured (REPLAYSCOPE_TOKEN) the page is read-only until the token is given
-once (wrong tokens are limited per address, collector.api.throttle; the right one always
+once (wrong tokens are limited per address, replayscope.collector.api.throttle; the right one always
 signs in): the sign-in callback
-sets a signed, HttpOnly session cookie (collector.api.auth), and
+sets a signed, HttpOnly session cookie (replayscope.collector.api.auth), and
 every callback that changes the store checks it, so a callback posted without it changes
 nothing. Readers without it see webhook URLs as scheme and host only."""
 
@@ -17,16 +17,16 @@ from typing import Any
 import dash
 from dash import Input, Output, State, ctx, dcc, html
 
-from app import components as c
-from app import data
-from app.callbacks import Callbacks
-from runner.errors import TooManyRequests
+from replayscope.app import components as c
+from replayscope.app import data
+from replayscope.app.callbacks import Callbacks
+from replayscope.contract.errors import TooManyRequests
 
 dash.register_page(__name__, path="/alerts", title="replayscope · alerts", name="Alerts")
 callback = Callbacks()
 
 REFRESH_MS = 5000
-# The form starts at the rule's defaults, with the built-in rule's threshold (collector.alert_rule).
+# The form starts at the rule's defaults, with the built-in rule's threshold (replayscope.collector.alert_rule).
 FORM_DEFAULTS = {**data.alert_rule.DEFAULTS, "threshold": data.alerts.BUILTIN_EAGER_RATIO_RULE["threshold"]}
 KIND_WORDS = {"eager_ratio": "eager ratio", "regression": "regression"}
 RULE_COLUMNS = (
@@ -161,8 +161,8 @@ def layout(**_query: Any) -> html.Div:
 def form_data(name, kind, metric, threshold, window, min_steps, for_s, keep, resolve, stage, pattern, webhook,
               enabled) -> dict[str, Any]:
     """The form as a rule object, checked by the same validation as the API's writes
-    (``collector.alerting.alerts.validate_rule``: the bounds and messages of
-    ``collector.alert_rule``) when it is created or saved."""
+    (``replayscope.collector.alerting.alerts.validate_rule``: the bounds and messages of
+    ``replayscope.collector.alert_rule``) when it is created or saved."""
     regression = kind == "regression"
     return {"name": (name or "").strip(), "kind": kind or "eager_ratio", "metric": metric if regression else None,
             "threshold": threshold, "window_s": window, "min_steps": min_steps,

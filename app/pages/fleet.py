@@ -1,7 +1,7 @@
 """Fleet (/fleet): every run grouped by model, backend, device and version; their shares,
 step times, capture and startup over time; regressions against each run's baseline.
 
-Reads ``collector.analysis.fleet`` only (rollups, captures and phases, kept for good). Filters are
+Reads ``replayscope.collector.analysis.fleet`` only (rollups, captures and phases, kept for good). Filters are
 also query parameters (``/fleet?model=llama-8b&period=7d``), so a filtered view is a link.
 """
 
@@ -13,9 +13,9 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-from app import charts, comparisons, data, headlines
-from app import components as c
-from app.callbacks import Callbacks
+from replayscope.app import charts, comparisons, data, headlines
+from replayscope.app import components as c
+from replayscope.app.callbacks import Callbacks
 
 dash.register_page(__name__, path="/fleet", title="replayscope · fleet", name="Fleet")
 callback = Callbacks()
@@ -107,7 +107,7 @@ def filters_of(model=None, backend=None, device=None, version=None, period=DEFAU
 
 
 def page_data(store: Any, metric: str = "eager_ratio", **chosen: Any) -> dict[str, Any]:
-    """Everything the fleet page shows for the chosen filters, from ``collector.analysis.fleet``."""
+    """Everything the fleet page shows for the chosen filters, from ``replayscope.collector.analysis.fleet``."""
     found = data.fleet.fleet(store, filters_of(**chosen))
     runs, total = found["runs"], found["runs_total"]
     regressed = sum(g["regressions"] for g in found["groups"])

@@ -8,8 +8,8 @@ from typing import Any
 import dash
 from dash import dcc, html
 
-from app import components as c
-from app.callbacks import Callbacks
+from replayscope.app import components as c
+from replayscope.app.callbacks import Callbacks
 
 dash.register_page(__name__, path="/404", title="replayscope · no such page", name="Not found")
 callback = Callbacks()

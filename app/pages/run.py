@@ -2,7 +2,7 @@
 fallback reasons explained, step times, pool memory and parity; live while running.
 
 The eager ratio over time, batch sizes and padding are over the decode stages
-(``runner.wire.DECODE_STAGES``), as the default alert rule, the advisor and the Prometheus
+(``replayscope.contract.wire.DECODE_STAGES``), as the default alert rule, the advisor and the Prometheus
 rule are: a vLLM run's decode and mixed batches, a runner's or SGLang's decode steps."""
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from app import charts, comparisons, data, headlines, recordings
-from app import components as c
-from app.callbacks import Callbacks
-from runner.wire import DECODE_STAGES, DECODE_VIEW
+from replayscope.app import charts, comparisons, data, headlines, recordings
+from replayscope.app import components as c
+from replayscope.app.callbacks import Callbacks
+from replayscope.contract.wire import DECODE_STAGES, DECODE_VIEW
 
 dash.register_page(__name__, path_template="/run/<run_id>", title="replayscope · run", name="Run")
 callback = Callbacks()

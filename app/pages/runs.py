@@ -7,9 +7,9 @@ from typing import Any
 import dash
 from dash import Input, Output, dcc, html
 
-from app import components as c
-from app import data, headlines
-from app.callbacks import Callbacks
+from replayscope.app import components as c
+from replayscope.app import data, headlines
+from replayscope.app.callbacks import Callbacks
 
 dash.register_page(__name__, path="/", title="replayscope · runs", name="Runs")
 callback = Callbacks()

@@ -8,9 +8,9 @@ from typing import Any
 import dash
 from dash import Input, Output, State, dcc, html
 
-from app import charts, data
-from app import components as c
-from app.callbacks import Callbacks
+from replayscope.app import charts, data
+from replayscope.app import components as c
+from replayscope.app.callbacks import Callbacks
 
 dash.register_page(__name__, path_template="/startup/<run_id>", title="replayscope · startup",
                    name="Startup")

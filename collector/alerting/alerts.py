@@ -1,11 +1,11 @@
-"""Alert rules: validated, stored, evaluated by their kind (``collector.alerting.kinds``);
-the ``eager_ratio`` kind (``collector.alerting.eager_ratio``) has Prometheus semantics:
+"""Alert rules: validated, stored, evaluated by their kind (``replayscope.collector.alerting.kinds``);
+the ``eager_ratio`` kind (``replayscope.collector.alerting.eager_ratio``) has Prometheus semantics:
 
 A rule is *active* for a run at a moment ``t`` of the run's own event time when, over
 ``(t - window_s, t]``, at least ``min_steps`` steps of ``stage`` were recorded (steps and
 engines' step counts alike) and the share of them that ran eager is above ``threshold``.
 ``stage`` is one stage or ``decode+mixed`` (the default): the decode stages,
-``runner.wire.DECODE_STAGES``, that every source's decode steps are in.
+``replayscope.contract.wire.DECODE_STAGES``, that every source's decode steps are in.
 Like a Prometheus alerting rule it is *pending* while active for less than ``for_s``,
 then *fires*. Once firing it holds while the share stays above ``resolve_threshold``
 (default: the threshold) and resolves only after being clear (too few steps, or at or
@@ -24,7 +24,7 @@ an imported or scraped run is evaluated over its whole history once it arrives. 
 that ended (``run_end``, or the heartbeat timeout) resolves its alert when it ended.
 Each firing is one ``alert_events`` row: start and end (event time), peak ratio (of
 windows with ``min_steps`` steps), latest ratio, and the dominant eager reason at the peak.
-Each transition owes its receivers a notification (``collector.alerting.notifications``), written
+Each transition owes its receivers a notification (``replayscope.collector.alerting.notifications``), written
 in the same transaction.
 """
 
@@ -36,19 +36,19 @@ from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
-from collector.alerting import notifications, webhook_urls
-from collector.alert_rule import DEFAULTS, REQUIRED, AlertRule, check_field
-from collector.alerting.kinds import KINDS, kind_of
-from collector.alerting.notifications import Delivery
-from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row
-from collector.alerting.webhook_urls import TargetPolicy
-from collector.models import alerts as alert_rows, outbox as outbox_rows
-from collector.models.events import last_event_ts
-from collector.store import Store
-from runner.errors import Conflict, NotFound
+from replayscope.collector.alerting import notifications, webhook_urls
+from replayscope.collector.alert_rule import DEFAULTS, REQUIRED, AlertRule, check_field
+from replayscope.collector.alerting.kinds import KINDS, kind_of
+from replayscope.collector.alerting.notifications import Delivery
+from replayscope.collector.alerting.rule_kind import InvalidRule, Transition, resolve_row
+from replayscope.collector.alerting.webhook_urls import TargetPolicy
+from replayscope.collector.models import alerts as alert_rows, outbox as outbox_rows
+from replayscope.collector.models.events import last_event_ts
+from replayscope.collector.store import Store
+from replayscope.contract.errors import Conflict, NotFound
 
 # The rule every store starts with (migration 0009 writes it once; deleted, it stays deleted):
-# the defaults (collector.alert_rule) at a threshold of 20%. deploy/prometheus/replayscope-rules.yml
+# the defaults (replayscope.collector.alert_rule) at a threshold of 20%. deploy/prometheus/replayscope-rules.yml
 # is the same rule for Prometheus (tests/collector/test_prometheus_rules.py keeps them equal).
 BUILTIN_EAGER_RATIO_RULE: dict[str, Any] = {**DEFAULTS, "name": "built-in - decode eager ratio above 0.2",
                                             "threshold": 0.2}
@@ -68,7 +68,7 @@ class DuplicateRule(Conflict, InvalidRule):
 # -- rules ---------------------------------------------------------------------------------
 
 def _check_rule_field(name: str, value: Any, policy: TargetPolicy) -> Any:
-    value = check_field(name, value)          # the bounds and messages of collector.alert_rule
+    value = check_field(name, value)          # the bounds and messages of replayscope.collector.alert_rule
     if name == "webhook_url" and value is not None:
         check_webhook_url(value, policy, name)
     return value
@@ -76,7 +76,7 @@ def _check_rule_field(name: str, value: Any, policy: TargetPolicy) -> Any:
 
 def check_webhook_url(value: Any, policy: TargetPolicy | None = None, field: str = "webhook_url") -> None:
     """Webhooks are http(s) URLs with a host and a valid port, to an address the operator
-    allows (``collector.alerting.webhook_urls``); nothing else is ever posted to."""
+    allows (``replayscope.collector.alerting.webhook_urls``); nothing else is ever posted to."""
     try:
         webhook_urls.checked(value, policy or TargetPolicy())
     except webhook_urls.RefusedTarget as error:
@@ -185,7 +185,7 @@ def _resolve(conn, alert: dict, rule: AlertRule, at: float, delivery: Delivery |
 # -- evaluation ------------------------------------------------------------------------------
 
 def evaluate_alerts(store: Store, now: float | None = None, *, delivery: Delivery | None = None) -> list[Transition]:
-    """Evaluate every enabled rule, each by its kind (``collector.alerting.kinds``); returns the
+    """Evaluate every enabled rule, each by its kind (``replayscope.collector.alerting.kinds``); returns the
     transitions, each owed to its receivers in the outbox in the same transaction."""
     now = time.time() if now is None else now
     transitions: list[Transition] = []

@@ -1,6 +1,6 @@
 """The ``eager_ratio`` kind of alert rule: the share of a run's steps that ran eager over a
 sliding window of its own event time, with Prometheus' pending, firing and keep-firing
-semantics (``collector.alerting.alerts`` says them in full).
+semantics (``replayscope.collector.alerting.alerts`` says them in full).
 """
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from collector.alert_rule import AlertRule
-from collector.alerting import eager_ratio_machine as machine
-from collector.alerting.rule_kind import InvalidRule, Transition, resolve_row, watches
-from collector.models import alerts as alert_rows
-from collector.models.events import run_pk_of
-from collector.store import Store
-from runner.wire import stages_of
+from replayscope.collector.alert_rule import AlertRule
+from replayscope.collector.alerting import eager_ratio_machine as machine
+from replayscope.collector.alerting.rule_kind import InvalidRule, Transition, resolve_row, watches
+from replayscope.collector.models import alerts as alert_rows
+from replayscope.collector.models.events import run_pk_of
+from replayscope.collector.store import Store
+from replayscope.contract.wire import stages_of
 
 NAME = "eager_ratio"
 ALERTNAME = "ReplayscopeEagerRatioHigh"
@@ -100,7 +100,7 @@ def _evaluate_run(conn, rule: AlertRule, run, now: float) -> list[Transition]:
     ended = run.status != "running"
     # A running run's latest second may still be arriving, unless nothing came for a second.
     settled = ended or now - run.last_seen_at >= SETTLE_S
-    # Its clock (last_event_ts) counts each event at most at its arrival (collector.ingest): a
+    # Its clock (last_event_ts) counts each event at most at its arrival (replayscope.collector.ingest): a
     # future-stamped event cannot push evaluation past data still to come. Everything of an
     # ended run has arrived: it is evaluated to its end, however it was stamped.
     frontier = run.last_event_ts

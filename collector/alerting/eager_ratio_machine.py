@@ -1,5 +1,5 @@
 """The eager-ratio rule's state machine as a pure function: ``evaluate(state, window, rule,
-now) -> (state, changes)``. No store, no clock: ``collector.alerting.eager_ratio`` reads the
+now) -> (state, changes)``. No store, no clock: ``replayscope.collector.alerting.eager_ratio`` reads the
 window and the state, calls it, and writes what it decides.
 
 The semantics are Prometheus's ``AlertingRule.Eval`` (prometheus/prometheus,
@@ -16,7 +16,7 @@ every evaluation interval of the wall clock:
   stops being true (here ``t - clear_since >= keep_firing_for_s``); the condition holding
   again resets ``KeepFiringSince`` (here ``clear_since``).
 
-Two differences, both said in ``collector.alerting.alerts``: while firing, the condition
+Two differences, both said in ``replayscope.collector.alerting.alerts``: while firing, the condition
 is "not clear", i.e. above ``resolve_threshold`` with ``min_steps`` steps (hysteresis:
 Prometheus has none), and a run that ended resolves its alert when it ended.
 """
@@ -28,7 +28,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Mapping
 
-from collector.alert_rule import RuleFields
+from replayscope.collector.alert_rule import RuleFields
 
 MAX_POINTS_PER_RUN = 200_000     # seconds of one run evaluated in one call; the rest the next
 

@@ -2,8 +2,8 @@
 
 The evaluator ``enqueue``s one row per alert transition and receiver in the transaction
 that records the transition, so a notification exists exactly when its transition does,
-and survives restarts. The notifier service (``collector.services.loops.Notifier``, through
-``collector.alerting.receiver_lanes``) sends each row until its receiver answers 2xx or it
+and survives restarts. The notifier service (``replayscope.collector.services.loops.Notifier``, through
+``replayscope.collector.alerting.receiver_lanes``) sends each row until its receiver answers 2xx or it
 expires (``Delivery.expire_s``), with exponential backoff; a firing alert is re-sent every
 ``repeat_s`` while it fires (every minute to an Alertmanager, which forgets an alert it is
 not reminded of). Rows are unique by (fingerprint, status, url): enqueuing a transition
@@ -14,7 +14,7 @@ A row's ``state``: ``pending`` (owed), ``unanswered`` (sent once, no answer in t
 receiver may have it; tried once more, waiting twice as long), ``sent`` (2xx),
 ``unconfirmed`` (no answer twice: not sent again, so a slow receiver gets at most one
 duplicate), ``expired`` (not delivered in time). ``last_error`` says what went wrong in
-words any reader may see (``collector.alerting.webhook_client``): never a URL, its credentials or
+words any reader may see (``replayscope.collector.alerting.webhook_client``): never a URL, its credentials or
 what the receiver answered.
 
 Receivers: the rule's ``webhook_url`` or the default webhook get Alertmanager webhook
@@ -34,14 +34,15 @@ from typing import Any, Callable, Iterable
 
 from sqlalchemy import exc as sa_exc
 
-from collector.alert_rule import AlertRule
-from collector.alerting import webhook_client, webhook_urls
-from collector.alerting.kinds import kind_of
-from collector.models import outbox as outbox_rows
-from collector.models.outbox import DELIVERED, EXPIRED, PENDING, SENT, STATES, UNANSWERED, UNCONFIRMED
-from collector.store import Store
-from collector.alerting.webhook_urls import TargetPolicy
-from runner.errors import ReplayscopeError
+from replayscope.collector.alert_rule import AlertRule
+from replayscope.collector.alerting import webhook_client, webhook_urls
+from replayscope.collector.alerting.kinds import kind_of
+from replayscope.collector.models import outbox as outbox_rows
+from replayscope.collector.models.outbox import (DELIVERED, EXPIRED, PENDING, SENT, STATES, UNANSWERED,
+                                                 UNCONFIRMED)
+from replayscope.collector.store import Store
+from replayscope.collector.alerting.webhook_urls import TargetPolicy
+from replayscope.contract.errors import ReplayscopeError
 
 log = logging.getLogger("replayscope.notifications")
 

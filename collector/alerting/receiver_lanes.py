@@ -5,7 +5,7 @@ own (at most ``MAX_LANES`` at once). ``dispatch`` starts a lane for every receiv
 rows due that has none running and is not backing off, and returns at once: the
 notifier's tick never waits for a receiver. A lane whose receiver is unreachable, refused
 or answers non-2xx backs that receiver off, 1 s doubling to 5 min, on top of each row's own
-backoff (``collector.alerting.notifications.send_one``), so a dead receiver with many rows
+backoff (``replayscope.collector.alerting.notifications.send_one``), so a dead receiver with many rows
 owed gets one attempt per backoff, not one per row.
 """
 
@@ -16,10 +16,10 @@ import threading
 import time
 from typing import Any, Callable
 
-from collector.alerting import notifications
-from collector.alerting.notifications import Delivery, SendResult
-from collector.models import outbox as outbox_rows
-from collector.store import Store
+from replayscope.collector.alerting import notifications
+from replayscope.collector.alerting.notifications import Delivery, SendResult
+from replayscope.collector.models import outbox as outbox_rows
+from replayscope.collector.store import Store
 
 log = logging.getLogger("replayscope.notifications")
 
@@ -81,7 +81,7 @@ class ReceiverLanes:
             result.failed += 1
         finally:
             # A receiver that answered nothing in time is slow, not down: its row waits longer
-            # next time (collector.alerting.notifications), its lane goes on.
+            # next time (replayscope.collector.alerting.notifications), its lane goes on.
             failed = result.failed - result.unanswered + result.expired
             with self._lock:
                 del self._running[url]

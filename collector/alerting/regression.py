@@ -1,5 +1,5 @@
 """The ``regression`` kind of alert rule: a run beyond the spread of the earlier runs of its
-configuration (``collector.analysis.regressions`` judges; this fires and resolves).
+configuration (``replayscope.collector.analysis.regressions`` judges; this fires and resolves).
 
 It fires once per run and metric whose change from the baseline median is at least the
 rule's ``threshold`` (share points for eager share, relative for the others); it resolves
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.alert_rule import AlertRule
-from collector.alerting.rule_kind import InvalidRule, Transition, watches
-from collector.analysis import regressions
-from collector.analysis.regressions import METRICS
-from collector.models import alerts as alert_rows, fleet
+from replayscope.collector.alert_rule import AlertRule
+from replayscope.collector.alerting.rule_kind import InvalidRule, Transition, watches
+from replayscope.collector.analysis import regressions
+from replayscope.collector.analysis.regressions import METRICS
+from replayscope.collector.models import alerts as alert_rows, fleet
 
 NAME = "regression"
 

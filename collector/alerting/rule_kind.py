@@ -3,9 +3,9 @@ the rule checks and the outbox call, so no kind is special-cased anywhere else.
 
 A kind ``validate``s its own fields of a rule (the regression's ``metric``), ``evaluate``s one rule
 over the runs in its scope in the evaluator's transaction (its transitions are owed to
-the rule's receivers by the caller, ``collector.alerting.alerts.evaluate_alerts``), and
+the rule's receivers by the caller, ``replayscope.collector.alerting.alerts.evaluate_alerts``), and
 gives the Alertmanager ``labels`` and annotations of one of its alerts. The kinds are
-listed in ``collector.alerting.kinds``.
+listed in ``replayscope.collector.alerting.kinds``.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import fnmatch
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from collector.alert_rule import AlertRule, InvalidRule, RuleFields
-from collector.models import alerts as alert_rows
+from replayscope.collector.alert_rule import AlertRule, InvalidRule, RuleFields
+from replayscope.collector.models import alerts as alert_rows
 
 __all__ = ["InvalidRule", "RuleKind", "Transition", "resolve_row", "watches"]
 

@@ -25,7 +25,8 @@ import ssl
 import threading
 from typing import Any
 
-from collector.alerting.webhook_urls import BadURL, ReceiverURL, RefusedTarget, TargetPolicy, parse
+from replayscope.collector.alerting.webhook_urls import (BadURL, ReceiverURL, RefusedTarget, TargetPolicy,
+                                                         parse)
 
 
 class DeliveryFailed(Exception):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Iterable
 from urllib.parse import unquote, urlsplit
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 REDACTED = "…"
 MAX_URL_CHARS = 2000

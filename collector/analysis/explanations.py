@@ -1,15 +1,15 @@
 """What each fallback reason cost on a run (``reason_costs``), compared only with what the run
 measured: a reason's eager steps against graph replays of the same stage and size band.
-The reasons themselves are explained in ``collector.analysis.reasons``.
+The reasons themselves are explained in ``replayscope.collector.analysis.reasons``.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from collector.analysis.reasons import explain, flags_for
-from collector.models import queries
-from runner import formats
+from replayscope.collector.analysis.reasons import explain, flags_for
+from replayscope.collector.models import queries
+from replayscope.contract import formats
 
 
 def size_band(bs: int) -> tuple[int, int]:

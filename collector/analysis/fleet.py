@@ -1,5 +1,5 @@
-"""The fleet read model: every run's headline figures (``collector.models.fleet``), judged
-against its baseline (``collector.analysis.regressions``), grouped and over time. The fleet
+"""The fleet read model: every run's headline figures (``replayscope.collector.models.fleet``), judged
+against its baseline (``replayscope.collector.analysis.regressions``), grouped and over time. The fleet
 page and the API read it. Runs group by (model, backend, device, version).
 """
 
@@ -8,17 +8,17 @@ from __future__ import annotations
 import statistics
 from typing import Any
 
-from collector.analysis import regressions
-from collector.models.fleet import GROUP_KEYS, Filters, fleet_options, run_rows
-from collector.store import Store
-from runner.wire import MODES
+from replayscope.collector.analysis import regressions
+from replayscope.collector.models.fleet import GROUP_KEYS, Filters, fleet_options, run_rows
+from replayscope.collector.store import Store
+from replayscope.contract.wire import MODES
 
 DAY_S = 86400
 
 
 def fleet_runs(store: Store, filters: Filters | None = None) -> list[dict[str, Any]]:
     """Every run the filters select, oldest first, with its figures and (from
-    ``collector.analysis.regressions``) ``regressions``: the figures beyond the spread of the
+    ``replayscope.collector.analysis.regressions``) ``regressions``: the figures beyond the spread of the
     earlier runs of its model and configuration, and ``baseline``: those runs, named."""
     f = filters or Filters()
     every = run_rows(store, f)

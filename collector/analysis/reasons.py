@@ -1,12 +1,12 @@
 """Why a step ran eager: one explanation per fallback reason.
 
-Every entry of ``runner.wire.REASONS`` has an explanation here (a test enforces it):
+Every entry of ``replayscope.contract.wire.REASONS`` has an explanation here (a test enforces it):
 what happened, why a graph cannot serve it, and what to change — this runner's flags
 and the vLLM / SGLang equivalents, from the engines' public docs (vLLM: "CUDA Graphs",
 https://docs.vllm.ai/en/latest/design/cuda_graphs/; SGLang: "Server Arguments",
 https://docs.sglang.io/docs/advanced_features/server_arguments). Custom reasons
 (``custom:<text>``) are a caller's own words and are explained as such. What a reason cost on a
-run: ``collector.analysis.explanations``.
+run: ``replayscope.collector.analysis.explanations``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from runner.wire import CUSTOM_REASON_PREFIX
+from replayscope.contract.wire import CUSTOM_REASON_PREFIX
 
 
 @dataclass(frozen=True)

@@ -2,14 +2,14 @@
 
 The baseline of a run is the ``BASELINE_RUNS`` finished runs that started before it with
 the same ``config_key`` (model, backend, device and configuration settings: see
-``collector.models.fleet.config_key``); the version may differ, which is the point. A metric
+``replayscope.collector.models.fleet.config_key``); the version may differ, which is the point. A metric
 regressed when the run's value is beyond the baseline's spread, on the worse side: above
 the largest baseline value by more than a margin (the larger of an absolute floor and a
 share of the baseline median), so run-to-run noise inside the spread never flags. Below
 the smallest by the same margin is an improvement, reported but never alerted. Fewer than
 ``MIN_BASELINE`` baseline values: not judged (said so).
 
-A ``regression`` alert rule (``collector.alerting.regression``) alerts on what this judges.
+A ``regression`` alert rule (``replayscope.collector.alerting.regression``) alerts on what this judges.
 """
 
 from __future__ import annotations
@@ -19,8 +19,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from collector.models import fleet
-from collector.store import Store
+from replayscope.collector.models import fleet
+from replayscope.collector.store import Store
 
 BASELINE_RUNS = 10
 MIN_BASELINE = 3

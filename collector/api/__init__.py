@@ -7,6 +7,6 @@ FastAPI dependencies), ``guards`` (host, body size, origin and content type, the
 (one error body for every 4xx and 5xx).
 """
 
-from collector.api.app import create_api
+from replayscope.collector.api.app import create_api
 
 __all__ = ["create_api"]

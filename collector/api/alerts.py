@@ -1,6 +1,6 @@
 """Alert rules (read by anyone, written with the token), the notification outbox and the
 alert history. Webhook URLs, often secrets themselves, reach only writers; readers see
-their scheme and host (``collector.alerting.webhook_urls.redact``)."""
+their scheme and host (``replayscope.collector.alerting.webhook_urls.redact``)."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ from typing import Annotated, Optional
 from fastapi import APIRouter, Depends, Path, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from collector import schemas
-from collector.alert_rule import AlertRule
-from collector.alerting import alerts, notifications, webhook_urls
-from collector.models import queries
-from collector.api.deps import DeliveryDep, StoreDep
-from collector.api.errors import READ, WRITE, responses
-from collector.api.guards import is_writer, require_writer
-from collector.api.body import json_body
+from replayscope.collector import schemas
+from replayscope.collector.alert_rule import AlertRule
+from replayscope.collector.alerting import alerts, notifications, webhook_urls
+from replayscope.collector.models import queries
+from replayscope.collector.api.deps import DeliveryDep, StoreDep
+from replayscope.collector.api.errors import READ, WRITE, responses
+from replayscope.collector.api.guards import is_writer, require_writer
+from replayscope.collector.api.body import json_body
 
 router = APIRouter(tags=["alerts"])
 writes = {"dependencies": [Depends(require_writer)], "responses": responses(*WRITE, 409)}

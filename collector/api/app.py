@@ -1,8 +1,8 @@
 """The app factory: ``create_api(store, settings) -> FastAPI``.
 
 Builds the app's state (store, settings, metrics, alert delivery, background services),
-adds the guards (``collector.api.guards``), the one error handler
-(``collector.api.errors``), mounts the routers of ``ROUTERS`` and completes the OpenAPI
+adds the guards (``replayscope.collector.api.guards``), the one error handler
+(``replayscope.collector.api.errors``), mounts the routers of ``ROUTERS`` and completes the OpenAPI
 document with the bodies the write routes parse themselves.
 """
 
@@ -12,18 +12,18 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 
-from collector import schemas
-from collector.alerting import notifications
-from collector.models import queries
-from collector.api import alerts, fleet, ingest, ops, runs
-from collector.api.errors import HANDLED, problem
-from collector.api.guards import BodyLimit, HostGuard, WriteGuard
-from collector.api.hosts import served_hosts
-from collector.api.metrics import Metrics
-from collector.services.loops import Evaluator, Notifier, Retention
-from collector.settings import Settings
-from collector.store import Store
-from collector.api.throttle import WrongTokens
+from replayscope.collector import schemas
+from replayscope.collector.alerting import notifications
+from replayscope.collector.models import queries
+from replayscope.collector.api import alerts, fleet, ingest, ops, runs
+from replayscope.collector.api.errors import HANDLED, problem
+from replayscope.collector.api.guards import BodyLimit, HostGuard, WriteGuard
+from replayscope.collector.api.hosts import served_hosts
+from replayscope.collector.api.metrics import Metrics
+from replayscope.collector.services.loops import Evaluator, Notifier, Retention
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
+from replayscope.collector.api.throttle import WrongTokens
 
 # One router per resource, mounted in this order.
 ROUTERS = (ingest.router, runs.router, fleet.router, alerts.router, ops.router)

@@ -4,7 +4,7 @@ With ``REPLAYSCOPE_TOKEN`` set, every write needs it: API clients send
 ``Authorization: Bearer <token>``; the dashboard asks for the token once and keeps a
 signed, HttpOnly, SameSite=Strict session cookie (``SESSION_COOKIE``) whose signature is
 keyed by the token, so changing the token ends every session. Wrong tokens are limited
-per client address (``collector.api.throttle``); the right one is always checked and accepted,
+per client address (``replayscope.collector.api.throttle``); the right one is always checked and accepted,
 so nobody sharing an address can lock a runner out. Without a token every
 caller is a writer (``replayscope serve`` refuses to listen beyond loopback then, unless
 ``--insecure``). Either way a browser's cross-origin write is refused (``origin_allowed``).
@@ -19,11 +19,11 @@ import time
 from typing import TYPE_CHECKING, Mapping
 from urllib.parse import urlsplit
 
-from runner.environment import B64TOKEN
-from runner.errors import TooManyRequests
+from replayscope.contract.environment import B64TOKEN
+from replayscope.contract.errors import TooManyRequests
 
 if TYPE_CHECKING:
-    from collector.api.throttle import WrongTokens
+    from replayscope.collector.api.throttle import WrongTokens
 
 SESSION_COOKIE = "replayscope_session"
 SESSION_TTL_S = 12 * 3600
@@ -38,7 +38,7 @@ def token_matches(supplied: str | None, token: str | None) -> bool:
 
 def bearer(authorization: str | None) -> str | None:
     """The token of an ``Authorization`` header, parsed as RFC 6750 (2.1) writes it:
-    ``Bearer``, one or more spaces, the token (``runner.environment.B64TOKEN``), nothing
+    ``Bearer``, one or more spaces, the token (``replayscope.contract.environment.B64TOKEN``), nothing
     else. The scheme's case is free (RFC 7235: schemes are case-insensitive); tabs, other
     whitespace or anything around the token are not, and such a header carries no token."""
     scheme, space, rest = (authorization or "").partition(" ")
@@ -91,7 +91,7 @@ def check_token(supplied: str, token: str, *, client: str | None = None, limiter
     """Whether ``supplied`` is the token. It is always compared (in constant time), so the
     right one is accepted from any address, however many wrong ones came from it: a runner
     behind the same NAT, proxy or host as a guesser is never locked out. A wrong one counts
-    against ``client`` (``collector.api.throttle``), and while ``client`` has given too many it
+    against ``client`` (``replayscope.collector.api.throttle``), and while ``client`` has given too many it
     is answered ``TooManyRequests`` instead of False."""
     if token_matches(supplied, token):
         return True

@@ -16,7 +16,7 @@ from typing import Any
 from fastapi import Request
 from starlette.concurrency import run_in_threadpool
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 try:  # optional: a faster parser for the hot path, same results for valid JSON
     import orjson as _orjson

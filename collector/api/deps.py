@@ -1,5 +1,5 @@
 """What routes are given, as FastAPI dependencies: the app's store, metrics and
-alert delivery (set on ``app.state`` once, by ``collector.api.app.create_api``)."""
+alert delivery (set on ``app.state`` once, by ``replayscope.collector.api.app.create_api``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from collector.api.metrics import Metrics
-from collector.alerting.notifications import Delivery
-from collector.store import Store
+from replayscope.collector.api.metrics import Metrics
+from replayscope.collector.alerting.notifications import Delivery
+from replayscope.collector.store import Store
 
 
 def get_store(request: Request) -> Store:

@@ -1,6 +1,6 @@
 """Errors answered in one shape: ``{"detail": <one line>, "field"?: ..., "index"?: ...}``.
 
-Every ``runner.errors.ReplayscopeError`` carries its status (one handler, ``problem``); a
+Every ``replayscope.contract.errors.ReplayscopeError`` carries its status (one handler, ``problem``); a
 database that stopped answering is a 503 to retry; a query or path parameter FastAPI
 refuses (``RequestValidationError``) becomes the same body, naming the parameter in
 ``field``, rather than FastAPI's list. ``responses`` documents the shape per status in OpenAPI.
@@ -15,9 +15,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa_exc
 
-from collector import schemas
-from collector.store import StoreUnavailable
-from runner.errors import ReplayscopeError
+from replayscope.collector import schemas
+from replayscope.collector.store import StoreUnavailable
+from replayscope.contract.errors import ReplayscopeError
 
 _WHERE = {"query": "query parameter", "path": "path parameter", "header": "header", "cookie": "cookie"}
 

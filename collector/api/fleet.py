@@ -1,4 +1,4 @@
-"""The fleet read: every run the filters select, by group and over time (``collector.analysis.fleet``)."""
+"""The fleet read: every run the filters select, by group and over time (``replayscope.collector.analysis.fleet``)."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ from typing import Optional
 
 from fastapi import APIRouter, Query
 
-from collector import schemas
-from collector.analysis import fleet
-from collector.api.deps import StoreDep
-from collector.api.errors import READ, responses
+from replayscope.collector import schemas
+from replayscope.collector.analysis import fleet
+from replayscope.collector.api.deps import StoreDep
+from replayscope.collector.api.errors import READ, responses
 
 router = APIRouter(prefix="/v1/fleet", tags=["fleet"], responses=responses(*READ))
 

@@ -1,10 +1,10 @@
 """What every request passes before a route sees it.
 
 ASGI middleware, API and dashboard alike: ``HostGuard`` (the ``Host`` is one this collector
-serves, ``collector.api.hosts``: no DNS rebinding), ``BodyLimit`` (413 for a body over
+serves, ``replayscope.collector.api.hosts``: no DNS rebinding), ``BodyLimit`` (413 for a body over
 ``settings.max_body_bytes``, declared or streamed) and ``WriteGuard`` (a browser writes only
 from this server's own pages, and only JSON). And the ``require_writer`` dependency: with a
-token set, every write needs it (``collector.api.auth``); OpenAPI shows it as the ``bearer``
+token set, every write needs it (``replayscope.collector.api.auth``); OpenAPI shows it as the ``bearer``
 security scheme on each write.
 """
 
@@ -15,11 +15,12 @@ import json
 from fastapi import Request, Security
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from collector.api import auth
-from collector.api.hosts import is_served
-from runner.errors import Forbidden, ReplayscopeError, TooLarge, Unauthorized, UnsupportedMediaType
+from replayscope.collector.api import auth
+from replayscope.collector.api.hosts import is_served
+from replayscope.contract.errors import (Forbidden, ReplayscopeError, TooLarge, Unauthorized,
+                                         UnsupportedMediaType)
 
-# Documents the scheme in OpenAPI; the check itself is ``collector.api.auth.is_writer`` (which
+# Documents the scheme in OpenAPI; the check itself is ``replayscope.collector.api.auth.is_writer`` (which
 # also takes the dashboard's session cookie), so a missing header is not refused here.
 BEARER = HTTPBearer(scheme_name="bearer", auto_error=False,
                     description="REPLAYSCOPE_TOKEN, as 'Authorization: Bearer <token>'; every write needs it "
@@ -128,7 +129,7 @@ class WriteGuard:
 
 class HostGuard:
     """ASGI middleware for every request, API and dashboard alike: the ``Host`` it names is one
-    this collector serves (``collector.api.hosts``), so a rebound DNS name reaches nothing."""
+    this collector serves (``replayscope.collector.api.hosts``), so a rebound DNS name reaches nothing."""
 
     def __init__(self, app, hosts: frozenset[str] | None):
         self.app = app

@@ -1,22 +1,22 @@
 """Writes of runs and their events: ``POST /v1/runs``, ``POST /v1/runs/{run_id}/events``,
 ``DELETE /v1/runs/{run_id}``. The event route parses its body itself (``json.loads`` and
-``runner.wire.validate_event`` inside ``collector.ingest.ingest_events``: the hot path);
-``collector.schemas`` documents the bodies in OpenAPI."""
+``replayscope.contract.wire.validate_event`` inside ``replayscope.collector.ingest.ingest_events``: the hot path);
+``replayscope.collector.schemas`` documents the bodies in OpenAPI."""
 
 from __future__ import annotations
 
 from fastapi import APIRouter, Depends, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from collector import schemas
-from collector.api.deps import DeliveryDep, MetricsDep, StoreDep
-from collector.api.errors import WRITE, responses
-from collector.api.guards import require_writer
-from collector.api.body import json_body
-from collector.services.deletion import delete_run
-from collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
-from collector.store import StoreUnavailable
-from runner.errors import NotFound
+from replayscope.collector import schemas
+from replayscope.collector.api.deps import DeliveryDep, MetricsDep, StoreDep
+from replayscope.collector.api.errors import WRITE, responses
+from replayscope.collector.api.guards import require_writer
+from replayscope.collector.api.body import json_body
+from replayscope.collector.services.deletion import delete_run
+from replayscope.collector.ingest import InvalidBatch, UnknownRun, ingest_events, ingest_run
+from replayscope.collector.store import StoreUnavailable
+from replayscope.contract.errors import NotFound
 
 router = APIRouter(prefix="/v1/runs", tags=["ingest"], dependencies=[Depends(require_writer)],
                    responses=responses(*WRITE))

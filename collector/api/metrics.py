@@ -2,7 +2,7 @@
 
 Each app gets its own ``CollectorRegistry`` (tests build several apps in one process).
 Labels are bounded: source, model, stage, mode, reason (custom reasons collapse to
-``custom`` via ``runner.wire.reason_label``; steps without a reason carry no reason label
+``custom`` via ``replayscope.contract.wire.reason_label``; steps without a reason carry no reason label
 value), result, rule. ``model`` is the run's model as its record names it, cut to
 ``MODEL_LABEL_CHARS``; past ``MAX_MODEL_LABELS`` distinct models in one process the rest
 count under ``other``. Never a run id or a per-step value. Counters count what this process
@@ -17,7 +17,7 @@ from typing import Callable, Iterable
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 
-from runner.wire import DECODE_STAGES, reason_label
+from replayscope.contract.wire import DECODE_STAGES, reason_label
 
 STEPS_TOTAL = "replayscope_steps_total"
 TOKENS_TOTAL = "replayscope_tokens_total"
@@ -32,7 +32,7 @@ ALERT_NOTIFICATIONS_TOTAL = "replayscope_alert_notifications_total"
 ALERT_NOTIFICATIONS_PENDING = "replayscope_alert_notifications_pending"
 NOTIFICATION_RESULTS = ("sent", "failed", "unconfirmed", "expired")
 
-# The decode stages (runner.wire.DECODE_STAGES) as a PromQL label matcher: the shipped
+# The decode stages (replayscope.contract.wire.DECODE_STAGES) as a PromQL label matcher: the shipped
 # Prometheus rule (deploy/prometheus) and the Grafana board (deploy/grafana) select the
 # decode steps with exactly this, as the built-in alert rule and the run page do.
 DECODE_STAGES_MATCHER = 'stage=~"' + "|".join(DECODE_STAGES) + '"'
@@ -142,7 +142,7 @@ class Metrics:
             r.register(_OutboxGauge(outbox_pending))
 
     def observe_ingest(self, result) -> None:
-        """Count one accepted batch (an ``collector.ingest.IngestResult``)."""
+        """Count one accepted batch (an ``replayscope.collector.ingest.IngestResult``)."""
         run = (result.source, self.model_label(result.model))
         self.ingest_batches.labels("ok").inc()
         if result.accepted:
@@ -168,7 +168,7 @@ class Metrics:
             self.ingest_events.labels("rejected").inc(events)
 
     def observe_notifications(self, result) -> None:
-        """Count one notifier round (a ``collector.alerting.notifications.SendResult``)."""
+        """Count one notifier round (a ``replayscope.collector.alerting.notifications.SendResult``)."""
         for outcome in NOTIFICATION_RESULTS:
             n = getattr(result, outcome)
             if n:

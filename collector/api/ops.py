@@ -5,14 +5,14 @@ from __future__ import annotations
 from fastapi import APIRouter, Request, Response
 from prometheus_client import CONTENT_TYPE_LATEST
 
-from collector import schemas
-from collector.models import health
-from collector.services import leader
-from collector.api.deps import MetricsDep, StoreDep
-from collector.api.errors import responses
-from collector.api.guards import is_writer
-from collector.store import StoreUnavailable
-from runner import formats
+from replayscope.collector import schemas
+from replayscope.collector.models import health
+from replayscope.collector.services import leader
+from replayscope.collector.api.deps import MetricsDep, StoreDep
+from replayscope.collector.api.errors import responses
+from replayscope.collector.api.guards import is_writer
+from replayscope.collector.store import StoreUnavailable
+from replayscope.contract import formats
 
 router = APIRouter(tags=["ops"], responses=responses(400, 503))
 

@@ -1,6 +1,6 @@
 """Reads of runs: the list, one run's summary, its charts' rows, its post-mortem
 (diagnosis), capture-size advice and regressions. Every route returns its declared
-``collector.schemas`` model, validated by FastAPI; 404 for an unknown run."""
+``replayscope.collector.schemas`` model, validated by FastAPI; 404 for an unknown run."""
 
 from __future__ import annotations
 
@@ -8,15 +8,15 @@ from typing import Callable, Literal, Optional
 
 from fastapi import APIRouter, Query
 
-from collector import schemas
-from collector.analysis import diagnosis, regressions
-from collector.models import queries
-from collector.analysis.advisor.stored import advice_for_run
-from collector.api.deps import StoreDep
-from collector.api.errors import READ, responses
-from collector.store import Store
-from runner.errors import NotFound
-from runner.wire import RULE_STAGES, RUN_STATUSES, SOURCES
+from replayscope.collector import schemas
+from replayscope.collector.analysis import diagnosis, regressions
+from replayscope.collector.models import queries
+from replayscope.collector.analysis.advisor.stored import advice_for_run
+from replayscope.collector.api.deps import StoreDep
+from replayscope.collector.api.errors import READ, responses
+from replayscope.collector.store import Store
+from replayscope.contract.errors import NotFound
+from replayscope.contract.wire import RULE_STAGES, RUN_STATUSES, SOURCES
 
 router = APIRouter(prefix="/v1/runs", tags=["runs"], responses=responses(*READ))
 

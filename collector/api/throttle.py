@@ -5,7 +5,7 @@ client, an IPv6 address by its /64; ``replayscope serve`` reads
 ``X-Forwarded-For`` only from the proxies ``--forwarded-allow-ips`` names, so a header
 cannot forge a fresh address) may give ``burst`` wrong tokens at once, then one more every
 ``refill_s``; while it has none left, a wrong token from it is answered 429 (Retry-After)
-instead of 401. The right token is always checked and accepted (``collector.api.auth.check_token``):
+instead of 401. The right token is always checked and accepted (``replayscope.collector.api.auth.check_token``):
 a guesser hammering from an address shared with a runner (one host, NAT, a proxy) never
 locks that runner, or the dashboard's sign-in, out. The price: a guesser learns whether each
 guess is right as fast as the collector answers, 429 or not, so what makes guessing

@@ -3,9 +3,9 @@ Prometheus endpoints.
 
 ``import_log(engine, path)`` reads a log file into an ``ImportResult``: the runs found
 (a restart in the same file starts a new one), each a wire run record plus its events,
-checked against ``runner.wire``. ``parse_vllm_text`` / ``parse_sglang_text`` do the
+checked against ``replayscope.contract.wire``. ``parse_vllm_text`` / ``parse_sglang_text`` do the
 same for text in memory. None of them raises on the content of a log; a path that is
-not a readable text file raises ``ReplayscopeError``. ``follow`` (``collector.importers.follow``)
+not a readable text file raises ``ReplayscopeError``. ``follow`` (``replayscope.collector.importers.follow``)
 feeds the same parsers line by line.
 """
 
@@ -14,13 +14,13 @@ from __future__ import annotations
 import importlib
 
 # Loaded on first use: the parsers compile many patterns, and ``replayscope --help`` imports
-# this package (for ``app.cli.imports``) without needing them.
+# this package (for ``replayscope.app.cli.imports``) without needing them.
 _EXPORTS = {
-    "RANK_POLICY": ("collector.importers.builder", "RANK_POLICY"),
-    "ImportedRun": ("collector.importers.parser", "ImportedRun"),
-    "ImportResult": ("collector.importers.parser", "ImportResult"),
-    "parse_sglang_text": ("collector.importers.sglang_log", "parse_text"),
-    "parse_vllm_text": ("collector.importers.vllm_log", "parse_text"),
+    "RANK_POLICY": ("replayscope.collector.importers.builder", "RANK_POLICY"),
+    "ImportedRun": ("replayscope.collector.importers.parser", "ImportedRun"),
+    "ImportResult": ("replayscope.collector.importers.parser", "ImportResult"),
+    "parse_sglang_text": ("replayscope.collector.importers.sglang_log", "parse_text"),
+    "parse_vllm_text": ("replayscope.collector.importers.vllm_log", "parse_text"),
 }
 
 
@@ -28,10 +28,10 @@ def __getattr__(name: str):
     if name == "ENGINES":
         return {"vllm": __getattr__("parse_vllm_text"), "sglang": __getattr__("parse_sglang_text")}
     if name == "ENGINE_SPECS":
-        return {engine: importlib.import_module(f"collector.importers.{engine}_log").ENGINE
+        return {engine: importlib.import_module(f"replayscope.collector.importers.{engine}_log").ENGINE
                 for engine in ("vllm", "sglang")}
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'collector.importers' has no attribute {name!r}")
+        raise AttributeError(f"module 'replayscope.collector.importers' has no attribute {name!r}")
     module, attribute = _EXPORTS[name]
     return getattr(importlib.import_module(module), attribute)
 
@@ -43,8 +43,8 @@ def import_log(engine: str, path: str, drain=None):
     ``--dry-run`` does), so memory stays bounded for any size of log. ReplayscopeError, before
     anything is parsed, for a path that is not a regular text file (``log_source``) and for a
     log that is plainly the other engine's (it says which)."""
-    from collector.importers.log_source import open_log_file
-    from collector.importers.parser import parse_lines
+    from replayscope.collector.importers.log_source import open_log_file
+    from replayscope.collector.importers.parser import parse_lines
 
     log = open_log_file(path)
     refuse_other_engine(engine, log.head, path)
@@ -55,8 +55,8 @@ def import_log(engine: str, path: str, drain=None):
 
 def refuse_other_engine(engine: str, text: str, path: str) -> None:
     """ReplayscopeError when ``text`` is plainly another engine's log than ``engine``'s."""
-    from collector.importers.parser import wrong_engine
-    from runner.errors import ReplayscopeError
+    from replayscope.collector.importers.parser import wrong_engine
+    from replayscope.contract.errors import ReplayscopeError
 
     specs = __getattr__("ENGINE_SPECS")
     why = wrong_engine(specs[engine], [spec for name, spec in specs.items() if name != engine], text)

@@ -16,11 +16,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from collector.importers.facts import ERROR_LEVELS, TRACE_KINDS, Fact, clip, rank_order
-from collector.importers.failures import CUT_OFF, ENGINE_CODE, WRAPPER, phase_of_frames
-from collector.importers.failures import TRACEBACK as _TRACEBACK
-from collector.importers.lines import LogLine, RankKey
-from runner.wire import WIRE_VERSION, WireError, validate_event, validate_run
+from replayscope.collector.importers.facts import ERROR_LEVELS, TRACE_KINDS, Fact, clip, rank_order
+from replayscope.collector.importers.failures import CUT_OFF, ENGINE_CODE, WRAPPER, phase_of_frames
+from replayscope.collector.importers.failures import TRACEBACK as _TRACEBACK
+from replayscope.collector.importers.lines import LogLine, RankKey
+from replayscope.contract.wire import WIRE_VERSION, WireError, validate_event, validate_run
 
 
 RANK_POLICY = ("per rank: every rank's facts are kept with their rank; the run's headline for each "

@@ -9,11 +9,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from collector.importers.failures import CHAINED as _CHAINED
-from collector.importers.failures import CRASH_NAMES_ENGINE, ENGINE_CODE, EXCEPTION_LINE, crash_line
-from collector.importers.failures import FRAME as _FRAME
-from collector.importers.failures import TRACEBACK as _TRACEBACK
-from collector.importers.lines import RANK_AXES, LogLine, RankKey
+from replayscope.collector.importers.failures import CHAINED as _CHAINED
+from replayscope.collector.importers.failures import (CRASH_NAMES_ENGINE, ENGINE_CODE, EXCEPTION_LINE,
+                                                      crash_line)
+from replayscope.collector.importers.failures import FRAME as _FRAME
+from replayscope.collector.importers.failures import TRACEBACK as _TRACEBACK
+from replayscope.collector.importers.lines import RANK_AXES, LogLine, RankKey
 
 
 GIB = 2**30

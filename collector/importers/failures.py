@@ -3,7 +3,7 @@
 The one place for failure classes and their patterns, and for how a failure shows in a
 log (tracebacks, chained exceptions, the engines' own "going down" lines: what the importers
 read as a failure). The startup diagnosis
-(``collector.analysis.diagnosis``) classifies the error of a failed run, of a failed capture and
+(``replayscope.collector.analysis.diagnosis``) classifies the error of a failed run, of a failed capture and
 of a degradation step with ``classify``. Patterns come from the texts PyTorch, CUDA,
 NCCL, vLLM and SGLang print (tests/collector/test_failures.py holds real examples).
 
@@ -201,7 +201,7 @@ def classify(*texts: str | None) -> FailureClass:
 
 
 # -- how a failure shows in a log -----------------------------------------------------------
-# What the importers (collector.importers) read as a failure; the classes above say what its
+# What the importers (replayscope.collector.importers) read as a failure; the classes above say what its
 # text means. Patterns come from CPython's traceback format and the lines vLLM and SGLang
 # print when a process goes down (tests/importers holds real examples of each).
 

@@ -32,12 +32,12 @@ import zlib
 from dataclasses import asdict, dataclass, field
 from typing import IO, Any, Callable
 
-from collector.importers import refuse_other_engine
-from collector.importers.builder import RunBuilder
-from collector.importers.log_source import MAX_LINE_CHARS, check_log_path, refuse_binary
-from collector.importers.years import YearGuess, infer_year
-from collector.importers.parser import Engine, LogParser
-from runner.errors import ReplayscopeError
+from replayscope.collector.importers import refuse_other_engine
+from replayscope.collector.importers.builder import RunBuilder
+from replayscope.collector.importers.log_source import MAX_LINE_CHARS, check_log_path, refuse_binary
+from replayscope.collector.importers.years import YearGuess, infer_year
+from replayscope.collector.importers.parser import Engine, LogParser
+from replayscope.contract.errors import ReplayscopeError
 
 READ_CHUNK = 1 << 20
 _BREAKS = re.compile(rb"[\r\n]")
@@ -88,10 +88,10 @@ class TailState:
 SNAPSHOT_VERSION = 3         # 3: the importers split (common -> facts, builder, parser)
 # Everything a parser's resumable state is made of; nothing else may be unpickled.
 _SNAPSHOT_CLASSES = {
-    ("collector.importers.lines", "LineReader"), ("collector.importers.lines", "LogLine"),
-    ("collector.importers.years", "YearGuess"), ("collector.importers.facts", "Fact"),
-    ("collector.importers.builder", "Failure"), ("collector.importers.vllm_log", "VllmRun"),
-    ("collector.importers.sglang_log", "SglangRun"), ("collector.importers.sglang_capture", "_Section"),
+    ("replayscope.collector.importers.lines", "LineReader"), ("replayscope.collector.importers.lines", "LogLine"),
+    ("replayscope.collector.importers.years", "YearGuess"), ("replayscope.collector.importers.facts", "Fact"),
+    ("replayscope.collector.importers.builder", "Failure"), ("replayscope.collector.importers.vllm_log", "VllmRun"),
+    ("replayscope.collector.importers.sglang_log", "SglangRun"), ("replayscope.collector.importers.sglang_capture", "_Section"),
 }
 
 

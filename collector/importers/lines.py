@@ -9,7 +9,7 @@ strips all of it and returns the messages the line holds (a JSON message or a li
 log record starts in the middle of a progress bar can hold several).
 
 Stamps without a zone are read as UTC; the year of vLLM's yearless stamps:
-``collector.importers.years``.
+``replayscope.collector.importers.years``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
-from collector.importers.years import DATED, LEVEL_ANY, YearGuess, date_ts, decide_year, vllm_version
+from replayscope.collector.importers.years import (DATED, LEVEL_ANY, YearGuess, date_ts, decide_year,
+                                                   vllm_version)
 
 
 RankKey = tuple  # the rank parts a line names, sorted: (("DP", 0), ("TP", 1)); (("pid", 42),)

@@ -20,8 +20,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterator
 
-from runner.errors import ReplayscopeError
-from runner.events_file import regular_file
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.events_file import regular_file
 
 READ_CHUNK = 1 << 20
 MAX_FILE_BYTES = 2 * 2**30

@@ -1,7 +1,7 @@
 """The log parser: cuts a log into runs, line by line.
 
 An engine module supplies an ``Engine``: ``classify(line) -> [Fact]`` and a ``RunBuilder``
-subclass (``collector.importers.builder``). ``LogParser`` feeds each run's builder line by
+subclass (``replayscope.collector.importers.builder``). ``LogParser`` feeds each run's builder line by
 line: the same code reads a whole file (``replayscope import``) and a growing one
 (``replayscope follow``). A line that does not parse is skipped. Whole files: read,
 parsed and summarised (``parse_text``, ``ImportResult``).
@@ -15,12 +15,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable
 
-from collector.importers.builder import RANK_POLICY, RunBuilder, STRAY_FACTS
-from collector.importers.facts import (BANNER, CHAINED, CRASH, EXCEPTION, FATAL, FRAME, Fact, LOAD, READY,
-                                       TRACE_KINDS, common_facts, crash_fact, logged_by_the_engine, starts_a_run)
-from collector.importers.lines import LineReader, LogLine, split_lines
-from collector.importers.years import YearGuess, infer_year
-from runner.errors import ReplayscopeError
+from replayscope.collector.importers.builder import RANK_POLICY, RunBuilder, STRAY_FACTS
+from replayscope.collector.importers.facts import (BANNER, CHAINED, CRASH, EXCEPTION, FATAL, FRAME, Fact,
+                                                   LOAD, READY, TRACE_KINDS, common_facts, crash_fact,
+                                                   logged_by_the_engine, starts_a_run)
+from replayscope.collector.importers.lines import LineReader, LogLine, split_lines
+from replayscope.collector.importers.years import YearGuess, infer_year
+from replayscope.contract.errors import ReplayscopeError
 
 
 

@@ -24,10 +24,10 @@ from typing import Any, Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.importers.scrape_vllm import (VLLM_NOT_MEASURED, VLLM_NOT_MEASURED_GRAPHS_OFF, VLLM_TOKENS, is_vllm,
-                                             vllm_events)
-from runner.errors import ReplayscopeError
-from runner.wire import WIRE_VERSION, validate_event, validate_run
+from replayscope.collector.importers.scrape_vllm import (VLLM_NOT_MEASURED, VLLM_NOT_MEASURED_GRAPHS_OFF,
+                                                         VLLM_TOKENS, is_vllm, vllm_events)
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.wire import WIRE_VERSION, validate_event, validate_run
 
 SGLANG_PASSES = ("sglang:cuda_graph_passes_total", "sglang_cuda_graph_passes_total")
 # What SGLang's counter cannot give: the padding, why a pass ran eager, its batch size.

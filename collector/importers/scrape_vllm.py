@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runner.errors import ReplayscopeError
-from runner.formats import plural
-from runner.wire import MODE_UNKNOWN
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.formats import plural
+from replayscope.contract.wire import MODE_UNKNOWN
 
 VLLM_TOKENS = "vllm:iteration_tokens_total"
 # The engine's own counters of the same steps, shown with each poll (summed over DP engines).
@@ -97,7 +97,7 @@ def above_largest(per_le: dict[float, float], largest: int) -> tuple[int, int | 
 def sizes_from_log(path: str) -> tuple[list[int] | None, int | None, str | None]:
     """What the server's own log (``scrape --engine-log``) says of its graphs: (the capture
     sizes, the largest, why graphs are off or None); ReplayscopeError when it says none."""
-    from collector.importers import import_log
+    from replayscope.collector.importers import import_log
 
     result = import_log("vllm", path)
     config = (result.runs[-1].run.get("config") or {}) if result.runs else {}

@@ -1,7 +1,7 @@
 """SGLang's capture sections as a run sees them: each ``Capture ... begin`` to its ``end``
 (or failure), with its progress bar, and the per-size capture events made of it.
 
-``SectionCaptures`` holds the capture handlers of ``collector.importers.sglang_log.SglangRun``
+``SectionCaptures`` holds the capture handlers of ``replayscope.collector.importers.sglang_log.SglangRun``
 (a mixin: the run's ``sections`` and ``open`` are its state, set by the run).
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from collector.importers.facts import Fact, clip, int_list, num, rank_order
-from collector.importers.failures import EXCEPTION_LINE
-from collector.importers.lines import LogLine
-from collector.importers.sglang_lines import KV, STAGES, mem_in
+from replayscope.collector.importers.facts import Fact, clip, int_list, num, rank_order
+from replayscope.collector.importers.failures import EXCEPTION_LINE
+from replayscope.collector.importers.lines import LogLine
+from replayscope.collector.importers.sglang_lines import KV, STAGES, mem_in
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """What an SGLang log line says: the patterns of SGLang's startup, capture, batch and
 failure lines, 0.3 to current, turned into facts (``classify``), and the server arguments
-and startup timings a line states. ``collector.importers.sglang_log`` builds runs of them.
+and startup timings a line states. ``replayscope.collector.importers.sglang_log`` builds runs of them.
 """
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collector.importers.bars import bars
-from collector.importers.facts import BANNER, FATAL, LOAD, NUM, READY, Fact, int_list, mem_bytes, num, to_int
-from collector.importers.failures import ENGINE_FATAL
-from collector.importers.lines import LogLine
+from replayscope.collector.importers.bars import bars
+from replayscope.collector.importers.facts import (BANNER, FATAL, LOAD, NUM, READY, Fact, int_list, mem_bytes,
+                                                   num, to_int)
+from replayscope.collector.importers.failures import ENGINE_FATAL
+from replayscope.collector.importers.lines import LogLine
 
 
 MEM = NUM + r"\s*(GB|GiB|MB|MiB)"

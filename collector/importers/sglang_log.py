@@ -16,13 +16,13 @@ import bisect
 import re
 from typing import Any
 
-from collector.importers.builder import RunBuilder
-from collector.importers.facts import Fact, mem_bytes, num, rank_order, to_int
-from collector.importers.parser import Engine, parse_text as _parse
-from collector.importers.sglang_capture import unfinished_capture
-from collector.importers.sglang_capture import SectionCaptures, _Section
-from collector.importers.sglang_lines import KV, MEM, STAGES, classify, from_the_http_server, mem_in, \
-    server_args, timings_of
+from replayscope.collector.importers.builder import RunBuilder
+from replayscope.collector.importers.facts import Fact, mem_bytes, num, rank_order, to_int
+from replayscope.collector.importers.parser import Engine, parse_text as _parse
+from replayscope.collector.importers.sglang_capture import unfinished_capture
+from replayscope.collector.importers.sglang_capture import SectionCaptures, _Section
+from replayscope.collector.importers.sglang_lines import (KV, MEM, STAGES, classify, from_the_http_server,
+                                                          mem_in, server_args, timings_of)
 
 
 SOURCE = "sglang-log"

@@ -1,4 +1,4 @@
-"""How each engine's batches become the wire's stages (``runner.wire.STEP_STAGES``), and how
+"""How each engine's batches become the wire's stages (``replayscope.contract.wire.STEP_STAGES``), and how
 complete an engine's step counts are. docs/importing.md says the same to users; the run
 page says it for each imported run.
 

@@ -1,6 +1,6 @@
 """What a vLLM log line says: the patterns of vLLM's startup, compile, memory, capture,
 ``--cudagraph-metrics`` and failure lines, V0 to current V1, turned into facts
-(``classify``), and the settings its config line states. ``collector.importers.vllm_log``
+(``classify``), and the settings its config line states. ``replayscope.collector.importers.vllm_log``
 builds runs of them.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collector.importers.bars import bars
-from collector.importers.facts import BANNER, FATAL, LOAD, NUM, READY, Fact, int_list
-from collector.importers.failures import ENGINE_FATAL
-from collector.importers.lines import LogLine
+from replayscope.collector.importers.bars import bars
+from replayscope.collector.importers.facts import BANNER, FATAL, LOAD, NUM, READY, Fact, int_list
+from replayscope.collector.importers.failures import ENGINE_FATAL
+from replayscope.collector.importers.lines import LogLine
 
 
 MEM = NUM + r"\s*(GiB|GB|MiB|MB|TiB)"

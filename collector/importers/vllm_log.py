@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from collector.importers.builder import RunBuilder
-from collector.importers.facts import LOAD, Fact, clip, mem_bytes, num, rank_order, to_int
-from collector.importers.lines import LogLine
-from collector.importers.parser import Engine, parse_text as _parse
-from collector.importers.vllm_lines import classify, config_line, from_the_api_server, phase_slug
-from collector.importers.stages import vllm_pass_stage
-from collector.importers.vllm_tables import MetricsTables
+from replayscope.collector.importers.builder import RunBuilder
+from replayscope.collector.importers.facts import LOAD, Fact, clip, mem_bytes, num, rank_order, to_int
+from replayscope.collector.importers.lines import LogLine
+from replayscope.collector.importers.parser import Engine, parse_text as _parse
+from replayscope.collector.importers.vllm_lines import classify, config_line, from_the_api_server, phase_slug
+from replayscope.collector.importers.stages import vllm_pass_stage
+from replayscope.collector.importers.vllm_tables import MetricsTables
 
 
 SOURCE = "vllm-log"

@@ -1,6 +1,6 @@
 """vLLM's ``--cudagraph-metrics`` tables (``**CUDAGraph Config Settings:**`` and
 ``**CUDAGraph Stats:**``) as a run sees them: each row a ``step_counts`` event, a NONE row's
-cause from what the table and the config say. A mixin of ``collector.importers.vllm_log.VllmRun``
+cause from what the table and the config say. A mixin of ``replayscope.collector.importers.vllm_log.VllmRun``
 (its ``meta``, ``table`` and ``emit`` are the run's).
 """
 
@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.importers.facts import Fact, int_list, to_int
-from collector.importers.stages import vllm_row_stage
+from replayscope.collector.importers.facts import Fact, int_list, to_int
+from replayscope.collector.importers.stages import vllm_row_stage
 
 
 class MetricsTables:

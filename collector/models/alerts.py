@@ -1,6 +1,6 @@
 """Alert rules, their alerts and where each rule's evaluation of each run stands
 (``alert_rules``, ``alert_events``, ``alert_state``), and what evaluation reads of the
-1-second rollups: the statements of ``collector.alerting`` (which decides; these only
+1-second rollups: the statements of ``replayscope.collector.alerting`` (which decides; these only
 read and write rows, inside the caller's transaction).
 """
 
@@ -10,9 +10,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from collector.alert_rule import AlertRule
+from replayscope.collector.alert_rule import AlertRule
 
-from collector.tables import alert_events as ae, alert_rules as ar, alert_state as st, runs, step_rollups as sr
+from replayscope.collector.tables import (alert_events as ae, alert_rules as ar, alert_state as st, runs,
+                                          step_rollups as sr)
 
 _EVALUATION_LOCK = 0x7265706C      # PostgreSQL: one evaluation at a time across collectors
 

@@ -1,16 +1,17 @@
 """Reads of a run's recorded events one by one (captures, phases, degrades, parity checks,
 recordings, warnings) and of the alert rules and their alerts. Part of the read model
-(``collector.models.queries``).
+(``replayscope.collector.models.queries``).
 """
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
-from collector.alert_rule import AlertRule
-from collector.store import Store
-from collector.tables import (alert_events as ae, alert_rules as ar, captures as cap, degrades as deg,
-                              parity_checks as par, phases as ph, recordings as rec, run_warnings as rw, runs)
+from replayscope.collector.alert_rule import AlertRule
+from replayscope.collector.store import Store
+from replayscope.collector.tables import (alert_events as ae, alert_rules as ar, captures as cap,
+                                          degrades as deg, parity_checks as par, phases as ph,
+                                          recordings as rec, run_warnings as rw, runs)
 
 
 def run_pk_of(conn, run_id: str) -> int | None:

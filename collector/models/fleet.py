@@ -5,7 +5,7 @@ comparable, which ingest stores with each run and the fleet and regressions grou
 
 Per run: ``eager_ratio`` (eager / all steps of the decode stages, as the Run page's tile;
 prefill always runs eager), ``decode_padded_ratio`` (padding over the
-tokens computed in the decode stages, ``runner.wire.DECODE_STAGES``, as the Runs page), ``step_s``
+tokens computed in the decode stages, ``replayscope.contract.wire.DECODE_STAGES``, as the Runs page), ``step_s``
 (mean step time per mode in the decode stages, timed steps only), capture time
 (as ``queries.run_summary``), ``startup_s`` (the run's start, or its first phase's if
 earlier, to its log's ready line, else to its last phase's end, over phases with a known
@@ -23,12 +23,12 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from collector.importers.stages import padding_known
-from collector.models import runs as run_reads
-from collector.models.rollups import WHOLE_RUN
-from collector.store import Store
-from collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
-from runner.wire import DECODE_STAGES, MODES
+from replayscope.collector.importers.stages import padding_known
+from replayscope.collector.models import runs as run_reads
+from replayscope.collector.models.rollups import WHOLE_RUN
+from replayscope.collector.store import Store
+from replayscope.collector.tables import captures as cap, phases as ph, runs, step_rollups as sr
+from replayscope.contract.wire import DECODE_STAGES, MODES
 
 # Configuration settings that make two runs comparable (outcomes such as pool sizes or
 # timings, seeds and file names are left out).

@@ -1,4 +1,4 @@
-"""The periodic jobs' side of the store (``collector.services.leader`` decides with it): a
+"""The periodic jobs' side of the store (``replayscope.collector.services.leader`` decides with it): a
 job's advisory lock (PostgreSQL), the database's clock, and each job's last period in
 ``service_ticks``.
 """
@@ -10,7 +10,7 @@ import time
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from collector.tables import service_ticks
+from replayscope.collector.tables import service_ticks
 
 
 def try_lock(conn, key: int) -> bool:

@@ -1,5 +1,5 @@
 """The notification outbox's rows (``alert_notifications``): the statements of
-``collector.alerting.notifications``, which owns the state machine (what each outcome of
+``replayscope.collector.alerting.notifications``, which owns the state machine (what each outcome of
 a send moves a row to); these read and write rows in the caller's transaction.
 
 A row's ``state`` is one of ``STATES``: ``pending`` and ``unanswered`` are still owed
@@ -13,7 +13,7 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from collector.tables import alert_events as ae, alert_notifications as an
+from replayscope.collector.tables import alert_events as ae, alert_notifications as an
 
 PENDING, UNANSWERED, SENT, UNCONFIRMED, EXPIRED = "pending", "unanswered", "sent", "unconfirmed", "expired"
 OWED = (PENDING, UNANSWERED)              # still to be delivered

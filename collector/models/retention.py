@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 
 import sqlalchemy as sa
 
-from collector.settings import DAY_S, parse_retention
-from collector.store import Store
-from collector.tables import runs, step_counts, step_rollups, steps
+from replayscope.collector.settings import DAY_S, parse_retention
+from replayscope.collector.store import Store
+from replayscope.collector.tables import runs, step_counts, step_rollups, steps
 
 log = logging.getLogger("replayscope.retention")
 

@@ -18,7 +18,7 @@ from typing import Iterable
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection
 
-from collector.tables import ROLLUP_SUMS, batch_rollups, step_rollups
+from replayscope.collector.tables import ROLLUP_SUMS, batch_rollups, step_rollups
 
 BUCKETS_S = (1, 60)
 WHOLE_RUN = 0

@@ -1,8 +1,8 @@
 """Writes of runs and their events: registering a run, storing a batch of its events,
 its bookkeeping, the heartbeat timeout, deleting it.
 
-Plain functions of a connection, inside the caller's transaction: ``collector.ingest``
-holds one batch's (all or nothing), ``collector.services.deletion`` one deletion's. Storing events
+Plain functions of a connection, inside the caller's transaction: ``replayscope.collector.ingest``
+holds one batch's (all or nothing), ``replayscope.collector.services.deletion`` one deletion's. Storing events
 is the hot path: driver-level ``exec_driver_sql`` executemany with positional tuples,
 its statements built once per dialect, never the ORM.
 """
@@ -13,8 +13,8 @@ from typing import Any, Iterable
 
 import sqlalchemy as sa
 
-from collector import tables as t
-from collector.store import Store
+from replayscope.collector import tables as t
+from replayscope.collector.store import Store
 
 # Column order of a ``steps`` row, as ingest builds it from a step event.
 STEP_COLUMNS = ("run_pk", "seq", "ts", "stage", "mode", "raw_bs", "graph_bs", "num_tokens",

@@ -1,7 +1,7 @@
 """Reads about whole runs: the runs list, one run's summary (totals from the whole-run
 rollups, captures, where its detail expired, how its log sampled steps), each rank's
 headline figures, the earlier runs of its configuration. Part of the read model
-(``collector.models.queries`` says its definitions).
+(``replayscope.collector.models.queries`` says its definitions).
 """
 
 from __future__ import annotations
@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 import sqlalchemy as sa
 
-from collector.importers.stages import log_sample, padding_known
-from collector.models.events import phases, run_pk_of, warnings
-from collector.models.rollups import NO_REASON, WHOLE_RUN
-from collector.store import Store
-from collector.tables import (alert_events as ae, captures as cap, phases as ph, run_marks as rm, runs,
-                              step_rollups as sr)
-from runner.wire import DECODE_STAGES, MODE_UNKNOWN, STEP_COUNT_MODES, readable_config
+from replayscope.collector.importers.stages import log_sample, padding_known
+from replayscope.collector.models.events import phases, run_pk_of, warnings
+from replayscope.collector.models.rollups import NO_REASON, WHOLE_RUN
+from replayscope.collector.store import Store
+from replayscope.collector.tables import (alert_events as ae, captures as cap, phases as ph, run_marks as rm,
+                                          runs, step_rollups as sr)
+from replayscope.contract.wire import DECODE_STAGES, MODE_UNKNOWN, STEP_COUNT_MODES, readable_config
 
 
 _RUN_COLS = (runs.c.id, runs.c.run_id, runs.c.name, runs.c.source, runs.c.backend, runs.c.model,
@@ -253,7 +253,7 @@ def run_exists(store: Store, run_id: str) -> bool:
 
 
 def gauge_counts(store: Store) -> tuple[dict[str, int], dict[str, int]]:
-    """What the store gauges show at scrape time (``collector.api.metrics``): firing alerts by
+    """What the store gauges show at scrape time (``replayscope.collector.api.metrics``): firing alerts by
     rule name and runs by status; both empty while the store does not answer."""
     try:
         with store.read() as conn:

@@ -1,6 +1,6 @@
 """Reads about a run's steps, from the rollups: the mode timeline, eager reasons, batch
 sizes and their step times, the batch-size sequence. Part of the read model
-(``collector.models.queries`` says its definitions).
+(``replayscope.collector.models.queries`` says its definitions).
 """
 
 from __future__ import annotations
@@ -9,12 +9,13 @@ import json
 from typing import Any
 import sqlalchemy as sa
 
-from collector.models.events import run_pk_of
-from collector.models.rollups import BUCKETS_S, WHOLE_RUN
-from collector.models.runs import ratio
-from collector.store import Store
-from collector.tables import batch_rollups as br, runs, step_counts as sc, step_rollups as sr, steps as st
-from runner.wire import STEP_COUNT_MODES, stages_of
+from replayscope.collector.models.events import run_pk_of
+from replayscope.collector.models.rollups import BUCKETS_S, WHOLE_RUN
+from replayscope.collector.models.runs import ratio
+from replayscope.collector.store import Store
+from replayscope.collector.tables import (batch_rollups as br, runs, step_counts as sc, step_rollups as sr,
+                                          steps as st)
+from replayscope.contract.wire import STEP_COUNT_MODES, stages_of
 
 
 _NICE_BUCKETS_S = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 21600, 86400)

@@ -6,9 +6,9 @@ from typing import Any, Literal, Optional
 
 from pydantic import ConfigDict, Field, create_model
 
-from collector.analysis.regressions import METRICS as REGRESSION_METRICS
-from collector.alert_rule import DEFAULTS, FIELDS, NAME_PATTERN, Spec
-from collector.schemas.base import Out
+from replayscope.collector.analysis.regressions import METRICS as REGRESSION_METRICS
+from replayscope.collector.alert_rule import DEFAULTS, FIELDS, NAME_PATTERN, Spec
+from replayscope.collector.schemas.base import Out
 
 _TYPES = {"name": str, "ratio": float, "seconds": int, "count": int, "glob": str, "url": str, "flag": bool}
 
@@ -24,7 +24,7 @@ def _annotation(name: str, spec: Spec) -> Any:
 
 
 def _field(name: str, spec: Spec) -> tuple[Any, Any]:
-    """A field of the documented schema, as ``collector.alert_rule`` declares it (and checks it)."""
+    """A field of the documented schema, as ``replayscope.collector.alert_rule`` declares it (and checks it)."""
     bounds: dict[str, Any] = {}
     if spec.low is not None:
         bounds.update(ge=spec.low, le=spec.high)

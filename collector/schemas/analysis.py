@@ -6,8 +6,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from collector.schemas.base import Out
-from runner import wire
+from replayscope.collector.schemas.base import Out
+from replayscope.contract import wire
 
 class Evidence(Out):
     text: str

@@ -1,5 +1,5 @@
 """What every API model shares: ``Out`` (a response body that declares every key), the
-fields generated from ``runner.wire``'s field tables, and the OpenAPI helpers for bodies a
+fields generated from ``replayscope.contract.wire``'s field tables, and the OpenAPI helpers for bodies a
 route parses itself."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Any, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from runner import wire
-from runner.wire import FieldSpec
+from replayscope.contract import wire
+from replayscope.contract.wire import FieldSpec
 
 _REASON_DOC = ("one of " + ", ".join(wire.REASONS) + f", or '{wire.CUSTOM_REASON_PREFIX}<text>' "
                f"(1-{wire.CUSTOM_REASON_MAX_CHARS} printable characters)")

@@ -1,6 +1,6 @@
 """The write side's models: the run record and every event kind, generated from
-``runner.wire``'s field tables so OpenAPI shows the real event schema (the hot ingest path
-validates raw JSON with ``runner.wire.validate_event``; these document it), the rows of
+``replayscope.contract.wire``'s field tables so OpenAPI shows the real event schema (the hot ingest path
+validates raw JSON with ``replayscope.contract.wire.validate_event``; these document it), the rows of
 each event kind as a run's reads return them, and the writes' answers."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from typing import Annotated, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from collector.schemas.base import Out, wire_field
-from runner import wire
+from replayscope.collector.schemas.base import Out, wire_field
+from replayscope.contract import wire
 
 
 def _title(kind: str) -> str:

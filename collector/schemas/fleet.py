@@ -6,9 +6,9 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from collector.analysis.regressions import METRICS as REGRESSION_METRICS
-from collector.schemas.base import ModeCounts, Number, Out
-from runner import wire
+from replayscope.collector.analysis.regressions import METRICS as REGRESSION_METRICS
+from replayscope.collector.schemas.base import ModeCounts, Number, Out
+from replayscope.contract import wire
 
 class RegressionFinding(Out):
     metric: Literal[tuple(REGRESSION_METRICS)]  # type: ignore[valid-type]
@@ -50,7 +50,7 @@ class RunRegressions(Out):
 
 
 class RunFigures(Out):
-    """A run's headline figures (``collector.analysis.fleet``): null when unknown."""
+    """A run's headline figures (``replayscope.collector.analysis.fleet``): null when unknown."""
 
     eager_ratio: Optional[float] = Field(description="eager / all steps of the decode stages (decode and mixed; "
                                                      "prefill always runs eager); null without decode steps")

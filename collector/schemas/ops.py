@@ -6,7 +6,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from collector.schemas.base import Out
+from replayscope.collector.schemas.base import Out
 
 class Health(Out):
     status: Literal["ok"]

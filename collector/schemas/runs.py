@@ -6,8 +6,8 @@ from typing import Any, Literal, Optional
 
 from pydantic import Field
 
-from collector.schemas.base import ModeCounts, Out
-from runner import wire
+from replayscope.collector.schemas.base import ModeCounts, Out
+from replayscope.contract import wire
 
 class RunListItem(Out):
     run_id: str
@@ -44,7 +44,7 @@ class RunListItem(Out):
         description="decode_padded_tokens / (decode_num_tokens + decode_padded_tokens); null without tokens in "
                     "the decode stages, or where padding_known is false")
     not_measured: list[str] = Field(
-        description="what the run's source cannot give (runner.wire NOT_MEASURABLE: modes, padding, reasons, "
+        description="what the run's source cannot give (replayscope.contract.wire NOT_MEASURABLE: modes, padding, reasons, "
                     "batch_sizes), shown as unknown, never 0; e.g. a scrape of vLLM's /metrics")
     capture_total_s: Optional[float] = Field(description="seconds; null when the source gave no capture time")
     alerts_firing: int

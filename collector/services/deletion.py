@@ -1,7 +1,7 @@
 """Deleting a run: every row recorded for it, in one transaction.
 
 SQLite's foreign-key enforcement is off (see docs/collector.md), so the cascade is
-spelled out (``collector.models.run_writes.delete_run_rows``) rather than left to
+spelled out (``replayscope.collector.models.run_writes.delete_run_rows``) rather than left to
 ``ON DELETE CASCADE``. A firing alert of the run is resolved first, so its receivers are
 told; the outbox keeps its rows (detached from the alert) until they are delivered.
 """
@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import time
 
-from collector.alerting.alerts import resolve_run_alerts
-from collector.alerting.notifications import Delivery
-from collector.models import run_writes
-from collector.models.events import run_pk_of
-from collector.store import Store
+from replayscope.collector.alerting.alerts import resolve_run_alerts
+from replayscope.collector.alerting.notifications import Delivery
+from replayscope.collector.models import run_writes
+from replayscope.collector.models.events import run_pk_of
+from replayscope.collector.store import Store
 
 
 def delete_run(store: Store, run_id: str, *, delivery: Delivery | None = None, now: float | None = None) -> bool:

@@ -13,7 +13,7 @@ tick runs only where ``mine`` is true, which needs both:
 
 So each job runs at most once per period, and at least once whenever some collector
 attempts it in that period. On SQLite (one collector per store) the lock is a thread lock
-in this process and the claim is the same. The statements are ``collector.models.jobs``'.
+in this process and the claim is the same. The statements are ``replayscope.collector.models.jobs``'.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import threading
 from contextlib import contextmanager
 from typing import Iterator
 
-from collector.models import jobs
-from collector.store import Store
+from replayscope.collector.models import jobs
+from replayscope.collector.store import Store
 
 HOLDER = f"{socket.gethostname()}:{os.getpid()}"[:200]
 _LOCAL_LOCKS: dict[str, threading.Lock] = {}

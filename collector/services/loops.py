@@ -6,7 +6,7 @@ outbox. ``Notifier`` sends the outbox: a slow or dead receiver holds up only the
 notifier, never evaluation, heartbeats or ingest. ``Retention`` expires raw step detail
 and makes PostgreSQL partitions ahead. Each tick runs in a worker thread (the store is
 synchronous); ``tick(now)`` is callable directly. With several collectors on one store,
-every service's tick runs once per period across all of them (``collector.services.leader``): the
+every service's tick runs once per period across all of them (``replayscope.collector.services.leader``): the
 loop wakes just after each period starts and ticks only when it wins that period.
 """
 
@@ -16,12 +16,12 @@ import asyncio
 import logging
 import time
 
-from collector.alerting import alerts, notifications
-from collector.services import leader
-from collector.models import retention, run_writes
-from collector.alerting.receiver_lanes import ReceiverLanes
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.alerting import alerts, notifications
+from replayscope.collector.services import leader
+from replayscope.collector.models import retention, run_writes
+from replayscope.collector.alerting.receiver_lanes import ReceiverLanes
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 
 log = logging.getLogger("replayscope.services")
 
@@ -34,7 +34,7 @@ def mark_interrupted_runs(store: Store, now: float, timeout_s: float) -> list[st
 
 class Service:
     """A named background loop; subclasses implement ``tick(now)``. With a ``store``, a
-    period's tick runs only in the collector whose turn it is (``collector.services.leader``)."""
+    period's tick runs only in the collector whose turn it is (``replayscope.collector.services.leader``)."""
 
     name = "service"
 
@@ -104,7 +104,7 @@ class Evaluator(Service):
 
 
 class Notifier(Service):
-    """Sends what the outbox owes, each receiver in its lane (``collector.alerting.receiver_lanes``):
+    """Sends what the outbox owes, each receiver in its lane (``replayscope.collector.alerting.receiver_lanes``):
     retried with backoff until delivered or expired; the tick never waits for a receiver."""
 
     name = "notifier"

@@ -12,6 +12,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # with the [runner] extra, which the runner image installs).
 WORKDIR /src
 COPY pyproject.toml ./
+COPY replayscope ./replayscope
 COPY runner ./runner
 COPY collector ./collector
 COPY app ./app

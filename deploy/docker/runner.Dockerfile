@@ -11,6 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 
 WORKDIR /src
 COPY pyproject.toml ./
+COPY replayscope ./replayscope
 COPY runner ./runner
 COPY collector ./collector
 COPY app ./app

@@ -11,7 +11,7 @@ and ``step_rollups`` is partitioned by ``(bucket_s, t)``: whole-run rows, minute
 one partition per day of 1-second rows. Existing rows are copied into the new tables
 (a full copy: allow ~1 minute per 10 M steps). SQLite keeps its tables as they are;
 retention there deletes in small batches. Partition names follow
-``replayscope_partitions.<table>_d<YYYYMMDD>``, the scheme ``collector.models.retention`` uses.
+``replayscope_partitions.<table>_d<YYYYMMDD>``, the scheme ``replayscope.collector.models.retention`` uses.
 """
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ Revises: 0008
 Create Date: 2026-12-03 10:00:00
 
 Every store starts with the built-in eager-ratio rule
-(``collector.alerting.alerts.BUILTIN_EAGER_RATIO_RULE``: the decode stages above 20% eager
+(``replayscope.collector.alerting.alerts.BUILTIN_EAGER_RATIO_RULE``: the decode stages above 20% eager
 over 5 minutes, as deploy/prometheus/replayscope-rules.yml), so ``REPLAYSCOPE_ALERT_WEBHOOK``
 or ``REPLAYSCOPE_ALERTMANAGER_URL`` alone get notified. Written here, once: a user who edits
 or deletes it keeps their choice; a store that already has a rule of its name is left alone.
@@ -29,7 +29,7 @@ _rules = sa.table("alert_rules", *(sa.column(name) for name in (*COLUMNS, "creat
 
 
 def upgrade() -> None:
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as rule
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as rule
 
     conn = op.get_bind()
     if conn.execute(sa.select(sa.func.count()).select_from(_rules).where(_rules.c.name == rule["name"])).scalar():
@@ -39,6 +39,6 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as rule
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as rule
 
     op.get_bind().execute(_rules.delete().where(_rules.c.name == rule["name"]))

@@ -1,15 +1,15 @@
-"""``python -m runner.trace [--collector URL | --events FILE] ... -- COMMAND``: the same as
+"""``python -m replayscope.runner.trace [--collector URL | --events FILE] ... -- COMMAND``: the same as
 ``replayscope trace``, for hosts that have replayscope's files but not its command."""
 
 import argparse
 import sys
 
-from runner.errors import ReplayscopeError
-from runner.trace.cli import add_arguments, trace_command
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.trace.cli import add_arguments, trace_command
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m runner.trace",
+    parser = argparse.ArgumentParser(prog="python -m replayscope.runner.trace",
                                      description="Run a command unmodified, recording its CUDA graphs "
                                                  "and steps (docs/trace.md).")
     add_arguments(parser)

@@ -2,9 +2,11 @@
 sitecustomize (this file is copied as ``sitecustomize.py`` into a folder that
 ``replayscope trace`` puts first on the traced command's ``PYTHONPATH``).
 
-replayscope's ``runner`` package is imported from ``REPLAYSCOPE_TRACE_LIB`` and hidden again, so
-it never shadows the program's own modules. If tracing cannot start, the process says so on
-stderr and runs untraced.
+The tracer is imported as ``replayscope.runner.trace`` from ``REPLAYSCOPE_TRACE_LIB`` (a folder
+holding only the ``replayscope`` package), which is on ``sys.path`` only while it is imported:
+every name of ours is under ``replayscope``, so the program's own modules (even ones named
+``app``, ``runner`` or ``collector``) are found as they would be untraced. If tracing cannot
+start, the process says so on stderr and runs untraced.
 """
 
 import os
@@ -12,27 +14,17 @@ import sys
 
 
 def _replayscope_trace_start():
-    """Import replayscope's tracer from REPLAYSCOPE_TRACE_LIB and start it, then hide its
-    package again: the program finds its own modules (even one named ``runner``) as it
-    would untraced; the tracer keeps the module objects it already holds."""
+    """Import replayscope's tracer from REPLAYSCOPE_TRACE_LIB and start it."""
     lib = os.environ.get("REPLAYSCOPE_TRACE_LIB")
     if not lib:
         raise RuntimeError("REPLAYSCOPE_TRACE_LIB is not set")
-
-    def ours():
-        return [name for name in sys.modules if name == "runner" or name.startswith("runner.")]
-
-    saved = {name: sys.modules.pop(name) for name in ours()}
     sys.path.insert(0, lib)
     try:
-        from runner.trace.bootstrap import install_from_environment
+        from replayscope.runner.trace.bootstrap import install_from_environment
 
         install_from_environment()
     finally:
         sys.path.remove(lib)
-        for name in ours():
-            del sys.modules[name]
-        sys.modules.update(saved)
 
 
 def _replayscope_next_sitecustomize():

@@ -4,8 +4,8 @@ Called by the ``sitecustomize`` that ``replayscope trace`` puts on the ``PYTHONP
 command it runs, so it runs in every Python process of that command (the program, its
 ``multiprocessing`` workers whether spawned, forked or forkserver'd, its subprocesses).
 Nothing is imported from torch here: the hooks wait for their modules (see ``imports``).
-Everything the tracer needs is imported with this module: once started, its package is hidden
-from the program (``sys.modules`` forgets it), so it must never import from it again.
+Everything the tracer needs is imported with this module, while ``REPLAYSCOPE_TRACE_LIB`` is on
+``sys.path`` (``_boot``); every name of ours is under ``replayscope``, so nothing is hidden.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ import os
 import sys
 from typing import Any
 
-from runner.trace import exits
-from runner.trace.graph_trees import GRAPH_TREE_HOOKS
-from runner.trace.hooks import TORCH_HOOKS, Patches
-from runner.trace.imports import PostImportHooks
-from runner.trace.recipes import RECIPES, catch_main_step, wrap_step_function
-from runner.trace.sglang_recipes import RECIPES as SGLANG_RECIPES
-from runner.trace.vllm_recipes import RECIPES as VLLM_RECIPES
-from runner.trace.settings import ENV_STEP, TraceSettings
-from runner.trace.tracer import Tracer
+from replayscope.runner.trace import exits
+from replayscope.runner.trace.graph_trees import GRAPH_TREE_HOOKS
+from replayscope.runner.trace.hooks import TORCH_HOOKS, Patches
+from replayscope.runner.trace.imports import PostImportHooks
+from replayscope.runner.trace.recipes import RECIPES, catch_main_step, wrap_step_function
+from replayscope.runner.trace.sglang_recipes import RECIPES as SGLANG_RECIPES
+from replayscope.runner.trace.vllm_recipes import RECIPES as VLLM_RECIPES
+from replayscope.runner.trace.settings import ENV_STEP, TraceSettings
+from replayscope.runner.trace.tracer import Tracer
 
 ACTIVE: Tracer | None = None
 

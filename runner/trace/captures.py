@@ -10,9 +10,9 @@ import sys
 import time
 from typing import Any
 
-from runner.errors import describe_error
-from runner.pools import pool_bytes
-from runner.trace import device
+from replayscope.contract.errors import describe_error
+from replayscope.runner.pools import pool_bytes
+from replayscope.runner.trace import device
 
 # Names under which programs keep the batch size they are capturing (SGLang ``bs``, vLLM
 # ``num_tokens``, most hand-written loops ``bs`` or ``batch_size``), looked up in the frames
@@ -34,7 +34,7 @@ def capture_size_from_stack(frame: Any) -> int | None:
         if frame is None:
             break
         module = frame.f_globals.get("__name__", "") or ""
-        if not (module == "torch" or module.startswith(("torch.", "runner.trace"))):
+        if not (module == "torch" or module.startswith(("torch.", "replayscope.runner.trace"))):
             names = frame.f_locals
             for name in SIZE_NAMES:
                 if _is_size(names.get(name)):

@@ -1,12 +1,12 @@
-"""``replayscope trace`` on the command line (also ``python -m runner.trace`` on hosts without
+"""``replayscope trace`` on the command line (also ``python -m replayscope.runner.trace`` on hosts without
 the ``replayscope`` command). Torch-free: it only prepares the command's environment."""
 
 from __future__ import annotations
 
 import argparse
 
-from runner import environment
-from runner.timing import CUDA_TIME_EVERY
+from replayscope.contract import environment
+from replayscope.runner.timing import CUDA_TIME_EVERY
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -45,7 +45,7 @@ def add_parser(sub) -> None:
 
 
 def trace_command(args) -> int:
-    from runner.trace.launch import run_traced
+    from replayscope.runner.trace.launch import run_traced
 
     return run_traced(list(args.program), collector=args.collector, events=args.events,
                       token=environment.token(args.token),

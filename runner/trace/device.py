@@ -1,7 +1,7 @@
 """What the tracer reads from the device: memory, step timing, whether CUDA is in use.
 
 Nothing here synchronises the device: memory figures are the caching allocator's host-side
-counters (step durations: ``runner.timing``, CUDA events read by the emitter's thread once the
+counters (step durations: ``replayscope.runner.timing``, CUDA events read by the emitter's thread once the
 GPU has passed them). torch is imported on first use, never at import, because the tracer starts
 with the process (before the program imports torch, if it ever does).
 """

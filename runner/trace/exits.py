@@ -2,7 +2,7 @@
 an uncaught exception, multiprocessing's workers (which leave through ``os._exit`` after
 their finalizers), ``os._exit`` anywhere else, and SIGTERM where the program has no handler
 of its own. What none of these sees (SIGKILL) is ended by ``replayscope trace`` from
-outside (``runner.trace.outside``). Nothing here runs on a step's path.
+outside (``replayscope.runner.trace.outside``). Nothing here runs on a step's path.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import signal
 import sys
 import threading
 
-from runner.trace.tracer import Tracer
+from replayscope.runner.trace.tracer import Tracer
 
 
 def end_run(tracer: Tracer, status: str | None = None, error: str | None = None) -> None:

@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runner.trace.hooks import Patches, _missing, _safely
-from runner.trace.tracer import Tracer
-from runner.trace.tree_state import cause_of, input_shapes, rerecords
+from replayscope.runner.trace.hooks import Patches, _missing, _safely
+from replayscope.runner.trace.tracer import Tracer
+from replayscope.runner.trace.tree_state import cause_of, input_shapes, rerecords
 
 def install_graph_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches) -> bool:
     manager = getattr(trees_module, "CUDAGraphTreeManager", None)

@@ -6,7 +6,7 @@
   an error raised inside a capture;
 - Inductor: ``log_cudagraph_skip_and_bump_counter`` (its "skipping cudagraphs due to ..."; also
   heard from Inductor's cudagraphs logger, for a caller that holds the function under a name
-  we did not replace); its graph trees are ``runner.trace.graph_trees``;
+  we did not replace); its graph trees are ``replayscope.runner.trace.graph_trees``;
 - Dynamo: ``convert_frame._compile``, timed as the ``compile`` phase.
 
 Every hook calls the original whatever happens to its own bookkeeping; an entry point that is
@@ -22,8 +22,8 @@ import sys
 import time
 from typing import Any, Callable
 
-from runner.trace.no_graph import asked_for_graphs, skip_count
-from runner.trace.tracer import Tracer
+from replayscope.runner.trace.no_graph import asked_for_graphs, skip_count
+from replayscope.runner.trace.tracer import Tracer
 
 MARK = "__replayscope_original__"
 

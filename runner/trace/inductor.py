@@ -1,6 +1,6 @@
 """What PyTorch Inductor and Dynamo tell a traced process: the functions its CUDA-graph
 trees run, record and skip (with Inductor's reason), the compiles and their phase, and what
-the compiles asked for (``runner.trace.no_graph``), so a step through a compiled function
+the compiles asked for (``replayscope.runner.trace.no_graph``), so a step through a compiled function
 gets the cause Inductor gave.
 """
 
@@ -8,13 +8,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.trace.causes import Cause, inductor_skip_evidence, inductor_skip_reason
-from runner.trace.no_graph import GraphIntent, skip_count
-from runner.trace.tree_state import GraphTrees, limit_message
+from replayscope.runner.trace.causes import Cause, inductor_skip_evidence, inductor_skip_reason
+from replayscope.runner.trace.no_graph import GraphIntent, skip_count
+from replayscope.runner.trace.tree_state import GraphTrees, limit_message
 
 
 class InductorTracking:
-    """The Inductor and Dynamo hooks' side of ``Tracer`` (``runner.trace.graph_trees`` calls these)."""
+    """The Inductor and Dynamo hooks' side of ``Tracer`` (``replayscope.runner.trace.graph_trees`` calls these)."""
 
     def _reset_inductor(self) -> None:
         self.inductor_calls: list[Any] = []    # function ids the graph-tree manager is running

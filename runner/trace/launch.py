@@ -17,14 +17,17 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from runner.errors import EXIT_INCOMPLETE, ReplayscopeError
-from runner.formats import plural
-from runner.timing import CUDA_TIME_EVERY
-from runner.trace import supervision
-from runner.trace.outside import OutsideEnds, read_registry, registry_records
-from runner.trace.settings import STEP_SPEC, TraceSettings
+import replayscope
+from replayscope.contract.errors import EXIT_INCOMPLETE, ReplayscopeError
+from replayscope.contract.formats import plural
+from replayscope.runner.timing import CUDA_TIME_EVERY
+from replayscope.runner.trace import supervision
+from replayscope.runner.trace.outside import OutsideEnds, read_registry, registry_records
+from replayscope.runner.trace.settings import STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
+# the package the traced processes import (in a checkout its __init__ adds the checkout's folders)
+REPLAYSCOPE_PACKAGE = Path(replayscope.__file__).resolve().parent
 
 
 def check_arguments(command: list[str], collector: str | None, events: str | None, step: str | None,
@@ -50,17 +53,21 @@ def check_arguments(command: list[str], collector: str | None, events: str | Non
 
 
 def prepare_workdir(workdir: str) -> tuple[str, str]:
-    """The folder put on PYTHONPATH (holding sitecustomize.py) and the folder holding ``runner``."""
+    """The folder put on PYTHONPATH (holding sitecustomize.py) and the folder holding only the
+    ``replayscope`` package (a link to it; a copy laid out as installed where links fail)."""
     boot = os.path.join(workdir, "boot")
     lib = os.path.join(workdir, "lib")
     os.makedirs(boot)
     os.makedirs(lib)
     shutil.copyfile(RUNNER_PACKAGE / "trace" / "_boot.py", os.path.join(boot, "sitecustomize.py"))
+    package = os.path.join(lib, "replayscope")
     try:
-        os.symlink(RUNNER_PACKAGE, os.path.join(lib, "runner"), target_is_directory=True)
+        os.symlink(REPLAYSCOPE_PACKAGE, package, target_is_directory=True)
     except OSError:
-        shutil.copytree(RUNNER_PACKAGE, os.path.join(lib, "runner"),
-                        ignore=shutil.ignore_patterns("__pycache__"))
+        skip = shutil.ignore_patterns("__pycache__")
+        shutil.copytree(REPLAYSCOPE_PACKAGE, package, ignore=skip)
+        if not os.path.isdir(os.path.join(package, "runner")):     # a source checkout's folders
+            shutil.copytree(RUNNER_PACKAGE, os.path.join(package, "runner"), ignore=skip)
     return boot, lib
 
 

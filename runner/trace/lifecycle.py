@@ -16,14 +16,14 @@ import threading
 import time
 from typing import Any, Callable
 
-from runner.emitter import Emitter
-from runner.errors import describe_error
-from runner.sinks import HttpSink, JsonlSink
-from runner.timing import step_timing
-from runner.trace import device
-from runner.trace.outside import register
-from runner.trace.settings import TraceSettings, claim_events_path
-from runner.trace.tree_state import AUTO_STEPS
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.errors import describe_error
+from replayscope.contract.sinks import HttpSink, JsonlSink
+from replayscope.runner.timing import step_timing
+from replayscope.runner.trace import device
+from replayscope.runner.trace.outside import register
+from replayscope.runner.trace.settings import TraceSettings, claim_events_path
+from replayscope.runner.trace.tree_state import AUTO_STEPS
 
 
 def process_label() -> str:
@@ -43,7 +43,7 @@ def process_label() -> str:
 
 class RunLifecycle:
     """The run of one traced process, its warnings and its end. Part of ``Tracer``: ``close``
-    reads what the captures (``runner.trace.captures``) and steps (``runner.trace.steps``) counted."""
+    reads what the captures (``replayscope.runner.trace.captures``) and steps (``replayscope.runner.trace.steps``) counted."""
 
     settings: TraceSettings
     _make_sink: Callable[[str], Any] | None

@@ -13,7 +13,7 @@ Three cases PyTorch is silent about (read in its source, 2.4 to 2.13):
 - a skip Inductor counted without saying why (e.g. a graph whose skip was decided when it was
   first compiled and is now loaded from a cache).
 
-The hooks (``runner.trace.hooks``): ``torch._inductor.compile_fx.compile_fx`` (what
+The hooks (``replayscope.runner.trace.hooks``): ``torch._inductor.compile_fx.compile_fx`` (what
 ``torch.compile``'s Inductor backend calls, importing it at each call) says whether a graph was
 compiled with CUDA graphs on; the skip counter is read around each Dynamo compile. Pure: no
 torch import here.
@@ -25,7 +25,7 @@ import os
 import sys
 from typing import Any
 
-from runner.trace.causes import Cause
+from replayscope.runner.trace.causes import Cause
 
 CONFIG_KEY = "triton.cudagraphs"
 ENV_CUDAGRAPHS = "TORCHINDUCTOR_CUDAGRAPHS"

@@ -19,10 +19,10 @@ import signal
 import time
 from typing import Any
 
-from runner.events_file import append_events
-from runner.http import HttpError, post_json
-from runner.trace.settings import REGISTRY_FILE
-from runner.wire import MAX_SEQ
+from replayscope.contract.events_file import append_events
+from replayscope.contract.http import HttpError, post_json
+from replayscope.runner.trace.settings import REGISTRY_FILE
+from replayscope.contract.wire import MAX_SEQ
 
 TAIL_BYTES = 1 << 16
 

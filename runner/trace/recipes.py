@@ -5,10 +5,10 @@ A step is one call of the program's step function. ``--step MODULE:QUALNAME`` na
 built-in recipes name it for the engines, and switch on when the program imports them: here
 transformers ``generate`` (one forward: from ``prepare_inputs_for_generation`` to
 ``_update_model_kwargs_for_generation``, its batch the new tokens' rows) and the pieces every
-recipe is made of; vLLM's and SGLang's layouts are ``runner.trace.vllm_recipes`` and
-``runner.trace.sglang_recipes``. Without ``--step``, a call of a torch.compile
+recipe is made of; vLLM's and SGLang's layouts are ``replayscope.runner.trace.vllm_recipes`` and
+``replayscope.runner.trace.sglang_recipes``. Without ``--step``, a call of a torch.compile
 (reduce-overhead) function outside a recipe's step is a step of its own
-(``runner.trace.graph_trees``).
+(``replayscope.runner.trace.graph_trees``).
 
 Each recipe reads the engine's objects with ``getattr`` and defaults: a symbol that is
 missing in the installed version is a warning on the run naming it, never an error in the
@@ -20,10 +20,10 @@ from __future__ import annotations
 import sys
 from typing import Any, Callable, NamedTuple
 
-from runner.errors import describe_error
-from runner.trace.causes import Cause
-from runner.trace.hooks import Patches
-from runner.trace.tracer import Tracer
+from replayscope.contract.errors import describe_error
+from replayscope.runner.trace.causes import Cause
+from replayscope.runner.trace.hooks import Patches
+from replayscope.runner.trace.tracer import Tracer
 
 
 class StepBatch(NamedTuple):

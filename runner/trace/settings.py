@@ -12,7 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from runner.timing import CUDA_TIME_EVERY
+from replayscope.runner.timing import CUDA_TIME_EVERY
 
 ENV_ON = "REPLAYSCOPE_TRACE"
 ENV_ID = "REPLAYSCOPE_TRACE_ID"
@@ -21,7 +21,7 @@ ENV_STEP = "REPLAYSCOPE_TRACE_STEP"
 ENV_EVENTS = "REPLAYSCOPE_TRACE_EVENTS"
 ENV_COLLECTOR = "REPLAYSCOPE_TRACE_COLLECTOR"
 ENV_TOKEN = "REPLAYSCOPE_TOKEN"           # the same variable every replayscope client reads
-ENV_LIB = "REPLAYSCOPE_TRACE_LIB"         # a folder holding replayscope's ``runner`` package
+ENV_LIB = "REPLAYSCOPE_TRACE_LIB"         # a folder holding only the ``replayscope`` package
 ENV_DIR = "REPLAYSCOPE_TRACE_DIR"         # the trace's working folder: the processes' registry
 ENV_PARENT_PID = "REPLAYSCOPE_TRACE_PARENT_PID"
 ENV_COMMAND = "REPLAYSCOPE_TRACE_COMMAND"

@@ -46,12 +46,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from runner.trace import device
-from runner.trace.causes import Cause
-from runner.trace.hooks import Patches
-from runner.trace.recipes import BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete, size_value, \
-    step_wrapper
-from runner.trace.tracer import Tracer
+from replayscope.runner.trace import device
+from replayscope.runner.trace.causes import Cause
+from replayscope.runner.trace.hooks import Patches
+from replayscope.runner.trace.recipes import (BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete,
+                                              size_value, step_wrapper)
+from replayscope.runner.trace.tracer import Tracer
 
 
 def _mode_is(mode: Any, name: str) -> bool:

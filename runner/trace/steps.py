@@ -1,6 +1,6 @@
 """A traced process's steps: each one's stage, batch, time and the graphs it replayed,
-decided into a mode and cause (``runner.trace.causes.decide``) and sent as a ``step`` event.
-The replay path itself (a counter and a list append) is in ``runner.trace.hooks``.
+decided into a mode and cause (``replayscope.runner.trace.causes.decide``) and sent as a ``step`` event.
+The replay path itself (a counter and a list append) is in ``replayscope.runner.trace.hooks``.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import time
 from collections import Counter
 from typing import Any
 
-from runner.timing import CudaClock
-from runner.trace import device
-from runner.trace.causes import Cause, StepFacts, decide, replayed
-from runner.trace.no_graph import no_graph_cause
+from replayscope.runner.timing import CudaClock
+from replayscope.runner.trace import device
+from replayscope.runner.trace.causes import Cause, StepFacts, decide, replayed
+from replayscope.runner.trace.no_graph import no_graph_cause
 
 
 DECISIONS_KEPT = 4096     # outcomes kept of steps that are not a plain replay; beyond, decided each step
@@ -81,7 +81,7 @@ class StepTracking:
 
     def _start_timing(self, stage: str, raw_bs: int | None) -> Any:
         """Host time while the process has not used CUDA; then CUDA events on a sample of steps
-        (``runner.timing``: the first of each stage and batch size, then every Nth), never while
+        (``replayscope.runner.timing``: the first of each stage and batch size, then every Nth), never while
         the stream is capturing (an event recorded there would break the capture). A decode
         batch size's count is kept here: a step reads one dictionary, builds no key."""
         clock = self._cuda_clock

@@ -1,10 +1,10 @@
 """One traced process: its run, the graphs it captured, the step in progress, its events.
 
-The hooks (``runner.trace.hooks``, ``runner.trace.recipes``) call into the one ``Tracer`` of
+The hooks (``replayscope.runner.trace.hooks``, ``replayscope.runner.trace.recipes``) call into the one ``Tracer`` of
 the process, made of four parts, each in its own module: the run's lifecycle
-(``runner.trace.lifecycle``: opening the run, warnings, the end), the captures
-(``runner.trace.captures``), what Inductor and Dynamo report (``runner.trace.inductor``) and
-the steps (``runner.trace.steps``). The replay path is a counter and a list append;
+(``replayscope.runner.trace.lifecycle``: opening the run, warnings, the end), the captures
+(``replayscope.runner.trace.captures``), what Inductor and Dynamo report (``replayscope.runner.trace.inductor``) and
+the steps (``replayscope.runner.trace.steps``). The replay path is a counter and a list append;
 everything else (capture, compile, a step's end) happens once per capture or per step. A
 process gets a run only when it has something to report: its first capture, step, compile
 or warning.
@@ -14,11 +14,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from runner.trace.captures import CaptureTracking
-from runner.trace.inductor import InductorTracking
-from runner.trace.lifecycle import RunLifecycle
-from runner.trace.settings import TraceSettings
-from runner.trace.steps import StepTracking
+from replayscope.runner.trace.captures import CaptureTracking
+from replayscope.runner.trace.inductor import InductorTracking
+from replayscope.runner.trace.lifecycle import RunLifecycle
+from replayscope.runner.trace.settings import TraceSettings
+from replayscope.runner.trace.steps import StepTracking
 
 class Tracer(RunLifecycle, CaptureTracking, InductorTracking, StepTracking):
     """The state of one traced process. See the module docstring."""

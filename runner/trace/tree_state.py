@@ -1,6 +1,6 @@
 """What the trace keeps about Inductor's CUDA-graph trees in one process: the compiled functions,
 how to read a call's batch, the last failed check before a replay, why a graph is recorded.
-Pure bookkeeping (the hooks are ``runner.trace.graph_trees``); nothing here imports torch."""
+Pure bookkeeping (the hooks are ``replayscope.runner.trace.graph_trees``); nothing here imports torch."""
 
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from runner.trace.causes import Cause
+from replayscope.runner.trace.causes import Cause
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ and run on an H200 with vLLM 0.25.0 (docs/engines.md):
 The step's batch is its scheduled tokens (vLLM keys its graphs by tokens, so padding is to the
 captured token count); nothing scheduled, no step. In V2 the dispatcher's decision
 (``CudaGraphManager.dispatch``) gives the step's stage and why it ran eager or PIECEWISE
-(``runner.trace.vllm_dispatch``). Graphs off: ``enforce_eager`` or ``cudagraph_mode`` ``NONE``.
+(``replayscope.runner.trace.vllm_dispatch``). Graphs off: ``enforce_eager`` or ``cudagraph_mode`` ``NONE``.
 The capture phase's memory is what vLLM itself logs as "took X GiB": the device's free memory
 before the capture minus after (``cudaMemGetInfo``), which counts the graphs' own device memory
 beside the allocator's pool.
@@ -24,13 +24,13 @@ from __future__ import annotations
 import time
 from typing import Any, Callable
 
-from runner.trace import device
-from runner.trace.causes import Cause
-from runner.trace.hooks import Patches
-from runner.trace.recipes import BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete, size_value, \
-    step_wrapper
-from runner.trace.tracer import Tracer
-from runner.trace.vllm_dispatch import Graphs, explain
+from replayscope.runner.trace import device
+from replayscope.runner.trace.causes import Cause
+from replayscope.runner.trace.hooks import Patches
+from replayscope.runner.trace.recipes import (BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete,
+                                              size_value, step_wrapper)
+from replayscope.runner.trace.tracer import Tracer
+from replayscope.runner.trace.vllm_dispatch import Graphs, explain
 
 
 def graphs_off(runner: Any) -> bool:

@@ -1,4 +1,4 @@
-"""Fixtures for the dashboard tests: a migrated SQLite store filled through collector.ingest."""
+"""Fixtures for the dashboard tests: a migrated SQLite store filled through replayscope.collector.ingest."""
 
 import pytest
 
@@ -7,7 +7,7 @@ from tests.app import synthetic
 
 @pytest.fixture
 def store(tmp_path):
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     s = Store.open(f"sqlite:///{tmp_path / 'rs.db'}", upgrade=True)
     yield s

@@ -75,8 +75,8 @@ def step_events(t0: float, n: int, seq0: int, seed: int = 0, step_s: float = 0.0
 
 def fill(store, run_id: str = "syn-1", name: str = "synthetic", steps: int = 500, ended: bool = True,
          **startup) -> dict:
-    """A whole run into ``store`` through collector.ingest; returns the run record."""
-    from collector.ingest import ingest_events, ingest_run
+    """A whole run into ``store`` through replayscope.collector.ingest; returns the run record."""
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     record = run_record(run_id, name)
     ingest_run(store, record)

@@ -1,5 +1,5 @@
 """The Alerts page's rule form and the API validate the same way: the same bad values are
-refused with the same message (the one check of collector.alert_rule), and the form starts
+refused with the same message (the one check of replayscope.collector.alert_rule), and the form starts
 at the defaults the API documents."""
 
 from __future__ import annotations
@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.models import queries
-from collector.schemas import AlertRuleIn
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.models import queries
+from replayscope.collector.schemas import AlertRuleIn
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.app.test_dashboard_auth import RULE_FORM, callback_request
 from tests.live_server import LOOPBACK_BASE
 from tests.stores import without_builtin_rule
@@ -46,7 +46,7 @@ FORM_TO_RULE = {"rule-name.value": ("name", "form"), "rule-kind.value": ("kind",
 
 @pytest.fixture
 def site(tmp_path):
-    from app.server import create_server
+    from replayscope.app.server import create_server
 
     store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/f.db", upgrade=True))
     app = create_server(store, Settings(run_services=False))          # no token: anyone writes
@@ -89,7 +89,7 @@ def test_the_page_and_the_api_take_the_same_good_rule(site):
 
 
 def test_the_form_starts_at_the_defaults_the_api_documents(site):
-    from app.pages import alerts as page
+    from replayscope.app.pages import alerts as page
 
     documented = AlertRuleIn.model_json_schema()["properties"]
     inputs = {"rule-kind": "kind", "rule-window": "window_s", "rule-min-steps": "min_steps", "rule-for": "for_s",

@@ -39,13 +39,13 @@ def env(tmp_path_factory):
     hostile name, served by uvicorn in a thread."""
     pytest.importorskip("torch", reason="the store holds a real `replayscope run`'s run")
     from tests.stores import ingest_events_file, without_builtin_rule
-    from collector.settings import Settings
-    from collector.store import Store
-    from app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
+    from replayscope.app.server import create_server
 
     tmp = tmp_path_factory.mktemp("browser")
     events = tmp / "real.jsonl"
-    subprocess.run([sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
+    subprocess.run([sys.executable, "-m", "replayscope", "run", "--backend", "static", "--preset", "tiny",
                     "--workload", "mixed", "--steps", "300", "--events", str(events), "--quiet",
                     "--name", "static-tiny-mixed", "--run-id", "real-run"],
                    cwd=REPO, check=True, timeout=600)
@@ -54,7 +54,7 @@ def env(tmp_path_factory):
     synthetic.fill(store, "baseline-run", name="baseline", steps=200, slow_size=16, failed_size=32)
     synthetic.fill(store, "xss-run", name=XSS_NAME, steps=50)
     live = synthetic.run_record("live-run", "live", started_at=time.time() - 30)
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
     ingest_run(store, live)
     first = synthetic.startup_events(live["started_at"])
     first += synthetic.step_events(first[-1]["ts"] + 0.01, 100, seq0=len(first) + 10, seed=1)
@@ -165,8 +165,8 @@ def test_every_page_fits_1280_px_and_requests_no_missing_asset(env, narrow, page
 
 
 def test_runs_page_lists_every_run_with_the_query_layers_numbers(env, driver):
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
 
     open_page(driver, env["url"] + "/")
     wait(driver, lambda d: "real-run" in d.find_element(By.ID, "runs-table").text)
@@ -195,8 +195,8 @@ def test_a_run_name_in_the_runs_table_links_to_its_page(env, driver):
 
 
 def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
 
     open_page(driver, env["url"] + "/run/real-run", charts=7)
     summary = queries.run_summary(env["store"], "real-run")
@@ -215,8 +215,8 @@ def test_run_page_shows_charts_numbers_and_explained_reasons(env, driver):
 
 
 def test_startup_page_compares_with_a_baseline_and_diagnoses(env, driver):
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
     open_page(driver, env["url"] + "/startup/real-run", charts=3)
     store = env["store"]
     # wall time: from the run's start to the end of its last phase or capture (a runner logs no ready line)
@@ -258,7 +258,7 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
     driver.find_element(By.ID, "rule-create").click()
     message = text_of(driver, "rule-message", placeholder="")
     assert message.startswith("Not saved: threshold") and "0..1" in message
-    from collector.models import queries
+    from replayscope.collector.models import queries
     assert queries.alert_rules(env["store"]) == []
 
     threshold.clear()
@@ -272,8 +272,8 @@ def test_alert_form_rejects_bad_input_then_creates_a_rule(env, driver):
 
 
 def test_selecting_a_rule_loads_it_into_the_form(env, driver):
-    from collector.models import queries
-    from collector.alerting.alerts import create_rule
+    from replayscope.collector.models import queries
+    from replayscope.collector.alerting.alerts import create_rule
 
     rule = create_rule(env["store"], {"name": "to-edit", "threshold": 0.45, "window_s": 120, "min_steps": 7})
     open_page(driver, env["url"] + "/alerts")
@@ -290,9 +290,9 @@ def test_selecting_a_rule_loads_it_into_the_form(env, driver):
 
 
 def test_live_run_page_shows_new_steps_without_reload(env, driver):
-    from app import components as c
-    from collector.models import queries
-    from collector.ingest import ingest_events
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
+    from replayscope.collector.ingest import ingest_events
 
     open_page(driver, env["url"] + "/run/live-run", charts=7)
     before = queries.run_summary(env["store"], "live-run")["steps"]

@@ -33,16 +33,16 @@ IMPORTS = {"vllm": ("vllm", "vllm_cudagraph_metrics.log"), "sglang": ("sglang", 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
     pytest.importorskip("torch", reason="the runner run is a real `replayscope run`'s")
-    from app.server import create_server
-    from collector.models import queries
+    from replayscope.app.server import create_server
+    from replayscope.collector.models import queries
     from tests.stores import ingest_events_file
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     tmp = tmp_path_factory.mktemp("advisor")
     url = f"sqlite:///{tmp / 'rs.db'}"
     events = tmp / "runner.jsonl"
-    subprocess.run([sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
+    subprocess.run([sys.executable, "-m", "replayscope", "run", "--backend", "static", "--preset", "tiny",
                     "--workload", "mixed", "--steps", "400", "--events", str(events), "--quiet",
                     "--name", "static-tiny-mixed", "--run-id", "runner-run"], cwd=REPO, check=True, timeout=600)
     store = Store.open(url, upgrade=True)
@@ -50,7 +50,7 @@ def env(tmp_path_factory):
     runs = {"runner": "runner-run"}
     for kind, (engine, log) in IMPORTS.items():
         before = {r["run_id"] for r in queries.list_runs(store)}
-        subprocess.run([sys.executable, "-m", "app.cli", "import", engine, str(LOGS / log), "--db", url],
+        subprocess.run([sys.executable, "-m", "replayscope", "import", engine, str(LOGS / log), "--db", url],
                        cwd=REPO, check=True, timeout=120, capture_output=True)
         (runs[kind],) = {r["run_id"] for r in queries.list_runs(store)} - before
     with serving(create_server(store, Settings(run_services=False))) as base:
@@ -69,7 +69,7 @@ def shown_table(driver) -> dict[str, dict[str, str]]:
 
 @pytest.mark.parametrize("kind", ["runner", "vllm", "sglang", "enforce-eager", "vllm-serving"])
 def test_the_advisor_page_shows_the_apis_advice(env, driver, kind):
-    from app.pages.advisor import page_data
+    from replayscope.app.pages.advisor import page_data
 
     run_id = env["runs"][kind]
     open_page(driver, f"{env['url']}/advisor/{run_id}", charts=1)
@@ -113,7 +113,7 @@ def test_the_advisor_page_shows_the_apis_advice(env, driver, kind):
 
 
 def test_moving_the_budget_recomputes_the_advice(env, driver):
-    from app.pages.advisor import page_data
+    from replayscope.app.pages.advisor import page_data
 
     run_id = env["runs"]["runner"]
     open_page(driver, f"{env['url']}/advisor/{run_id}", charts=1)

@@ -22,10 +22,10 @@ SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, driver):
-    from app.server import create_server
-    from collector.alerting import alerts
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.alerting import alerts
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
     from tests.stores import without_builtin_rule
 
     tmp = tmp_path_factory.mktemp("auth")
@@ -45,7 +45,7 @@ def message(driver) -> str:
 
 
 def test_without_the_token_the_alerts_page_changes_nothing_and_hides_webhook_urls(env):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     driver = env["driver"]
     driver.get(env["url"] + "/alerts")
@@ -67,8 +67,8 @@ def test_without_the_token_the_alerts_page_changes_nothing_and_hides_webhook_url
 
 
 def test_after_giving_the_token_once_rules_change_and_the_session_is_http_only(env):
-    from collector.models import queries
-    from collector.api.auth import SESSION_COOKIE
+    from replayscope.collector.models import queries
+    from replayscope.collector.api.auth import SESSION_COOKIE
 
     driver = env["driver"]
     driver.get(env["url"] + "/alerts")

@@ -21,11 +21,11 @@ SGLANG_LOG = FIXTURES / "sglang_v046_decode_sample_serving.log"
 
 @pytest.fixture(scope="module")
 def engine_env(tmp_path_factory):
-    from app.cli import main
-    from app.server import create_server
-    from collector.models import queries
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.cli import main
+    from replayscope.app.server import create_server
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     db = f"sqlite:///{tmp_path_factory.mktemp('engines') / 'rs.db'}"
     for engine, log in (("vllm", VLLM_LOG), ("sglang", SGLANG_LOG)):
@@ -43,8 +43,8 @@ def _trace_count(driver, graph_id: str) -> int:
 
 
 def test_an_imported_vllm_runs_page_shows_its_decode_and_padding_figures(engine_env, driver):
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
 
     run_id = engine_env["vllm"]
     summary = queries.run_summary(engine_env["store"], run_id)
@@ -66,8 +66,8 @@ def test_an_imported_vllm_runs_page_shows_its_decode_and_padding_figures(engine_
 
 
 def test_an_imported_sglang_runs_page_says_its_decode_steps_are_a_sample(engine_env, driver):
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
 
     run_id = engine_env["sglang"]
     summary = queries.run_summary(engine_env["store"], run_id)
@@ -87,7 +87,7 @@ def test_an_imported_sglang_runs_page_says_its_decode_steps_are_a_sample(engine_
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
 def test_the_startup_and_advisor_pages_of_imported_runs(engine_env, driver, engine):
-    from collector.analysis.advisor.stored import advice_for_run
+    from replayscope.collector.analysis.advisor.stored import advice_for_run
 
     run_id = engine_env[engine]
     # the advisor's traffic: the run's steps in the decode stages (a vLLM run's decode and mixed rows)

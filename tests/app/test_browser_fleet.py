@@ -26,10 +26,10 @@ DAY = 86400.0
 def env(tmp_path_factory):
     """Eight runs of llama-8b on v1, a ninth on v2 with a 30 % slower graph step, a sampled
     qwen run, and a llama run 40 days old whose raw steps expired."""
-    from app.server import create_server
-    from collector.models import retention
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.models import retention
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('fleet') / 'rs.db'}", upgrade=True)
     base = time.time() - 4 * DAY
@@ -66,8 +66,8 @@ def wait_rows(driver, grid_id, expected_ids, timeout=30):
 
 
 def test_the_fleet_page_shows_every_group_with_the_read_models_numbers(env, driver):
-    from app import components as c
-    from collector.analysis import fleet
+    from replayscope.app import components as c
+    from replayscope.collector.analysis import fleet
 
     open_page(driver, env["url"] + "/fleet?period=all", charts=1)
     runs = fleet.fleet_runs(env["store"])

@@ -19,10 +19,10 @@ MIXED, COMPILE, FAILING = "h200-1b-mixed", "h200-1b-compile", "h200-1b-failing-c
 
 @pytest.fixture(scope="module")
 def gpu_env(tmp_path_factory):
-    from app.server import create_server
+    from replayscope.app.server import create_server
     from tests.stores import ingest_events_file
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('gpu') / 'rs.db'}", upgrade=True)
     for run_id in (MIXED, COMPILE, FAILING):
@@ -33,7 +33,7 @@ def gpu_env(tmp_path_factory):
 
 
 def test_gpu_runs_are_listed_with_their_device(gpu_env, driver):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     open_page(driver, gpu_env["url"] + "/")
     wait(driver, lambda d: all(r in d.find_element(By.ID, "runs-table").text for r in (MIXED, COMPILE, FAILING)))
@@ -43,8 +43,8 @@ def test_gpu_runs_are_listed_with_their_device(gpu_env, driver):
 
 
 def test_gpu_run_page_shows_pool_memory_and_the_query_layers_numbers(gpu_env, driver):
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
 
     open_page(driver, gpu_env["url"] + f"/run/{MIXED}", charts=7)
     summary = queries.run_summary(gpu_env["store"], MIXED)
@@ -83,7 +83,7 @@ def test_gpu_failed_capture_is_shown_on_the_startup_page(gpu_env, driver):
 
 
 def test_gpu_advisor_and_alerts_pages(gpu_env, driver):
-    from app.pages.advisor import page_data
+    from replayscope.app.pages.advisor import page_data
 
     open_page(driver, gpu_env["url"] + f"/advisor/{MIXED}", charts=1)
     wait(driver, lambda d: d.find_elements(By.CSS_SELECTOR, ".flag-text"))

@@ -16,9 +16,9 @@ pytestmark = pytest.mark.browser
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('pm') / 'rs.db'}", upgrade=True)
     ids = {case.name: load(case, store)[-1] for case in CASES
@@ -60,7 +60,7 @@ def test_the_startup_page_of_an_imported_log_shows_its_sizes_and_kv_cache(env, d
     """The figures the log states (issue 22): a bar's count of sizes, KV tokens; the largest
     size the excerpt never printed reads "not in the log", and a failure-only excerpt leads
     with its failure, the exception "cut off in the log"."""
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.importers.conftest import FIXTURES, import_whole
 
     ids = {}

@@ -39,8 +39,8 @@ def traced_events(monkeypatch, scenario, step=None):
 def re_recording(traced):
     from torch._inductor import cudagraph_utils
 
-    from runner.trace.graph_trees import install_graph_tree_hooks
-    from runner.trace.hooks import install_inductor_skip_hook
+    from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
+    from replayscope.runner.trace.hooks import install_inductor_skip_hook
     from tests.trace.graph_trees_stand_in import Status, StandInManager, module
 
     install_graph_tree_hooks(traced.tracer, module(), traced.patches)
@@ -69,10 +69,10 @@ def no_graph(traced):
 
 @pytest.fixture(scope="module")
 def env(tmp_path_factory):
-    from collector.ingest import ingest_events, ingest_run
-    from collector.settings import Settings
-    from collector.store import Store
-    from app.server import create_server
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
+    from replayscope.app.server import create_server
     from tests.app import synthetic
 
     monkeypatch = pytest.MonkeyPatch()

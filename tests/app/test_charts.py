@@ -1,6 +1,6 @@
 """Figures: rounded units, unknown values drawn as gaps (never zeros)."""
 
-from app import charts
+from replayscope.app import charts
 
 
 def _capture(bs, duration_s=0.05, pool_bytes=None, pool_delta_bytes=None, status="ok"):

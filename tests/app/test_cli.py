@@ -7,8 +7,8 @@ import re
 
 import pytest
 
-from app import __version__
-from app.cli import build_parser, main
+from replayscope.app import __version__
+from replayscope.app.cli import build_parser, main
 
 
 def every_parser(parser: argparse.ArgumentParser, name: str = "replayscope"):

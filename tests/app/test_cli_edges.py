@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.cli import main
+from replayscope.app.cli import main
 
 EXIT_DONE, EXIT_ERROR = 0, 2          # docs/commands.md
 
@@ -42,7 +42,7 @@ def test_a_command_that_reads_never_creates_a_store(argv, capsys, tmp_path, monk
 
 
 def test_db_current_still_reads_an_existing_store(capsys, tmp_path):
-    from collector.store import Store, head_revision
+    from replayscope.collector.store import Store, head_revision
 
     url = f"sqlite:///{tmp_path / 'r.db'}"
     Store.open(url).dispose()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
+from replayscope.app.cli import main
 from tests.live_server import LOOPBACK_BASE, free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -24,7 +24,7 @@ def test_advise_prints_sizes_and_flags_for_a_stored_run(filled, capsys):
 def test_advise_json_is_what_the_api_answers_and_the_budget_defaults_to_the_runs_count(filled, capsys):
     import json
 
-    from collector.analysis.advisor.stored import advice_for_run
+    from replayscope.collector.analysis.advisor.stored import advice_for_run
 
     assert main(["advise", "syn-1", "--json", "--db", filled.url]) == 0
     printed = json.loads(capsys.readouterr().out)
@@ -34,8 +34,8 @@ def test_advise_json_is_what_the_api_answers_and_the_budget_defaults_to_the_runs
 
 
 def test_advise_through_a_collector_with_its_token_prints_what_the_store_gives(filled, capsys):
-    from collector.api import create_api
-    from collector.settings import Settings
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
     from tests.live_server import serving
 
     assert main(["advise", "syn-1", "--budget", "3", "--db", filled.url]) == 0
@@ -43,7 +43,7 @@ def test_advise_through_a_collector_with_its_token_prints_what_the_store_gives(f
     with serving(create_api(filled, Settings(run_services=False, token="s3cret"))) as url:
         assert main(["advise", "syn-1", "--budget", "3", "--collector", url, "--token", "s3cret"]) == 0
         assert capsys.readouterr().out == direct
-        result = subprocess.run([sys.executable, "-m", "app.cli", "advise", "syn-1", "--collector", url, "--json"],
+        result = subprocess.run([sys.executable, "-m", "replayscope", "advise", "syn-1", "--collector", url, "--json"],
                                 cwd=REPO, capture_output=True, text=True, timeout=120,
                                 env={**__import__("os").environ, "REPLAYSCOPE_TOKEN": "s3cret"})
         assert result.returncode == 0 and '"sizes"' in result.stdout
@@ -66,7 +66,7 @@ def test_advise_rejects_a_zero_budget(filled, capsys):
 
 
 def test_serve_refuses_a_store_whose_schema_is_behind_and_leaves_it_as_it_is(tmp_path, capsys):
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'old.db'}"
     Store(url).upgrade("0001")
@@ -87,7 +87,7 @@ def test_serve_creates_a_new_store_named_by_the_environment_and_logs_each_reques
     db = tmp_path / "fresh" / "new.db"
     db.parent.mkdir()
     env = {**os.environ, "REPLAYSCOPE_DB": f"sqlite:///{db}", "REPLAYSCOPE_LOG_LEVEL": "info"}
-    server = subprocess.Popen([sys.executable, "-m", "app.cli", "serve", "--no-dashboard", "--port", str(port)],
+    server = subprocess.Popen([sys.executable, "-m", "replayscope", "serve", "--no-dashboard", "--port", str(port)],
                               cwd=REPO, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True)
     try:
@@ -110,8 +110,8 @@ def test_serve_creates_a_new_store_named_by_the_environment_and_logs_each_reques
 def test_server_keeps_the_api_next_to_the_dashboard(filled):
     from fastapi.testclient import TestClient
 
-    from app.server import create_server
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
 
     with TestClient(create_server(filled, Settings(run_services=False)), base_url=LOOPBACK_BASE) as client:
         assert client.get("/healthz").status_code == 200
@@ -125,8 +125,8 @@ def test_server_keeps_the_api_next_to_the_dashboard(filled):
 def test_server_without_dashboard_serves_only_the_api(filled):
     from fastapi.testclient import TestClient
 
-    from app.server import create_server
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
 
     with TestClient(create_server(filled, Settings(run_services=False), dashboard=False), base_url=LOOPBACK_BASE) as client:
         assert client.get("/v1/runs").status_code == 200
@@ -139,13 +139,13 @@ def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
     pytest.importorskip("torch", reason="the demo runs a model")
     import os
 
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     port = free_port()
     shared = tmp_path / "shared.db"
     env = {**os.environ, "PYTHONPATH": str(REPO), "REPLAYSCOPE_DB": f"sqlite:///{shared}"}
-    done = subprocess.run([sys.executable, "-m", "app.cli", "demo", "--port", str(port), "--duration", "20"],
+    done = subprocess.run([sys.executable, "-m", "replayscope", "demo", "--port", str(port), "--duration", "20"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert f"http://127.0.0.1:{port}" in done.stdout and "stopped" in done.stdout
@@ -160,7 +160,7 @@ def test_demo_streams_a_live_run_into_its_own_store_and_stops_cleanly(tmp_path):
 
 
 def test_a_database_that_cannot_be_opened_is_one_line_without_the_password(capsys):
-    from app.cli import main
+    from replayscope.app.cli import main
 
     assert main(["serve", "--db", "postgresql+psycopg://user:s3cret@127.0.0.1:9/x", "--port", "9"]) == 2
     err = capsys.readouterr().err

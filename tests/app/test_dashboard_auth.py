@@ -8,11 +8,11 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.alerting import alerts
-from collector.models import queries
-from collector.api.auth import SESSION_COOKIE
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.alerting import alerts
+from replayscope.collector.models import queries
+from replayscope.collector.api.auth import SESSION_COOKIE
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import LOOPBACK_BASE
 from tests.stores import without_builtin_rule
 
@@ -22,7 +22,7 @@ SLACK = "https://hooks.slack.example/services/T000/B000/XXXXSECRETXXXX"
 
 @pytest.fixture
 def dashboard(tmp_path):
-    from app.server import create_server
+    from replayscope.app.server import create_server
 
     store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/d.db", upgrade=True))   # only the tests' rules
     app = create_server(store, Settings(run_services=False, token=TOKEN))
@@ -93,7 +93,7 @@ def test_signing_in_once_gives_an_http_only_session_that_lets_the_callback_write
 
 def test_a_failing_dashboard_callback_is_logged_with_its_run_id(dashboard, caplog, monkeypatch):
     client, store, dash_app = dashboard
-    from app.pages import run as run_page
+    from replayscope.app.pages import run as run_page
 
     def broken(*_args, **_kwargs):
         raise ValueError("a value the page cannot draw")
@@ -111,7 +111,7 @@ def test_a_failing_dashboard_callback_is_logged_with_its_run_id(dashboard, caplo
 def test_two_dashboards_in_one_process_each_write_to_their_own_store(tmp_path):
     """A page's callback reads and writes the store of the app its request came to, not the
     last dashboard made in the process (which ``dash.get_app()`` alone would name)."""
-    from app.server import create_server
+    from replayscope.app.server import create_server
 
     first = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/first.db", upgrade=True))
     second = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/second.db", upgrade=True))

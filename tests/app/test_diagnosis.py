@@ -3,7 +3,7 @@ with its provenance, titles that agree with their evidence."""
 
 import pytest
 
-from collector.analysis.diagnosis import RunFacts, capture_summary, diagnose, startup_seconds
+from replayscope.collector.analysis.diagnosis import RunFacts, capture_summary, diagnose, startup_seconds
 
 GIB = 2**30
 
@@ -203,7 +203,7 @@ def test_findings_rank_by_seconds_over_the_expectation():
 
 
 def test_every_evidence_line_names_a_known_provenance():
-    from runner.wire import PROVENANCES
+    from replayscope.contract.wire import PROVENANCES
 
     run = facts(source="vllm-log", status="failed", error="TimeoutError: RPC call to execute_model timed out.",
                 started_at=0.0, config={"capture_passes": [{"graphs": 67, "graphs_done": 67}]},

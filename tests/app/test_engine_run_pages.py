@@ -20,8 +20,8 @@ def utc(text: str) -> float:
 
 
 def import_fixture(store, engine: str, name: str) -> str:
-    from collector.importers import parse_sglang_text, parse_vllm_text
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.importers import parse_sglang_text, parse_vllm_text
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     parse = parse_vllm_text if engine == "vllm" else parse_sglang_text
     [run] = parse((FIXTURES / name).read_text(), path=name, mtime=VLLM_MTIME).runs
@@ -32,16 +32,16 @@ def import_fixture(store, engine: str, name: str) -> str:
 
 @pytest.fixture
 def pages(store):
-    from app.server import create_server
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
 
     create_server(store, Settings(run_services=False))
-    from app.pages import fleet, run, runs, startup
+    from replayscope.app.pages import fleet, run, runs, startup
     return {"run": run, "runs": runs, "startup": startup, "fleet": fleet}
 
 
 def test_an_imported_vllm_startup_is_the_wall_time_from_its_first_line_to_its_ready_line(store):
-    from collector.analysis.diagnosis import diagnose_run
+    from replayscope.collector.analysis.diagnosis import diagnose_run
 
     run_id = import_fixture(store, "vllm", VLLM_SERVING)
     diagnosis = diagnose_run(store, run_id)
@@ -52,8 +52,8 @@ def test_an_imported_vllm_startup_is_the_wall_time_from_its_first_line_to_its_re
 
 
 def test_an_imported_sglang_startup_ends_at_the_fired_up_line(store):
-    from collector.analysis.diagnosis import diagnose_run
-    from collector.models import queries
+    from replayscope.collector.analysis.diagnosis import diagnose_run
+    from replayscope.collector.models import queries
 
     run_id = import_fixture(store, "sglang", SGLANG_SERVING)
     ready = queries.run_summary(store, run_id)["config"]["ready_at"]
@@ -64,7 +64,7 @@ def test_an_imported_sglang_startup_ends_at_the_fired_up_line(store):
 
 
 def test_the_fleet_and_regressions_count_the_same_startup_as_the_diagnosis(store):
-    from collector.analysis import fleet, regressions
+    from replayscope.collector.analysis import fleet, regressions
 
     run_id = import_fixture(store, "vllm", VLLM_SERVING)
     [row] = fleet.fleet_runs(store)
@@ -88,8 +88,8 @@ def test_the_unaccounted_time_the_diagnosis_names_is_drawn_on_the_waterfall(stor
 
 
 def test_the_sizes_finding_never_says_no_steps_were_recorded_of_a_run_that_has_them(store):
-    from collector.analysis.diagnosis import diagnose_run
-    from collector.models import queries
+    from replayscope.collector.analysis.diagnosis import diagnose_run
+    from replayscope.collector.models import queries
 
     run_id = import_fixture(store, "vllm", VLLM_SERVING)
     assert sum(r["steps"] for r in queries.batch_times(store, run_id)) == 10291
@@ -104,7 +104,7 @@ def test_the_sizes_finding_never_says_no_steps_were_recorded_of_a_run_that_has_t
 def scraped_vllm_run(store, run_id="scraped", capture_sizes=None) -> str:
     """A vLLM /metrics run as `replayscope scrape` stores it: replays and eager iterations counted
     by vllm:cudagraph_iterations_total, which says nothing of padding."""
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     t0 = 1.79e9
     config = {} if capture_sizes is None else {"capture_sizes": capture_sizes}
@@ -118,7 +118,7 @@ def scraped_vllm_run(store, run_id="scraped", capture_sizes=None) -> str:
 
 
 def failed_run_without_steps(store, run_id="no-steps") -> str:
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.app import synthetic
 
     record = synthetic.run_record(run_id, "failed at load")
@@ -190,8 +190,8 @@ def test_a_run_without_steps_shows_no_steps_not_zero_percent(store, pages):
 
 def import_vllm_version(store, version: str, hour: int) -> str:
     """The serving fixture as a run of vLLM ``version`` started at ``hour`` (its own run)."""
-    from collector.importers import parse_vllm_text
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.importers import parse_vllm_text
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     text = (FIXTURES / VLLM_SERVING).read_text().replace("0.13.0", version)
     text = text.replace("12-02 16:", f"12-02 {hour:02d}:")
@@ -202,7 +202,7 @@ def import_vllm_version(store, version: str, hour: int) -> str:
 
 
 def test_an_imported_vllm_runs_version_is_the_one_its_log_names(store, pages):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     run_id = import_fixture(store, "vllm", VLLM_SERVING)
     assert queries.run_summary(store, run_id)["version"] == "vllm 0.13.0"
@@ -212,7 +212,7 @@ def test_an_imported_vllm_runs_version_is_the_one_its_log_names(store, pages):
 
 
 def test_the_fleet_groups_filters_and_compares_an_engine_upgrade_by_version(store, pages):
-    from collector.analysis import regressions
+    from replayscope.collector.analysis import regressions
 
     old = [import_vllm_version(store, "0.12.0", hour) for hour in (10, 11, 12)]
     new = import_vllm_version(store, "0.13.0", 16)

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import build_parser, main
+from replayscope.app.cli import build_parser, main
 from tests.live_server import free_port, serving
 
-# The codes docs/commands.md promises (runner.errors.EXIT_* in the code): a contract, so spelt out.
+# The codes docs/commands.md promises (replayscope.contract.errors.EXIT_* in the code): a contract, so spelt out.
 EXIT_DONE, EXIT_INCOMPLETE, EXIT_ERROR, EXIT_PIPE_CLOSED = 0, 1, 2, 141
 
 REPO = Path(__file__).resolve().parents[2]
@@ -47,7 +47,7 @@ def test_the_exit_code_table_names_every_command():
 
 @pytest.fixture
 def advised_store(tmp_path):
-    from collector.store import Store
+    from replayscope.collector.store import Store
     from tests.app import synthetic
 
     url = f"sqlite:///{tmp_path / 'a.db'}"
@@ -61,7 +61,7 @@ def test_advise_into_a_pipe_closed_early_ends_quietly(advised_store):
     """What ``replayscope advise RUN | head -1`` does once head has its line."""
     reader, writer = os.pipe()
     os.close(reader)                                  # the reader went away before anything was written
-    done = subprocess.run([sys.executable, "-m", "app.cli", "advise", "syn-1", "--db", advised_store],
+    done = subprocess.run([sys.executable, "-m", "replayscope", "advise", "syn-1", "--db", advised_store],
                           stdout=writer, stderr=subprocess.PIPE, text=True, env=ENV, cwd=REPO, timeout=120)
     os.close(writer)
     assert done.returncode == EXIT_PIPE_CLOSED, done.stderr
@@ -69,7 +69,7 @@ def test_advise_into_a_pipe_closed_early_ends_quietly(advised_store):
 
 
 def test_advise_into_head_prints_its_first_line(advised_store):
-    done = subprocess.run(f"{sys.executable} -m app.cli advise syn-1 --db {advised_store} | head -n 1; "
+    done = subprocess.run(f"{sys.executable} -m replayscope advise syn-1 --db {advised_store} | head -n 1; "
                           "echo \"status ${PIPESTATUS[0]}\"", shell=True, executable="/bin/bash",
                           capture_output=True, text=True, env=ENV, cwd=REPO, timeout=120)
     lines = done.stdout.splitlines()
@@ -101,15 +101,15 @@ def run_argv(*extra: str) -> list[str]:
 
 
 def test_a_run_whose_collector_refuses_its_token_exits_1_and_says_where_its_events_are(tmp_path):
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path / 'c.db'}", upgrade=True)
     spool = tmp_path / "spool.jsonl"
     try:
         with serving(create_api(store, Settings(run_services=False, token="right"))) as url:
-            done = subprocess.run([sys.executable, "-m", "app.cli", *run_argv(
+            done = subprocess.run([sys.executable, "-m", "replayscope", *run_argv(
                 "--collector", url, "--token", "wrong", "--spool", str(spool))],
                 capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
     finally:
@@ -127,7 +127,7 @@ def test_a_run_whose_events_file_cannot_be_created_exits_2_before_running(tmp_pa
 
 
 def test_a_run_whose_disk_fills_up_exits_1_and_counts_what_was_lost(tmp_path, capsys, monkeypatch):
-    from runner import events_file
+    from replayscope.contract import events_file
 
     def fill_up(self, events):                      # the run record fit; the disk is full after it
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
@@ -145,16 +145,16 @@ def test_a_run_that_delivered_everything_exits_0(tmp_path, capsys):
 
 
 def test_follow_into_a_collector_that_refuses_its_token_exits_1(tmp_path):
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     log = REPO / "tests" / "importers" / "fixtures" / "vllm_new.log"
     store = Store.open(f"sqlite:///{tmp_path / 'f.db'}", upgrade=True)
     try:
         with serving(create_api(store, Settings(run_services=False, token="right"))) as url:
             started = time.monotonic()
-            done = subprocess.run([sys.executable, "-m", "app.cli", "follow", "vllm", str(log), "--collector", url,
+            done = subprocess.run([sys.executable, "-m", "replayscope", "follow", "vllm", str(log), "--collector", url,
                                    "--token", "wrong", "--idle-exit", "1", "--state", str(tmp_path / "state.json")],
                                   capture_output=True, text=True, env=ENV, cwd=tmp_path, timeout=300)
     finally:

@@ -2,9 +2,9 @@
 
 import pytest
 
-from collector.analysis.explanations import cost_sentence, reason_costs, size_band
-from collector.analysis.reasons import EXPLANATIONS, explain
-from runner.wire import REASONS, custom_reason
+from replayscope.collector.analysis.explanations import cost_sentence, reason_costs, size_band
+from replayscope.collector.analysis.reasons import EXPLANATIONS, explain
+from replayscope.contract.wire import REASONS, custom_reason
 
 
 @pytest.mark.parametrize("reason", REASONS)
@@ -131,10 +131,10 @@ def test_a_traced_engines_cards_lead_with_that_engines_flags():
 
 
 def test_the_run_page_card_of_an_imported_vllm_run_shows_vllms_flags_first(tmp_path):
-    from app import components as c
-    from collector.analysis.explanations import explain_run
-    from collector.ingest import ingest_events, ingest_run
-    from collector.store import Store
+    from replayscope.app import components as c
+    from replayscope.collector.analysis.explanations import explain_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.store import Store
     from tests.app.synthetic import run_record
 
     store = Store.open(f"sqlite:///{tmp_path}/v.db")

@@ -7,16 +7,16 @@ from tests.app import synthetic
 
 @pytest.fixture
 def pages(filled):
-    from app.server import create_server
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
 
     create_server(filled, Settings(run_services=False))     # binds the store, registers pages
-    from app.pages import advisor, alerts, run, runs, startup
+    from replayscope.app.pages import advisor, alerts, run, runs, startup
     return {"runs": runs, "run": run, "startup": startup, "advisor": advisor, "alerts": alerts}
 
 
 def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     rows = {r["run_id"]: r for r in pages["runs"].page_data(filled)}
     runs = queries.list_runs(filled)
@@ -29,7 +29,7 @@ def test_runs_rows_carry_the_query_layers_numbers(filled, pages):
 
 
 def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     data = pages["run"].page_data(filled, "syn-1")
     summary = queries.run_summary(filled, "syn-1")
@@ -44,7 +44,7 @@ def test_run_page_has_every_chart_and_explains_every_reason(filled, pages):
 
 
 def test_run_page_draws_each_applicable_alert_threshold(filled, pages):
-    from collector.alerting.alerts import create_rule
+    from replayscope.collector.alerting.alerts import create_rule
     from tests.stores import without_builtin_rule
 
     without_builtin_rule(filled)
@@ -79,20 +79,20 @@ def test_the_advisor_page_labels_an_estimated_gain_estimated(tmp_path):
     import sys
     from pathlib import Path
 
-    from app.server import create_server
-    from collector.models import queries
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     repo = Path(__file__).resolve().parents[2]
     url = f"sqlite:///{tmp_path / 'rs.db'}"
-    subprocess.run([sys.executable, "-m", "app.cli", "import", "vllm", "--db", url,
+    subprocess.run([sys.executable, "-m", "replayscope", "import", "vllm", "--db", url,
                     str(repo / "tests/importers/fixtures/vllm_v013_cudagraph_metrics_serving.log")],
                    cwd=repo, check=True, timeout=120, capture_output=True)
     store = Store.open(url)
     try:
         create_server(store, Settings(run_services=False))
-        from app.pages import advisor
+        from replayscope.app.pages import advisor
         (run_id,) = [r["run_id"] for r in queries.list_runs(store)]
         shown = advisor.page_data(store, run_id)
         assert shown["estimated"] is True
@@ -106,7 +106,7 @@ def test_the_advisor_page_labels_an_estimated_gain_estimated(tmp_path):
 
 
 def test_alerts_page_lists_rules_and_history(filled, pages):
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE, create_rule
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE, create_rule
 
     create_rule(filled, {"name": "eager-high", "threshold": 0.1, "window_s": 3600, "min_steps": 10})
     data = pages["alerts"].page_data(filled)
@@ -115,9 +115,9 @@ def test_alerts_page_lists_rules_and_history(filled, pages):
 
 
 def test_padding_share_is_over_decode_tokens_on_the_header_the_chart_and_the_runs_list(filled, pages):
-    from app import charts
-    from app import components as c
-    from collector.models import queries
+    from replayscope.app import charts
+    from replayscope.app import components as c
+    from replayscope.collector.models import queries
 
     summary = queries.run_summary(filled, "syn-1")
     per_size = charts.padding_by_size(queries.batch_histogram(filled, "syn-1", stage="decode"))
@@ -139,7 +139,7 @@ def test_padding_share_is_over_decode_tokens_on_the_header_the_chart_and_the_run
 
 
 def _run_without_capture_times(store, run_id, source):
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     record = synthetic.run_record(run_id, run_id, source=source)
     ingest_run(store, record)
@@ -153,7 +153,7 @@ def _run_without_capture_times(store, run_id, source):
 
 
 def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(store, pages):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     _run_without_capture_times(store, "from-log", "vllm-log")
     _run_without_capture_times(store, "from-runner", "runner")
@@ -174,8 +174,8 @@ def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(stor
 
 
 def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, pages, tmp_path):
-    from collector.models import queries
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.models import queries
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.importers.conftest import FIXTURES, import_whole
 
     result = import_whole("sglang", FIXTURES / "sglang_new.log")
@@ -195,8 +195,8 @@ def test_startup_page_shows_ranks_side_by_side_from_an_imported_log(filled, page
 def test_startup_page_shows_the_sizes_and_kv_cache_an_imported_log_states(filled, pages):
     """The count of capture sizes from a bar, the largest only where the log prints it, the KV
     cache in tokens and blocks; what the log does not state reads "not in the log"."""
-    from collector.models import queries
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.models import queries
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.importers.conftest import FIXTURES, import_whole
 
     shown = {}
@@ -221,8 +221,8 @@ def test_startup_page_shows_the_sizes_and_kv_cache_an_imported_log_states(filled
 def test_a_scraped_vllm_run_says_what_metrics_cannot_show_and_shows_no_share_of_it(store, pages):
     """Issue 34: a scrape of vLLM's /metrics stored 104 graph steps and its page said PADDING
     0.0 %; its modes, padding and reasons are not in /metrics."""
-    from collector.importers.scrape import Scraper
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.importers.scrape import Scraper
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.importers.test_scrape_vllm import ISSUE_33_STEPS, FakeVLLM
 
     server = FakeVLLM()

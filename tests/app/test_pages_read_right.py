@@ -1,6 +1,6 @@
 """Issue 26's page fixes that a picture cannot show: the eager-ratio line is the alert rule's own
 judgement, bars fit a long run, a gain is not reported as a cost, every rule kind is listed and
-made from the form, and the pages reach the collector only through ``app.data``."""
+made from the form, and the pages reach the collector only through ``replayscope.app.data``."""
 
 import ast
 from pathlib import Path
@@ -16,18 +16,18 @@ RULE = {"name": "decode eager", "threshold": 0.3, "window_s": 10, "min_steps": 2
 
 @pytest.fixture
 def pages(store):
-    from app.server import create_server
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
 
     create_server(store, Settings(run_services=False))
-    from app.pages import alerts, run, startup
+    from replayscope.app.pages import alerts, run, startup
     return {"run": run, "alerts": alerts, "startup": startup}
 
 
 def _ten_minute_run(store, run_id="long"):
     """600 s of 5 decode steps a second, all eager from +200 s to +300 s, and an eager prefill
     step every second throughout (which a count over every stage would add)."""
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     record = synthetic.run_record(run_id, run_id)
     ingest_run(store, record)
@@ -50,8 +50,8 @@ def _ten_minute_run(store, run_id="long"):
 
 
 def test_the_eager_ratio_line_is_the_rules_judgement_and_its_spans_are_the_rules(store, pages):
-    from collector.alerting import alerts
-    from collector.models import queries
+    from replayscope.collector.alerting import alerts
+    from replayscope.collector.models import queries
     from tests.stores import without_builtin_rule
 
     without_builtin_rule(store)                   # the rule whose judgement the line draws is RULE alone
@@ -86,7 +86,7 @@ def test_a_ten_minute_run_is_not_drawn_in_one_second_hairlines(store, pages):
 
 
 def test_a_gain_is_not_reported_as_a_cost():
-    from app import components as c
+    from replayscope.app import components as c
 
     explanation = {"title": "t", "what": "w", "why": "y", "change": [], "vllm": [], "sglang": []}
     for extra, label in ((-2.6, "What it saved here. "), (1.0, "What it cost here. ")):
@@ -96,8 +96,8 @@ def test_a_gain_is_not_reported_as_a_cost():
 
 
 def test_every_rule_kind_is_listed_with_its_kind_and_made_from_the_form(store, pages):
-    from collector.alerting import alerts
-    from collector.models import queries
+    from replayscope.collector.alerting import alerts
+    from replayscope.collector.models import queries
 
     form = pages["alerts"].form_data("slower", "regression", "graph_step_s", 0.2, 300, 100, 60, 300, None,
                                      "decode+mixed", "", "", ["on"])
@@ -115,7 +115,7 @@ def test_pages_reach_the_collector_only_through_app_data():
     for path in sorted((APP / "pages").glob("*.py")) + [APP / "recordings.py", APP / "components.py"]:
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("collector"):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("replayscope.collector"):
                 pytest.fail(f"{path.name} imports {node.module}")
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
                 inner = [n for n in ast.walk(node) if isinstance(n, (ast.Import, ast.ImportFrom))]
@@ -125,7 +125,7 @@ def test_pages_reach_the_collector_only_through_app_data():
 
 
 def test_a_failed_starts_length_is_the_time_to_the_failure(store, pages):
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     record = synthetic.run_record("failed", "failed")
     ingest_run(store, record)

@@ -96,9 +96,9 @@ RULES = (
 
 def _commands(tmp: Path) -> list[list[str]]:
     return [
-        [sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny", "--workload", "mixed",
+        [sys.executable, "-m", "replayscope", "run", "--backend", "static", "--preset", "tiny", "--workload", "mixed",
          "--steps", "200", "--events", str(tmp / "runner.jsonl"), "--quiet", "--name", "static tiny mixed"],
-        [sys.executable, "-m", "app.cli", "trace", "--events", str(tmp / "traced.jsonl"), "--name",
+        [sys.executable, "-m", "replayscope", "trace", "--events", str(tmp / "traced.jsonl"), "--name",
          "traced cpu decode", "--step", "__main__:decode_step", "--", "python3", PROGRAM.name],
     ]
 
@@ -113,12 +113,12 @@ def _post(url: str, body: dict) -> dict:
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
     """The four runs in a collector (SQLite) served with the dashboard: {"url", kind: run id}."""
-    from app.cli import main
-    from app.server import create_server
-    from collector.alerting import alerts
-    from collector.models import queries
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.cli import main
+    from replayscope.app.server import create_server
+    from replayscope.collector.alerting import alerts
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     tmp = tmp_path_factory.mktemp("pictures")
     made = [subprocess.Popen(argv, cwd=PROGRAM.parent, env=ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

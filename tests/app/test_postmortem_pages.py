@@ -23,16 +23,16 @@ Capturing CUDA graphs (decode, FULL): 100%|##########| 5/5 [00:06<00:00,  0.80it
 
 @pytest.fixture
 def pages(store):
-    from app.server import create_server
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
 
     create_server(store, Settings(run_services=False))
-    from app.pages import run, startup
+    from replayscope.app.pages import run, startup
     return {"run": run, "startup": startup}
 
 
 def import_log(store, text, parse_text):
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     [run] = parse_text(text, path="server.log", mtime=1.77e9).runs
     ingest_run(store, run.run)
@@ -42,7 +42,7 @@ def import_log(store, text, parse_text):
 
 def test_an_imported_vllm_run_shows_the_logs_capture_total_not_zero(store, pages):
     # issue 13: "CAPTURE TIME 0.0 ms" while the log says 6 s; "Every capture succeeded" with 0 captures
-    from collector.importers.vllm_log import parse_text
+    from replayscope.collector.importers.vllm_log import parse_text
 
     run_id = import_log(store, VLLM_LOG, parse_text)
     data = pages["startup"].page_data(store, run_id)
@@ -52,7 +52,7 @@ def test_an_imported_vllm_run_shows_the_logs_capture_total_not_zero(store, pages
 
 
 def test_a_run_without_captures_never_says_every_capture_succeeded(store, pages):
-    from collector.importers.vllm_log import parse_text
+    from replayscope.collector.importers.vllm_log import parse_text
 
     no_capture = "\n".join(VLLM_LOG.splitlines()[:4]) + "\n"     # the log stops before capture
     run_id = import_log(store, no_capture, parse_text)
@@ -64,7 +64,7 @@ def test_a_run_without_captures_never_says_every_capture_succeeded(store, pages)
 
 
 def test_an_imported_failure_is_shown_as_the_runs_failure(store, pages):
-    from collector.importers.vllm_log import parse_text
+    from replayscope.collector.importers.vllm_log import parse_text
 
     failing = VLLM_LOG.split("Capturing")[0] + (
         "Capturing CUDA graphs (decode, FULL):  40%|####      | 2/5 [00:02<00:03,  0.80it/s]\n"
@@ -82,8 +82,8 @@ def test_an_imported_failure_is_shown_as_the_runs_failure(store, pages):
 def test_the_startup_page_shows_what_the_api_returns(store, pages):
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.settings import Settings
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
 
     synthetic.fill(store, "syn-base", steps=200, slow_size=16, failed_size=32)
     data = pages["startup"].page_data(store, "syn-base")
@@ -103,9 +103,9 @@ def test_cpu_stand_in_times_are_labelled_on_both_pages(store, pages):
 def test_the_advisor_page_shows_what_the_api_returns(store, pages):
     from fastapi.testclient import TestClient
 
-    from app.pages import advisor
-    from collector.api import create_api
-    from collector.settings import Settings
+    from replayscope.app.pages import advisor
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
 
     synthetic.fill(store, "syn-1", steps=300)
     data = advisor.page_data(store, "syn-1", budget=3)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from collector.ingest import ingest_events, ingest_run
+from replayscope.collector.ingest import ingest_events, ingest_run
 
 
 def _step(seq, mode, raw_bs, graph_bs, reason, evidence, stage="mixed"):
@@ -16,9 +16,9 @@ def _step(seq, mode, raw_bs, graph_bs, reason, evidence, stage="mixed"):
 
 
 def test_the_run_page_shows_eager_evidence_and_piecewise_notes(store):
-    from app.server import create_server
-    from collector.models import queries
-    from collector.settings import Settings
+    from replayscope.app.server import create_server
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
 
     ingest_run(store, {"run_id": "vllm-traced", "name": "vllm serve [rank 0]", "source": "trace",
                        "started_at": time.time() - 100, "backend": "trace", "model": "m", "device": "NVIDIA H200"})
@@ -37,7 +37,7 @@ def test_the_run_page_shows_eager_evidence_and_piecewise_notes(store):
         ("eager", "batch_too_large", too_large, 1)]
 
     create_server(store, Settings(run_services=False))
-    from app.pages import run
+    from replayscope.app.pages import run
     shown = run.page_data(store, "vllm-traced")
     cards = run.reason_cards(shown["reasons"], shown["evidence"])
     text = str(cards)

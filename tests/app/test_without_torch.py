@@ -32,7 +32,7 @@ class NoTorch:
 
 sys.meta_path.insert(0, NoTorch())
 sys.argv = ["replayscope", *sys.argv[1:]]
-runpy.run_module("app.cli", run_name="__main__", alter_sys=True)
+runpy.run_module("replayscope.app.cli", run_name="__main__", alter_sys=True)
 """
 
 

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from benchmarks import advisor_bench
-from runner import model
-from runner.model import ModelArgs
+from replayscope.runner import model
+from replayscope.runner.model import ModelArgs
 
 TINY = ModelArgs(vocab_size=64, dim=32, n_layers=1, n_heads=2, n_kv_heads=1, intermediate_size=64)
 
@@ -59,7 +59,7 @@ def test_the_benchmark_replays_the_held_back_steps_on_cuda_graphs(tmp_path, monk
 
 def check_tokens(result: dict, budgets: list[int], max_tokens: int, max_seqs: int) -> None:
     """A vLLM-shaped record: token batches, mixed steps among them, vLLM's default list and rules."""
-    from runner.plan import vllm_default_sizes
+    from replayscope.collector.analysis.advisor.engines import vllm_default_sizes
 
     rec = result["recorded"]
     assert result["shape"] == "tokens" and result["engine"] == "vllm"

@@ -7,8 +7,8 @@ from unittest import mock
 import torch
 
 from benchmarks import runner_bench
-from runner import model
-from runner.model import ModelArgs
+from replayscope.runner import model
+from replayscope.runner.model import ModelArgs
 
 
 class StandInEvent:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.ingest import ingest_run
+from replayscope.collector.ingest import ingest_run
 from tests.postgres import temporary_database
 from tests.stores import opened_store, store  # noqa: F401 (the store fixture, on db_url)
 

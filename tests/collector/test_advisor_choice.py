@@ -5,8 +5,8 @@ from itertools import combinations
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from collector.analysis.advisor.choice import aligned, candidates, choose_sizes, score
-from collector.analysis.advisor.objective import Objective, rows_objective
+from replayscope.collector.analysis.advisor.choice import aligned, candidates, choose_sizes, score
+from replayscope.collector.analysis.advisor.objective import Objective, rows_objective
 
 distributions = st.dictionaries(st.integers(1, 40), st.integers(1, 50), min_size=1, max_size=8)
 objectives = st.one_of(
@@ -142,7 +142,7 @@ def test_the_choice_stays_exact_when_mixed_steps_cost_more_on_a_piecewise_graph(
        st.floats(0.0, 0.2))
 def test_a_size_goes_only_when_its_saving_on_its_steps_is_below_the_share(dist, sizes, objective, data, padding,
                                                                            min_share):
-    from collector.analysis.advisor.choice import paying_sizes
+    from replayscope.collector.analysis.advisor.choice import paying_sizes
 
     mixed = {s: data.draw(st.integers(0, n)) for s, n in dist.items()}
     kept, dropped = paying_sizes(dist, sizes, objective, padding=padding, mixed=mixed, min_share=min_share)

@@ -15,9 +15,9 @@ import shlex
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from collector.analysis.advisor import engines
-from collector.analysis.advisor.report import RunFacts, advise
-from collector.analysis.advisor.steps import StepRow
+from replayscope.collector.analysis.advisor import engines
+from replayscope.collector.analysis.advisor.report import RunFacts, advise
+from replayscope.collector.analysis.advisor.steps import StepRow
 
 
 def vllm_parser():
@@ -51,10 +51,10 @@ def sizes_set_by(line: dict) -> list[int] | None:
         return list(ast.literal_eval(call.args[0]))
     argv = shlex.split(text)
     if line["engine"] == "runner":
-        from app.cli.run import config_from_args
+        from replayscope.app.cli.run import config_from_args
         parser = argparse.ArgumentParser()
         sub = parser.add_subparsers()
-        from app.cli.run import add_parsers
+        from replayscope.app.cli.run import add_parsers
         add_parsers(sub)
         config = config_from_args(parser.parse_args(["run", "--preset", "tiny", *argv]))
         return None if config.backend == "disabled" else list(config.sizes)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from collector.analysis.advisor.pricing import CaptureSet, capture_time, pool_memory
+from replayscope.collector.analysis.advisor.pricing import CaptureSet, capture_time, pool_memory
 
 MIB = 2**20
 

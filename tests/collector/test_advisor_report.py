@@ -3,9 +3,9 @@ priced, the budget the current count, and the same figures from a store on both 
 
 from hypothesis import given, settings, strategies as st
 
-from collector.analysis.advisor import choice
-from collector.analysis.advisor.report import RunFacts, advise, format_text, plan
-from collector.analysis.advisor.steps import StepRow, split
+from replayscope.collector.analysis.advisor import choice
+from replayscope.collector.analysis.advisor.report import RunFacts, advise, format_text, plan
+from replayscope.collector.analysis.advisor.steps import StepRow, split
 
 from .conftest import run_record, step
 
@@ -72,7 +72,7 @@ def test_a_graphs_off_run_says_what_graphs_would_have_served_and_never_eager_ste
 
 
 def test_timed_gpu_steps_make_the_objective_step_time():
-    from collector.analysis.advisor.objective import TimingRow
+    from replayscope.collector.analysis.advisor.objective import TimingRow
 
     rows = rows_of([1, 2, 3, 4, 40, 40] * 20, current=(1, 2, 4, 8))
     timings = [TimingRow("decode", 1, "graph", None, 10, 0.025), TimingRow("decode", 4, "graph", None, 10, 0.026),
@@ -93,8 +93,8 @@ def test_the_held_back_figures_are_the_proposals_score_on_the_held_back_steps(si
     rows = rows_of(sizes)
     advice = advise(runner_facts(rows), budget)
     fit_rows, held_rows, _ = split([r for r in rows], 0.7)
-    from collector.analysis.advisor.objective import rows_objective
-    from collector.analysis.advisor.steps import distribution
+    from replayscope.collector.analysis.advisor.objective import rows_objective
+    from replayscope.collector.analysis.advisor.steps import distribution
     objective = rows_objective(3.0, "default", "")
     for p in advice["plans"]:
         if held_rows:
@@ -105,8 +105,8 @@ def test_the_held_back_figures_are_the_proposals_score_on_the_held_back_steps(si
 
 
 def test_a_stored_run_gives_the_same_advice_on_each_dialect(store):
-    from collector.analysis.advisor.stored import advice_for_run
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.analysis.advisor.stored import advice_for_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     ingest_run(store, run_record())
     sizes = [1, 2, 3, 5, 9, 3, 2] * 20

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.analysis.advisor import launch
-from collector.analysis.advisor.choice import paying_sizes, score
-from collector.analysis.advisor.pricing import CaptureSet
-from collector.analysis.advisor.report import RunFacts, advise, plan
-from collector.analysis.advisor.steps import StepRow
+from replayscope.collector.analysis.advisor import launch
+from replayscope.collector.analysis.advisor.choice import paying_sizes, score
+from replayscope.collector.analysis.advisor.pricing import CaptureSet
+from replayscope.collector.analysis.advisor.report import RunFacts, advise, plan
+from replayscope.collector.analysis.advisor.steps import StepRow
 from tests.live_server import LOOPBACK_BASE
 
 REPO = Path(__file__).resolve().parents[2]
@@ -45,13 +45,13 @@ def rows_of(sizes, stage, current=CURRENT, t0=1000.0):
 @pytest.fixture(scope="module")
 def imported(tmp_path_factory):
     """The vLLM 0.13 serving fixture imported into a store, and the API over it."""
-    from collector.api import create_api
-    from collector.models import queries
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{tmp_path_factory.mktemp('vllm') / 'rs.db'}"
-    subprocess.run([sys.executable, "-m", "app.cli", "import", "vllm", str(SERVING_LOG), "--db", url],
+    subprocess.run([sys.executable, "-m", "replayscope", "import", "vllm", str(SERVING_LOG), "--db", url],
                    cwd=REPO, check=True, timeout=120, capture_output=True)
     store = Store.open(url)
     (run_id,) = [r["run_id"] for r in queries.list_runs(store)]
@@ -116,7 +116,7 @@ def test_sizes_above_max_num_batched_tokens_are_never_proposed():
 
 
 def test_the_importer_reads_max_num_batched_tokens():
-    from collector.importers import parse_vllm_text
+    from replayscope.collector.importers import parse_vllm_text
     from tests.importers.conftest import MTIME, parsed, read_fixture, the_only_run
 
     text = read_fixture(SERVING_LOG.name).replace(

@@ -1,4 +1,4 @@
-"""The alert rule is declared once (collector.alert_rule): every field of the API's
+"""The alert rule is declared once (replayscope.collector.alert_rule): every field of the API's
 documented schema, the store's column and the check every write goes through agree on
 bounds, lengths, defaults and nullability. Read through the interfaces each side exposes
 (the OpenAPI component, the table, ``validate_rule``, the Alerts page's form), so the test
@@ -9,9 +9,9 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from collector.alerting import alerts
-from collector.schemas import AlertRuleIn
-from collector.tables import alert_rules
+from replayscope.collector.alerting import alerts
+from replayscope.collector.schemas import AlertRuleIn
+from replayscope.collector.tables import alert_rules
 
 SCHEMA = AlertRuleIn.model_json_schema()
 PROPERTIES = SCHEMA["properties"]
@@ -109,12 +109,12 @@ def test_the_schema_documents_the_names_the_check_takes():
 
 
 def test_the_kinds_are_the_ones_the_rule_declares():
-    from collector.alert_rule import RULE_KINDS
-    from collector.alerting.kinds import KINDS
+    from replayscope.collector.alert_rule import RULE_KINDS
+    from replayscope.collector.alerting.kinds import KINDS
     assert tuple(KINDS) == RULE_KINDS == tuple(_typed(PROPERTIES["kind"])["enum"])
 
 
 
 def test_a_rules_webhook_url_fits_what_any_receiver_url_may_be():
-    from collector.alerting.webhook_urls import MAX_URL_CHARS
+    from replayscope.collector.alerting.webhook_urls import MAX_URL_CHARS
     assert alert_rules.c["webhook_url"].type.length == MAX_URL_CHARS

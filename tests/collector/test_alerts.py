@@ -9,13 +9,13 @@ import time
 import pytest
 import sqlalchemy as sa
 
-from collector.alerting import alerts
-from collector.models import queries
-from collector.ingest import ingest_events, ingest_run
-from collector.alerting.notifications import Delivery
-from collector.services.loops import Evaluator, mark_interrupted_runs
-from collector.settings import Settings
-from collector.tables import alert_notifications
+from replayscope.collector.alerting import alerts
+from replayscope.collector.models import queries
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.alerting.notifications import Delivery
+from replayscope.collector.services.loops import Evaluator, mark_interrupted_runs
+from replayscope.collector.settings import Settings
+from replayscope.collector.tables import alert_notifications
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
@@ -292,7 +292,7 @@ def test_each_transition_is_owed_once_per_receiver(store, live_run):
                         external_url="http://dash.example:8300")
     ingest_events(store, "run-1", steps_at(0, T0, 60, 4, 1.0))
     [fired] = alerts.evaluate_alerts(store, delivery=delivery)
-    from collector.alerting import notifications
+    from replayscope.collector.alerting import notifications
     with store.write() as conn:    # enqueuing the same transition again changes nothing
         assert notifications.enqueue(conn, "firing", fired.alert, fired.rule, delivery, time.time()) == 0
     with store.read() as conn:
@@ -356,8 +356,8 @@ def test_a_finished_run_is_never_marked_interrupted(store, run_in):
 def test_the_app_lifespan_runs_the_evaluator_and_notifier_services(tmp_path):
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.store import Store
 
     store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/svc.db", upgrade=True))
     app = create_api(store, Settings(evaluate_every_s=0.05, notify_every_s=0.05))

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
-from collector.alerting import alerts
-from collector.models import queries
-from collector.store import Store
+from replayscope.collector.alerting import alerts
+from replayscope.collector.models import queries
+from replayscope.collector.store import Store
 from tests.stores import without_builtin_rule
 
 REPO = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ FIXTURES = REPO / "tests" / "importers" / "fixtures"
 
 def _import(engine: str, fixture: str, db: str) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-m", "app.cli", "import", engine, str(FIXTURES / fixture), "--db", db],
+    done = subprocess.run([sys.executable, "-m", "replayscope", "import", engine, str(FIXTURES / fixture), "--db", db],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
 

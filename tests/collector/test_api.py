@@ -8,9 +8,9 @@ import sqlite3
 import pytest
 from fastapi.testclient import TestClient
 
-from collector.api import create_api
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.api import create_api
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
@@ -206,7 +206,7 @@ def test_alert_rules_crud_with_validation(client):
     assert (patched["threshold"], patched["enabled"], patched["run_pattern"]) == (0.5, False, "demo*")
     replaced = client.put(f"/v1/alert-rules/{rule['id']}", json={"name": "eager", "threshold": 0.4}).json()
     assert replaced["run_pattern"] is None and replaced["enabled"] is True
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE        # every store starts with it
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE        # every store starts with it
     assert [r["name"] for r in client.get("/v1/alert-rules").json()] == [BUILTIN_EAGER_RATIO_RULE["name"], "eager"]
     assert client.delete(f"/v1/alert-rules/{rule['id']}").status_code == 204
     assert client.get(f"/v1/alert-rules/{rule['id']}").status_code == 404

@@ -8,13 +8,13 @@ from fastapi.routing import APIRoute
 from fastapi.testclient import TestClient
 from pydantic import ValidationError
 
-from collector import schemas
-from collector.models import queries
-from collector.api import create_api
-from collector.api.app import ROUTERS
-from collector.ingest import ingest_events, ingest_run
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector import schemas
+from replayscope.collector.models import queries
+from replayscope.collector.api import create_api
+from replayscope.collector.api.app import ROUTERS
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step

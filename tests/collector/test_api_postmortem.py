@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from fastapi.testclient import TestClient
 
-from collector import schemas
-from collector.api import create_api
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector import schemas
+from replayscope.collector.api import create_api
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from collector.models import queries
-from collector.ingest import ingest_events
-from collector.store import Store
+from replayscope.collector.models import queries
+from replayscope.collector.ingest import ingest_events
+from replayscope.collector.store import Store
 
 from .conftest import step
 

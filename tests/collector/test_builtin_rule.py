@@ -10,15 +10,15 @@ import time
 
 from fastapi.testclient import TestClient
 
-from app.cli import main
-from collector.alerting import alerts
-from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as BUILTIN
-from collector.alerting.notifications import Delivery
-from collector.api import create_api
-from collector.ingest import ingest_events, ingest_run
-from collector.models import outbox, queries
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.app.cli import main
+from replayscope.collector.alerting import alerts
+from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as BUILTIN
+from replayscope.collector.alerting.notifications import Delivery
+from replayscope.collector.api import create_api
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.models import outbox, queries
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from app.cli import main
-from collector.settings import Settings
-from collector.store import Store, head_revision
+from replayscope.app.cli import main
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store, head_revision
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_LOG = REPO / "tests" / "importers" / "fixtures" / "vllm_new.log"
@@ -93,7 +93,7 @@ class NoPsycopg:
             raise ModuleNotFoundError(f"No module named {name!r}", name=name)
 sys.meta_path.insert(0, NoPsycopg())
 sys.argv = ["replayscope", *sys.argv[1:]]
-runpy.run_module("app.cli", run_name="__main__", alter_sys=True)
+runpy.run_module("replayscope.app.cli", run_name="__main__", alter_sys=True)
 """
     done = subprocess.run([sys.executable, "-c", blocked, "db", "upgrade", "--db",
                            "postgresql+psycopg://user:s3cret@127.0.0.1:9/x"],
@@ -106,8 +106,8 @@ runpy.run_module("app.cli", run_name="__main__", alter_sys=True)
 def test_db_prune_expires_raw_steps_past_the_retention_and_says_what_it_did(tmp_path, capsys):
     import time
 
-    from collector.models import queries
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.models import queries
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     from .conftest import run_record, step
 
@@ -138,7 +138,7 @@ def test_db_prune_refuses_a_bad_retention_and_changes_nothing(tmp_path, capsys):
 @pytest.fixture
 def listed_store(tmp_path):
     """Three runs: a runner's finished one with steps, a vLLM log's and a running one without steps."""
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.app import synthetic
 
     url = f"sqlite:///{tmp_path}/list.db"
@@ -171,7 +171,7 @@ def test_runs_list_filters_and_json(listed_store, capsys, flags, ids):
 
 
 def test_runs_list_through_a_collector_with_the_same_filters(listed_store, capsys):
-    from collector.api import create_api
+    from replayscope.collector.api import create_api
     from tests.live_server import serving
 
     store = Store.open(listed_store)

@@ -1,4 +1,4 @@
-"""Properties of the eager-ratio state machine (``collector.alerting.eager_ratio_machine``)
+"""Properties of the eager-ratio state machine (``replayscope.collector.alerting.eager_ratio_machine``)
 against Prometheus's semantics for ``for`` and ``keep_firing_for`` (``rules/alerting.go``):
 judged against a brute-force reading of the window, never against the machine itself."""
 
@@ -8,8 +8,9 @@ from dataclasses import replace
 
 from hypothesis import given, settings, strategies as st
 
-from collector.alert_rule import RuleFields
-from collector.alerting.eager_ratio_machine import Change, Figures, RunEnd, State, Window, evaluate
+from replayscope.collector.alert_rule import RuleFields
+from replayscope.collector.alerting.eager_ratio_machine import (Change, Figures, RunEnd, State, Window,
+                                                                evaluate)
 
 START = State(evaluated_to=-1.0)
 SPAN = 60                                    # seconds 0..59 of event time

@@ -6,12 +6,12 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector import ingest, store as store_module
-from collector.alerting import alerts
-from collector.api import create_api, errors as api_errors
-from collector.settings import Settings
-from collector.store import Store
-from runner import errors
+from replayscope.collector import ingest, store as store_module
+from replayscope.collector.alerting import alerts
+from replayscope.collector.api import create_api, errors as api_errors
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
+from replayscope.contract import errors
 from tests.live_server import LOOPBACK_BASE
 
 

@@ -4,7 +4,7 @@ SGLang #4205, #5770; PyTorch's own messages)."""
 
 import pytest
 
-from collector.importers.failures import BY_KEY, CLASSES, UNKNOWN, classify, first_line
+from replayscope.collector.importers.failures import BY_KEY, CLASSES, UNKNOWN, classify, first_line
 
 REAL_ERRORS = [
     # out of memory: torch, vLLM V0/V1, SGLang's capture wrapper, KV cache sizing
@@ -115,7 +115,7 @@ def test_the_headline_of_a_traceback_is_its_exception_line():
 def test_where_a_cut_traceback_stops_names_no_cause():
     """An importer's "cut off" note names the frame a traceback stops in; a frame called
     all_reduce is where the process stood, not an NCCL failure the log reported."""
-    from collector.importers.failures import CUT_OFF
+    from replayscope.collector.importers.failures import CUT_OFF
 
     cut = f"WorkerProc hit an exception: {CUT_OFF} (the traceback stops in all_reduce, parallel_state.py)"
     assert classify(cut).key == "unknown"

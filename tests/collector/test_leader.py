@@ -1,4 +1,4 @@
-"""collector.services.leader: a periodic job runs once per period however many collectors run it."""
+"""replayscope.collector.services.leader: a periodic job runs once per period however many collectors run it."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from collector.services import leader
-from collector.services.loops import Service
-from collector.store import Store
+from replayscope.collector.services import leader
+from replayscope.collector.services.loops import Service
+from replayscope.collector.store import Store
 from tests.postgres import temporary_database
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
-from collector.api import create_api
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.api import create_api
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import LOOPBACK_BASE
 
 from .conftest import run_record, step
@@ -79,7 +79,7 @@ def test_per_run_metrics_carry_the_runs_model(tmp_path):
 
 
 def test_the_model_label_is_bounded_in_number_and_length():
-    from collector.api.metrics import MODEL_LABEL_CHARS, OTHER_MODELS, ModelLabels
+    from replayscope.collector.api.metrics import MODEL_LABEL_CHARS, OTHER_MODELS, ModelLabels
 
     label = ModelLabels(limit=2)
     assert [label("a"), label("b"), label("c"), label("a")] == ["a", "b", OTHER_MODELS, "a"]

@@ -14,12 +14,12 @@ import urllib.request
 import pytest
 import sqlalchemy as sa
 
-from collector.alerting import alerts, notifications
-from collector.ingest import ingest_events, ingest_run
-from collector.alerting.notifications import Delivery, SendResult
-from collector.models import outbox
-from collector.tables import alert_notifications as an
-from collector.alerting.webhook_urls import TargetPolicy
+from replayscope.collector.alerting import alerts, notifications
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.alerting.notifications import Delivery, SendResult
+from replayscope.collector.models import outbox
+from replayscope.collector.tables import alert_notifications as an
+from replayscope.collector.alerting.webhook_urls import TargetPolicy
 from tests.live_server import LOOPBACK_BASE, free_port, wait_answering
 from tests.receiver import LOOPBACK_ALLOW, Receiver
 
@@ -52,7 +52,7 @@ def fire_and_resolve(store, delivery: Delivery, runs: int = 1, resolve: bool = T
 
 
 def send_due(store, delivery: Delivery, now: float | None = None, *, clock=time.time) -> SendResult:
-    """What the notifier's lanes send in one round (``collector.alerting.receiver_lanes``:
+    """What the notifier's lanes send in one round (``replayscope.collector.alerting.receiver_lanes``:
     the due rows by receiver, each receiver's through ``send_receiver``), one receiver after
     the other and waited for, without the lanes' own backoff: the rows' states alone."""
     now = clock() if now is None else now
@@ -116,9 +116,9 @@ def test_a_receiver_down_for_40_s_gets_every_transition_once_when_it_is_back(sql
 def test_a_slow_receiver_gets_each_notification_once_and_evaluation_goes_on(tmp_path):
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/slow.db", upgrade=True))
     with Receiver(delay_s=3.0) as receiver:
@@ -178,9 +178,9 @@ def test_a_firing_alert_is_re_sent_at_the_repeat_interval_until_it_resolves(sqli
 def test_notification_counters_and_the_pending_gauge_are_on_metrics(tmp_path):
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = without_builtin_rule(Store.open(f"sqlite:///{tmp_path}/m.db", upgrade=True))
     with Receiver() as receiver:
@@ -248,7 +248,7 @@ def test_migration_0011_downgrades_and_upgrades_again(db_url):
     from alembic import command
     from alembic.script import ScriptDirectory
 
-    from collector.store import Store, _alembic_config
+    from replayscope.collector.store import Store, _alembic_config
 
     store = without_builtin_rule(Store.open(db_url, upgrade=True))
     try:
@@ -272,8 +272,8 @@ def test_migration_0011_downgrades_and_upgrades_again(db_url):
 @pytest.mark.parametrize("variable, value", [("alert_webhook", "file:///etc/passwd"),
                                              ("alertmanager_url", "gopher://127.0.0.1:6379")])
 def test_a_receiver_setting_that_is_not_http_is_refused_at_start(variable, value):
-    from collector.settings import Settings
-    from runner.errors import ReplayscopeError
+    from replayscope.collector.settings import Settings
+    from replayscope.contract.errors import ReplayscopeError
 
     with pytest.raises(ReplayscopeError, match="must be an http\\(s\\) URL"):
         Delivery.from_settings(Settings(**{variable: value}))

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from collector.api import metrics
+from replayscope.collector.api import metrics
 
 RULES = Path(__file__).resolve().parents[2] / "deploy" / "prometheus"
 
@@ -47,8 +47,8 @@ def test_the_shipped_rule_is_the_built_in_rule():
 
     import yaml
 
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as RULE_DEFAULTS
-    from runner.wire import stages_of
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE as RULE_DEFAULTS
+    from replayscope.contract.wire import stages_of
 
     [group] = yaml.safe_load((RULES / "replayscope-rules.yml").read_text())["groups"]
     records = {r["record"]: r["expr"] for r in group["rules"] if "record" in r}

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from collector.alerting import alerts
-from collector.models import queries
-from collector.ingest import ingest_events
+from replayscope.collector.alerting import alerts
+from replayscope.collector.models import queries
+from replayscope.collector.ingest import ingest_events
 
 from .conftest import step
 
@@ -92,7 +92,7 @@ def test_every_read_is_plain_json_on_each_database(store, run_in):
     """PostgreSQL sums are Decimals: the read model hands out ints and floats only."""
     import json
 
-    from collector.analysis import fleet, regressions
+    from replayscope.collector.analysis import fleet, regressions
 
     run_id = run_in(store)
     ingest_events(store, run_id, [step(i, 1000.0 + i * 0.3, mode=("graph", "padded", "eager")[i % 3]) for i in range(30)]

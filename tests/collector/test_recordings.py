@@ -4,8 +4,8 @@ API, on both dialects."""
 
 import pytest
 
-from collector.models import queries
-from collector.ingest import InvalidBatch, ingest_events, ingest_run
+from replayscope.collector.models import queries
+from replayscope.collector.ingest import InvalidBatch, ingest_events, ingest_run
 from tests.collector.conftest import run_record
 
 FIRST = {"seq": 1, "ts": 1001.0, "kind": "recording", "function": "forward (frame 0)", "cause": "first",
@@ -40,8 +40,8 @@ def test_the_api_serves_a_runs_recordings(sqlite_store):
     from fastapi.testclient import TestClient
     from tests.live_server import LOOPBACK_BASE
 
-    from collector.api import create_api
-    from collector.settings import Settings
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
 
     ingest_run(sqlite_store, run_record(source="trace"))
     ingest_events(sqlite_store, "run-1", [FIRST])

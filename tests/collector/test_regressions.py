@@ -7,10 +7,10 @@ import random
 
 import pytest
 
-from collector.alerting import alerts, notifications
-from collector.analysis import fleet, regressions
-from collector.models import fleet as fleet_figures, queries
-from collector.ingest import ingest_events, ingest_run
+from replayscope.collector.alerting import alerts, notifications
+from replayscope.collector.analysis import fleet, regressions
+from replayscope.collector.models import fleet as fleet_figures, queries
+from replayscope.collector.ingest import ingest_events, ingest_run
 from tests.live_server import LOOPBACK_BASE
 
 DAY = 86400.0
@@ -178,8 +178,8 @@ def test_an_eager_ratio_rule_never_watches_a_metric(store):
 def test_the_api_serves_a_runs_comparison_and_the_fleet(series):
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.settings import Settings
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
 
     client = TestClient(create_api(series, Settings(run_services=False)), base_url=LOOPBACK_BASE)
     body = client.get("/v1/runs/run-8/regressions").json()

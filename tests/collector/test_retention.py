@@ -10,10 +10,10 @@ import pytest
 import sqlalchemy as sa
 
 from tests.stores import partitions
-from collector.models import queries, retention
-from collector.ingest import ingest_events, ingest_run
-from collector.store import Store
-from collector.tables import runs, step_counts, step_rollups, steps
+from replayscope.collector.models import queries, retention
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.store import Store
+from replayscope.collector.tables import runs, step_counts, step_rollups, steps
 from tests.waiting import wait_until
 
 from .conftest import postgresql_only, run_record, step
@@ -156,7 +156,7 @@ def test_retention_durations(text, seconds):
 
 @pytest.mark.parametrize("text", ["", "-3d", "14 days", "3x", "d"])
 def test_a_bad_retention_is_refused_with_the_forms_it_takes(text):
-    from runner.errors import ReplayscopeError
+    from replayscope.contract.errors import ReplayscopeError
 
     with pytest.raises(ReplayscopeError, match="14d, 36h"):
         retention.parse_retention(text)

@@ -10,10 +10,10 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from collector.models import queries
-from collector.ingest import ingest_events, ingest_run
+from replayscope.collector.models import queries
+from replayscope.collector.ingest import ingest_events, ingest_run
 from tests.stores import rebuild_rollups
-from collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
+from replayscope.collector.tables import batch_rollups, runs, step_counts, step_rollups, steps
 
 from .conftest import run_record
 
@@ -59,7 +59,7 @@ def deliveries(draw):
 
 
 def raw_aggregates(conn, run_pk):
-    """What the raw rows say, computed independently of collector.models.rollups."""
+    """What the raw rows say, computed independently of replayscope.collector.models.rollups."""
     per_bucket = defaultdict(lambda: [0, 0, 0, 0.0, 0])
     per_batch = defaultdict(lambda: [0, 0, 0, 0.0, 0])
     rows = [(r.ts, r.stage, r.mode, r.reason, 1, r.num_tokens, r.padded_tokens, r.duration_s, r.raw_bs)

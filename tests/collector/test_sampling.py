@@ -8,11 +8,11 @@ import random
 
 import sqlalchemy as sa
 
-from collector.alerting import alerts
-from collector.models import queries
-from collector.ingest import ingest_events, ingest_run
-from collector.tables import runs, steps
-from runner.emitter import GraphSampler
+from replayscope.collector.alerting import alerts
+from replayscope.collector.models import queries
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.tables import runs, steps
+from replayscope.runner.emitter import GraphSampler
 
 from .conftest import run_record
 

@@ -6,9 +6,9 @@ import argparse
 
 import pytest
 
-from app.cli import build_parser
-from collector.settings import DEFAULT_DB, DEFAULT_PORT, Settings, resolve
-from runner.errors import ReplayscopeError
+from replayscope.app.cli import build_parser
+from replayscope.collector.settings import DEFAULT_DB, DEFAULT_PORT, Settings, resolve
+from replayscope.contract.errors import ReplayscopeError
 
 ENV = {"REPLAYSCOPE_DB": "sqlite:///from-env.db", "REPLAYSCOPE_PORT": "9001", "REPLAYSCOPE_HOST": "0.0.0.0",
        "REPLAYSCOPE_LOG_LEVEL": "DEBUG", "REPLAYSCOPE_TOKEN": "env-token"}
@@ -62,10 +62,10 @@ def test_settings_without_flags_are_the_environment_over_the_defaults():
 
 def test_the_token_is_read_when_a_command_runs_not_when_its_parser_is_built(monkeypatch):
     """runner's ``run``, ``runs delete`` and ``advise`` take $REPLAYSCOPE_TOKEN through the one
-    lookup (``runner.environment.token``, which ``resolve`` uses too), at use: a parser built
+    lookup (``replayscope.contract.environment.token``, which ``resolve`` uses too), at use: a parser built
     before the variable was set still sends it, and ``--token`` wins over it."""
-    from runner import environment
-    from app.cli.run import make_sink
+    from replayscope.contract import environment
+    from replayscope.app.cli.run import make_sink
 
     monkeypatch.delenv("REPLAYSCOPE_TOKEN", raising=False)
     parser = build_parser()
@@ -85,7 +85,7 @@ def test_the_token_is_read_when_a_command_runs_not_when_its_parser_is_built(monk
 def test_trace_reads_the_token_when_it_runs_not_when_its_parser_is_built(monkeypatch):
     """``replayscope trace`` takes $REPLAYSCOPE_TOKEN through the same lookup, at run time;
     ``--token`` wins over it."""
-    from runner.trace import launch
+    from replayscope.runner.trace import launch
 
     sent: list[str | None] = []
     monkeypatch.setattr(launch, "run_traced", lambda program, **kw: sent.append(kw["token"]) or 0)

@@ -8,14 +8,13 @@ import sqlite3
 import pytest
 import sqlalchemy as sa
 
-from collector.models import queries
+from replayscope.collector.models import queries
 from tests.stores import ingest_events_file
-from collector.ingest import (InvalidBatch, InvalidRun, UnknownRun, ingest_events,
-                              ingest_run)
-from collector.store import SchemaBehind, Store, head_revision
-from collector.tables import metadata, steps
-from runner.errors import ReplayscopeError
-from runner.events_file import write_events_file
+from replayscope.collector.ingest import InvalidBatch, InvalidRun, UnknownRun, ingest_events, ingest_run
+from replayscope.collector.store import SchemaBehind, Store, head_revision
+from replayscope.collector.tables import metadata, steps
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.events_file import write_events_file
 
 from .conftest import run_record, step
 
@@ -252,7 +251,7 @@ def test_jsonl_without_run_record_first_is_refused(sqlite_store, tmp_path):
 
 
 def test_a_locked_database_fails_cleanly_and_writes_nothing(tmp_path):
-    from collector.store import StoreUnavailable
+    from replayscope.collector.store import StoreUnavailable
 
     path = tmp_path / "locked.db"
     store = Store.open(f"sqlite:///{path}", upgrade=True, busy_timeout_ms=50)

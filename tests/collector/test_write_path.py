@@ -13,10 +13,10 @@ import pytest
 import sqlalchemy as sa
 from fastapi.testclient import TestClient
 
-from collector.api import body as collector_json
-from collector.settings import Settings
-from collector.store import Store
-from collector.tables import step_rollups
+from replayscope.collector.api import body as collector_json
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
+from replayscope.collector.tables import step_rollups
 from tests.live_server import LOOPBACK_BASE
 from tests.spying import spy
 
@@ -33,7 +33,7 @@ def server(tmp_path):
     made = []
 
     def make(**settings):
-        from app.server import create_server
+        from replayscope.app.server import create_server
 
         store = Store.open(f"sqlite:///{tmp_path}/w{len(made)}.db", upgrade=True)
         client = TestClient(create_server(store, Settings(run_services=False, **settings)), base_url=LOOPBACK_BASE)
@@ -54,7 +54,7 @@ def row_counts(store) -> dict[str, int]:
 
 def pages_answer(client: TestClient, store, run_id: str) -> None:
     """Every API read and every dashboard page (its shell and the data its callbacks show)."""
-    from app.pages import advisor, alerts, run, runs, startup
+    from replayscope.app.pages import advisor, alerts, run, runs, startup
 
     for path in ("/v1/runs", f"/v1/runs/{run_id}", f"/v1/runs/{run_id}/timeline", f"/v1/runs/{run_id}/reasons",
                  f"/v1/runs/{run_id}/batch-sizes", f"/v1/runs/{run_id}/step-times", f"/v1/runs/{run_id}/phases",
@@ -129,7 +129,7 @@ def test_webhook_urls_are_redacted_for_readers_without_the_token(server):
         assert "SECRET" not in reader.text and "T000" not in reader.text
         assert "https://hooks.slack.example/" in reader.text
         assert SLACK in client.get(path, headers=AUTH).text
-    from app.pages import alerts as alerts_page
+    from replayscope.app.pages import alerts as alerts_page
     assert "SECRET" not in json.dumps(alerts_page.page_data(_store, writer=False))
 
 
@@ -183,7 +183,7 @@ def test_a_run_started_in_milliseconds_is_refused_saying_so(server):
 
 
 def test_run_totals_that_would_overflow_are_refused_not_turned_into_floats(store, run_in):
-    from collector.ingest import InvalidBatch, ingest_events
+    from replayscope.collector.ingest import InvalidBatch, ingest_events
 
     run_id = run_in(store)
     counts = {"seq": 0, "ts": 1000.0, "kind": "step_counts", "stage": "mixed", "mode": "graph", "reason": None,
@@ -282,8 +282,8 @@ def test_deleting_a_run_removes_everything_recorded_for_it_and_nothing_else(serv
 
 
 def test_replayscope_runs_delete_removes_a_run_from_the_store(tmp_path, capsys):
-    from app.cli import main
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.app.cli import main
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     url = f"sqlite:///{tmp_path}/cli.db"
     store = Store.open(url, upgrade=True)
@@ -297,12 +297,12 @@ def test_replayscope_runs_delete_removes_a_run_from_the_store(tmp_path, capsys):
 
 
 def test_replayscope_runs_delete_through_a_collector_needs_its_token(tmp_path, capsys):
-    from app.cli import main
-    from collector.api import create_api
+    from replayscope.app.cli import main
+    from replayscope.collector.api import create_api
     from tests.live_server import serving
 
     store = Store.open(f"sqlite:///{tmp_path}/c.db", upgrade=True)
-    from collector.ingest import ingest_run
+    from replayscope.collector.ingest import ingest_run
     ingest_run(store, run_record("r1"))
     with serving(create_api(store, Settings(run_services=False, token=TOKEN))) as url:
         assert main(["runs", "delete", "r1", "--collector", url, "--token", "wrong"]) == 2
@@ -314,7 +314,7 @@ def test_replayscope_runs_delete_through_a_collector_needs_its_token(tmp_path, c
 # -- serving beyond loopback ---------------------------------------------------------------
 
 def test_serve_refuses_a_non_loopback_address_without_a_token(tmp_path, monkeypatch, capsys):
-    from app.cli import main
+    from replayscope.app.cli import main
     from tests.live_server import free_port
 
     monkeypatch.delenv("REPLAYSCOPE_TOKEN", raising=False)
@@ -330,8 +330,8 @@ def test_serve_refuses_a_non_loopback_address_without_a_token(tmp_path, monkeypa
     ("0.0.0.0", None, True, True),
 ])
 def test_who_may_listen_where(host, token, insecure, allowed):
-    from app.cli.serve import _refuse_open_writes
-    from runner.errors import ReplayscopeError
+    from replayscope.app.cli.serve import _refuse_open_writes
+    from replayscope.contract.errors import ReplayscopeError
 
     settings = Settings(host=host, token=token)
     if allowed:

@@ -22,9 +22,9 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from app.cli import build_parser
-from collector.api.metrics import DECODE_STAGES_MATCHER
-from collector.settings import Settings
+from replayscope.app.cli import build_parser
+from replayscope.collector.api.metrics import DECODE_STAGES_MATCHER
+from replayscope.collector.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
 COMPOSE = yaml.safe_load((REPO / "docker-compose.yml").read_text())
@@ -69,10 +69,10 @@ def environment(service: dict) -> dict[str, str]:
 
 def runner_flag_variables() -> set[str]:
     """REPLAYSCOPE_* variables the runner's flags read as defaults (app/cli/run.py, and the token
-    through runner/environment.py)."""
+    through replayscope/contract/environment.py)."""
     source = (REPO / "app" / "cli" / "run.py").read_text()
     found = set(re.findall(r'os\.environ\.get\("(REPLAYSCOPE_[A-Z_]+)"\)', source))
-    environment = (REPO / "runner" / "environment.py").read_text()
+    environment = (REPO / "replayscope" / "contract" / "environment.py").read_text()
     return found | set(re.findall(r'^[A-Z_]+_VARIABLE = "(REPLAYSCOPE_[A-Z_]+)"', environment, re.M))
 
 
@@ -111,7 +111,7 @@ def test_every_file_a_dockerfile_copies_exists(dockerfile):
             assert (REPO / source).exists(), f"{dockerfile.name}: COPY {source}: not in the repository"
     # what pip installs from /src must be a complete package: every top-level package it lists
     copied = {w.strip("./") for rest in copies for w in rest.split()[:-1]}
-    for package in ("runner", "collector", "app", "migrations", "pyproject.toml"):
+    for package in ("replayscope", "runner", "collector", "app", "migrations", "pyproject.toml"):
         assert package in copied, f"{dockerfile.name} does not copy {package}"
 
 
@@ -171,8 +171,8 @@ def test_serve_ports_agree_with_the_port_flag_and_the_healthcheck(name):
 def test_the_healthcheck_path_is_a_route_of_the_server():
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.store import Store
     from tests.live_server import LOOPBACK_BASE
 
     store = Store.open("sqlite://", upgrade=True)
@@ -363,8 +363,8 @@ def exposed_series() -> dict[str, set[str]]:
     """Sample name -> label names, from the collector's real exposition with every metric set."""
     from prometheus_client.parser import text_string_to_metric_families
 
-    from collector.ingest import IngestResult
-    from collector.api.metrics import Metrics
+    from replayscope.collector.ingest import IngestResult
+    from replayscope.collector.api.metrics import Metrics
 
     metrics = Metrics(store_gauges=lambda: ({"eager-high": 1}, {"finished": 2}))
     metrics.observe_ingest(IngestResult(
@@ -438,11 +438,11 @@ _STAGE_FILTER = re.compile(r'\bstage\s*(?:=~|!~|!=|=)\s*"[^"]*"')
 
 
 def test_every_dashboard_stage_filter_is_the_decode_stages_of_the_built_in_rule():
-    """A panel that picks stages picks the decode stages (runner.wire.DECODE_STAGES) with the
+    """A panel that picks stages picks the decode stages (replayscope.contract.wire.DECODE_STAGES) with the
     matcher the shipped Prometheus rule uses, so a vLLM run's decode and mixed batches and an
     SGLang run's decode steps fill it as a runner run's decode steps do."""
-    from collector.alert_rule import DEFAULTS as RULE_DEFAULTS
-    from runner.wire import DECODE_STAGES, stages_of
+    from replayscope.collector.alert_rule import DEFAULTS as RULE_DEFAULTS
+    from replayscope.contract.wire import DECODE_STAGES, stages_of
 
     filters = [m.group(0) for expr in dashboard_queries() for m in _STAGE_FILTER.finditer(expr)]
     assert filters and set(filters) == {DECODE_STAGES_MATCHER}
@@ -487,10 +487,10 @@ def test_the_collectors_send_their_alerts_to_the_compose_alertmanager_which_alwa
 
 
 def test_the_store_compose_migrates_starts_with_the_built_in_rule(tmp_path, capsys):
-    from app.cli import main
-    from collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.app.cli import main
+    from replayscope.collector.alerting.alerts import BUILTIN_EAGER_RATIO_RULE
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     migrate = SERVICES["migrate"]
     assert argv(migrate)[1:] == ["db", "upgrade"]

@@ -10,17 +10,17 @@ import threading
 import pytest
 import uvicorn
 
-from collector.api import create_api
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.api import create_api
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import free_port, wait_answering
 from tests.stores import store  # noqa: F401 (the store fixture, on db_url)
 
 SERVE_SCRIPT = """
 import sys, uvicorn
-from collector.api import create_api
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.api import create_api
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 db, port = sys.argv[1], int(sys.argv[2])
 store = Store.open(db, upgrade=True)
 uvicorn.run(create_api(store, Settings(db=db, run_services=False)), host="127.0.0.1", port=port,

@@ -11,11 +11,11 @@ import time
 
 import sqlalchemy as sa
 
-from collector.models import queries
-from collector.tables import runs, steps
-from runner.emitter import Emitter
-from runner.sinks import HttpSink
-from runner.events_file import read_events_file
+from replayscope.collector.models import queries
+from replayscope.collector.tables import runs, steps
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.sinks import HttpSink
+from replayscope.contract.events_file import read_events_file
 
 from tests.e2e.conftest import ProcessCollector, ThreadCollector
 from tests.live_server import free_port
@@ -90,7 +90,7 @@ def test_a_collector_restart_in_the_middle_of_a_run_loses_and_duplicates_nothing
     events_file, spool = tmp_path / "run.jsonl", tmp_path / "spool.jsonl"
     collector = ProcessCollector(db_url, free_port()).start()
     runner = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny", "--workload", "mixed",
+        [sys.executable, "-m", "replayscope", "run", "--backend", "static", "--preset", "tiny", "--workload", "mixed",
          "--steps", "5000", "--seed", "3", "--run-id", run_id, "--collector", collector.url,
          "--spool", str(spool), "--events", str(events_file), "--quiet"],
         env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=subprocess.PIPE, text=True)

@@ -95,7 +95,7 @@ def test_offline_captures_are_the_logs_passes_one_per_size(offline):
 
 
 def test_the_offline_runs_own_log_imports_as_a_finished_run_agreeing_with_the_trace(offline):
-    from collector.importers import parse_sglang_text
+    from replayscope.collector.importers import parse_sglang_text
     run, _record, events = offline
     [imported] = parse_sglang_text(run.log.read_text(errors="replace"), path=str(run.log), mtime=0.0).runs
     assert imported.status == "finished" and imported.run["config"]["offline"] is True

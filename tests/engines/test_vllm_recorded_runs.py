@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from benchmarks.vllm_harness import log_facts, metrics_facts
-from collector.importers.parser import parse_text
-from collector.importers.scrape import Scraper
-from collector.importers.vllm_log import ENGINE as VLLM
-from runner.events_file import read_events_file
+from replayscope.collector.importers.parser import parse_text
+from replayscope.collector.importers.scrape import Scraper
+from replayscope.collector.importers.vllm_log import ENGINE as VLLM
+from replayscope.contract.events_file import read_events_file
 from tests.importers.test_scrape_vllm import just_started
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -90,15 +90,15 @@ def test_a_scrape_of_the_served_runs_metrics_counts_the_steps_the_trace_recorded
 
 @pytest.fixture
 def page(tmp_path):
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
-    from collector.analysis.diagnosis import diagnose_run
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
+    from replayscope.collector.analysis.diagnosis import diagnose_run
     from tests.stores import ingest_events_file
 
     store = Store.open(f"sqlite:///{tmp_path / 'rs.db'}", upgrade=True)
     create_server(store, Settings(run_services=False))
-    from app.pages import run
+    from replayscope.app.pages import run
 
     def shown(name: str):
         run_id = read_events_file(FIXTURES / f"vllm-0.25.0-{name}.jsonl").run["run_id"]
@@ -111,7 +111,7 @@ def page(tmp_path):
 
 
 def run_header(data):
-    from app.pages import run
+    from replayscope.app.pages import run
     return run.header(data["summary"])
 
 

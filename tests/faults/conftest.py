@@ -72,7 +72,7 @@ class Collector:
     def start(self, timeout_s: float = 30.0) -> "Collector":
         out = open(self.log, "ab") if self.log else subprocess.DEVNULL
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", *([] if self.dashboard else ["--no-dashboard"]),
+            [sys.executable, "-m", "replayscope", "serve", *([] if self.dashboard else ["--no-dashboard"]),
              "--host", "127.0.0.1", "--port", str(self.port), "--db", self.db_url],
             cwd=REPO, env=self.env, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         wait_for(self._healthy, timeout_s, f"the collector on {self.url}")
@@ -111,7 +111,7 @@ class Collector:
 
 def start_runner(collector_url: str, events: Path, *, steps: int, run_id: str, spool: Path | None = None,
                  name: str | None = None, extra: list[str] = (), log: Path | None = None) -> subprocess.Popen:
-    command = [sys.executable, "-m", "app.cli", "run", "--backend", "static", "--preset", "tiny",
+    command = [sys.executable, "-m", "replayscope", "run", "--backend", "static", "--preset", "tiny",
                "--workload", "mixed", "--steps", str(steps), "--collector", collector_url,
                "--events", str(events), "--run-id", run_id, "--quiet", *extra]
     if spool is not None:
@@ -160,7 +160,7 @@ def row_counts(db_url: str) -> dict[str, int]:
 
 
 def migrated_sqlite(path: Path) -> str:
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{path}"
     Store.open(url, upgrade=True).dispose()
@@ -170,7 +170,7 @@ def migrated_sqlite(path: Path) -> str:
 @pytest.fixture
 def pg_url():
     """A fresh, migrated PostgreSQL database (skipped without REPLAYSCOPE_TEST_PG_URL, unless CI)."""
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     with temporary_database("fault tests") as url:
         Store.open(url, upgrade=True).dispose()

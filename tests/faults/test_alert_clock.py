@@ -81,16 +81,16 @@ def test_a_first_step_an_hour_ahead_does_not_silence_the_alerts_of_the_steps_aft
 
 
 def test_the_run_page_says_its_clock_is_the_collectors(tmp_path):
-    from app.server import create_server
-    from collector.ingest import ingest_events, ingest_run
-    from collector.models.queries import run_summary
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.models.queries import run_summary
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path}/page.db")
     try:
         create_server(store, Settings(run_services=False))     # registers the pages
-        from app.pages.run import header
+        from replayscope.app.pages.run import header
         now = time.time()
         ingest_run(store, {"run_id": "r", "name": "r", "source": "runner", "started_at": now, "backend": "static",
                            "model": "tiny", "device": "cpu"})

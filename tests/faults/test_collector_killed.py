@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 
-from runner.events_file import read_events_file
+from replayscope.contract.events_file import read_events_file
 from tests.faults.conftest import (Collector, http_json, migrated_sqlite, start_runner,
                                    stop_process, stored_seqs, wait_for)
 
@@ -41,8 +41,8 @@ def test_every_event_is_stored_exactly_once_across_a_collector_kill(tmp_path):
     assert stored == expected, (f"missing {sorted(set(expected) - set(stored))[:10]}, "
                                 f"doubled {[s for s, n in stored.items() if n > 1][:10]}")
     assert not spool.exists(), "the spool is drained once the collector is back"
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     store = Store(db)
     try:

@@ -7,8 +7,8 @@ from collections import Counter
 
 import pytest
 
-from runner.events_file import read_events_file
-from runner.wire import STEP_COUNT_MODES
+from replayscope.contract.events_file import read_events_file
+from replayscope.contract.wire import STEP_COUNT_MODES
 from tests.faults.conftest import Collector, start_runner, stop_process, stored_seqs
 
 pytestmark = pytest.mark.postgres
@@ -47,8 +47,8 @@ def test_two_concurrent_runners_on_postgresql_are_stored_whole_with_correct_roll
             stop_process(proc)
         collector.stop()
 
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     store = Store.open(pg_url)
     try:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import pytest
 import sqlalchemy as sa
 
-from collector.models import queries, retention
-from collector.ingest import ingest_events, ingest_run
-from collector.store import Store
-from collector.tables import runs, steps
+from replayscope.collector.models import queries, retention
+from replayscope.collector.ingest import ingest_events, ingest_run
+from replayscope.collector.store import Store
+from replayscope.collector.tables import runs, steps
 from tests.postgres import temporary_database
 
 DAY = 86400.0

@@ -38,15 +38,15 @@ def test_a_runner_killed_without_run_end_is_marked_interrupted_on_the_dashboard(
         collector.stop()
     assert body["ended_at"] == body["last_event_ts"], "it ended at its last event, not at detection"
 
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store(db)
     try:
         create_server(store, Settings(db=db, run_services=False))   # binds the store, registers the pages
-        from app.pages import run as run_page
-        from app.pages import runs as runs_page
+        from replayscope.app.pages import run as run_page
+        from replayscope.app.pages import runs as runs_page
 
         row = next(r for r in runs_page.page_data(store) if r["run_id"] == "dies")
         assert row["status"] == "interrupted" and row["steps"] == body["steps"]

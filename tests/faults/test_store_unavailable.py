@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.sinks import HttpSink
+from replayscope.contract.sinks import HttpSink
 from tests.faults.conftest import Collector, http_json, migrated_sqlite, row_counts, stored_seqs
 
 

@@ -12,8 +12,8 @@ from collections import Counter
 
 import pytest
 
-from runner.events_file import read_events_file
-from runner.wire import STEP_COUNT_MODES
+from replayscope.contract.events_file import read_events_file
+from replayscope.contract.wire import STEP_COUNT_MODES
 from tests.faults.conftest import (Collector, RoundRobinProxy, http_json, start_runner, stop_process,
                                    stored_seqs, wait_for)
 from tests.receiver import LOOPBACK_ALLOW, Receiver
@@ -82,8 +82,8 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
                 collector.stop()
         bodies = list(hook.received)
 
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     assert len(spread) == 3, f"the balancer reached only {spread}"
     store = Store.open(pg_url)
@@ -110,7 +110,7 @@ def test_three_collectors_store_every_event_once_and_run_each_job_once_per_perio
         rows = [next(s for s in listing if s["name"] == name) for listing in services]
         ran = [r["ran_here"] for r in rows]
         periods = elapsed / interval
-        # A period is a slot floor(clock / interval) (collector.services.leader); the window touches the
+        # A period is a slot floor(clock / interval) (replayscope.collector.services.leader); the window touches the
         # slots from the one it started in to the one it ended in, partial ones at both ends.
         slots = math.floor((started + elapsed) / interval) - math.floor(started / interval) + 1
         assert sum(ran) <= slots, f"{name} ran {sum(ran)} times in {slots} periods ({periods:.1f} long)"

@@ -26,8 +26,8 @@ def test_events_neither_sent_nor_spooled_are_counted_in_the_summary_and_the_exit
 
 
 def test_events_kept_in_a_spool_are_counted_with_where_they_are_and_the_exit_code_is_1(tmp_path):
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
     from tests.e2e.conftest import ThreadCollector
 
     store = Store.open(f"sqlite:///{tmp_path}/collector.db", upgrade=True)

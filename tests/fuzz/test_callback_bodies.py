@@ -1,7 +1,7 @@
 """Malformed dashboard callback requests are a 400, never a 500 (issue 36). The audit: Dash
 answered ``{}``, ``[]`` and garbage posted to ``/_dash-update-component`` with 500. Now the
 body is checked against the dashboard's callbacks before Dash reads it
-(``app.callback_bodies``); what passes is a callback request Dash can dispatch, whatever the
+(``replayscope.app.callback_bodies``); what passes is a callback request Dash can dispatch, whatever the
 values in it. Against the real server (uvicorn), every callback of every page."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import urllib.request
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import serving
 
 MALFORMED = [b"{}", b"[]", b"garbage", b"null", b'"x"', b"1", b'{"output": 5}', b'{"output": "nope.children"}',
@@ -24,7 +24,7 @@ ODD = [None, 1, "x", [], {}, [None], [{}], {"id": 1, "property": 2}]
 
 @pytest.fixture(scope="module")
 def dashboard(tmp_path_factory):
-    from app.server import create_server
+    from replayscope.app.server import create_server
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('cb')}/cb.db", upgrade=True)
     app = create_server(store, Settings(run_services=False))
@@ -115,7 +115,7 @@ def test_a_callback_body_passes_the_collectors_size_limit_before_dash_reads_it(t
     import http.client
     from urllib.parse import urlsplit
 
-    from app.server import create_server
+    from replayscope.app.server import create_server
 
     store = Store.open(f"sqlite:///{tmp_path}/limit.db", upgrade=True)
     app = create_server(store, Settings(run_services=False, max_body_bytes=4096))

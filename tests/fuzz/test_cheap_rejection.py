@@ -10,10 +10,10 @@ import time
 
 import pytest
 
-from collector.api import body as collector_json, create_api
-from collector.ingest import ingest_run
-from collector.settings import Settings
-from collector.store import Store
+from replayscope.collector.api import body as collector_json, create_api
+from replayscope.collector.ingest import ingest_run
+from replayscope.collector.settings import Settings
+from replayscope.collector.store import Store
 from tests.live_server import free_port
 from tests.spying import spy
 

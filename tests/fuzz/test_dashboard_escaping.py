@@ -30,8 +30,8 @@ RUN = "hostile-fields"
 
 
 def hostile_run(store) -> None:
-    from collector.alerting.alerts import create_rule
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.alerting.alerts import create_rule
+    from replayscope.collector.ingest import ingest_events, ingest_run
 
     t0 = time.time() - 60
     ingest_run(store, {"run_id": RUN, "name": "hostile fields", "source": "runner", "started_at": t0,
@@ -55,9 +55,9 @@ def hostile_run(store) -> None:
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('esc') / 'rs.db'}", upgrade=True)
     hostile_run(store)

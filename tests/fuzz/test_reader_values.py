@@ -48,9 +48,9 @@ def counts(**extra) -> dict:
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])
 def server(request, tmp_path_factory):
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     def serve(url):
         store = Store.open(url, upgrade=True)
@@ -122,8 +122,8 @@ def test_a_step_counts_batch_size_above_2_20_is_refused_the_same_on_every_store(
 @pytest.fixture(scope="module")
 def stored_before(server):
     """Runs whose config was stored before it was checked at ingest (straight into the table)."""
-    from collector.ingest import ingest_events, ingest_run
-    from collector.tables import runs
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.tables import runs
 
     store = server["store"]
     names = []

@@ -18,11 +18,11 @@ schemathesis = pytest.importorskip("schemathesis")
 from schemathesis.checks import (content_type_conformance, not_a_server_error,  # noqa: E402
                                  response_schema_conformance, status_code_conformance)
 
-from collector.alerting.alerts import create_rule  # noqa: E402
-from collector.api import create_api  # noqa: E402
-from collector.ingest import ingest_events, ingest_run  # noqa: E402
-from collector.settings import Settings  # noqa: E402
-from collector.store import Store  # noqa: E402
+from replayscope.collector.alerting.alerts import create_rule  # noqa: E402
+from replayscope.collector.api import create_api  # noqa: E402
+from replayscope.collector.ingest import ingest_events, ingest_run  # noqa: E402
+from replayscope.collector.settings import Settings  # noqa: E402
+from replayscope.collector.store import Store  # noqa: E402
 
 RUN_ID = "fuzz-run"
 TOKEN = "fuzz-token"

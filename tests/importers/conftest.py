@@ -22,7 +22,7 @@ def read_fixture(name: str) -> str:
 
 def parsed(parse_text, name: str):
     """Parse a fixture; every run and event must pass the wire contract, seqs 0..n-1."""
-    from runner.wire import validate_event, validate_run
+    from replayscope.contract.wire import validate_event, validate_run
 
     result = parse_text(read_fixture(name), path=name, mtime=MTIME)
     for run in result.runs:
@@ -75,13 +75,13 @@ def utc(text: str) -> float:
 
 def vllm(name: str):
     """The one run of a vLLM fixture."""
-    from collector.importers import parse_vllm_text
+    from replayscope.collector.importers import parse_vllm_text
     return the_only_run(parsed(parse_vllm_text, name))
 
 
 def sglang(name: str):
     """The one run of an SGLang fixture."""
-    from collector.importers import parse_sglang_text
+    from replayscope.collector.importers import parse_sglang_text
     return the_only_run(parsed(parse_sglang_text, name))
 
 
@@ -90,7 +90,7 @@ def import_whole(engine: str, path) -> "object":
     drain): the whole file parsed at once, with the file's date, for tests that ingest them."""
     import os
 
-    from collector.importers import ENGINE_SPECS
-    from collector.importers.parser import parse_text
+    from replayscope.collector.importers import ENGINE_SPECS
+    from replayscope.collector.importers.parser import parse_text
     return parse_text(ENGINE_SPECS[engine], Path(path).read_text(encoding="utf-8"), path=str(path),
                       mtime=os.path.getmtime(path), digest=None)

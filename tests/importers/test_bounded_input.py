@@ -14,10 +14,10 @@ import time
 
 import pytest
 
-from app.cli import imports as cli
-from collector.importers import import_log, log_source, parser as log_parser
-from collector.models import queries
-from collector.store import Store
+from replayscope.app.cli import imports as cli
+from replayscope.collector.importers import import_log, log_source, parser as log_parser
+from replayscope.collector.models import queries
+from replayscope.collector.store import Store
 from tests.importers.conftest import FIXTURES, MTIME, read_fixture
 from tests.importers.test_cli import parser as cli_parser
 
@@ -25,7 +25,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def replayscope(*argv: str, timeout: float = 20) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.cli", *argv], capture_output=True, text=True, timeout=timeout,
+    return subprocess.run([sys.executable, "-m", "replayscope", *argv], capture_output=True, text=True, timeout=timeout,
                           env=dict(os.environ, PYTHONPATH=ROOT))
 
 
@@ -61,7 +61,7 @@ def test_the_file_is_read_in_chunks_and_cut_as_split_lines_cuts_it(tmp_path, mon
     data = (FIXTURES / "sglang_bar_forms.log").read_bytes()
     path.write_bytes(data)
     log = log_source.open_log_file(str(path))
-    from collector.importers.lines import split_lines
+    from replayscope.collector.importers.lines import split_lines
     assert list(log.lines()) == split_lines(data.decode())[0]
     assert log.ends_mid_line is split_lines(data.decode())[1]
 
@@ -96,12 +96,12 @@ def test_the_parser_takes_an_iterator_and_hands_events_on_as_it_goes(tmp_path, m
 
 
 def the_events_of_a_whole_parse(text):
-    from collector.importers import parse_sglang_text
+    from replayscope.collector.importers import parse_sglang_text
     return parse_sglang_text(text, path="serving.log", mtime=MTIME).runs[0].events
 
 
 def whole_summary(text):
-    from collector.importers import parse_sglang_text
+    from replayscope.collector.importers import parse_sglang_text
     return parse_sglang_text(text, path="serving.log", mtime=MTIME).runs[0].summary()
 
 
@@ -163,7 +163,7 @@ def test_follow_of_a_device_exits_2_at_once():
 
 
 def test_follow_reads_what_a_file_grew_by_in_bounded_pieces(tmp_path, monkeypatch):
-    from collector.importers import follow as follow_module
+    from replayscope.collector.importers import follow as follow_module
 
     monkeypatch.setattr(follow_module, "MAX_READ", 4096)
     monkeypatch.setattr(follow_module, "READ_CHUNK", 1024)
@@ -186,8 +186,8 @@ def test_follow_reads_what_a_file_grew_by_in_bounded_pieces(tmp_path, monkeypatc
 # -- import events: checked and sent a line at a time ----------------------------------------
 
 def _events_file(path, n: int) -> None:
-    from runner.events_file import write_events_file
-    from runner.wire import WIRE_VERSION
+    from replayscope.contract.events_file import write_events_file
+    from replayscope.contract.wire import WIRE_VERSION
 
     run = {"run_id": "big-events", "name": "big", "source": "runner", "started_at": 1.7e9, "backend": "static",
            "model": "m", "device": "cpu", "torch_version": None, "config": {}, "wire_version": WIRE_VERSION}
@@ -196,7 +196,7 @@ def _events_file(path, n: int) -> None:
 
 
 def test_import_events_checks_and_sends_in_batches_without_reading_the_file_whole(tmp_path, monkeypatch):
-    from runner import events_file as ef
+    from replayscope.contract import events_file as ef
 
     path = tmp_path / "big.jsonl"
     _events_file(path, 1234)

@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from app.cli import imports as cli
-from runner.errors import ReplayscopeError
+from replayscope.app.cli import imports as cli
+from replayscope.contract.errors import ReplayscopeError
 from tests.importers.conftest import FIXTURES, gib
 from tests.live_server import free_port
 
@@ -58,8 +58,8 @@ def test_json_output_lists_runs_with_their_figures(logs):
 
 
 def test_import_into_a_store_is_idempotent(logs, tmp_path):
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'imp.db'}"
     first = json.loads(run(["import", "sglang", str(logs / "sglang_decode_batches.log"), "--db", url, "--json"]))
@@ -84,8 +84,8 @@ def test_import_into_a_store_is_idempotent(logs, tmp_path):
 
 
 def test_failed_and_interrupted_runs_keep_their_status_in_the_store(logs, tmp_path):
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'st.db'}"
     run(["import", "sglang", str(logs / "sglang_capture_failed.log"), "--db", url])
@@ -118,7 +118,7 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(tmp_path, make, message):
 ])
 def test_the_other_engines_log_is_refused_naming_it_and_writes_nothing(logs, tmp_path, capsys, asked, log,
                                                                         looks_like):
-    from app.cli import main
+    from replayscope.app.cli import main
 
     db = tmp_path / "never.db"
     assert main(["import", asked, str(logs / log), "--db", f"sqlite:///{db}"]) != 0
@@ -146,9 +146,9 @@ def test_db_and_collector_are_mutually_exclusive():
 def collector_url(tmp_path):
     """The collector's FastAPI app served by uvicorn on 127.0.0.1, writes behind a token."""
     uvicorn = pytest.importorskip("uvicorn")
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'api.db'}"
     store = Store.open(url, upgrade=True)
@@ -168,7 +168,7 @@ def collector_url(tmp_path):
 
 
 def test_import_through_the_collector_api(logs, collector_url):
-    from collector.models import queries
+    from replayscope.collector.models import queries
 
     base, store = collector_url
     data = json.loads(run(["import", "vllm", str(logs / "vllm_restart.log"), "--collector", base,
@@ -184,9 +184,9 @@ def test_import_through_the_collector_api(logs, collector_url):
 
 
 def test_an_imported_vllm_metrics_table_feeds_padding_waste_and_the_advisor(logs, tmp_path):
-    from collector.models import queries
-    from collector.analysis.advisor.stored import advice_for_run
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.analysis.advisor.stored import advice_for_run
+    from replayscope.collector.store import Store
 
     db = f"sqlite:///{tmp_path}/advise.db"
     run(["import", "vllm", str(logs / "vllm_cudagraph_metrics.log"), "--db", db])

@@ -9,9 +9,9 @@ import io
 
 import pytest
 
-from app.cli import main
-from app.cli import imports as cli
-from runner import sinks
+from replayscope.app.cli import main
+from replayscope.app.cli import imports as cli
+from replayscope.contract import sinks
 from tests.importers.test_follow import START, decode, db_args
 from tests.live_server import free_port
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import pytest
 
-from collector.importers import parse_sglang_text, parse_vllm_text
-from collector.importers.failures import CUT_OFF
+from replayscope.collector.importers import parse_sglang_text, parse_vllm_text
+from replayscope.collector.importers.failures import CUT_OFF
 from tests.importers.conftest import read_fixture, run_end, sglang, vllm
 
 
@@ -99,7 +99,7 @@ def test_the_import_line_says_the_capture_did_not_finish_and_gives_no_total(tmp_
     import argparse
     import io
 
-    from app.cli import imports as cli
+    from replayscope.app.cli import imports as cli
 
     p = argparse.ArgumentParser()
     cli.add_parsers(p.add_subparsers())

@@ -4,7 +4,7 @@ is absent, never 0."""
 
 from __future__ import annotations
 
-from collector.importers import parse_sglang_text, parse_vllm_text
+from replayscope.collector.importers import parse_sglang_text, parse_vllm_text
 from tests.importers.conftest import (MTIME, gib, kind, phases, rank_phases, run_end, sglang, the_only_run, utc,
                                       vllm)
 

@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from app.cli import main
-from collector.models import queries
-from collector.store import Store
-from runner.events_file import read_events_file
+from replayscope.app.cli import main
+from replayscope.collector.models import queries
+from replayscope.collector.store import Store
+from replayscope.contract.events_file import read_events_file
 
 
 def a_run(path, run_id: str, steps: int = 60):

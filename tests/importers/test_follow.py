@@ -16,11 +16,11 @@ from datetime import datetime, timezone
 
 import pytest
 
-from collector.models import queries
-from app.cli import imports as cli
-from collector.importers import ENGINE_SPECS
-from collector.importers.follow import follow
-from collector.store import Store
+from replayscope.collector.models import queries
+from replayscope.app.cli import imports as cli
+from replayscope.collector.importers import ENGINE_SPECS
+from replayscope.collector.importers.follow import follow
+from replayscope.collector.store import Store
 
 START = [
     "[2025-05-05 10:00:00] server_args=ServerArgs(model_path='meta-llama/Llama-3.1-8B-Instruct', device='cuda', "
@@ -271,9 +271,9 @@ def _get(url: str):
 
 
 def test_an_alert_fires_in_a_running_collector_while_a_followed_log_grows(tmp_path):
-    from app.server import create_server
-    from collector.settings import Settings
-    from runner.http import post_json
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.contract.http import post_json
     from tests.live_server import serving
 
     store = Store.open(f"sqlite:///{tmp_path}/live.db", upgrade=True)
@@ -317,14 +317,14 @@ def test_an_alert_fires_in_a_running_collector_while_a_followed_log_grows(tmp_pa
 
 @pytest.mark.parametrize("bad", ["missing.log"])
 def test_a_missing_file_is_one_clear_error(tmp_path, bad):
-    from runner.errors import ReplayscopeError
+    from replayscope.contract.errors import ReplayscopeError
 
     with pytest.raises(ReplayscopeError, match="no such file"):
         cli.run_follow(db_args(tmp_path, tmp_path / bad), out=io.StringIO())
 
 
 def test_following_the_other_engines_log_is_refused_before_anything_is_sent(tmp_path):
-    from runner.errors import ReplayscopeError
+    from replayscope.contract.errors import ReplayscopeError
 
     log = tmp_path / "server.log"
     log.write_text("\n".join(START) + "\n")            # SGLang's lines

@@ -18,10 +18,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.importers.parser import parse_text
-from collector.importers.follow import HEARTBEAT_S, POST_AFTER_S, follow
-from collector.importers.sglang_log import ENGINE as SGLANG
-from collector.importers.vllm_log import ENGINE as VLLM
+from replayscope.collector.importers.parser import parse_text
+from replayscope.collector.importers.follow import HEARTBEAT_S, POST_AFTER_S, follow
+from replayscope.collector.importers.sglang_log import ENGINE as SGLANG
+from replayscope.collector.importers.vllm_log import ENGINE as VLLM
 from tests.importers.conftest import FIXTURES, MTIME, read_fixture
 
 # Every fixture but those whose year only a vLLM version printed after the first stamp decides:

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from collector.importers import parse_sglang_text, parse_vllm_text
-from runner.wire import validate_event, validate_run
+from replayscope.collector.importers import parse_sglang_text, parse_vllm_text
+from replayscope.contract.wire import validate_event, validate_run
 from tests.importers.conftest import FIXTURES, MTIME, read_fixture
 
 PARSERS = (parse_vllm_text, parse_sglang_text)
@@ -85,10 +85,10 @@ def test_byte_noise_in_a_real_log_imports_cleanly(name, noise):
 def _one_pass(engine, text, cut=None):
     """Every event the parser emits for ``text``; with ``cut``, the parser is saved after
     ``cut`` lines (as follow saves it) and a new one goes on from the saved state."""
-    from collector.importers.parser import LogParser
-    from collector.importers.follow import dump_parser, load_parser
-    from collector.importers.lines import split_lines
-    from collector.importers.years import infer_year
+    from replayscope.collector.importers.parser import LogParser
+    from replayscope.collector.importers.follow import dump_parser, load_parser
+    from replayscope.collector.importers.lines import split_lines
+    from replayscope.collector.importers.years import infer_year
 
     year = infer_year(text, MTIME)
     lines, ends_mid_line = split_lines(text)
@@ -115,8 +115,8 @@ def _one_pass(engine, text, cut=None):
 
 @pytest.mark.parametrize("name", LOGS)
 def test_a_parser_saved_and_resumed_anywhere_gives_the_events_of_one_pass(name):
-    from collector.importers.sglang_log import ENGINE as SGLANG
-    from collector.importers.vllm_log import ENGINE as VLLM
+    from replayscope.collector.importers.sglang_log import ENGINE as SGLANG
+    from replayscope.collector.importers.vllm_log import ENGINE as VLLM
 
     engine = SGLANG if name.startswith("sglang") else VLLM
     text = read_fixture(name)

@@ -3,7 +3,7 @@ and that what the excerpt does not say is absent (None), never 0."""
 
 from __future__ import annotations
 
-from collector.importers import parse_vllm_text
+from replayscope.collector.importers import parse_vllm_text
 from tests.importers.conftest import gib, kind, phases, rank_phases, run_end, sglang, utc, vllm
 
 

@@ -8,10 +8,10 @@ import argparse
 import pytest
 from prometheus_client import CollectorRegistry, Counter, start_http_server
 
-from app.cli import imports as cli
-from collector.importers.scrape import Scraper
-from runner.errors import ReplayscopeError
-from runner.wire import validate_event, validate_run
+from replayscope.app.cli import imports as cli
+from replayscope.collector.importers.scrape import Scraper
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.wire import validate_event, validate_run
 from tests.live_server import free_port
 from tests.stub_server import QuietHandler, start_server, stop_server
 
@@ -95,8 +95,8 @@ def test_deltas_between_polls_become_step_counts_and_a_reset_is_handled(sglang):
 
 
 def test_scrape_command_writes_one_run_into_the_store(sglang, tmp_path):
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     url = f"sqlite:///{tmp_path / 'scrape.db'}"
     plan = iter([lambda: (sglang.inc("decode_cuda_graph", 30), sglang.inc("decode_none", 10)),

@@ -11,10 +11,10 @@ import io
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 
-from app.cli import imports as cli
-from collector.importers.scrape import Scraper
-from runner.errors import ReplayscopeError
-from runner.wire import validate_event, validate_run
+from replayscope.app.cli import imports as cli
+from replayscope.collector.importers.scrape import Scraper
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.wire import validate_event, validate_run
 
 # vLLM 0.25's buckets (loggers.py), whatever the capture sizes
 VLLM_025_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -146,10 +146,10 @@ def store_url(request, tmp_path):
 def test_the_store_and_the_api_hold_the_engines_counts_and_say_what_is_unknown(vllm, tmp_path, store_url):
     from fastapi.testclient import TestClient
 
-    from collector.api import create_api
-    from collector.models import queries
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.models import queries
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
     from tests.live_server import LOOPBACK_BASE
 
     code, url, out = scrape_into_store(vllm, tmp_path, store_url, max_cudagraph_capture_size=32)
@@ -188,7 +188,7 @@ def test_bad_capture_sizes_are_one_clear_error_and_write_nothing(vllm, tmp_path,
 
 
 def test_the_command_line_takes_vllms_flag_spellings_and_exits_2_on_bad_ones(tmp_path, capsys):
-    from app.cli import main
+    from replayscope.app.cli import main
 
     code = main(["scrape", "http://127.0.0.1:9/metrics", "--cudagraph-capture-sizes", "1", "2", "0",
                  "--db", f"sqlite:///{tmp_path / 'x.db'}"])
@@ -200,8 +200,8 @@ def test_the_command_line_takes_vllms_flag_spellings_and_exits_2_on_bad_ones(tmp
 def test_the_fleet_counts_a_scraped_runs_steps_of_unknown_mode_as_unknown(vllm, tmp_path):
     """The fleet's figures of a scraped run: its eager share and padding null, its unknown
     steps counted; a group of it weighs only what is known (no 1 eager in 104 = 1 %)."""
-    from collector.analysis import fleet
-    from collector.store import Store
+    from replayscope.collector.analysis import fleet
+    from replayscope.collector.store import Store
 
     code, url, _ = scrape_into_store(vllm, tmp_path, max_cudagraph_capture_size=32)
     store = Store.open(url)
@@ -224,7 +224,7 @@ def fixture_log(name: str) -> str:
 def test_the_servers_log_gives_the_sizes_or_that_graphs_are_off(vllm, tmp_path):
     """--engine-log: vllm_new.log captures 1, 2, 4, 8: the 40 steps of 12 (bucket 9-16), the one
     of 30 and the one of 58 are above 8; an --enforce-eager log makes every step eager."""
-    from collector.importers.scrape import Scraper
+    from replayscope.collector.importers.scrape import Scraper
 
     sizes, largest, off = cli.scrape_capture_sizes(argparse.Namespace(engine_log=fixture_log("vllm_new.log")))
     assert (sizes, largest, off) == ([1, 2, 4, 8], 8, None)

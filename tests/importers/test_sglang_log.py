@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from collector.importers import parse_sglang_text
+from replayscope.collector.importers import parse_sglang_text
 from tests.importers.conftest import (MTIME, gib, kind, parsed, phases, rank_phases, read_fixture, run_end,
                                       the_only_run, utc)
 

@@ -7,7 +7,7 @@ line, is still one that ends before the server was ready. The lines are SGLang 0
 
 from __future__ import annotations
 
-from collector.importers import parse_sglang_text
+from replayscope.collector.importers import parse_sglang_text
 from tests.importers.conftest import kind, utc
 
 START = """\

@@ -7,7 +7,7 @@ prefill graphs it stays ``prefill``. Formats: ``model_runner_components/cuda_gra
 
 from __future__ import annotations
 
-from collector.importers import parse_sglang_text
+from replayscope.collector.importers import parse_sglang_text
 from tests.importers.conftest import kind, utc
 
 DECODE = """\

@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-from collector.importers.stages import SGLANG_DECODE_LOG_INTERVAL, log_sample, vllm_row_stage
-from runner.wire import DECODE_STAGES, STEP_STAGES
+from replayscope.collector.importers.stages import SGLANG_DECODE_LOG_INTERVAL, log_sample, vllm_row_stage
+from replayscope.contract.wire import DECODE_STAGES, STEP_STAGES
 
 from .conftest import MTIME, kind, read_fixture, sglang, the_only_run, vllm
 
@@ -71,7 +71,7 @@ def test_a_vllm_serving_log_splits_into_decode_rows_and_mixed_ones():
 def test_a_vllm_table_under_mode_full_says_no_row_is_decode_only():
     text = read_fixture(SERVING).replace("- Mode: FULL_AND_PIECEWISE", "- Mode: FULL").replace(
         "CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)", "CUDAGraphMode.FULL: 2")
-    from collector.importers import parse_vllm_text
+    from replayscope.collector.importers import parse_vllm_text
 
     run = the_only_run(parse_vllm_text(text, path=SERVING, mtime=MTIME))
     assert {e["stage"] for e in kind(run, "step_counts")} == {"mixed"}

@@ -8,8 +8,8 @@ not state stays null.
 
 from __future__ import annotations
 
-from collector.importers.failures import CUT_OFF
-from collector.importers import parse_sglang_text, parse_vllm_text
+from replayscope.collector.importers.failures import CUT_OFF
+from replayscope.collector.importers import parse_sglang_text, parse_vllm_text
 from tests.importers.conftest import gib, kind, phases, rank_phases, run_end, sglang, utc, vllm
 
 

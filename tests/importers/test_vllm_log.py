@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collector.importers import parse_vllm_text
+from replayscope.collector.importers import parse_vllm_text
 from tests.importers.conftest import (MTIME, gib, kind, parsed, phases, rank_phases, read_fixture, run_end,
                                       the_only_run, utc)
 

@@ -9,12 +9,12 @@ and the engine core's SIGTERM at the program's end is a normal stop; a served ru
 shuts down after Ctrl-C is finished, even when vLLM prints an EngineDeadError traceback
 while it goes down; an EngineDeadError while it serves, with no stop asked for, is a failure.
 Both capture passes are in the run: PIECEWISE graphs are ``mixed``, FULL ones ``decode``
-under FULL_AND_PIECEWISE (``collector.importers.stages``).
+under FULL_AND_PIECEWISE (``replayscope.collector.importers.stages``).
 """
 
 from __future__ import annotations
 
-from collector.importers import parse_vllm_text
+from replayscope.collector.importers import parse_vllm_text
 from tests.importers.conftest import MTIME, gib, kind, phases, read_fixture, run_end, vllm
 
 OFFLINE = "vllm_v025_v2_offline_real.log"

@@ -92,13 +92,13 @@ CASES: list[Case] = (
 
 def load(case: Case, store) -> list[str]:
     """Put the case's run(s) into ``store`` the way a user does; returns the run ids."""
-    from collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
     from tests.stores import ingest_events_file
 
     if case.kind.startswith("runner-"):
         ingest_events_file(store, case.path)
         return [_run_id_of(case.path)]
-    from collector.importers import sglang_log, vllm_log
+    from replayscope.collector.importers import sglang_log, vllm_log
 
     parser = vllm_log if case.kind == "vllm-log" else sglang_log
     result = parser.parse_text(case.path.read_text(), path=case.path.name, mtime=LOG_MTIME)
@@ -111,7 +111,7 @@ def load(case: Case, store) -> list[str]:
 
 
 def _run_id_of(path: Path) -> str:
-    from runner.events_file import read_events_file
+    from replayscope.contract.events_file import read_events_file
 
     return read_events_file(path, validate=False).run["run_id"]
 
@@ -119,7 +119,7 @@ def _run_id_of(path: Path) -> str:
 def first_finding(case: Case, store) -> str:
     """The label of the first finding of the case's (last) run; ``none`` without findings;
     ``no run`` when nothing could be imported."""
-    from collector.analysis.diagnosis import diagnose_run
+    from replayscope.collector.analysis.diagnosis import diagnose_run
 
     ids = load(case, store)
     if not ids:
@@ -130,7 +130,7 @@ def first_finding(case: Case, store) -> str:
 
 def table() -> str:
     """The evaluation table for docs/dashboard.md: case, source, expected, found."""
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(f"sqlite:///{tmp}/eval.db", upgrade=True)

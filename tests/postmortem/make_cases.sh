@@ -24,7 +24,7 @@ trap 'rm -rf "$WORK"' EXIT
 run_case() {   # NAME, then `replayscope run` flags
   local name=$1; shift
   local started=$SECONDS
-  python3 -m app.cli run --quiet --workload decode-only --steps 200 --seed 0 \
+  python3 -m replayscope run --quiet --workload decode-only --steps 200 --seed 0 \
     --name "case-$name" --run-id "$TAG-$name" --events "$OUT/$TAG-$name.jsonl" "$@"
   echo "case $TAG-$name: exit $? in $((SECONDS - started)) s"
 }
@@ -51,7 +51,7 @@ run_case slow-load --backend "$BACKEND" --model-dir "$WORK/ckpt" --slow-load-mbp
 
 # Stopped (SIGINT, as Ctrl-C) while the 4-size capture sleeps: the run ends interrupted during startup.
 started=$SECONDS
-timeout -s INT 25 python3 -m app.cli run --quiet --workload decode-only --steps 200 --seed 0 \
+timeout -s INT 25 python3 -m replayscope run --quiet --workload decode-only --steps 200 --seed 0 \
   --name case-interrupted --run-id "$TAG-interrupted" --events "$OUT/$TAG-interrupted.jsonl" \
   --backend "$BACKEND" --preset "$PRESET" --slow-capture 4:600
 echo "case $TAG-interrupted: exit $? (130: interrupted, as intended) in $((SECONDS - started)) s"

@@ -10,7 +10,7 @@ from tests.postmortem.cases import CASES, ROOT, first_finding, table
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    from collector.store import Store
+    from replayscope.collector.store import Store
 
     s = Store.open(f"sqlite:///{tmp_path_factory.mktemp('eval') / 'eval.db'}", upgrade=True)
     yield s

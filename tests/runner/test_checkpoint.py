@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner.checkpoint import args_from_hf_config, load_checkpoint
-from runner.errors import ReplayscopeError
-from runner.progress import Progress
+from replayscope.runner.checkpoint import args_from_hf_config, load_checkpoint
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.progress import Progress
 
 transformers = pytest.importorskip("transformers")
 
@@ -151,7 +151,7 @@ def test_loading_shows_progress_per_tensor_with_its_shard(tmp_path):
 
 
 def test_replayscope_run_on_a_checkpoint_shows_its_loading_progress(tmp_path, capsys):
-    from app.cli import main
+    from replayscope.app.cli import main
 
     save_hf_model("llama", tmp_path / "tiny-llama")
     code = main(["run", "--backend", "static", "--model-dir", str(tmp_path / "tiny-llama"), "--workload",

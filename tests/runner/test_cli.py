@@ -8,8 +8,8 @@ import sys
 import pytest
 import torch
 
-from app.cli import build_parser, main
-from runner.events_file import read_events_file
+from replayscope.app.cli import build_parser, main
+from replayscope.contract.events_file import read_events_file
 
 torch.set_num_threads(1)
 
@@ -158,7 +158,7 @@ def test_workload_flags_override_the_named_workload(capsys, tmp_path):
 
 
 def config_of(*argv):
-    from app.cli.run import config_from_args
+    from replayscope.app.cli.run import config_from_args
 
     return config_from_args(build_parser().parse_args(["run", *argv]))
 
@@ -263,7 +263,7 @@ def test_a_compiled_run_raises_dynamos_recompile_limit_for_its_sizes_and_says_so
     caller opts in); torch.compile itself is stood in for, this is about the setting."""
     monkeypatch.setattr(torch, "compile", lambda fn, **_options: fn)
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
-    with caplog.at_level("WARNING", logger="runner.capture"):
+    with caplog.at_level("WARNING", logger="replayscope.runner.capture"):
         code, _, _ = run_cli(capsys, "--compile", "--steps", "5", "--max-bs", "4", "--quiet")
     assert code == 0
     assert torch._dynamo.config.recompile_limit == 11                 # sizes 1, 2, 4 and 8 more

@@ -1,5 +1,5 @@
-"""Device facts and error descriptions in one place: a graph pool's bytes (``runner.pools``)
-and an exception as an event's ``error`` text (``runner.errors.describe_error``), read the
+"""Device facts and error descriptions in one place: a graph pool's bytes (``replayscope.runner.pools``)
+and an exception as an event's ``error`` text (``replayscope.contract.errors.describe_error``), read the
 same way by the runner's capture and by the tracer."""
 
 import sys
@@ -7,7 +7,8 @@ import types
 
 import pytest
 
-from runner import errors, pools
+from replayscope.contract import errors
+from replayscope.runner import pools
 
 
 def _fake_torch(segments=None, initialized=True, snapshot_fails=False):
@@ -45,8 +46,8 @@ def test_a_pools_bytes_are_unknown_when_they_cannot_be_read(monkeypatch, torch_m
 
 def test_the_runner_and_the_tracer_read_one_pool_size_and_one_error_text():
     pytest.importorskip("torch")
-    from runner import capture
-    from runner.trace import captures, lifecycle, recipes
+    from replayscope.runner import capture
+    from replayscope.runner.trace import captures, lifecycle, recipes
 
     assert capture.pool_bytes is captures.pool_bytes is pools.pool_bytes
     assert lifecycle.describe_error is captures.describe_error is recipes.describe_error is errors.describe_error

@@ -1,4 +1,4 @@
-"""runner.dispatch: every eager reason, the padding boundaries, and the dispatch invariants."""
+"""replayscope.runner.dispatch: every eager reason, the padding boundaries, and the dispatch invariants."""
 
 import bisect
 
@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner.dispatch import BatchShape, Decision, dispatch
-from runner.plan import CapturePlan
-from runner.wire import REASONS
+from replayscope.runner.dispatch import BatchShape, Decision, dispatch
+from replayscope.runner.plan import CapturePlan
+from replayscope.contract.wire import REASONS
 
 SIZES = (1, 2, 4, 8, 16)
 PLAN = CapturePlan(SIZES)

@@ -1,4 +1,4 @@
-"""runner.emitter: the JSON-lines form of a run, ordering behind GPU timings, run_end, heartbeats,
+"""replayscope.runner.emitter: the JSON-lines form of a run, ordering behind GPU timings, run_end, heartbeats,
 and a sink failure that must not take the run down."""
 
 import threading
@@ -6,10 +6,10 @@ import time
 
 import pytest
 
-from runner import wire
-from runner.emitter import Emitter
-from runner.sinks import JsonlSink
-from runner.events_file import read_events_file
+from replayscope.contract import wire
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.sinks import JsonlSink
+from replayscope.contract.events_file import read_events_file
 from tests.waiting import wait_until
 
 
@@ -239,7 +239,7 @@ def test_ctrl_c_in_a_with_block_ends_the_run_interrupted():
 
 
 def test_a_user_facing_error_ends_the_run_failed_with_its_own_words():
-    from runner.errors import ReplayscopeError
+    from replayscope.contract.errors import ReplayscopeError
 
     sink = ListSink()
     with pytest.raises(ReplayscopeError):
@@ -328,7 +328,7 @@ def test_the_counts_of_a_second_leave_before_the_run_ends():
 
 
 def test_a_graph_sample_below_one_is_refused():
-    from runner.errors import ReplayscopeError
+    from replayscope.contract.errors import ReplayscopeError
 
     with pytest.raises(ReplayscopeError, match="graph_sample"):
         Emitter(ListSink(), run_record(), graph_sample=0)

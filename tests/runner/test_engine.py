@@ -1,4 +1,4 @@
-"""runner.engine: the built-in decode workload on the CPU ``static`` backend, end to end in process.
+"""replayscope.runner.engine: the built-in decode workload on the CPU ``static`` backend, end to end in process.
 
 The reasons a step runs eager must come from the batches themselves through dispatch;
 these tests run the real tiny model, scheduler and graph runners and check the stream.
@@ -10,9 +10,9 @@ import time
 import pytest
 import torch
 
-from runner import wire
-from runner.engine import DecodeEngine, RunConfig
-from runner.errors import ReplayscopeError
+from replayscope.contract import wire
+from replayscope.runner.engine import DecodeEngine, RunConfig
+from replayscope.contract.errors import ReplayscopeError
 
 torch.set_num_threads(1)
 

@@ -10,11 +10,11 @@ import math
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import emitter as emitter_module
-from runner import events_file
-from runner.emitter import Emitter
-from runner.events_file import STEP_KEYS, event_line, event_lines, read_events_file, step_line
-from runner.sinks import JsonlSink
+from replayscope.runner import emitter as emitter_module
+from replayscope.contract import events_file
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.events_file import STEP_KEYS, event_line, event_lines, read_events_file, step_line
+from replayscope.contract.sinks import JsonlSink
 from tests.runner.test_emitter import FakeTiming, ListSink, run_record
 
 STEP = {"seq": 7, "ts": 1764760000.123456, "kind": "step", "stage": "decode", "mode": "padded", "raw_bs": 5,

@@ -1,4 +1,4 @@
-"""The events file (runner.events_file): written and read in one place, errors name the line."""
+"""The events file (replayscope.contract.events_file): written and read in one place, errors name the line."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from runner.errors import ReplayscopeError
-from runner.events_file import (EventsFileWriter, append_events, read_events_file, read_events_from,
-                                write_events_file)
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.events_file import (EventsFileWriter, append_events, read_events_file,
+                                              read_events_from, write_events_file)
 
 RUN = {"run_id": "ev-1", "name": "events", "source": "runner", "started_at": 1.0, "backend": "static",
        "model": "tiny", "device": "cpu", "config": {}}
@@ -100,7 +100,7 @@ def test_step_events_are_written_as_the_json_encoder_writes_them_whatever_their_
     import itertools
     import json
 
-    from runner.events_file import event_line, event_lines
+    from replayscope.contract.events_file import event_line, event_lines
 
     def step(**changes):
         event = {"seq": 7, "ts": 1764770000.123456, "kind": "step", "stage": "decode", "mode": "padded",

@@ -6,8 +6,8 @@ the run's config records it."""
 import pytest
 import torch
 
-from app.cli import main
-from runner.events_file import read_events_file
+from replayscope.app.cli import main
+from replayscope.contract.events_file import read_events_file
 
 torch.set_num_threads(1)
 
@@ -67,7 +67,7 @@ def test_a_memory_cap_makes_the_largest_captures_fail_out_of_memory(tmp_path):
     from pathlib import Path
 
     events = tmp_path / "run.jsonl"
-    done = subprocess.run([sys.executable, "-m", "app.cli", "run", "--backend", "cuda", "--preset", "1b",
+    done = subprocess.run([sys.executable, "-m", "replayscope", "run", "--backend", "cuda", "--preset", "1b",
                            "--workload", "decode-only", "--steps", "20", "--quiet", "--events", str(events),
                            "--memory-cap-gib", "2.6", "--capture-sizes", "1,8,32,256,512"],
                           cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True, timeout=240)

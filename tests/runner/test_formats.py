@@ -1,8 +1,8 @@
-"""app.formats: the one way the dashboard writes counts, shares, durations and sizes."""
+"""replayscope.app.formats: the one way the dashboard writes counts, shares, durations and sizes."""
 
 import pytest
 
-from runner import formats
+from replayscope.contract import formats
 
 
 @pytest.mark.parametrize("n, text", [(0, "0 runs"), (1, "1 run"), (2, "2 runs"), (1234, "1,234 runs")])

@@ -8,14 +8,14 @@ import statistics
 import pytest
 import torch
 
-from runner.dispatch import BatchShape, Decision
-from runner.emitter import Emitter
-from runner.engine import DecodeEngine, RunConfig
-from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput
-from runner.model import ModelArgs, Transformer
-from runner.plan import CapturePlan
-from runner.timing import CUDA_TIME_EVERY
+from replayscope.runner.dispatch import BatchShape, Decision
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.engine import DecodeEngine, RunConfig
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.graphs import GraphRunner, StaticInput
+from replayscope.runner.model import ModelArgs, Transformer
+from replayscope.runner.plan import CapturePlan
+from replayscope.runner.timing import CUDA_TIME_EVERY
 from tests.run_events import ListSink, sampled
 
 pytestmark = pytest.mark.gpu

@@ -1,4 +1,4 @@
-"""runner.graphs.GraphRunner on the CPU ``static`` backend: capture, padding, degradation, parity, misuse.
+"""replayscope.runner.graphs.GraphRunner on the CPU ``static`` backend: capture, padding, degradation, parity, misuse.
 
 The static backend keeps the CUDA backend's contract (static input buffers, one call per
 captured size, pad rows holding each input's pad value) without a graph, so everything
@@ -14,12 +14,12 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import wire
-from runner.capture import capturing_size
-from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput
-from runner.model import ModelArgs, Transformer
-from runner.plan import CapturePlan
+from replayscope.contract import wire
+from replayscope.runner.capture import capturing_size
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.graphs import GraphRunner, StaticInput
+from replayscope.runner.model import ModelArgs, Transformer
+from replayscope.runner.plan import CapturePlan
 
 torch.set_num_threads(1)
 
@@ -294,7 +294,7 @@ def test_the_compile_backend_leaves_dynamos_recompile_limit_alone_and_says_when_
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     runner = GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 2, 4)), backend="compile", device="cpu",
                          emitter=Recorder(), progress=False)
-    with caplog.at_level("WARNING", logger="runner.capture"):
+    with caplog.at_level("WARNING", logger="replayscope.runner.capture"):
         runner.capture()
     assert torch._dynamo.config.recompile_limit == 2
     assert [r.getMessage() for r in caplog.records] == [
@@ -308,7 +308,7 @@ def test_asked_to_the_compile_backend_raises_dynamos_recompile_limit_for_the_pla
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 2)
     runner = GraphRunner(CacheStep(), INPUTS, CapturePlan((1, 2, 4)), backend="compile", device="cpu",
                          emitter=Recorder(), progress=False, raise_recompile_limit=True)
-    with caplog.at_level("WARNING", logger="runner.capture"):
+    with caplog.at_level("WARNING", logger="replayscope.runner.capture"):
         runner.capture()
         runner.capture()                          # already high enough: nothing changes, nothing said
     assert torch._dynamo.config.recompile_limit == 11
@@ -320,7 +320,7 @@ def test_other_backends_never_read_or_change_dynamos_config(monkeypatch, caplog)
     monkeypatch.setattr(torch._dynamo.config, "recompile_limit", 1)
     runner = GraphRunner(CacheStep(), INPUTS, CapturePlan(SIZES), backend="static", device="cpu",
                          progress=False, raise_recompile_limit=True)
-    with caplog.at_level("WARNING", logger="runner.capture"):
+    with caplog.at_level("WARNING", logger="replayscope.runner.capture"):
         runner.capture()
     assert torch._dynamo.config.recompile_limit == 1 and caplog.records == []
 
@@ -410,11 +410,11 @@ def test_inputs_are_checked_on_every_step_not_only_the_first_of_their_shape():
 
 
 def test_a_steps_inputs_are_matched_at_most_once_and_explained_only_when_the_match_fails(monkeypatch):
-    import runner.graphs
-    import runner.inputs
+    import replayscope.runner.graphs
+    import replayscope.runner.inputs
 
     calls = {"fits": 0, "explain": 0}
-    real_fits, real_explain = runner.inputs.fits, runner.inputs.InputContract.explain
+    real_fits, real_explain = replayscope.runner.inputs.fits, replayscope.runner.inputs.InputContract.explain
 
     def fits(*args):
         calls["fits"] += 1
@@ -424,9 +424,9 @@ def test_a_steps_inputs_are_matched_at_most_once_and_explained_only_when_the_mat
         calls["explain"] += 1
         return real_explain(*args, **kwargs)
 
-    for module in (runner.graphs, runner.inputs):
+    for module in (replayscope.runner.graphs, replayscope.runner.inputs):
         monkeypatch.setattr(module, "fits", fits)
-    monkeypatch.setattr(runner.inputs.InputContract, "explain", explain)
+    monkeypatch.setattr(replayscope.runner.inputs.InputContract, "explain", explain)
     runner_ = make_runner()
 
     def checks(**step):

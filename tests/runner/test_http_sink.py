@@ -1,4 +1,4 @@
-"""runner.emitter.HttpSink never silently loses an event: what is refused is isolated and
+"""replayscope.runner.emitter.HttpSink never silently loses an event: what is refused is isolated and
 recorded as a warning, the rest is stored; what cannot be sent now is spooled and sent
 later (at the end of the run it waits for the collector, bounded); a spool imports; and
 SIGTERM ends a run ``interrupted`` like Ctrl-C."""
@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from runner import wire
-from runner.emitter import Emitter
-from runner.sinks import HttpSink
+from replayscope.contract import wire
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.sinks import HttpSink
 from tests.live_server import free_port, serving
 from tests.stub_server import QuietHandler, start_server, stop_server
 
@@ -50,7 +50,7 @@ class FakeCollector:
         self.records: list[dict] = []   # the run records posted, in order
         self.arrivals: list[int] = []   # seqs in the order they were first stored
         self.posts = 0
-        self.post_times: list[float] = []   # runner.emitter's clock at each events post
+        self.post_times: list[float] = []   # replayscope.runner.emitter's clock at each events post
         self.clock = None
         self.port = free_port()
 
@@ -106,7 +106,7 @@ def sink_to(url: str, tmp_path: Path, **kwargs) -> HttpSink:
 
 
 class FakeTime:
-    """runner.emitter's ``time``: its monotonic clock moves only when the sink sleeps or the
+    """replayscope.runner.emitter's ``time``: its monotonic clock moves only when the sink sleeps or the
     test advances it, so waiting and backoff are checked without waiting."""
 
     def __init__(self):
@@ -130,10 +130,10 @@ class FakeTime:
 
 @pytest.fixture
 def fake_time(monkeypatch) -> FakeTime:
-    import runner.sinks
+    import replayscope.contract.sinks
 
     clock = FakeTime()
-    monkeypatch.setattr(runner.sinks, "time", clock)
+    monkeypatch.setattr(replayscope.contract.sinks, "time", clock)
     return clock
 
 
@@ -159,10 +159,10 @@ def test_an_event_the_wire_contract_refuses_becomes_a_warning_and_the_rest_is_st
 def test_a_batch_the_collector_refuses_is_narrowed_to_the_event_it_names(tmp_path, monkeypatch):
     """A collector stricter than this runner (another version) refuses seq 7 and 4000 of a
     batch of 5000: those two become warnings, the other 4998 and the run_end are stored."""
-    from collector import ingest
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector import ingest
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     real = ingest.validate_event
 
@@ -179,7 +179,7 @@ def test_a_batch_the_collector_refuses_is_narrowed_to_the_event_it_names(tmp_pat
         for _ in range(5000):                   # one batch: flushed at close
             emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
         emitter.close()
-    from collector.models import queries
+    from replayscope.collector.models import queries
     summary = queries.run_summary(store, "sink-1")
     warnings = queries.warnings(store, "sink-1")
     store.dispose()
@@ -376,9 +376,9 @@ def test_close_is_bounded_even_when_the_collector_accepts_but_never_answers(tmp_
 
 
 def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_path):
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path}/back.db", upgrade=True)
     port = free_port()
@@ -404,7 +404,7 @@ def test_at_the_end_of_a_run_the_sink_waits_for_the_collector_to_come_back(tmp_p
     finally:
         server.should_exit = True
         thread.join(10)
-    from collector.models import queries
+    from replayscope.collector.models import queries
     summary = queries.run_summary(store, "sink-1")
     store.dispose()
     assert summary["steps"] == 50 and summary["status"] == "finished"
@@ -436,9 +436,9 @@ def test_a_newer_record_of_the_run_is_posted_with_the_next_write_and_replaces_th
 
 
 def test_a_spool_left_behind_imports_with_replayscope_import_events(tmp_path, capsys):
-    from app.cli import main
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.app.cli import main
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
 
     sink = HttpSink(f"http://127.0.0.1:{free_port()}", spool_path=str(tmp_path / "spool.jsonl"), retries=1,
                     backoff_s=0.01, timeout_s=2, drain_timeout_s=0.2)
@@ -459,9 +459,9 @@ def test_a_spool_left_behind_imports_with_replayscope_import_events(tmp_path, ca
 
 
 def test_a_refused_token_keeps_every_event_in_the_spool(tmp_path, capsys):
-    from collector.api import create_api
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.collector.api import create_api
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path}/t.db", upgrade=True)
     with serving(create_api(store, Settings(run_services=False, token="right"))) as url:
@@ -491,7 +491,7 @@ def test_sigterm_ends_the_run_interrupted_like_ctrl_c(tmp_path, sig, started):
     ignored (a script's background job inherits that; the demo stops its runner with SIGINT)."""
     events = tmp_path / "run.jsonl"
     # -X faulthandler: should it not end, SIGABRT makes it print where each of its threads is
-    runner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "app.cli", "run", "--backend", "static",
+    runner = subprocess.Popen([sys.executable, "-X", "faulthandler", "-m", "replayscope", "run", "--backend", "static",
                                "--preset", "tiny", "--workload", "mixed", "--steps", "1000000", "--events", str(events),
                                "--quiet"],
                               cwd=REPO, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

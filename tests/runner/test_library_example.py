@@ -6,8 +6,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from runner import open_emitter
-from runner.events_file import read_events_file
+from replayscope import open_emitter
+from replayscope.contract.events_file import read_events_file
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "hf_decode.py"
 

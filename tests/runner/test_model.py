@@ -1,12 +1,12 @@
-"""runner.model: presets, the static-KV-cache forward (prefill, decode, verify), LoRA bank."""
+"""replayscope.runner.model: presets, the static-KV-cache forward (prefill, decode, verify), LoRA bank."""
 
 import dataclasses
 
 import pytest
 import torch
 
-from runner.errors import ReplayscopeError
-from runner.model import PRESETS, LoraWeights, ModelArgs, Transformer
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.model import PRESETS, LoraWeights, ModelArgs, Transformer
 
 TINY = ModelArgs.from_preset("tiny")
 ATOL = 1e-5

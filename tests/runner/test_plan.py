@@ -1,10 +1,11 @@
-"""runner.plan: parsing --capture-sizes, the engines' default size lists, CapturePlan invariants."""
+"""replayscope.runner.plan: parsing --capture-sizes, the engines' default size lists, CapturePlan invariants."""
 
 import pytest
 
-from runner.errors import ReplayscopeError
-from runner.plan import (CapturePlan, default_capture_sizes, parse_capture_sizes, sglang_default_sizes,
-                         vllm_default_sizes)
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.plan import CapturePlan
+from replayscope.contract.capture_sizes import default_capture_sizes, parse_capture_sizes
+from replayscope.collector.analysis.advisor.engines import sglang_default_sizes, vllm_default_sizes
 
 
 # --- parse_capture_sizes -------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""runner.progress: tqdm's lines on stderr, a tqdm bar redrawn in place on a terminal, plain
+"""replayscope.runner.progress: tqdm's lines on stderr, a tqdm bar redrawn in place on a terminal, plain
 and periodic lines elsewhere, silent when disabled; cheap enough to call on every step."""
 
 import io
@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from runner.progress import PLAIN_INTERVAL_S, TTY_INTERVAL_S, Progress
+from replayscope.runner.progress import PLAIN_INTERVAL_S, TTY_INTERVAL_S, Progress
 
 
 class Terminal(io.StringIO):

@@ -19,9 +19,9 @@ def readme_example() -> str:
 
 @pytest.fixture()
 def live_server(tmp_path):
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path / 'rs.db'}", upgrade=True)
     with serving(create_server(store, Settings(run_services=False))) as url:
@@ -34,8 +34,8 @@ def test_the_readme_example_is_twenty_lines():
 
 
 def test_the_readme_example_streams_into_a_collector_and_shows_on_the_run_page(live_server):
-    from app.pages import run as run_page
-    from collector.models import queries
+    from replayscope.app.pages import run as run_page
+    from replayscope.collector.models import queries
 
     store, url = live_server
     code = readme_example().replace("http://127.0.0.1:8300", url)

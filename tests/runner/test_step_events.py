@@ -11,9 +11,9 @@ import time
 
 import torch
 
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner, StaticInput
-from runner.plan import CapturePlan
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner, StaticInput
+from replayscope.runner.plan import CapturePlan
 from tests.runner.test_emitter import FakeTiming, ListSink, run_record
 
 torch.set_num_threads(1)

@@ -1,14 +1,14 @@
-"""Step timing (runner.timing) on CPU with stand-in CUDA events: which steps are timed, on which
+"""Step timing (replayscope.runner.timing) on CPU with stand-in CUDA events: which steps are timed, on which
 stream, and what the runner's step events carry for timed and untimed steps."""
 
 import pytest
 import torch
 
-from runner.emitter import Emitter
-from runner.errors import ReplayscopeError
-from runner.graphs import GraphRunner, StaticInput
-from runner.plan import CapturePlan
-from runner.timing import CudaClock, HostClock
+from replayscope.runner.emitter import Emitter
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.graphs import GraphRunner, StaticInput
+from replayscope.runner.plan import CapturePlan
+from replayscope.runner.timing import CudaClock, HostClock
 from tests.run_events import ListSink
 
 STEP_MS = 2.5

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from runner import wire
-from runner.wire import checks
+from replayscope.contract import wire
+from replayscope.contract.wire import checks
 
 STEP = {"seq": 3, "ts": 1700000000.5, "kind": "step", "stage": "decode", "mode": "padded", "raw_bs": 5,
         "graph_bs": 8, "num_tokens": 5, "padded_tokens": 3, "reason": None, "duration_s": 0.002}

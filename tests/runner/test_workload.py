@@ -1,11 +1,11 @@
-"""runner.workload: the continuous-batching scheduler keeps its caps and never shares a cache slot."""
+"""replayscope.runner.workload: the continuous-batching scheduler keeps its caps and never shares a cache slot."""
 
 import dataclasses
 
 import pytest
 
-from runner.errors import ReplayscopeError
-from runner.workload import WORKLOADS, Scheduler, workload_by_name
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.runner.workload import WORKLOADS, Scheduler, workload_by_name
 
 VOCAB = 512
 

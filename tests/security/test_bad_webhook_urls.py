@@ -31,10 +31,10 @@ STORED = {"port-99999": "http://example.invalid:99999/x", "broken-ipv6": "http:/
 @pytest.fixture(scope="module")
 def env(tmp_path_factory, driver):
     """A store holding rules written before URLs were checked (straight into the table)."""
-    from app.server import create_server
-    from collector.settings import Settings
-    from collector.store import Store
-    from collector.tables import alert_rules
+    from replayscope.app.server import create_server
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
+    from replayscope.collector.tables import alert_rules
     from tests.stores import without_builtin_rule
 
     tmp = tmp_path_factory.mktemp("urls")

@@ -13,9 +13,9 @@ import sys
 
 import pytest
 
-from collector.api import auth
-from runner.environment import token as configured_token
-from runner.errors import ReplayscopeError
+from replayscope.collector.api import auth
+from replayscope.contract.environment import token as configured_token
+from replayscope.contract.errors import ReplayscopeError
 from tests.faults.conftest import REPO, Collector, http_json, migrated_sqlite
 
 TOKEN = "s3cret-Token_0.9~+/=="
@@ -61,7 +61,7 @@ def test_a_token_no_header_could_carry_is_refused_where_it_is_configured(value):
 
 
 def test_serve_with_such_a_token_is_a_one_line_usage_error(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--no-dashboard", "--db",
+    result = subprocess.run([sys.executable, "-m", "replayscope", "serve", "--no-dashboard", "--db",
                              f"sqlite:///{tmp_path}/x.db"], cwd=REPO, capture_output=True, text=True, timeout=60,
                             env={**os.environ, "REPLAYSCOPE_TOKEN": "my token"})
     assert result.returncode == 2, result.stderr

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from runner.formats import BIDI_CONTROLS, inert
+from replayscope.contract.formats import BIDI_CONTROLS, inert
 from tests.browser import driver, require_chromium  # noqa: F401 (the shared fixture)
 from tests.live_server import serving
 
@@ -38,11 +38,11 @@ def test_inert_writes_every_control_as_its_code_point():
 
 @pytest.fixture(scope="module")
 def url(tmp_path_factory):
-    from app.server import create_server
-    from collector.alerting.alerts import create_rule, evaluate_alerts
-    from collector.ingest import ingest_events, ingest_run
-    from collector.settings import Settings
-    from collector.store import Store
+    from replayscope.app.server import create_server
+    from replayscope.collector.alerting.alerts import create_rule, evaluate_alerts
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
 
     store = Store.open(f"sqlite:///{tmp_path_factory.mktemp('bidi') / 'b.db'}", upgrade=True)
     t0 = time.time() - 120

@@ -6,7 +6,7 @@ believed ``X-Forwarded-For`` from 127.0.0.1, so each forged value got a fresh al
 each of 200 source addresses in 127/8. Now the right token is always checked and accepted,
 wrong ones are limited per peer (every loopback address one), and ``X-Forwarded-For`` is
 believed only from the proxies ``--forwarded-allow-ips`` names. Against a real
-``replayscope serve``, with a real ``runner.sinks.HttpSink``."""
+``replayscope serve``, with a real ``replayscope.contract.sinks.HttpSink``."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from runner.sinks import HttpSink
+from replayscope.contract.sinks import HttpSink
 
 from tests.faults.conftest import REPO, Collector, http_json, migrated_sqlite, stored_seqs
 from .test_sign_in_rate import sign_in
@@ -127,7 +127,7 @@ def test_a_bad_forwarded_allow_ips_is_a_one_line_usage_error(tmp_path):
     import sys
 
 
-    result = subprocess.run([sys.executable, "-m", "app.cli", "serve", "--no-dashboard", "--db",
+    result = subprocess.run([sys.executable, "-m", "replayscope", "serve", "--no-dashboard", "--db",
                              f"sqlite:///{tmp_path}/x.db", "--forwarded-allow-ips", "10.0.0.5,proxy.example"],
                             cwd=REPO, capture_output=True, text=True, timeout=60)
     assert result.returncode == 2, result.stderr

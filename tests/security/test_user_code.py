@@ -1,6 +1,6 @@
 """Our child processes never import from the user's working directory. The audit: in a folder
 with its own ``app/`` package (common in FastAPI projects), ``replayscope demo`` crash-looped
-(its runner child ran ``python -m app.cli`` with the working directory importable:
+(its runner child ran ``python -m replayscope`` with the working directory importable:
 ``cannot import name '__version__' from 'app'``, nine times) and exited 0, and a ``timeit.py``
 in that folder was executed by the child. Here the installed ``replayscope`` (a virtualenv
 made with ``pip install .``, torch from the system) runs the demo in such a folder."""
@@ -56,7 +56,7 @@ def test_the_demo_in_a_project_with_its_own_app_package_runs_none_of_its_code(in
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONSAFEPATH")}
     env["PATH"] = f"{installed}{os.pathsep}{env['PATH']}"
     env["OMP_NUM_THREADS"] = "1"
-    whose = subprocess.run([str(installed / "python"), "-c", "import app, sys; print(app.__file__)"],
+    whose = subprocess.run([str(installed / "python"), "-c", "import replayscope, sys; print(replayscope.__file__)"],
                            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60)
     assert str(installed.parent) in whose.stdout, f"the venv's own replayscope: {whose.stdout}{whose.stderr}"
     port = free_port()
@@ -76,7 +76,7 @@ def test_the_demo_in_a_project_with_its_own_app_package_runs_none_of_its_code(in
 def test_a_runner_that_keeps_failing_stops_the_demo_with_a_nonzero_exit(tmp_path, monkeypatch, capsys):
     import argparse
 
-    from app.cli import serve as commands
+    from replayscope.app.cli import serve as commands
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(commands._Demo, "runner_command",

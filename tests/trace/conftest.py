@@ -9,10 +9,10 @@ import types
 import pytest
 import torch
 
-from runner import wire
-from runner.trace.hooks import Patches, install_cuda_graph_hooks
-from runner.trace.settings import TraceSettings
-from runner.trace.tracer import Tracer
+from replayscope.contract import wire
+from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
+from replayscope.runner.trace.settings import TraceSettings
+from replayscope.runner.trace.tracer import Tracer
 from tests.run_events import ListSink
 
 _pools = itertools.count(1)

@@ -3,8 +3,9 @@ mode and cause follow one order of precedence."""
 
 import pytest
 
-from runner import wire
-from runner.trace.causes import Cause, StepFacts, decide, inductor_skip_evidence, inductor_skip_reason
+from replayscope.contract import wire
+from replayscope.runner.trace.causes import (Cause, StepFacts, decide, inductor_skip_evidence,
+                                             inductor_skip_reason)
 
 # Messages as torch's Inductor writes them (torch/_inductor/cudagraph_utils.py, output_code.py,
 # compile_fx.py, cudagraph_trees.py), with the stack-trace tails they carry.

@@ -11,7 +11,7 @@ import types
 import pytest
 import torch
 
-from runner.trace import sglang_recipes, vllm_recipes
+from replayscope.runner.trace import sglang_recipes, vllm_recipes
 from tests.trace.conftest import capture, kinds
 
 
@@ -489,7 +489,7 @@ def test_a_vllm_layout_the_recipe_does_not_know_is_a_warning_naming_the_symbol(t
                     "vllm.v1.worker.gpu_worker"})])
 def test_every_layout_is_registered_under_the_engines_module_name(recipes, names):
     assert set(recipes.RECIPES) == names
-    from runner.trace import bootstrap, graph_trees, hooks
-    from runner.trace import recipes as base
+    from replayscope.runner.trace import bootstrap, graph_trees, hooks
+    from replayscope.runner.trace import recipes as base
     assert names <= {**hooks.TORCH_HOOKS, **graph_trees.GRAPH_TREE_HOOKS, **base.RECIPES,
                      **bootstrap.SGLANG_RECIPES, **bootstrap.VLLM_RECIPES}.keys()

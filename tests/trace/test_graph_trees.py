@@ -11,9 +11,9 @@ import pytest
 import torch
 from torch._inductor import cudagraph_trees, cudagraph_utils
 
-from runner.trace.graph_trees import install_graph_tree_hooks
-from runner.trace.hooks import install_inductor_skip_hook
-from runner.trace.tree_state import GraphTrees
+from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
+from replayscope.runner.trace.hooks import install_inductor_skip_hook
+from replayscope.runner.trace.tree_state import GraphTrees
 from tests.trace.conftest import capture, kinds
 from tests.trace.graph_trees_stand_in import Status, StandInManager, module
 

@@ -5,7 +5,7 @@ import textwrap
 
 import pytest
 
-from runner.trace.imports import PostImportHooks
+from replayscope.runner.trace.imports import PostImportHooks
 
 
 @pytest.fixture()

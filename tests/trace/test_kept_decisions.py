@@ -4,8 +4,8 @@ these tests hold the kept answers to the ones worked out afresh when that state 
 
 import torch
 
-from runner.trace import recipes
-from runner.trace.causes import Cause
+from replayscope.runner.trace import recipes
+from replayscope.runner.trace.causes import Cause
 from tests.trace.conftest import capture, kinds
 
 
@@ -89,7 +89,7 @@ def test_the_same_batch_reads_inductors_word_on_each_step_warm_up_recording_skip
     from tests.trace.test_tracer import FakeNode, FakeTreeManager, inductor_step
     import types
 
-    from runner.trace.graph_trees import install_graph_tree_hooks
+    from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
 
     install_graph_tree_hooks(traced.tracer, types.SimpleNamespace(CUDAGraphTreeManager=FakeTreeManager,
                                                                   CUDAGraphNode=FakeNode), traced.patches)
@@ -111,7 +111,7 @@ def test_the_same_batch_reads_inductors_word_on_each_step_warm_up_recording_skip
 
 
 def test_a_vllm_step_batch_kept_per_stage_tokens_and_requests_says_its_own_numbers(traced):
-    from runner.trace import vllm_recipes
+    from replayscope.runner.trace import vllm_recipes
     from tests.trace.test_engine_recipes import install, scheduled, v1_layout
 
     module, GPUModelRunner = v1_layout()
@@ -130,7 +130,7 @@ def test_a_vllm_step_batch_kept_per_stage_tokens_and_requests_says_its_own_numbe
 
 
 def test_an_sglang_step_batch_kept_per_stage_rows_and_tokens_says_its_own_numbers(traced):
-    from runner.trace import sglang_recipes
+    from replayscope.runner.trace import sglang_recipes
     from tests.trace.test_engine_recipes import forward_batch, install, old_sglang_layout
 
     runner_module, graphs_module, ModelRunner = old_sglang_layout()

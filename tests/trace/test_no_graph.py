@@ -1,13 +1,13 @@
 """No CUDA graph, said why: the device, Inductor's config, a skip Inductor counted silently —
-from ``runner.trace.no_graph`` and as a traced run carries it (a warning, and the cause of its
+from ``replayscope.runner.trace.no_graph`` and as a traced run carries it (a warning, and the cause of its
 eager steps), with PyTorch's real compile entry point on the CPU."""
 
 import pytest
 import torch
 
-from runner.trace.causes import Cause
-from runner.trace.hooks import install_compile_fx_hook
-from runner.trace.no_graph import GraphIntent, asked_for_graphs, no_graph_cause
+from replayscope.runner.trace.causes import Cause
+from replayscope.runner.trace.hooks import install_compile_fx_hook
+from replayscope.runner.trace.no_graph import GraphIntent, asked_for_graphs, no_graph_cause
 from tests.trace.conftest import kinds
 
 

@@ -1,12 +1,12 @@
 """The run_end ``replayscope trace`` writes for a process that died without one
-(``runner.trace.outside``): after the file's last complete line, never twice."""
+(``replayscope.runner.trace.outside``): after the file's last complete line, never twice."""
 
 from __future__ import annotations
 
 import json
 
-from runner.events_file import read_events_file, write_events_file
-from runner.trace.outside import OutsideEnds, end_events_file, read_registry, register
+from replayscope.contract.events_file import read_events_file, write_events_file
+from replayscope.runner.trace.outside import OutsideEnds, end_events_file, read_registry, register
 
 RUN = {"wire_version": 1, "run_id": "t-1", "name": "n", "source": "trace", "started_at": 1.0e9,
        "backend": "trace", "model": "m", "device": "cpu", "config": {}}

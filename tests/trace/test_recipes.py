@@ -6,7 +6,7 @@ import types
 import pytest
 import torch
 
-from runner.trace import recipes
+from replayscope.runner.trace import recipes
 from tests.trace.conftest import capture, kinds
 
 

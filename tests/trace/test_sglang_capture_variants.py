@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import types
 
-from runner.trace import sglang_recipes
+from replayscope.runner.trace import sglang_recipes
 from tests.trace.conftest import kinds
 from tests.trace.test_engine_recipes import install, new_sglang_layout, server_args
 

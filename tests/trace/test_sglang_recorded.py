@@ -19,7 +19,7 @@ import types
 from pathlib import Path
 
 from benchmarks.sglang_harness import log_facts
-from runner.trace import sglang_recipes
+from replayscope.runner.trace import sglang_recipes
 from tests.trace.conftest import capture, kinds
 from tests.trace.test_engine_recipes import ForwardMode, install, server_args, stand_in
 
@@ -181,7 +181,7 @@ def test_the_capture_phases_memory_is_measured_as_sglang_measures_each_pass(trac
     """SGLang logs each pass's "mem usage": free device memory (cache emptied) before minus after
     building the graph runner. Here the device's free memory is what the log says it was at each
     begin and end line; the trace's capture phase is the sum of the passes (0.19 + 0.06 GB)."""
-    from runner.trace import device
+    from replayscope.runner.trace import device
     free = [int(float(m["gb"]) * GIB) for m in AVAIL.finditer((ENGINE / "sglang-0.5.17-offline.log").read_text())]
     assert len(free) == 4
     monkeypatch.setattr(device, "free_bytes_emptied", lambda: free.pop(0), raising=False)

@@ -1,4 +1,4 @@
-"""``runner.trace.supervision`` where the sender of a signal cannot be read (macOS has no
+"""``replayscope.runner.trace.supervision`` where the sender of a signal cannot be read (macOS has no
 ``sigtimedwait``): SIGTERM and, off a terminal, SIGINT to the trace are still passed on."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from runner.trace import supervision
+from replayscope.runner.trace import supervision
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

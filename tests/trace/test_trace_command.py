@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from runner.events_file import read_events_file
+from replayscope.contract.events_file import read_events_file
 
 REPO = Path(__file__).resolve().parents[2]
 PROGRAMS = Path(__file__).resolve().parent / "programs"
@@ -109,8 +109,8 @@ def test_a_program_that_fails_ends_its_run_failed_with_the_error_and_keeps_its_e
 
 
 def test_to_a_collector_each_process_is_a_stored_run(tmp_path):
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
     from tests.e2e.conftest import ThreadCollector
     from tests.live_server import free_port
 
@@ -141,9 +141,11 @@ def test_without_trace_nothing_is_installed():
     assert plain.stdout.split() == ["False"]
 
 
-def test_under_trace_the_hooks_are_in_the_program_and_replayscope_is_not_in_its_modules(tmp_path):
+def test_under_trace_the_hooks_are_in_the_program_and_no_top_level_name_of_its_is_ours(tmp_path):
+    """Every module of ours is under replayscope: the program's own app, runner, collector are free."""
     result = trace("--events", str(tmp_path / "t.jsonl"), "--", sys.executable, "-c",
-                   PROBE + "; import sys; print(sorted(m for m in sys.modules if m.startswith('runner')))")
+                   PROBE + "; import sys; old = ('app', 'runner', 'collector', 'migrations')"
+                   "; print(sorted(m for m in sys.modules if m.split('.')[0] in old))")
     assert result.stdout.split("\n")[:2] == ["True", "[]"]
     assert "no process of the command captured a CUDA graph" in result.stderr
 

@@ -209,8 +209,8 @@ def test_a_child_sigkilled_by_its_parent_gets_its_run_ended_interrupted_with_its
 
 
 def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_with_its_steps(tmp_path):
-    from collector.models import queries
-    from collector.store import Store
+    from replayscope.collector.models import queries
+    from replayscope.collector.store import Store
     from tests.e2e.conftest import ThreadCollector
     from tests.live_server import free_port
 

@@ -6,7 +6,7 @@ of the compiled function is a step), a hand-written padded decode loop (under sy
 equal its telemetry). ``test_compiled_programs.py`` runs the first two on the CPU.
 
 Run on the device machine: ``python3 -m pytest -q -m gpu tests/trace`` (skipped without CUDA).
-The trace is started as ``python -m runner.trace`` (what ``replayscope trace`` runs), so the
+The trace is started as ``python -m replayscope.runner.trace`` (what ``replayscope trace`` runs), so the
 device machine needs no installed command.
 """
 
@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.events_file import read_events_file
-from runner.trace.causes import inductor_skip_reason
+from replayscope.contract.events_file import read_events_file
+from replayscope.runner.trace.causes import inductor_skip_reason
 from tests.run_events import sampled
 
 pytestmark = pytest.mark.gpu
@@ -35,7 +35,7 @@ ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.env
 
 def trace(events: Path, *argv: str, step: str | None = None, time_every: int | None = None,
           timeout: int = 300, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    command = [sys.executable, "-m", "runner.trace", "--events", str(events)]
+    command = [sys.executable, "-m", "replayscope.runner.trace", "--events", str(events)]
     command += ["--step", step] if step else []
     command += ["--time-every", str(time_every)] if time_every else []
     result = subprocess.run([*command, "--", *argv], cwd=REPO, env={**ENV, **(env or {})}, capture_output=True,
@@ -156,7 +156,7 @@ def test_when_the_program_compiles_generates_forward_itself_inductors_skip_and_t
     end = recorded[-1]
     assert (end["kind"], end["status"]) == ("run_end", "failed")
     assert "overwritten by a subsequent run" in end["error"]
-    from collector.importers.failures import classify
+    from replayscope.collector.importers.failures import classify
     assert classify(end["error"]).key == "graph_output_overwritten"
 
 
@@ -191,9 +191,9 @@ def test_a_padded_decode_loop_is_traced_step_for_step_without_any_device_synchro
 
 def test_the_runners_own_modes_per_step_equal_what_the_trace_saw(tmp_path):
     traced, own = tmp_path / "trace.jsonl", tmp_path / "runner.jsonl"
-    result = trace(traced, sys.executable, "-m", "app.cli", "run", "--backend", "cuda", "--preset", "tiny",
+    result = trace(traced, sys.executable, "-m", "replayscope", "run", "--backend", "cuda", "--preset", "tiny",
                    "--workload", "decode-only", "--steps", "150", "--capture-sizes", "1,2,4,8,16,32", "--quiet",
-                   "--events", str(own), step="runner.graphs:GraphRunner.run")
+                   "--events", str(own), step="replayscope.runner.graphs:GraphRunner.run")
     assert result.returncode == 0
     _run, recorded = read_run(traced)
     _own_run, own_events = read_run(own)

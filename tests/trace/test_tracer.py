@@ -9,9 +9,9 @@ import types
 import pytest
 import torch
 
-from runner.trace.causes import Cause
-from runner.trace.graph_trees import install_graph_tree_hooks
-from runner.trace.hooks import Patches, install_cuda_graph_hooks
+from replayscope.runner.trace.causes import Cause
+from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
+from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
 from tests.trace.conftest import FakeCUDAGraph, capture, kinds
 
 MUTATED = "skipping cudagraphs due to mutated inputs (6 instances). Found from : \n File \"model.py\", line 3"
@@ -371,7 +371,7 @@ def test_inductors_mutated_inputs_message_as_torch_formats_it_is_a_mutated_input
     from torch._dynamo.utils import counters
     from torch._inductor import cudagraph_utils
 
-    from runner.trace.hooks import install_inductor_skip_hook
+    from replayscope.runner.trace.hooks import install_inductor_skip_hook
 
     assert install_inductor_skip_hook(traced.tracer, cudagraph_utils, traced.patches)
     placeholders = [cudagraph_utils.PlaceholderInfo(name=f"arg{i}", stack_trace=None, users=[],
@@ -397,7 +397,7 @@ def test_a_skip_logged_through_a_name_the_hook_never_replaced_is_still_recorded_
     replaced name it is taken once, not again from the log."""
     from torch._inductor import cudagraph_utils
 
-    from runner.trace.hooks import install_inductor_skip_hook
+    from replayscope.runner.trace.hooks import install_inductor_skip_hook
 
     stale = cudagraph_utils.log_cudagraph_skip_and_bump_counter        # bound before the hook
     assert install_inductor_skip_hook(traced.tracer, cudagraph_utils, traced.patches)
@@ -440,7 +440,7 @@ class FakeEvent:
 def cuda_in_use(monkeypatch):
     """The process uses CUDA (stand-in events and streams); ``state["capturing"]`` says whether the
     current stream is capturing."""
-    from runner.trace import device
+    from replayscope.runner.trace import device
 
     state = {"capturing": False}
     monkeypatch.setattr(device, "cuda_in_use", lambda: True)
@@ -481,7 +481,7 @@ def test_without_cuda_every_step_is_timed_on_the_host(traced):
 
 
 def test_the_sampling_reaches_every_traced_process_through_its_environment():
-    from runner.trace.settings import ENV_TIME_EVERY, TraceSettings
+    from replayscope.runner.trace.settings import ENV_TIME_EVERY, TraceSettings
 
     environment = TraceSettings(trace_id="t1", name="n", time_every=3).environment()
     assert TraceSettings.from_environment(environment).time_every == 3

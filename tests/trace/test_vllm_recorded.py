@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from runner.trace import vllm_recipes
-from runner.trace.vllm_dispatch import Graphs, explain
+from replayscope.runner.trace import vllm_recipes
+from replayscope.runner.trace.vllm_dispatch import Graphs, explain
 from tests.trace.conftest import capture, kinds
 from tests.trace.test_engine_recipes import install, stand_in
 

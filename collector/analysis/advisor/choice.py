@@ -35,8 +35,8 @@ import bisect
 from dataclasses import asdict, dataclass
 from typing import Callable, Iterable, Mapping
 
-from collector.analysis.advisor.objective import Objective
-from collector.analysis.advisor.steps import served
+from replayscope.collector.analysis.advisor.objective import Objective
+from replayscope.collector.analysis.advisor.steps import served
 
 
 @dataclass(frozen=True)

@@ -54,10 +54,10 @@ SGLang (sizes are requests in a decode batch):
 
 This runner (``runner/plan.py``, ``app/cli/run.py``): any ascending sizes >= 1
 (``CapturePlan``); ``--capture-sizes 1,2,4`` (commas or spaces) with ``--max-bs`` equal
-to the largest (``app.cli.run`` refuses a different one); batches never exceed the
+to the largest (``replayscope.app.cli.run`` refuses a different one); batches never exceed the
 workload's running requests, so sizes above them serve nothing; ``--no-padding`` serves
 only exact sizes; ``--backend disabled`` / ``--enforce-eager``: no graphs. The verify
-stage captures the sizes up to 16 (``runner.engine.VERIFY_MAX_BS``).
+stage captures the sizes up to 16 (``replayscope.runner.engine.VERIFY_MAX_BS``).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any, Sequence
 
-from runner.plan import default_capture_sizes, sglang_default_sizes, vllm_default_sizes
+from replayscope.contract.capture_sizes import default_capture_sizes
 
 ENGINES = ("runner", "vllm", "sglang")
 ENGINE_NAMES = {"runner": "replayscope", "vllm": "vLLM", "sglang": "SGLang"}
@@ -371,3 +371,14 @@ def default_graph_count(rules: Rules, config: dict[str, Any]) -> int | None:
         return len(vllm_default_sizes(largest))
     largest = _int(config.get("cuda_graph_max_bs"))
     return len(sglang_default_sizes(largest)) if largest else None
+
+
+def vllm_default_sizes(max_size: int = 512) -> tuple[int, ...]:
+    """vLLM V1: [1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)."""
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, max_size + 1, 16))
+    return tuple(s for s in sizes if s <= max_size)
+
+
+def sglang_default_sizes(max_bs: int = 160) -> tuple[int, ...]:
+    """SGLang (older cuda_graph_runner): [1, 2, 4, 8] + range(16, 161, 8), capped at max_bs."""
+    return tuple(s for s in [1, 2, 4, 8] + list(range(16, 161, 8)) if s <= max_bs)

@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from collector.analysis.advisor.objective import Objective
+from replayscope.collector.analysis.advisor.objective import Objective
 
 HBM_BYTES_PER_S = 4.8e12 * 0.8     # an H200's 4.8 TB/s, 80% of it reached by a decode step
 DENSE_FLOPS = 989e12 * 0.6         # an H200's dense BF16 989 TFLOP/s, 60% of it reached by large GEMMs

@@ -33,8 +33,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from collector.analysis.advisor.steps import served
-from runner.wire import SIZE_DECIDED_REASONS, stages_of
+from replayscope.collector.analysis.advisor.steps import served
+from replayscope.contract.wire import SIZE_DECIDED_REASONS, stages_of
 
 DEFAULT_EAGER_WEIGHT = 3.0
 STAND_IN_BACKENDS = ("static",)          # the CPU stand-in: its step times are not a graph's

@@ -18,11 +18,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from collector.analysis.advisor import choice, engines, launch, objective as objectives, pricing, steps as stepping
-from collector.analysis.advisor.objective import TimingRow
-from collector.analysis.advisor.pricing import CaptureSet
-from collector.analysis.advisor.steps import StepRow
-from runner.wire import default_provenance
+from replayscope.collector.analysis.advisor import (choice, engines, launch, objective as objectives, pricing,
+                                                    steps as stepping)
+from replayscope.collector.analysis.advisor.objective import TimingRow
+from replayscope.collector.analysis.advisor.pricing import CaptureSet
+from replayscope.collector.analysis.advisor.steps import StepRow
+from replayscope.contract.wire import default_provenance
 
 FALLBACK_BUDGET = 8        # graphs-off run whose engine default is not known
 

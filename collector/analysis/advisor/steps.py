@@ -3,7 +3,7 @@
 A run's steps come as ``StepRow``s in time order (many steps per row: one time bucket,
 stage, batch size, mode and reason). The advisor chooses sizes from the steps a list of
 sizes decides: decode-like steps (``decode_like_stage``) that ran on a graph, or eager
-for a reason the list decides (``runner.wire.SIZE_DECIDED_REASONS``). Steps eager for
+for a reason the list decides (``replayscope.contract.wire.SIZE_DECIDED_REASONS``). Steps eager for
 another reason (an adapter, a grammar switch, a prefill under decode-only graphs) would
 run eager whatever was captured: they are left out and counted.
 
@@ -17,7 +17,7 @@ import bisect
 from collections import Counter
 from typing import Iterable, NamedTuple, Sequence
 
-from runner.wire import DECODE_STAGES, DECODE_VIEW, SIZE_DECIDED_REASONS, stages_of
+from replayscope.contract.wire import DECODE_STAGES, DECODE_VIEW, SIZE_DECIDED_REASONS, stages_of
 
 FIT_SHARE = 0.7            # the first 70% of the steps choose the sizes, the last 30% score them
 MIN_HELD_BACK = 20         # fewer held-back steps than this score nothing: no split
@@ -34,9 +34,9 @@ class StepRow(NamedTuple):
 
 def decode_like_stage(stages: Iterable[str]) -> str | None:
     """The stages whose batches capture sizes serve, as a rule names them: the decode stages
-    (``runner.wire.DECODE_STAGES``: ``decode`` and vLLM's ``mixed`` batches, which its graphs
+    (``replayscope.contract.wire.DECODE_STAGES``: ``decode`` and vLLM's ``mixed`` batches, which its graphs
     serve by their token count) that the run has, one stage or ``decode+mixed``
-    (``runner.wire.DECODE_VIEW``). None: the run has neither."""
+    (``replayscope.contract.wire.DECODE_VIEW``). None: the run has neither."""
     seen = set(stages)
     present = [stage for stage in DECODE_STAGES if stage in seen]
     if not present:
@@ -45,7 +45,7 @@ def decode_like_stage(stages: Iterable[str]) -> str | None:
 
 
 def served(raw_bs: int, sizes: Sequence[int], padding: bool = True) -> int | None:
-    """The captured size that serves a batch of ``raw_bs`` (as ``runner.dispatch`` chooses it:
+    """The captured size that serves a batch of ``raw_bs`` (as ``replayscope.runner.dispatch`` chooses it:
     the size itself, else with padding the next larger one), or None: eager."""
     if padding:
         i = bisect.bisect_left(sizes, raw_bs)

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.models import queries
-from collector.analysis.advisor.objective import TimingRow
-from collector.analysis.advisor.pricing import CaptureSet
-from collector.analysis.advisor.report import RunFacts, advise
-from collector.analysis.advisor.steps import StepRow
-from runner.wire import DECODE_STAGES, default_provenance
+from replayscope.collector.models import queries
+from replayscope.collector.analysis.advisor.objective import TimingRow
+from replayscope.collector.analysis.advisor.pricing import CaptureSet
+from replayscope.collector.analysis.advisor.report import RunFacts, advise
+from replayscope.collector.analysis.advisor.steps import StepRow
+from replayscope.contract.wire import DECODE_STAGES, default_provenance
 
 EARLIER_RUNS = 5
 

@@ -4,16 +4,16 @@
 ended, its config and which sizes served steps) and returns a ``Diagnosis``:
 
 1. **The outcome.** A failed run leads with its failure: the error, where it happened
-   (phase, size, rank) and its class (``collector.importers.failures``) with what to do. A finished
+   (phase, size, rank) and its class (``replayscope.collector.importers.failures``) with what to do. A finished
    run whose captures failed leads with those. A run that stopped during startup says so.
-2. **Findings against expectations** (``collector.analysis.expectations``): weight load against the
+2. **Findings against expectations** (``replayscope.collector.analysis.expectations``): weight load against the
    bytes at plausible storage bandwidths; capture time per size against the other sizes
    and against a per-size cost for the model's size; torch.compile's own time; the number
    of sizes against the traffic that used them; time between known phases that no line
    accounts for; estimated against actual graph memory.
 
 Findings with a time are ranked by ``seconds``, the time over the expectation; each
-evidence line says where its figure came from (``runner.wire.PROVENANCES``). A title only
+evidence line says where its figure came from (``replayscope.contract.wire.PROVENANCES``). A title only
 states what its evidence shows. Imported vLLM and SGLang runs are diagnosed from what
 their logs state (docs/importing.md); what a log does not state is not assumed.
 
@@ -29,15 +29,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.analysis import expectations as ex
-from collector.analysis.diagnosis.facts import (RunFacts, capture_summary, facts_for_run, served_sizes,
-                                                startup_seconds, weight_bytes)
-from collector.analysis.diagnosis.findings import (Diagnosis, Evidence, Finding, MIN_SECONDS, MIN_SHARE,
-                                                   compile_finding, gap_finding, load_finding, memory_finding,
-                                                   outlier_finding, sizes_finding, slow_capture_finding)
-from collector.analysis.diagnosis.timeline import startup_of, unaccounted
-from collector.analysis.diagnosis.outcome import failure_findings, interrupted_finding
-from collector.analysis.explanations import STAND_IN_NOTE
+from replayscope.collector.analysis import expectations as ex
+from replayscope.collector.analysis.diagnosis.facts import (RunFacts, capture_summary, facts_for_run,
+                                                            served_sizes, startup_seconds, weight_bytes)
+from replayscope.collector.analysis.diagnosis.findings import (Diagnosis, Evidence, Finding, MIN_SECONDS,
+                                                               MIN_SHARE, compile_finding, gap_finding,
+                                                               load_finding, memory_finding, outlier_finding,
+                                                               sizes_finding, slow_capture_finding)
+from replayscope.collector.analysis.diagnosis.timeline import startup_of, unaccounted
+from replayscope.collector.analysis.diagnosis.outcome import failure_findings, interrupted_finding
+from replayscope.collector.analysis.explanations import STAND_IN_NOTE
 
 
 def diagnose(facts: RunFacts) -> Diagnosis:

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from collector.models import queries
-from runner.wire import default_provenance
+from replayscope.collector.models import queries
+from replayscope.contract.wire import default_provenance
 
 
 LOAD_PHASES = ("load_weights", "weights", "model_load", "model_loading")

@@ -1,5 +1,5 @@
 """What a diagnosis says (``Evidence``, ``Finding``, ``Diagnosis``), and the findings of a
-startup against the expectations of ``collector.analysis.expectations``: slow weight load
+startup against the expectations of ``replayscope.collector.analysis.expectations``: slow weight load
 or compile, capture outliers and slow captures, sizes, gaps, graph-pool memory.
 """
 
@@ -9,12 +9,12 @@ import statistics
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from collector.analysis import expectations as ex
-from collector.analysis.diagnosis.facts import (COMPILE_PHASES, LOAD_PHASES, RunFacts, provenance_of, top,
-                                                weight_bytes)
-from collector.analysis.diagnosis.text import sizes_text
-from collector.analysis.diagnosis.timeline import Startup, unaccounted
-from runner import formats
+from replayscope.collector.analysis import expectations as ex
+from replayscope.collector.analysis.diagnosis.facts import (COMPILE_PHASES, LOAD_PHASES, RunFacts,
+                                                            provenance_of, top, weight_bytes)
+from replayscope.collector.analysis.diagnosis.text import sizes_text
+from replayscope.collector.analysis.diagnosis.timeline import Startup, unaccounted
+from replayscope.contract import formats
 
 
 MIN_SHARE = 0.05          # a finding with a time is reported from 5% of the startup ...

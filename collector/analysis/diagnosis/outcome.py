@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from collector.analysis.diagnosis.facts import RunFacts, capture_summary, provenance_of
-from collector.analysis.diagnosis.findings import Evidence, Finding, memory_evidence
-from collector.analysis.diagnosis.text import phase_label, sizes_text
-from collector.importers.failures import FailureClass, classify, first_line
-from runner import formats
-from runner.wire import default_provenance
+from replayscope.collector.analysis.diagnosis.facts import RunFacts, capture_summary, provenance_of
+from replayscope.collector.analysis.diagnosis.findings import Evidence, Finding, memory_evidence
+from replayscope.collector.analysis.diagnosis.text import phase_label, sizes_text
+from replayscope.collector.importers.failures import FailureClass, classify, first_line
+from replayscope.contract import formats
+from replayscope.contract.wire import default_provenance
 
 
 def _where(facts: RunFacts) -> tuple[dict[str, Any], str]:

@@ -1,5 +1,5 @@
 """How a diagnosis names things in its sentences: phases and lists of sizes (numbers,
-durations and bytes are written by ``runner.formats``)."""
+durations and bytes are written by ``replayscope.contract.formats``)."""
 
 from __future__ import annotations
 

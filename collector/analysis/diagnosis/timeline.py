@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from collector.analysis.diagnosis.facts import RunFacts, time_span
-from collector.analysis.diagnosis.text import phase_label
+from replayscope.collector.analysis.diagnosis.facts import RunFacts, time_span
+from replayscope.collector.analysis.diagnosis.text import phase_label
 
 MIN_STRETCH_S = 0.25      # an uncovered stretch shorter than this is not drawn or counted
 

@@ -17,10 +17,10 @@ import dis, importlib.util, json, os, statistics, sys, time
 sys.path.insert(0, os.getcwd())
 import torch
 from benchmarks.runner_bench import NullSink, RUN, decode_inputs, bare_loop
-from runner.dispatch import BatchShape
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner
-from runner.plan import CapturePlan
+from replayscope.runner.dispatch import BatchShape
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner
+from replayscope.runner.plan import CapturePlan
 
 spec = importlib.util.spec_from_file_location("old_graphs", sys.argv[1])
 old_graphs = importlib.util.module_from_spec(spec); sys.modules["old_graphs"] = old_graphs; spec.loader.exec_module(old_graphs)

@@ -2,12 +2,12 @@
 import json, os, statistics, sys, time, torch
 sys.path.insert(0, "."); sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmarks.runner_bench import decode_inputs, NullSink, RUN, bare_loop, UNTIMED
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner
-from runner.model import ModelArgs, Transformer
-from runner.plan import CapturePlan
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner
+from replayscope.runner.model import ModelArgs, Transformer
+from replayscope.runner.plan import CapturePlan
 import old_graphs
-from runner.timing import CudaClock
+from replayscope.runner.timing import CudaClock
 ITERS = int(sys.argv[2])
 
 

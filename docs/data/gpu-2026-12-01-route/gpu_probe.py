@@ -4,10 +4,10 @@ sys.path.insert(0, ".")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from benchmarks.pairing import paired, paired_pipelined
 from benchmarks.runner_bench import decode_inputs, NullSink, RUN, bare_loop, UNTIMED, host_cost_cpu
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner
-from runner.model import ModelArgs, Transformer
-from runner.plan import CapturePlan
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner
+from replayscope.runner.model import ModelArgs, Transformer
+from replayscope.runner.plan import CapturePlan
 from leanroute import Lean
 out = {}
 def main():

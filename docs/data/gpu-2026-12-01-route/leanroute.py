@@ -1,10 +1,10 @@
 import time, statistics, torch, sys
 sys.path.insert(0, ".")
 from benchmarks.runner_bench import decode_inputs, NullSink, RUN, bare_loop
-from runner.emitter import Emitter
-from runner.graphs import GraphRunner
-from runner.plan import CapturePlan
-from runner.dispatch import BatchShape
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner
+from replayscope.runner.plan import CapturePlan
+from replayscope.runner.dispatch import BatchShape
 torch.set_num_threads(1)
 
 class Route:

@@ -16,8 +16,8 @@ import os
 import stat
 from typing import Any, Iterable, Iterator, NamedTuple
 
-from runner import wire
-from runner.errors import ReplayscopeError
+from replayscope.contract import wire
+from replayscope.contract.errors import ReplayscopeError
 
 RUN_KIND = "run"
 
@@ -31,7 +31,7 @@ def event_lines(events: Iterable[dict[str, Any]]) -> str:
 
 
 STEP_KEYS = ("seq", "ts", "kind", "stage", "mode", "raw_bs", "graph_bs", "num_tokens", "padded_tokens", "reason",
-             "duration_s")   # a step event's keys in the order the emitter makes them (runner.emitter)
+             "duration_s")   # a step event's keys in the order the emitter makes them (replayscope.runner.emitter)
 _STEP_LINE = ('{"seq": %s, "ts": %s, "kind": "step", "stage": %s, "mode": %s, "raw_bs": %s, "graph_bs": %s, '
               '"num_tokens": %s, "padded_tokens": %s, "reason": %s, "duration_s": %s}\n')
 _quoted = json.encoder.encode_basestring_ascii      # json.dumps's own string encoder (ensure_ascii)

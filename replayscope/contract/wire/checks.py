@@ -1,5 +1,5 @@
 """Checking a run record, an event or a run's config against the wire contract
-(``runner.wire.schema``): ``validate_run``, ``validate_event`` (a compiled fast path per
+(``replayscope.contract.wire.schema``): ``validate_run``, ``validate_event`` (a compiled fast path per
 event kind, then the full check with the error that names the field), ``check_config``;
 and ``readable_config``, a config as a page may show it.
 """
@@ -10,10 +10,10 @@ import math
 import re
 from typing import Any
 
-from runner.wire.schema import (COMMON_EVENT_FIELDS, CONFIG_FIELDS, CUSTOM_REASON_PREFIX, EVENT_FIELDS,
-                                EVENT_KINDS, FieldSpec, ListOf, MAX_BATCH, MAX_BATCH_SIZES, MAX_SEQ,
-                                MAX_TIMESTAMP, REASONS, RUN_FIELDS, WireError, _BATCH_PART_FIELDS, _FLOAT_MAX,
-                                is_valid_reason)
+from replayscope.contract.wire.schema import (COMMON_EVENT_FIELDS, CONFIG_FIELDS, CUSTOM_REASON_PREFIX,
+                                              EVENT_FIELDS, EVENT_KINDS, FieldSpec, ListOf, MAX_BATCH,
+                                              MAX_BATCH_SIZES, MAX_SEQ, MAX_TIMESTAMP, REASONS, RUN_FIELDS,
+                                              WireError, _BATCH_PART_FIELDS, _FLOAT_MAX, is_valid_reason)
 
 
 def _check_value(name: str, spec: FieldSpec, value: Any) -> None:

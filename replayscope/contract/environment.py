@@ -1,5 +1,5 @@
 """Settings the runner side reads from the environment, read here once; the collector's
-``collector.settings.resolve`` reads its token through the same function.
+``replayscope.collector.settings.resolve`` reads its token through the same function.
 
 Standard library only, so building a command line stays cheap.
 """
@@ -10,11 +10,11 @@ import os
 import re
 from typing import Mapping
 
-from runner.errors import ReplayscopeError
+from replayscope.contract.errors import ReplayscopeError
 
 TOKEN_VARIABLE = "REPLAYSCOPE_TOKEN"
 # RFC 6750's b64token: what may follow "Bearer " in an Authorization header, so the only
-# tokens a client can send (collector.api.auth.bearer parses by it).
+# tokens a client can send (replayscope.collector.api.auth.bearer parses by it).
 B64TOKEN = re.compile(r"[A-Za-z0-9\-._~+/]+=*")
 
 

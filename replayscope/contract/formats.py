@@ -1,9 +1,9 @@
 """How replayscope writes numbers: counts, plurals, percentages, durations, bytes, rates, times.
 
 The one place for these strings: the dashboard's pages, tables and chart hover texts
-(through ``app.formats``) and the collector's sentences (diagnosis, reason costs) use it,
+(through ``replayscope.app.formats``) and the collector's sentences (diagnosis, reason costs) use it,
 and the browser tests compare what a page shows with these functions applied to the query
-layer's numbers (the runner's progress lines are tqdm's own layout). Torch-free, beside ``runner.wire``, so
+layer's numbers (the runner's progress lines are tqdm's own layout). Torch-free, beside ``replayscope.contract.wire``, so
 every package may import it. A value that is None is unknown, never zero: it is written with the
 wording ``unknown(source)`` gives (or the ``missing`` text a caller passes).
 """
@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 
-from runner.wire import default_provenance
+from replayscope.contract.wire import default_provenance
 
 # Bidirectional-text controls (embeddings, overrides, isolates): inside a stored name they
 # would reorder what is shown after them ("report\u202etxt.exe" reads "reportexe.txt").

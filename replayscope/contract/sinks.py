@@ -1,7 +1,7 @@
 """Where a run's events go: the ``Sink`` protocol and its two sinks, the events file
 (``JsonlSink``) and a collector over HTTP (``HttpSink``, with a spool that is an events file).
 
-The ``Emitter`` (``runner.emitter``) hands a sink batches of wire events from its flush
+The ``Emitter`` (``replayscope.runner.emitter``) hands a sink batches of wire events from its flush
 thread: ``open(run)`` once at the start, ``write(events)`` per batch, ``close()`` at the end.
 """
 
@@ -11,11 +11,11 @@ import sys
 import time
 from typing import Any, Protocol
 
-from runner import wire
-from runner.errors import ReplayscopeError
-from runner.events_file import EventsFileWriter
-from runner.http import HttpError, post_json
-from runner.spool import Spool
+from replayscope.contract import wire
+from replayscope.contract.errors import ReplayscopeError
+from replayscope.contract.events_file import EventsFileWriter
+from replayscope.contract.http import HttpError, post_json
+from replayscope.contract.spool import Spool
 
 
 class Sink(Protocol):
@@ -33,8 +33,8 @@ def _warn(message: str) -> None:
 
 
 class JsonlSink:
-    """The run as an events file (``runner.events_file``): the run record, then one event per line.
-    ``write`` takes steps' lines beside event dicts (``runner.events_file.step_line``): the
+    """The run as an events file (``replayscope.contract.events_file``): the run record, then one event per line.
+    ``write`` takes steps' lines beside event dicts (``replayscope.contract.events_file.step_line``): the
     emitter makes a step's line from its queued values, no event dict made."""
 
     takes_step_lines = True
@@ -69,7 +69,7 @@ class HttpSink:
     - A batch the collector refuses (4xx) is split until the offending event is isolated
       (the collector names it: ``index``); that event becomes such a warning, the rest is stored.
     - When the collector is down, answers 5xx or refuses the token, events go to the spool
-      (``runner.spool``: an events file) and are re-sent before newer events once it answers.
+      (``replayscope.contract.spool``: an events file) and are re-sent before newer events once it answers.
       After a failed attempt the sink waits before the next one (``backoff_s``, doubling up
       to ``MAX_BACKOFF_S``); meanwhile a write only appends to the spool, so an outage costs
       the flush thread no retries and no re-reading of the spool.

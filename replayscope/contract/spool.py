@@ -1,6 +1,6 @@
 """The HTTP sink's spool: the events it could not send yet, oldest first, in an events file.
 
-The file is an events file (``runner.events_file``: the run record, then one event per
+The file is an events file (``replayscope.contract.events_file``: the run record, then one event per
 line), so a spool left behind re-sends with ``replayscope import events``. New events are
 appended at the end; the oldest are taken from the front one batch at a time and, once
 delivered, skipped by offset: while the collector is down nothing is re-read or rewritten,
@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from runner.events_file import append_events, read_events_from, write_events_file
+from replayscope.contract.events_file import append_events, read_events_from, write_events_file
 
 
 class Spool:

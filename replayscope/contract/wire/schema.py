@@ -1,8 +1,8 @@
 """Wire contract v1: the one definition of replayscope's run record and events: the
 vocabulary (modes, stages, sources, provenances, reasons) and every field's type and range.
 
-The runner writes it, the importers produce it, the collector validates it (``runner.wire.checks``)
-(``collector.schemas`` builds its API models from the tables below). Fields may be
+The runner writes it, the importers produce it, the collector validates it (``replayscope.contract.wire.checks``)
+(``replayscope.collector.schemas`` builds its API models from the tables below). Fields may be
 added; the ones here may not change meaning. Pure Python: no torch, no pydantic, so
 every side of the wire can import it.
 """

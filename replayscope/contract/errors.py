@@ -2,7 +2,7 @@
 
 The command line prints any of them as one line and exits 2. The API answers each with
 its ``status`` and the JSON body ``{"detail": <message>, <body_fields>...}`` (one handler,
-``collector.api.errors``). Pure Python: the runner and the collector both import it without torch.
+``replayscope.collector.api.errors``). Pure Python: the runner and the collector both import it without torch.
 """
 
 from __future__ import annotations
