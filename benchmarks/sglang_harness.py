@@ -14,6 +14,7 @@ SGLang is brought to the device machine as a folder of wheels on PYTHONPATH (doc
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -50,6 +51,7 @@ _BEGIN = re.compile(r"Capture (?P<name>\w+ \w+) (?:CUDA|CPU|NPU|XPU) graph begin
                     r"(?:num_tokens_per_req=\d+, bs=\[(?P<bs>[^\]]*)\]|num_tokens=\[(?P<tokens>[^\]]*)\])")
 _END = re.compile(r"Capture (?P<name>\w+ \w+) (?:CUDA|CPU|NPU|XPU) graph end\. elapsed=(?P<secs>[\d.]+) s, "
                   r"mem usage=(?P<gb>[\d.]+) GB")
+_DECODE = re.compile(r"Decode batch(?: \[\d+\])?, #running-req: (?P<rows>\d+),")
 _PREFILL = re.compile(r"Prefill batch(?: \[\d+\])?, #new-seq: (?P<seqs>\d+), #new-token: (?P<new>\d+), "
                       r"#cached-token: (?P<cached>\d+)")
 
@@ -61,7 +63,9 @@ def _sizes(text: str | None) -> list[int]:
 def log_facts(text: str) -> dict:
     """Each capture pass the log states (name, backend, sizes, elapsed seconds, memory in GB; None
     where its end line is missing) and its prefill batches (count, new and cached tokens, new
-    requests). Decode batches are logged only every ``decode_log_interval`` steps: not counted."""
+    requests) and the decode batches it logged (one line every ``decode_log_interval`` decode
+    batches, each with its rows, ``#running-req``: the offline program sets the interval to 1, so
+    every decode batch)."""
     passes: dict[str, dict] = {}
     for match in _BEGIN.finditer(text):
         sizes = _sizes(match["bs"]) if match["bs"] is not None else _sizes(match["tokens"])
@@ -72,7 +76,9 @@ def log_facts(text: str) -> dict:
         if match["name"] in passes:
             passes[match["name"]].update(elapsed_s=float(match["secs"]), mem_gb=float(match["gb"]))
     prefills = [(int(m["seqs"]), int(m["new"]), int(m["cached"])) for m in _PREFILL.finditer(text)]
+    decodes = [int(m["rows"]) for m in _DECODE.finditer(text)]
     return {"capture_passes": passes,
+            "decode_batches": len(decodes), "decode_rows": sum(decodes),
             "prefill_batches": len(prefills),
             "prefill_new_tokens": sum(new for _, new, _ in prefills),
             "prefill_cached_tokens": sum(cached for _, _, cached in prefills),
@@ -169,7 +175,9 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
         try:
             while not _healthy(url):
                 if server.poll() is not None or time.time() - started > ready_timeout:
-                    raise RuntimeError(f"sglang.launch_server did not become healthy (exit {server.poll()}); see {log}")
+                    stream.flush()
+                    raise RuntimeError(f"sglang.launch_server did not become healthy (exit {server.poll()}); "
+                                       f"its log ends: {_last_line(log)}")
                 time.sleep(0.25)
             run.seconds["to_healthy"] = time.time() - started
             client = subprocess.run([sys.executable, str(PROGRAMS / "client.py"), url, str(out),
@@ -185,15 +193,33 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
                           "client_stderr": client.stderr[-2000:]}
         finally:
             stopped = time.time()
-            try:
-                os.killpg(server.pid, signal.SIGINT)            # Ctrl-C
-                run.returncode = server.wait(timeout=90)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                os.killpg(server.pid, signal.SIGKILL)
-                run.returncode = server.wait()
+            run.returncode = stop_group(server)
             run.seconds["stop"] = time.time() - stopped
     run.log_facts = log_facts(log.read_text(errors="replace"))
     return run
+
+
+def stop_group(server: subprocess.Popen, grace_s: float = 90) -> int:
+    """Ctrl-C to the server's process group, SIGKILL after ``grace_s``; its exit status. A server
+    that is already gone (it died during start-up) is not an error here: its status is returned
+    and whatever ended the run (the caller's exception) is what the test reports."""
+    if server.poll() is not None:
+        return server.returncode
+    try:
+        os.killpg(server.pid, signal.SIGINT)                # Ctrl-C
+        return server.wait(timeout=grace_s)
+    except ProcessLookupError:                              # the group ended meanwhile
+        return server.wait()
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        return server.wait()
+
+
+def _last_line(log: Path) -> str:
+    """The last non-empty line of a log that is not the tracer's own ending (the error's)."""
+    lines = [line for line in _read(log).splitlines() if line.strip() and not line.startswith("replayscope trace")]
+    return lines[-1].strip() if lines else f"(empty: {log})"
 
 
 def _read(path: Path) -> str:

@@ -277,13 +277,15 @@ class Emitter:
         """Write everything queued now (waits for outstanding GPU timings)."""
         self._flush(wait_for_gpu=True)
 
-    def flush_unless_busy(self, timeout_s: float = 0.5) -> bool:
+    def flush_unless_busy(self, timeout_s: float = 0.5, wait_for_gpu: bool = True) -> bool:
         """``flush`` from a signal handler: False, writing nothing, when the flush lock is not
-        free within ``timeout_s`` (the code the signal interrupted may hold it)."""
+        free within ``timeout_s`` (the code the signal interrupted may hold it). Without
+        ``wait_for_gpu`` it writes what is ready and leaves a step whose GPU timing is not (and
+        every event after it) to the next flush."""
         if not self._flush_lock.acquire(timeout=timeout_s):
             return False
         self._flush_lock.release()
-        self._flush(wait_for_gpu=True)
+        self._flush(wait_for_gpu=wait_for_gpu)
         return True
 
     def close(self, status: str = "finished", error: str | None = None) -> None:

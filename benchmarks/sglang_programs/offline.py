@@ -1,7 +1,8 @@
 """An offline SGLang run (``sglang.Engine.generate``, no tokenizer, token-id prompts) of exact
 requests, writing what it asked for and what the engine answered (each request's ``output_ids``
 and ``meta_info``: prompt, completion and cached tokens) to a JSON file. SGLang's own account of
-its steps is its log ("Prefill batch" lines, the capture lines), read by the harness.
+its steps is its log ("Prefill batch" lines, a "Decode batch" line per decode batch, the capture lines),
+read by the harness.
 
     python offline.py MODEL_DIR OUT.json [--requests N] [--prompt-tokens N] [--max-bs N]
                       [--disable-cuda-graph] [--attention-backend NAME]
@@ -39,7 +40,9 @@ def main() -> None:
 
     options = dict(model_path=args.model, skip_tokenizer_init=True, attention_backend=args.attention_backend,
                    sampling_backend="pytorch", mem_fraction_static=0.3, random_seed=0, log_level="info",
-                   disable_cuda_graph=args.disable_cuda_graph)
+                   disable_cuda_graph=args.disable_cuda_graph,
+                   # one "Decode batch" log line per decode batch (its rows): SGLang's own account
+                   decode_log_interval=1)
     if args.max_bs:
         options["cuda_graph_max_bs_decode"] = args.max_bs
     started = time.time()

@@ -107,3 +107,18 @@ def free_bytes() -> int | None:
         return int(torch.cuda.mem_get_info()[0])
     except Exception:  # noqa: BLE001
         return None
+
+
+def free_bytes_emptied() -> int | None:
+    """The device's free memory after handing the caching allocator's unused blocks back
+    (``torch.cuda.empty_cache`` then ``cudaMemGetInfo``): what SGLang measures its capture passes
+    with (``get_available_gpu_memory``, which empties the cache itself right before and after
+    building a graph runner). None without CUDA."""
+    try:
+        torch = _torch()
+        if not torch.cuda.is_initialized():
+            return None
+        torch.cuda.empty_cache()
+        return int(torch.cuda.mem_get_info()[0])
+    except Exception:  # noqa: BLE001
+        return None

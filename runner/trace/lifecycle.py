@@ -205,9 +205,10 @@ class RunLifecycle:
                                  f"what it would have recorded is missing", once=f"hook_failed:{where}")
 
     # -- the end ----------------------------------------------------------------
-    def flush_events(self) -> None:
+    def flush_events(self, wait_for_gpu: bool = True) -> None:
         """Write what the run's emitter holds now (a signal handler calls this: never blocks
-        on a flush the interrupted code is in the middle of)."""
+        on a flush the interrupted code is in the middle of). ``wait_for_gpu=False``: only what
+        is ready, never waiting for a step's GPU timing."""
         if self.emitter is None:
             return
         starter = getattr(self, "_starter", None)
@@ -215,7 +216,7 @@ class RunLifecycle:
             starter.join(timeout=2.0)          # the sink opens on its own thread: the run record first
             if starter.is_alive():
                 return
-        self.emitter.flush_unless_busy()
+        self.emitter.flush_unless_busy(wait_for_gpu=wait_for_gpu)
 
     def uncaught(self, exc_type: type, exc: BaseException) -> None:
         """The program ends with an exception: the run ends failed (or interrupted) with it."""

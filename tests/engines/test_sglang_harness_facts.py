@@ -26,6 +26,7 @@ def test_log_facts_reads_each_capture_pass_and_every_prefill_batch():
                            "mem_gb": 0.11}}
     assert (facts["prefill_batches"], facts["prefill_new_tokens"], facts["prefill_cached_tokens"],
             facts["prefill_new_requests"]) == (2, 312, 8, 40)
+    assert (facts["decode_batches"], facts["decode_rows"]) == (1, 40)
 
 
 def test_a_pass_whose_end_line_is_missing_has_no_time_or_memory():
@@ -70,3 +71,21 @@ def test_the_delta_between_two_scrapes_is_what_the_client_caused():
     assert delta["passes"] == {"decode_cuda_graph": 100, "decode_none": 3, "prefill_none": 4}
     assert delta["steps"] == 107 and delta["prompt_tokens"] == 384
     assert delta["generation_tokens"] is None           # not in the first scrape: unknown
+
+
+def test_a_server_that_dies_during_start_up_is_reported_with_its_logs_last_line(tmp_path, monkeypatch):
+    """On the H200 ``sglang.launch_server`` died importing a module the wheel folder lacked; the
+    harness then sent Ctrl-C to a process group already gone and raised ProcessLookupError,
+    hiding why. Here the server dies the same way (``-m`` of a module that is not there)."""
+    import sys
+
+    import pytest
+
+    from benchmarks import sglang_harness
+    monkeypatch.setattr(sglang_harness, "ENV", {**sglang_harness.ENV, "PYTHONPATH": str(tmp_path)})
+    monkeypatch.setattr(sglang_harness.sys, "executable", sys.executable)
+    (tmp_path / "sglang").mkdir()
+    (tmp_path / "sglang" / "__init__.py").write_text("")
+    (tmp_path / "sglang" / "launch_server.py").write_text("import jsonschema_not_installed_here\n")
+    with pytest.raises(RuntimeError, match="did not become healthy.*No module named 'jsonschema_not_installed_here'"):
+        sglang_harness.run_serve(tmp_path / "model", tmp_path / "out", "dies", False, ready_timeout=60)

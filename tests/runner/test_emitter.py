@@ -332,3 +332,16 @@ def test_a_graph_sample_below_one_is_refused():
 
     with pytest.raises(ReplayscopeError, match="graph_sample"):
         Emitter(ListSink(), run_record(), graph_sample=0)
+
+
+def test_flush_unless_busy_without_waiting_writes_what_is_ready_and_leaves_a_pending_step():
+    sink = ListSink()
+    emitter = Emitter(sink, run_record(), flush_interval_s=60, heartbeat_s=60).start()
+    emitter.emit("phase", phase="warmup", duration_s=0.1)
+    timing = FakeTiming(0.25)
+    emitter.step("decode", "graph", 4, 4, 4, 0, None, timing)
+    assert emitter.flush_unless_busy(wait_for_gpu=False)
+    assert [e["kind"] for e in sink.events] == ["phase"] and not timing.waited
+    assert emitter.flush_unless_busy()
+    assert [e["kind"] for e in sink.events] == ["phase", "step"] and timing.waited
+    emitter.close()
