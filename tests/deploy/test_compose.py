@@ -497,5 +497,5 @@ def test_the_store_compose_migrates_starts_with_the_built_in_rule(tmp_path, caps
     url = f"sqlite:///{tmp_path}/replayscope.db"                # its REPLAYSCOPE_DB, on a fresh volume
     assert main([*argv(migrate)[1:], "--db", url]) == 0
     store = Store.open(url)
-    assert [rule["name"] for rule in queries.alert_rules(store)] == [BUILTIN_EAGER_RATIO_RULE["name"]]
+    assert [rule.name for rule in queries.alert_rules(store)] == [BUILTIN_EAGER_RATIO_RULE["name"]]
     store.dispose()
