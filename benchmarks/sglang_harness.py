@@ -14,17 +14,16 @@ SGLang is brought to the device machine as a folder of wheels on PYTHONPATH (doc
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.vllm_harness import EngineRun, _healthy, _trace_prefix, free_port, make_model, traced_runs
+from benchmarks.vllm_harness import EngineRun, _healthy, _trace_prefix, free_port, make_model, stop_group, \
+    traced_runs
 
 REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "sglang_programs"
@@ -197,23 +196,6 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
             run.seconds["stop"] = time.time() - stopped
     run.log_facts = log_facts(log.read_text(errors="replace"))
     return run
-
-
-def stop_group(server: subprocess.Popen, grace_s: float = 90) -> int:
-    """Ctrl-C to the server's process group, SIGKILL after ``grace_s``; its exit status. A server
-    that is already gone (it died during start-up) is not an error here: its status is returned
-    and whatever ended the run (the caller's exception) is what the test reports."""
-    if server.poll() is not None:
-        return server.returncode
-    try:
-        os.killpg(server.pid, signal.SIGINT)                # Ctrl-C
-        return server.wait(timeout=grace_s)
-    except ProcessLookupError:                              # the group ended meanwhile
-        return server.wait()
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        return server.wait()
 
 
 def _last_line(log: Path) -> str:

@@ -10,6 +10,7 @@ model is a small random Llama made here (no download).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -211,15 +212,27 @@ class Server:
     def stop(self) -> EngineRun:
         """Ctrl-C (SIGINT to the group) and the wait for it to end (SIGKILL after 90 s)."""
         stopped = time.time()
-        try:
-            os.killpg(self.process.pid, signal.SIGINT)
-            self.run.returncode = self.process.wait(timeout=90)
-        except (subprocess.TimeoutExpired, ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-            self.run.returncode = self.process.wait()
+        self.run.returncode = stop_group(self.process)
         self.run.seconds["stop"] = time.time() - stopped
         self.run.log_facts = log_facts(self.run.log.read_text(errors="replace"))
         return self.run
+
+
+def stop_group(server: subprocess.Popen, grace_s: float = 90) -> int:
+    """Ctrl-C to the server's process group, SIGKILL after ``grace_s``; its exit status. A server
+    that is already gone (it died during start-up) is not an error here: its status is returned
+    and whatever ended the run (the caller's exception) is what the test reports."""
+    if server.poll() is not None:
+        return server.returncode
+    try:
+        os.killpg(server.pid, signal.SIGINT)                # Ctrl-C
+        return server.wait(timeout=grace_s)
+    except ProcessLookupError:                              # the group ended meanwhile
+        return server.wait()
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+        return server.wait()
 
 
 def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, requests: int = 24, later: int = 8,

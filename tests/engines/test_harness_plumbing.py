@@ -5,7 +5,10 @@ harness. The engine's own behaviour is what tests/engines/test_vllm_gpu.py check
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
+
+import pytest
 
 from benchmarks import vllm_bench
 from benchmarks import vllm_harness as harness
@@ -31,3 +34,14 @@ def test_the_benchmark_pairs_side_by_side_starts_and_alternates_rounds(tmp_path,
 def harness_lengths(n: int) -> list[int]:
     from benchmarks.vllm_programs.client import output_lengths
     return output_lengths(n)
+
+
+def test_a_server_that_died_during_start_up_is_reported_not_hidden_by_its_stop(tmp_path):
+    """A server gone before Ctrl-C: the harness says it did not become healthy, and stopping it
+    returns its exit status instead of failing on the process group that no longer exists."""
+    server = harness.Server(tmp_path, tmp_path, "dies", False)
+    server.command = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    server.start()
+    with pytest.raises(RuntimeError, match="did not become healthy"):
+        server.wait_healthy(ready_timeout=30)
+    assert server.stop().returncode == 3
