@@ -137,6 +137,8 @@ class SglangRun(SectionCaptures, RunBuilder):
         raw_bs = to_int(m.group(1)) if m else None
         tokens_m = re.search(r"#new-token:\s*(\d+)", rest) if stage == "prefill" else None
         tokens = to_int(tokens_m.group(1)) if tokens_m else raw_bs
+        if stage == "prefill" and tokens_m and raw_bs is not None and raw_bs >= 1 and tokens:
+            raw_bs = tokens       # a prefill's batch is its tokens: SGLang keys prefill graphs by them, as the trace records it
         if raw_bs is None or raw_bs < 1:
             event = {"kind": "step_counts", "ts": fact.line.ts, "stage": stage, "count": 1,
                      "mode": "graph" if graph else "eager", "num_tokens": 0, "padded_tokens": 0}
@@ -151,12 +153,12 @@ class SglangRun(SectionCaptures, RunBuilder):
                            evidence=cause["evidence"]))
             return
         graph_bs = raw_bs
-        sizes = self.decode_sizes() if stage == "decode" else []
+        sizes = self.decode_sizes() if stage == "decode" else self.prefill_sizes() if tokens_m else []
         i = bisect.bisect_left(sizes, raw_bs)
         if i < len(sizes):
             graph_bs = sizes[i]
         self.emit(dict(base, mode="padded" if graph_bs > raw_bs else "graph", graph_bs=graph_bs,
-                       padded_tokens=(graph_bs - raw_bs) if stage == "decode" else 0, reason=None))
+                       padded_tokens=graph_bs - raw_bs, reason=None))
 
     def _counts_steps(self, fact: Fact) -> bool:
         """Each data-parallel group's batches once: from the lowest rank that logs them."""

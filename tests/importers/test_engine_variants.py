@@ -163,7 +163,7 @@ def test_sglang_behind_compose_with_graphs_disabled_stores_every_eager_batch_as_
     run = sglang("sglang_compose_graphs_disabled.log")
     assert run.run["backend"] == "disabled" and run.run["started_at"] == utc("2025-03-01 10:00:00")
     evidence = "the server runs with disable_cuda_graph=True"
-    assert steps(run) == [("prefill", "eager", 2, None, "graphs_disabled", evidence),
+    assert steps(run) == [("prefill", "eager", 180, None, "graphs_disabled", evidence),   # 180 tokens
                           ("decode", "eager", 2, None, "graphs_disabled", evidence),
                           ("decode", "eager", 2, None, "graphs_disabled", evidence)]
     assert phases(run) == {"load_weights": (7.0, gib(14.40)), "kv_cache": (None, gib(48.0))}

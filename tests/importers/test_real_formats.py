@@ -57,7 +57,7 @@ def test_kubectl_timestamps_and_data_parallel_ranks_with_causes_of_eager_batches
     assert rank_phases(run)[("DP1 TP1", "capture")] == (3.40, gib(0.52))
     steps = [(e["stage"], e["mode"], e["raw_bs"], e["reason"], e.get("evidence")) for e in kind(run, "step")]
     assert steps == [
-        ("prefill", "eager", 4, "prefill",
+        ("prefill", "eager", 900, "prefill",   # 900 tokens (#new-token)
          "a prefill batch (cuda graph: False): its variable-length input has no captured graph"),
         ("decode", "eager", 20, "batch_too_large", "#running-req: 20 is above cuda_graph_max_bs (16)"),
         ("decode", "eager", 24, "batch_too_large", "#running-req: 24 is above cuda_graph_max_bs (16)"),

@@ -136,7 +136,7 @@ def test_decode_and_prefill_batch_lines_become_steps_with_causes_from_evidence()
     steps = [(e["stage"], e["mode"], e["raw_bs"], e["graph_bs"], e["num_tokens"], e["padded_tokens"], e["reason"])
              for e in kind(run, "step")]
     assert steps == [
-        ("prefill", "eager", 1, None, 7, 0, "prefill"),           # a prefill batch with cuda graph: False
+        ("prefill", "eager", 7, None, 7, 0, "prefill"),   # a prefill batch with cuda graph: False; its batch: 7 tokens
         ("decode", "graph", 1, 1, 1, 0, None),
         ("decode", "padded", 3, 4, 3, 1, None),      # bs 3 replays the captured bs 4 graph
         ("decode", "graph", 8, 8, 8, 0, None),

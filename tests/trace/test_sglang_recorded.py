@@ -148,6 +148,20 @@ def test_prefill_steps_are_the_logs_prefill_batches(traced):
     assert [(s["mode"], s["graph_bs"]) for s in prefill] == [("graph", 320)]
 
 
+def test_the_logs_import_sizes_the_prefill_step_as_the_trace_does(traced):
+    """SGLang keys its prefill graphs by tokens: the trace records a prefill's batch as its tokens,
+    and the import of the same run's log reads its ``#new-token`` the same way (not ``#new-seq``)."""
+    from replayscope.collector.importers import parse_sglang_text
+
+    _written, events = replay(traced)
+    fields = ("stage", "mode", "raw_bs", "graph_bs", "num_tokens", "padded_tokens", "reason")
+    traced_prefill = [tuple(s[f] for f in fields) for s in kinds(events, "step") if s["stage"] == "prefill"]
+    [imported] = parse_sglang_text((ENGINE / "sglang-0.5.17-offline.log").read_text()).runs
+    imported_prefill = [tuple(e[f] for f in fields) for e in imported.events
+                        if e["kind"] == "step" and e["stage"] == "prefill"]
+    assert imported_prefill == traced_prefill == [("prefill", "graph", 320, 320, 320, 0, None)]
+
+
 def test_decode_rows_are_the_asked_tokens_plus_one_overlap_forward_per_request(traced):
     """SGLang's overlap scheduler launches batch N+1 before it reads batch N's tokens: a request
     whose last token came out of batch N is in batch N+1 too. The engine ran 1,248 decode rows
