@@ -207,3 +207,23 @@ def test_a_library_run_gets_a_capture_plan_to_paste():
     rules = engines.rules_for({"source": "library", "config": {}})
     assert engines.flag_lines(rules, [8])[0].text == "CapturePlan((8,))"
     assert engines.flag_lines(rules, [1, 8])[0].text == "CapturePlan((1, 8))"
+
+
+# --- the engines' own default capture sizes (what a proposal is compared with) -------------------
+
+def test_vllm_default_sizes_follow_vllm_v1():
+    sizes = engines.vllm_default_sizes()
+    assert sizes[:5] == (1, 2, 4, 8, 16)
+    assert [b - a for a, b in zip(sizes[3:], sizes[4:]) if b <= 256] == [8] * 31   # 8..256 by 8
+    assert [b - a for a, b in zip(sizes, sizes[1:]) if a >= 256] == [16] * 16      # 256..512 by 16
+    assert sizes[-1] == 512 and len(sizes) == 51
+
+
+def test_vllm_default_sizes_are_capped_at_max_size():
+    assert engines.vllm_default_sizes(20) == (1, 2, 4, 8, 16)
+    assert max(engines.vllm_default_sizes(300)) == 288
+
+
+def test_sglang_default_sizes_follow_sglang():
+    assert engines.sglang_default_sizes() == (1, 2, 4, 8) + tuple(range(16, 161, 8))
+    assert engines.sglang_default_sizes(30) == (1, 2, 4, 8, 16, 24)

@@ -5,7 +5,6 @@ import pytest
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.runner.plan import CapturePlan
 from replayscope.contract.capture_sizes import default_capture_sizes, parse_capture_sizes
-from replayscope.collector.analysis.advisor.engines import sglang_default_sizes, vllm_default_sizes
 
 
 # --- parse_capture_sizes -------------------------------------------------------------------
@@ -54,24 +53,6 @@ def test_default_sizes_are_powers_of_two_to_8_then_every_8_up_to_max_bs(max_bs, 
 def test_default_sizes_reject_a_max_bs_below_one(max_bs):
     with pytest.raises(ReplayscopeError, match=f"--max-bs must be at least 1, got {max_bs}"):
         default_capture_sizes(max_bs)
-
-
-def test_vllm_default_sizes_follow_vllm_v1():
-    sizes = vllm_default_sizes()
-    assert sizes[:5] == (1, 2, 4, 8, 16)
-    assert [b - a for a, b in zip(sizes[3:], sizes[4:]) if b <= 256] == [8] * 31   # 8..256 by 8
-    assert [b - a for a, b in zip(sizes, sizes[1:]) if a >= 256] == [16] * 16      # 256..512 by 16
-    assert sizes[-1] == 512 and len(sizes) == 51
-
-
-def test_vllm_default_sizes_are_capped_at_max_size():
-    assert vllm_default_sizes(20) == (1, 2, 4, 8, 16)
-    assert max(vllm_default_sizes(300)) == 288
-
-
-def test_sglang_default_sizes_follow_sglang():
-    assert sglang_default_sizes() == (1, 2, 4, 8) + tuple(range(16, 161, 8))
-    assert sglang_default_sizes(30) == (1, 2, 4, 8, 16, 24)
 
 
 # --- CapturePlan ---------------------------------------------------------------------------
