@@ -151,3 +151,19 @@ def test_the_run_page_card_of_an_imported_vllm_run_shows_vllms_flags_first(tmp_p
     engines = [row.children[0].children for row in flags.children]
     assert engines == ["vLLM", "replayscope", "SGLang"]
     assert flags.children[0].children[1].children[0].children == explain("batch_too_large").vllm[0]
+
+
+@pytest.mark.parametrize("source,config,expected", [
+    ("sglang-log", None, ["decode bs 32\u201363", "prefill 256\u2013511 tokens"]),
+    ("vllm-log", None, ["decode bs 32\u201363", "prefill 256\u2013511 tokens"]),
+    ("trace", {"trace": {"recipes": ["vllm 0.25 model runner V2"]}}, ["decode bs 32\u201363", "prefill 256\u2013511 tokens"]),
+    ("trace", {"trace": {"recipes": []}}, ["decode bs 32\u201363", "prefill bs 256\u2013511"]),   # a program's own step
+    ("library", None, ["decode bs 32\u201363", "prefill bs 256\u2013511"]),                     # this runner
+])
+def test_an_engines_prefill_sizes_are_named_as_tokens(source, config, expected):
+    """vLLM and SGLang size prefill (and mixed) batches by tokens; this runner and a traced program's
+    own step by requests: the size bands say which."""
+    rows = [batch("prefill", 300, "eager", 3, 0.0, "unknown", timed=0), batch("decode", 40, "eager", 2, 0.0, "unknown", timed=0)]
+    [cost] = reason_costs([{"reason": "unknown", "steps": 5, "duration_s": 0.0, "share": 1.0}], rows,
+                          source=source, config=config)
+    assert cost["not_compared"][0]["bands"] == expected
