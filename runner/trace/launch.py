@@ -154,7 +154,7 @@ def _run_text(run: dict, collector: str | None) -> str:
     if "status" not in run:
         return "still running: its process outlived the command" + where
     if run.get("ended_by") == "trace":
-        return f"{run['status']}: {run.get('error')}" + _losses(run) + where
+        return f"{run['status']}: {run.get('error') or run.get('note')}" + _losses(run) + where
     modes = run.get("modes") or {}
     reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
                                                       key=lambda item: -item[1]))

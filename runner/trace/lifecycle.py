@@ -106,7 +106,8 @@ class RunLifecycle:
         self._starter = threading.Thread(target=self._start_emitter, name="replayscope-trace-open",
                                          daemon=True)
         self._starter.start()
-        self._register({"event": "open", "run_id": self.run_id, "pid": self.pid, "process": self.label,
+        self._register({"event": "open", "run_id": self.run_id, "pid": self.pid, "ppid": os.getppid(),
+                        "process": self.label,
                         "name": name, "target": target, "spool": getattr(sink, "spool_path", None),
                         "flush_interval_s": emitter.flush_interval_s})
         for code, message in self._pending_warnings:
@@ -155,6 +156,20 @@ class RunLifecycle:
         self.step_target(False, why)
         # On the run too (the program's first process gets one for it, as for any warning).
         self.warn("step_missing", f"{why}; no steps are recorded", once="step_missing")
+
+    def stopping_children(self, by: str, note: str) -> None:
+        """This process is about to stop its child processes as its engine's normal shutdown does
+        (SGLang's ``Engine.shutdown`` SIGKILLs its scheduler): ``replayscope trace`` then ends the
+        runs of the children alive now ``finished``, with ``note``, instead of ``interrupted``. Only
+        when the program is not ending on an error or Ctrl-C (an exception in flight, one that went
+        uncaught, or a run already ended otherwise): then the children were stopped early."""
+        import multiprocessing
+
+        uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_type", None)
+        clean = sys.exc_info()[0] is None and uncaught is None and self.status in (None, "finished")
+        children = sorted(child.pid for child in multiprocessing.active_children() if child.pid)
+        self._register({"event": "stopping_children", "pid": self.pid, "by": by, "note": note,
+                        "clean": clean, "children": children, "ts": time.time()})
 
     def _register(self, record: dict[str, Any]) -> None:
         """A line in the trace's registry, for the summary ``replayscope trace`` prints."""

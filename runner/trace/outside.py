@@ -1,6 +1,8 @@
 """Runs ended by ``replayscope trace`` from outside: a traced process that disappeared without
 ending its run (SIGKILL, as vLLM's API server stops its engine core; a crash of the
-interpreter) gets its ``run_end``, ``interrupted``, written by the trace.
+interpreter) gets its ``run_end``, ``interrupted``, written by the trace; ``finished``, with a
+warning that says so, where its parent announced it would stop it at the program's normal end
+(SGLang's ``Engine.shutdown``, see ``Tracer.stopping_children``).
 
 Each traced process reports its run to the trace through the registry in the trace's
 temporary folder (``runs.jsonl``: an ``open`` line with its run id, pid and where its events
@@ -108,45 +110,71 @@ class OutsideEnds:
         if not gone:
             return
         now = read_registry(self.workdir)       # a process that closed its run just before it went
+        stops = stopped_by_parents(registry_records(self.workdir))
         for run in gone:
             if "status" not in now.get(run["run_id"], {}):
-                self._end(run, exit_statuses.get(run["pid"]))
+                self._end(run, exit_statuses.get(run["pid"]), stops.get(run["pid"]))
 
-    def _end(self, run: dict[str, Any], exit_status: int | None) -> None:
+    def _end(self, run: dict[str, Any], exit_status: int | None, stop: dict[str, Any] | None = None) -> None:
+        """``run_end`` for a process that went without one: ``interrupted``; or ``finished``, with a
+        warning saying how, where its parent announced it would stop it at the program's normal end
+        (``stop``: the parent's ``stopping_children`` record naming this process)."""
         flush_s = run.get("flush_interval_s") or 0.2
-        error = (f"{how_it_ended(exit_status)}; replayscope trace ended its run (events of its last "
-                 f"{flush_s:g} s, not yet written, may be missing)")
-        event = {"kind": "run_end", "ts": time.time(), "status": "interrupted", "error": error}
+        missing = f"events of its last {flush_s:g} s, not yet written, may be missing"
+        if stop is not None and exit_status is None:
+            status, error = "finished", None
+            note = (f"stopped by its parent process (pid {stop['pid']}) at the program's end: {stop['note']}; "
+                    f"replayscope trace ended its run ({missing})")
+            events = [{"kind": "warning", "ts": time.time(), "code": "stopped_by_parent", "message": note[:4000]},
+                      {"kind": "run_end", "ts": time.time(), "status": status}]
+        else:
+            status, note = "interrupted", None
+            error = f"{how_it_ended(exit_status)}; replayscope trace ended its run ({missing})"
+            events = [{"kind": "run_end", "ts": time.time(), "status": status, "error": error}]
         lost = 0
         try:
             if self.collector:
-                self._send(run, event)
+                self._send(run, events)
             else:
-                end_events_file(run["target"], event)
+                end_events_file(run["target"], *events)
         except (OSError, HttpError, ValueError, KeyError) as failure:
-            lost = 1
-            error += f"; its run_end could not be written: {failure}"
+            lost = len(events)
+            error = (error or "") + f"; its run_end could not be written: {failure}"
         try:
             register(self.workdir, {"event": "close", "run_id": run["run_id"], "pid": run["pid"],
-                                    "status": "interrupted", "ended_by": "trace", "error": error, "lost": lost})
+                                    "status": status, "ended_by": "trace", "error": error, "note": note,
+                                    "lost": lost})
         except OSError:
             pass
 
-    def _send(self, run: dict[str, Any], event: dict[str, Any]) -> None:
-        """To the collector, with the largest seq (after any of the process's); else into the
+    def _send(self, run: dict[str, Any], events: list[dict[str, Any]]) -> None:
+        """To the collector, with the largest seqs (after any of the process's); else into the
         process's spool, which ``replayscope import events`` re-sends with the rest."""
+        numbered = [{"seq": MAX_SEQ - len(events) + 1 + i, **event} for i, event in enumerate(events)]
         try:
             post_json(f"{self.collector.rstrip('/')}/v1/runs/{run['run_id']}/events",
-                      {"events": [{"seq": MAX_SEQ, **event}]}, token=self.token, timeout=10.0)
+                      {"events": numbered}, token=self.token, timeout=10.0)
         except HttpError:
             spool = run.get("spool")
             if not spool or not os.path.exists(spool):
                 raise
-            end_events_file(spool, event)
+            end_events_file(spool, *events)
 
 
-def end_events_file(path: str, event: dict[str, Any]) -> None:
-    """Append ``event`` with the seq after the file's last one. A last line cut off mid-write
+def stopped_by_parents(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """pid -> the ``stopping_children`` record of the parent that announced it would stop that
+    process at the program's normal end (only clean announcements; a child it listed)."""
+    stops: dict[int, dict[str, Any]] = {}
+    for record in records:
+        if record.get("event") == "stopping_children" and record.get("clean") is True:
+            for pid in record.get("children") or ():
+                if isinstance(pid, int):
+                    stops[pid] = record
+    return stops
+
+
+def end_events_file(path: str, *events: dict[str, Any]) -> None:
+    """Append ``events`` with the seqs after the file's last one. A last line cut off mid-write
     (the process died writing it) is removed first; a file already ended is left as it is."""
     with open(path, "rb+") as f:
         size = f.seek(0, os.SEEK_END)
@@ -162,4 +190,4 @@ def end_events_file(path: str, event: dict[str, Any]) -> None:
     if last.get("kind") == "run_end":
         return
     seq = last["seq"] + 1 if last.get("kind") != "run" else 0
-    append_events(path, {}, [{"seq": seq, **event}])
+    append_events(path, {}, [{"seq": seq + i, **event} for i, event in enumerate(events)])

@@ -257,6 +257,32 @@ def install_output_streamer(tracer: Tracer, module: Any, patches: Patches) -> No
     tracer.recipes.append("sglang output streamer")
 
 
+SHUTDOWN_NOTE = ("SGLang's Engine.shutdown stops its scheduler with SIGKILL once the program is done with the "
+                 "engine; the scheduler's steps were written before each answer left it")
+
+
+def install_engine_shutdown(tracer: Tracer, module: Any, patches: Patches) -> None:
+    """Tell ``replayscope trace`` that the engine's processes are being stopped by the engine
+    itself (SGLang 0.5.17: ``Engine.shutdown()``, called by the program, by ``with Engine(...)``'s
+    exit and at interpreter exit, SIGKILLs every child): their runs end ``finished`` with a note
+    where the program is ending normally, instead of ``interrupted`` like a process killed from
+    outside."""
+    engine = getattr(module, "Engine", None)
+    if engine is None or not callable(getattr(engine, "shutdown", None)):
+        return
+
+    def wrap(original):
+        def shutdown(self, *args, **kwargs):
+            try:
+                tracer.stopping_children("SGLang's Engine.shutdown", SHUTDOWN_NOTE)
+            except Exception as error:  # noqa: BLE001 (the engine shuts down whatever happens)
+                tracer.hook_error("SGLang Engine.shutdown", error)
+            return original(self, *args, **kwargs)
+        return shutdown
+    patches.replace(engine, "shutdown", wrap)
+    tracer.recipes.append("sglang engine shutdown")
+
+
 PACKAGE = "sglang.srt.model_executor"
 # module imported -> installer; the bootstrap registers these as post-import hooks
 RECIPES = {
@@ -272,4 +298,5 @@ RECIPES = {
     f"{PACKAGE}.runner.prefill_runner": capture_installer("capture_one_shape", "size", "prefill",
                                                           "PrefillRunner.capture_one_shape"),
     "sglang.srt.managers.scheduler_components.output_streamer": install_output_streamer,
+    "sglang.srt.entrypoints.engine": install_engine_shutdown,
 }

@@ -483,7 +483,8 @@ def test_a_vllm_layout_the_recipe_does_not_know_is_a_warning_naming_the_symbol(t
                       "sglang.srt.model_executor.runner.prefill_cuda_graph_runner",
                       "sglang.srt.model_executor.runner.decode_runner",
                       "sglang.srt.model_executor.runner.prefill_runner",
-                      "sglang.srt.managers.scheduler_components.output_streamer"}),
+                      "sglang.srt.managers.scheduler_components.output_streamer",
+                      "sglang.srt.entrypoints.engine"}),
     (vllm_recipes, {"vllm.v1.worker.gpu_model_runner", "vllm.v1.worker.gpu.model_runner",
                     "vllm.v1.worker.gpu.cudagraph.manager", "vllm.v1.worker.gpu.cudagraph_utils",
                     "vllm.v1.worker.gpu_worker"})])

@@ -46,3 +46,24 @@ def test_a_run_whose_events_file_cannot_be_ended_is_counted_as_one_lost_event(tm
     assert run["status"] == "interrupted" and run["ended_by"] == "trace" and run["lost"] == 1
     assert "could not be written" in run["error"]
     assert json.loads((tmp_path / "runs.jsonl").read_text().splitlines()[-1])["event"] == "close"
+
+
+def test_a_run_its_parent_announced_it_would_stop_at_the_programs_end_ends_finished_with_a_warning(tmp_path):
+    workdir = str(tmp_path)
+    for name, pid in (("listed", 999_999_991), ("unlisted", 999_999_992), ("early", 999_999_993)):
+        path = tmp_path / f"{name}.jsonl"
+        write_events_file(path, RUN, [{"seq": 0, "ts": 1.0e9, **STEP}])
+        register(workdir, {"event": "open", "run_id": name, "pid": pid, "ppid": 7, "target": str(path)})
+    register(workdir, {"event": "stopping_children", "pid": 7, "by": "X.shutdown", "note": "how X stops them",
+                       "clean": True, "children": [999_999_991], "ts": 1.0e9})
+    register(workdir, {"event": "stopping_children", "pid": 8, "by": "X.shutdown", "note": "early",
+                       "clean": False, "children": [999_999_993], "ts": 1.0e9})
+    OutsideEnds(workdir).end_gone()
+    runs = read_registry(workdir)
+    assert (runs["listed"]["status"], runs["listed"]["error"]) == ("finished", None)
+    assert "how X stops them" in runs["listed"]["note"]
+    assert runs["unlisted"]["status"] == runs["early"]["status"] == "interrupted"
+    events = read_events_file(tmp_path / "listed.jsonl").events
+    assert [(e["seq"], e["kind"]) for e in events] == [(0, "warning"), (1, "warning"), (2, "run_end")]
+    assert events[1]["code"] == "stopped_by_parent" and "pid 7" in events[1]["message"]
+    assert events[2]["status"] == "finished" and "error" not in events[2]

@@ -230,3 +230,34 @@ def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_wi
     finally:
         server.stop()
         store.dispose()
+
+
+ENGINE_PROGRAM = str(PROGRAMS / "engine_shutdown.py")
+
+
+@pytest.mark.parametrize("how, exit_code, child_status", [
+    ("clean", 0, "finished"), ("error", 1, "interrupted"), ("interrupt", 128 + signal.SIGINT, "interrupted")])
+def test_a_child_an_engines_own_shutdown_stops_ends_finished_only_when_the_program_ends_normally(
+        tmp_path, how, exit_code, child_status):
+    """SGLang's ``Engine.shutdown`` SIGKILLs its scheduler when the program is done with the engine
+    (called by the program, ``with``'s exit or ``atexit``): the scheduler's run ends ``finished``
+    with a warning saying how; stopped early (an exception in flight, Ctrl-C) it is ``interrupted``."""
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:decode_step", "--", sys.executable,
+                   ENGINE_PROGRAM, how, str(events), str(tmp_path / "standin"))
+    assert result.returncode == exit_code, result.stderr
+    [child_file] = tmp_path.glob("trace-pid*.jsonl")
+    _run, child_events = read_run(child_file)
+    assert [s["raw_bs"] for s in steps_of(child_events)] == [3, 5, 2]
+    end = child_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", child_status)
+    warnings = [e for e in child_events if e["kind"] == "warning" and e.get("code") == "stopped_by_parent"]
+    if child_status == "finished":
+        assert end.get("error") is None
+        [warning] = warnings
+        assert "stopped by its parent process" in warning["message"]
+        assert "SGLang's Engine.shutdown stops its scheduler with SIGKILL" in warning["message"]
+        assert "finished: stopped by its parent process" in result.stderr
+    else:
+        assert warnings == [] and "replayscope trace ended its run" in end["error"]
+        assert "disappeared" in end["error"]
