@@ -154,7 +154,12 @@ def _run_text(run: dict, collector: str | None) -> str:
     if "status" not in run:
         return "still running: its process outlived the command" + where
     if run.get("ended_by") == "trace":
-        return f"{run['status']}: {run.get('error') or run.get('note')}" + _losses(run) + where
+        counted = f"{_counts_text(run)}; " if "steps" in run else ""
+        return f"{counted}{run['status']}: {run.get('error') or run.get('note')}" + _losses(run) + where
+    return _counts_text(run) + _losses(run) + where
+
+
+def _counts_text(run: dict) -> str:
     modes = run.get("modes") or {}
     reasons = ", ".join(f"{r} {n}" for r, n in sorted((run.get("reasons") or {}).items(),
                                                       key=lambda item: -item[1]))
@@ -162,8 +167,7 @@ def _run_text(run: dict, collector: str | None) -> str:
             f"eager {modes.get('eager', 0)}"
             + (f" (eager: {reasons})" if reasons else "")
             + f"; {run.get('captures', 0)} captures"
-            + (f", {run['failed_captures']} failed" if run.get("failed_captures") else "")
-            + _losses(run) + where)
+            + (f", {run['failed_captures']} failed" if run.get("failed_captures") else ""))
 
 
 def _losses(run: dict) -> str:

@@ -67,3 +67,23 @@ def test_a_run_its_parent_announced_it_would_stop_at_the_programs_end_ends_finis
     assert [(e["seq"], e["kind"]) for e in events] == [(0, "warning"), (1, "warning"), (2, "run_end")]
     assert events[1]["code"] == "stopped_by_parent" and "pid 7" in events[1]["message"]
     assert events[2]["status"] == "finished" and "error" not in events[2]
+
+
+def test_a_run_the_trace_ends_is_counted_from_its_events_file_for_the_summary(tmp_path):
+    from replayscope.runner.trace.outside import events_file_counts
+
+    path = tmp_path / "e.jsonl"
+    step = {"kind": "step", "stage": "decode", "raw_bs": 2, "graph_bs": None, "num_tokens": 2,
+            "padded_tokens": 0, "duration_s": None}
+    write_events_file(path, RUN, [
+        {"seq": 0, "ts": 1.0e9, "kind": "capture", "graph_bs": 4, "stage": "decode", "status": "ok"},
+        {"seq": 1, "ts": 1.0e9, "kind": "capture", "graph_bs": 8, "stage": "decode", "status": "failed",
+         "error": "oom"},
+        {"seq": 2, "ts": 1.0e9, **step, "mode": "eager", "reason": "batch_too_large"},
+        {"seq": 3, "ts": 1.0e9, **step, "mode": "graph", "graph_bs": 2, "reason": None},
+        {"seq": 4, "ts": 1.0e9, **step, "mode": "eager", "reason": "batch_too_large"}])
+    with open(path, "a", encoding="utf-8") as f:
+        f.write('{"seq": 5, "ts": 1000000000.0, "kind": "step", "mo')     # cut off mid-write
+    assert events_file_counts(str(path)) == {"steps": 3, "modes": {"eager": 2, "graph": 1},
+                                             "reasons": {"batch_too_large": 2}, "captures": 2, "failed_captures": 1}
+    assert events_file_counts(str(tmp_path / "missing.jsonl")) == {}

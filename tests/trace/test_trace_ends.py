@@ -206,6 +206,9 @@ def test_a_child_sigkilled_by_its_parent_gets_its_run_ended_interrupted_with_its
     _run, parent_events = read_run(events)
     assert (parent_events[-1]["kind"], parent_events[-1]["status"]) == ("run_end", "finished")
     assert "ended without a summary" not in result.stderr
+    # the summary counts what the child wrote, as for a process that ended its own run
+    assert "3 steps: graph 0, padded 0, eager 3 (eager: cpu_device 3); 0 captures; interrupted: the process " \
+           "disappeared" in result.stderr
 
 
 def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_with_its_steps(tmp_path):
@@ -257,7 +260,8 @@ def test_a_child_an_engines_own_shutdown_stops_ends_finished_only_when_the_progr
         [warning] = warnings
         assert "stopped by its parent process" in warning["message"]
         assert "SGLang's Engine.shutdown stops its scheduler with SIGKILL" in warning["message"]
-        assert "finished: stopped by its parent process" in result.stderr
+        assert "3 steps: graph 0, padded 0, eager 3 (eager: cpu_device 3); 0 captures; finished: stopped by " \
+               "its parent process" in result.stderr
     else:
         assert warnings == [] and "replayscope trace ended its run" in end["error"]
         assert "disappeared" in end["error"]
