@@ -106,8 +106,7 @@ class RunLifecycle:
         self._starter = threading.Thread(target=self._start_emitter, name="replayscope-trace-open",
                                          daemon=True)
         self._starter.start()
-        self._register({"event": "open", "run_id": self.run_id, "pid": self.pid, "ppid": os.getppid(),
-                        "process": self.label,
+        self._register({"event": "open", "run_id": self.run_id, "pid": self.pid, "process": self.label,
                         "name": name, "target": target, "spool": getattr(sink, "spool_path", None),
                         "flush_interval_s": emitter.flush_interval_s})
         for code, message in self._pending_warnings:

@@ -53,7 +53,7 @@ def test_a_run_its_parent_announced_it_would_stop_at_the_programs_end_ends_finis
     for name, pid in (("listed", 999_999_991), ("unlisted", 999_999_992), ("early", 999_999_993)):
         path = tmp_path / f"{name}.jsonl"
         write_events_file(path, RUN, [{"seq": 0, "ts": 1.0e9, **STEP}])
-        register(workdir, {"event": "open", "run_id": name, "pid": pid, "ppid": 7, "target": str(path)})
+        register(workdir, {"event": "open", "run_id": name, "pid": pid, "target": str(path)})
     register(workdir, {"event": "stopping_children", "pid": 7, "by": "X.shutdown", "note": "how X stops them",
                        "clean": True, "children": [999_999_991], "ts": 1.0e9})
     register(workdir, {"event": "stopping_children", "pid": 8, "by": "X.shutdown", "note": "early",
