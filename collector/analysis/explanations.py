@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from replayscope.collector.analysis.reasons import engine_of, explain, flags_for
+from replayscope.collector.analysis.reasons import explain, flags_for, size_label
 from replayscope.collector.models import queries
 from replayscope.contract import formats
 
@@ -16,16 +16,6 @@ def size_band(bs: int) -> tuple[int, int]:
     """The power-of-two band a batch size falls in: 1, 2-3, 4-7, 8-15, ..."""
     low = 1 << (max(1, int(bs)).bit_length() - 1)
     return low, 2 * low - 1
-
-
-ENGINE_TOKEN_STAGES = ("prefill", "mixed")   # vLLM and SGLang key these batches (and their graphs) by tokens
-
-
-def _band_label(stage: str, band: tuple[int, int], tokens: bool = False) -> str:
-    """``decode bs 8–15``; ``prefill 256–511 tokens`` where the run's batch sizes are tokens."""
-    low, high = band
-    span = f"{low}" if low == high else f"{low}\u2013{high}"
-    return f"{stage} {span} tokens" if tokens else f"{stage} bs {span}"
 
 
 def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any]], *,
@@ -43,7 +33,6 @@ def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any
     as counts without a batch size. ``stand_in``: the run's times are CPU timings. ``flags``:
     what to change per engine, the engine of the run's ``source`` first (``reasons.flags_for``).
     """
-    in_tokens = engine_of(source, config) in ("vllm", "sglang")   # an engine's prefill / mixed sizes are tokens
     replay: dict[tuple[str, tuple[int, int]], list[float]] = {}
     for r in batch_rows:
         if r["mode"] in ("graph", "padded") and r["timed_steps"]:
@@ -74,7 +63,7 @@ def reason_costs(breakdown: list[dict[str, Any]], batch_rows: list[dict[str, Any
             steps, timed, seconds = eager[key]
             timed_total += timed
             eager_total += seconds
-            label = _band_label(*key, tokens=in_tokens and key[0] in ENGINE_TOKEN_STAGES)
+            label = size_label(key[0], *key[1], source=source, config=config)
             graph = replay.get(key)
             if timed and graph:
                 compared["steps"] += timed

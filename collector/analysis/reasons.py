@@ -384,6 +384,19 @@ def engine_of(source: str | None, config: dict[str, Any] | None = None) -> str:
     return ENGINE_OF_SOURCE.get(source or "", "change")
 
 
+ENGINE_TOKEN_STAGES = ("prefill", "mixed")   # vLLM and SGLang key these batches (and their graphs) by tokens
+
+
+def size_label(stage: str, low: int, high: int | None = None, *, source: str | None = None,
+               config: dict[str, Any] | None = None) -> str:
+    """A batch or capture size in words: ``decode bs 8``, ``decode bs 8–15``; ``prefill 256–511
+    tokens`` where the size is tokens (an engine's prefill and mixed batches: ``engine_of``)."""
+    span = f"{low}" if high is None or low == high else f"{low}\u2013{high}"
+    if stage in ENGINE_TOKEN_STAGES and engine_of(source, config) in ("vllm", "sglang"):
+        return f"{stage} {span} tokens"
+    return f"{stage} bs {span}"
+
+
 def flags_for(explanation: dict[str, Any], source: str | None,
               config: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     """The explanation's "what to change" lines per engine, for a run from ``source`` (with its

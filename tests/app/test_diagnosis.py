@@ -152,8 +152,19 @@ def test_one_slow_size_is_found_against_the_others_and_the_expectation():
     run = facts(captures=caps, phases=[phase("load_weights", 1.0, start=0.0, mem=GIB), phase("capture", 3.4, start=1.0)])
     first = diagnose(run).findings[0]
     assert first.cause == "slow_size"
-    assert first.title == "bs 8 took 3.00 s to capture, 30x the median of the other decode sizes (100 ms)"
+    assert first.title == "decode bs 8 took 3.00 s to capture, 30x the median of the other decode sizes (100 ms)"
     assert first.seconds == pytest.approx(3.0 - 0.12)
+
+
+def test_a_slow_prefill_size_of_an_engine_is_named_in_tokens():
+    """SGLang captures its prefill graphs per token count: the finding says tokens, not bs."""
+    caps = [capture(n, 0.1, stage="prefill") for n in (512, 1024, 2048, 4096)] + [capture(8192, 3.0, stage="prefill")]
+    run = facts(source="sglang-log", captures=caps,
+                phases=[phase("load_weights", 1.0, start=0.0, mem=GIB), phase("capture", 3.5, start=1.0)])
+    first = diagnose(run).findings[0]
+    assert first.cause == "slow_size"
+    assert first.title.startswith("prefill 8192 tokens took 3.00 s to capture")
+    assert first.evidence[0].text.startswith("prefill 8192 tokens: 3.00 s against a median")
 
 
 def test_every_capture_slow_for_the_model_size():

@@ -13,6 +13,7 @@ from replayscope.collector.analysis import expectations as ex
 from replayscope.collector.analysis.diagnosis.facts import (COMPILE_PHASES, LOAD_PHASES, RunFacts,
                                                             provenance_of, top, weight_bytes)
 from replayscope.collector.analysis.diagnosis.text import sizes_text
+from replayscope.collector.analysis.reasons import size_label
 from replayscope.collector.analysis.diagnosis.timeline import Startup, unaccounted
 from replayscope.contract import formats
 
@@ -206,14 +207,16 @@ def outlier_finding(facts: RunFacts, per_size_expected: float | None) -> list[Fi
     if not outliers:
         return []
     prov = provenance_of(facts.captures[0], facts.source)
+    def size(stage: str, bs: int) -> str:
+        return size_label(stage, bs, source=facts.source, config=facts.config)
     if len(outliers) == 1:
         stage, bs, d, median, _ = outliers[0]
-        title = (f"bs {bs} took {formats.seconds(d)} to capture, {d / median:.0f}x the median of the other "
-                 f"{stage} sizes ({formats.seconds(median)})")
+        title = (f"{size(stage, bs)} took {formats.seconds(d)} to capture, {d / median:.0f}x the median of the "
+                 f"other {stage} sizes ({formats.seconds(median)})")
     else:
         title = f"{len(outliers)} sizes took far longer to capture than the others"
     worst = sorted(outliers, key=lambda o: o[4] - o[2])[:MAX_LISTED]
-    evidence = [Evidence(f"{stage} bs {bs}: {formats.seconds(d)} against a median of {formats.seconds(m)} for the other sizes "
+    evidence = [Evidence(f"{size(stage, bs)}: {formats.seconds(d)} against a median of {formats.seconds(m)} for the other sizes "
                          f"({d / m:.1f}x)", prov) for stage, bs, d, m, _ in worst]
     if len(outliers) > len(worst):
         evidence.append(Evidence(f"and {len(outliers) - len(worst)} more sizes like these", prov))
