@@ -9,18 +9,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from benchmarks.engine_programs import concurrent_requests
+from tests.engines.http_stub import StubHandler, serving
 
 PROGRAMS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
-class Engine(BaseHTTPRequestHandler):
+class Engine(StubHandler):
     """``/v1/completions`` (vLLM's shape), ``/generate`` (SGLang's), ``/metrics``; the request
     asking for 15 tokens is refused with a 500."""
     bodies: list[dict] = []
@@ -30,33 +29,20 @@ class Engine(BaseHTTPRequestHandler):
         self.bodies.append(body)
         n = body["max_tokens"] if self.path == "/v1/completions" else body["sampling_params"]["max_new_tokens"]
         if n == 15:
-            self.send_response(500)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self.answer(b"", status=500)
             return
         answer = {"usage": {"completion_tokens": n}} if self.path == "/v1/completions" else {"output_ids": [0] * n}
-        self._answer(json.dumps(answer).encode())
+        self.answer(json.dumps(answer).encode())
 
     def do_GET(self):                       # noqa: N802
-        self._answer(f"requests_seen {len(self.bodies)}\n".encode())
-
-    def _answer(self, data: bytes):
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.answer(f"requests_seen {len(self.bodies)}\n".encode())
 
 
 @pytest.fixture
 def url():
     Engine.bodies = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Engine)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_port}"
-    server.shutdown()
+    with serving(Engine) as served:
+        yield served
 
 
 def test_every_request_is_sent_once_with_its_length_and_a_failed_one_is_an_error():
