@@ -19,7 +19,7 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
+from typing import Callable
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -146,10 +146,16 @@ def busy_run(events: Path, what: str) -> tuple[dict, list[dict]]:
     return busy[0]
 
 
-def record(out: Path, recorder: Path, model: Path, recorder_env: dict,
-           runners: Iterable[Callable[[], EngineRun]]) -> list[dict]:
-    """The ``recorder`` program's run (``recorder.log``), then each of ``runners`` (its summary, or
-    the error that ended it), each printed as it ends; all of them into ``summary.json``."""
+def record(out: Path, recorder: Path, recorder_env: dict, run_offline: Callable[..., EngineRun],
+           run_serve: Callable[..., EngineRun], prefix: str = "") -> list[dict]:
+    """The model in ``out``/model, the ``recorder`` program's run (``recorder.log``), then the
+    engine's runs ``{prefix}offline`` (untraced), ``{prefix}offline-traced`` and ``{prefix}serve-traced``
+    (each one's summary, or the error that ended it, printed as it ends); all of them into
+    ``summary.json``."""
+    model = make_model(out / "model")
+    runners = (lambda: run_offline(model, out, f"{prefix}offline", False),
+               lambda: run_offline(model, out, f"{prefix}offline-traced", True),
+               lambda: run_serve(model, out, f"{prefix}serve-traced", True))
     results = []
     completed = subprocess.run([sys.executable, str(recorder), str(model), str(out / "recorded.jsonl")],
                                capture_output=True, text=True, env=recorder_env, timeout=400, cwd=out)

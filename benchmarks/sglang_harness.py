@@ -198,11 +198,7 @@ def scheduler_run(events: Path) -> tuple[dict, list[dict]]:
 
 def record(out: Path) -> list[dict]:
     """The recorder's run and one offline run untraced, one traced, one traced server."""
-    model = make_model(out / "model")
-    return engine_harness.record(out, PROGRAMS / "recorder.py", model, ENV,
-                                 (lambda: run_offline(model, out, "sglang-offline", False),
-                                  lambda: run_offline(model, out, "sglang-offline-traced", True),
-                                  lambda: run_serve(model, out, "sglang-serve-traced", True)))
+    return engine_harness.record(out, PROGRAMS / "recorder.py", ENV, run_offline, run_serve, prefix="sglang-")
 
 
 if __name__ == "__main__":

@@ -170,12 +170,8 @@ def engine_core_run(events: Path) -> tuple[dict, list[dict]]:
 
 def record(out: Path) -> list[dict]:
     """The runs that record vLLM's own shapes and logs (see the module docstring)."""
-    model = make_model(out / "model")
     recorder_env = {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
-    return engine_harness.record(out, PROGRAMS / "recorder.py", model, recorder_env,
-                                 (lambda: run_offline(model, out, "offline", False),
-                                  lambda: run_offline(model, out, "offline-traced", True),
-                                  lambda: run_serve(model, out, "serve-traced", True)))
+    return engine_harness.record(out, PROGRAMS / "recorder.py", recorder_env, run_offline, run_serve)
 
 
 if __name__ == "__main__":
