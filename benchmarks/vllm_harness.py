@@ -3,7 +3,7 @@ itself: its log lines (capture passes and counts, "Graph capturing finished in N
 compile and init times) and its own step counts (``vllm:iteration_tokens_total``: one observation
 per engine step, from ``/metrics`` when serving and ``LLM.get_metrics()`` offline), next to what
 the program asked for. The GPU tests (tests/engines/) and ``benchmarks.vllm_bench`` use it; the
-model is a small random Llama made here (no download).
+model is the small random Llama of ``benchmarks.engine_harness`` (no download).
 
     python -m benchmarks.vllm_harness record OUT_DIR      # the runs that record vLLM's own shapes
 """
