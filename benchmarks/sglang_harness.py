@@ -5,7 +5,7 @@ line per prefill batch with its "#new-token" and "#cached-token") and, when serv
 --enable-metrics, its counters (``sglang:cuda_graph_passes_total``: one increment per forward pass,
 by mode decode/prefill × graph/none; ``sglang:realtime_tokens_total`` by mode; prompt and generation
 token totals), next to what the program asked for. The GPU tests (tests/engines/test_sglang_gpu.py)
-use it; the model is the vLLM harness's small random Llama (no download, no tokenizer).
+use it; the model is the small random Llama of benchmarks.engine_harness (no download, no tokenizer).
 
 SGLang is brought to the device machine as a folder of wheels on PYTHONPATH (docs/engines.md).
 
@@ -22,10 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.vllm_harness import EngineRun, _healthy, _trace_prefix, free_port, make_model, stop_group, \
-    traced_runs
+from benchmarks import engine_harness
+from benchmarks.engine_harness import REPO, EngineRun, busy_run, free_port, healthy, make_model, stop_group, \
+    trace_prefix, traced_runs
 
-REPO = Path(__file__).resolve().parents[1]
 PROGRAMS = Path(__file__).resolve().parent / "sglang_programs"
 ENV = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
        # FlashAttention 3 from sgl-kernel itself, not fetched from the Hugging Face kernel hub
@@ -38,11 +38,7 @@ __all__ = ["make_model", "traced_runs", "sglang_available", "log_facts", "metric
 
 
 def sglang_available() -> bool:
-    try:
-        import importlib.util
-        return importlib.util.find_spec("sglang") is not None
-    except (ImportError, ValueError):
-        return False
+    return engine_harness.engine_available("sglang")
 
 
 # -- what the engine says about itself -------------------------------------------------------------
@@ -134,21 +130,8 @@ def metrics_delta(before: dict, after: dict) -> dict:
 
 # -- runs ------------------------------------------------------------------------------------------
 def run_offline(model: Path, out: Path, name: str, traced: bool, *options: str, timeout: float = 420) -> EngineRun:
-    out.mkdir(parents=True, exist_ok=True)
-    events = out / f"{name}.jsonl" if traced else None
-    report_path = out / f"{name}.report.json"
-    command = [sys.executable, str(PROGRAMS / "offline.py"), str(model), str(report_path), *options]
-    if traced:
-        command = _trace_prefix(events) + command
-    log = out / f"{name}.log"
-    started = time.time()
-    with open(log, "w") as stream:
-        result = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=ENV, timeout=timeout, cwd=out)
-    run = EngineRun(name, traced, log, events, returncode=result.returncode)
-    run.seconds["command"] = time.time() - started
-    run.report = json.loads(report_path.read_text()) if report_path.exists() else {}
-    run.log_facts = log_facts(log.read_text(errors="replace"))
-    return run
+    return engine_harness.run_offline(PROGRAMS / "offline.py", ENV, log_facts, model, out, name, traced, *options,
+                                      timeout=timeout)
 
 
 def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, requests: int = 24, later: int = 8,
@@ -164,7 +147,7 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
                "--mem-fraction-static", "0.3", "--max-running-requests", "16", "--enable-metrics",
                "--random-seed", "0", *options]
     if traced:
-        command = _trace_prefix(events) + command
+        command = trace_prefix(events) + command
     log = out / f"{name}.log"
     run = EngineRun(name, traced, log, events)
     started = time.time()
@@ -172,7 +155,7 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
         server = subprocess.Popen(command, stdout=stream, stderr=subprocess.STDOUT, env=ENV, cwd=out,
                                   start_new_session=True)
         try:
-            while not _healthy(url):
+            while not healthy(url):
                 if server.poll() is not None or time.time() - started > ready_timeout:
                     stream.flush()
                     raise RuntimeError(f"sglang.launch_server did not become healthy (exit {server.poll()}); "
@@ -210,34 +193,13 @@ def _read(path: Path) -> str:
 
 def scheduler_run(events: Path) -> tuple[dict, list[dict]]:
     """The traced run of SGLang's scheduler: the one process that captured graphs or ran steps."""
-    busy = [(run, evs) for run, evs in traced_runs(events) if any(e["kind"] in ("step", "capture") for e in evs)]
-    if len(busy) != 1:
-        raise AssertionError(f"expected one scheduler run in {events}, found {len(busy)}")
-    return busy[0]
+    return busy_run(events, "scheduler")
 
 
 def record(out: Path) -> list[dict]:
     """The recorder's run and one offline run untraced, one traced, one traced server."""
-    model = make_model(out / "model")
-    results = []
-    recorder = subprocess.run([sys.executable, str(PROGRAMS / "recorder.py"), str(model), str(out / "recorded.jsonl")],
-                              capture_output=True, text=True, env=ENV, timeout=400, cwd=out)
-    (out / "recorder.log").write_text(recorder.stdout + recorder.stderr)
-    results.append({"name": "recorder", "returncode": recorder.returncode})
-    for runner in (lambda: run_offline(model, out, "sglang-offline", False),
-                   lambda: run_offline(model, out, "sglang-offline-traced", True),
-                   lambda: run_serve(model, out, "sglang-serve-traced", True)):
-        try:
-            results.append(runner().summary())
-        except Exception as error:  # noqa: BLE001
-            results.append({"error": repr(error)})
-        print(json.dumps(results[-1], default=str)[:1500], flush=True)
-    (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
-    return results
+    return engine_harness.record(out, PROGRAMS / "recorder.py", ENV, run_offline, run_serve, prefix="sglang-")
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "record":
-        record(Path(sys.argv[2]))
-    else:
-        sys.exit(__doc__)
+    engine_harness.main(record, __doc__)

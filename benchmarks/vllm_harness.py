@@ -3,56 +3,35 @@ itself: its log lines (capture passes and counts, "Graph capturing finished in N
 compile and init times) and its own step counts (``vllm:iteration_tokens_total``: one observation
 per engine step, from ``/metrics`` when serving and ``LLM.get_metrics()`` offline), next to what
 the program asked for. The GPU tests (tests/engines/) and ``benchmarks.vllm_bench`` use it; the
-model is a small random Llama made here (no download).
+model is the small random Llama of ``benchmarks.engine_harness`` (no download).
 
     python -m benchmarks.vllm_harness record OUT_DIR      # the runs that record vLLM's own shapes
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
-import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
-from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from benchmarks import engine_harness
+from benchmarks.engine_harness import REPO, EngineRun, busy_run, free_port, healthy, make_model, stop_group, \
+    trace_prefix, traced_runs
+
+__all__ = ["EngineRun", "make_model", "stop_group", "traced_runs", "vllm_available", "log_facts", "metrics_facts",
+           "run_offline", "Server", "run_serve", "engine_core_run"]
+
 PROGRAMS = Path(__file__).resolve().parent / "vllm_programs"
 ENV = {**os.environ, "VLLM_USE_FLASHINFER_SAMPLER": "0", "TOKENIZERS_PARALLELISM": "false",
        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)}
 
 
 def vllm_available() -> bool:
-    try:
-        import importlib.util
-        return importlib.util.find_spec("vllm") is not None
-    except (ImportError, ValueError):
-        return False
-
-
-def make_model(path: Path) -> Path:
-    """A random 4-layer Llama in bfloat16 (head size 64, as FlashAttention wants), no tokenizer."""
-    if (path / "config.json").exists():
-        return path
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-    torch.manual_seed(0)
-    config = LlamaConfig(hidden_size=512, intermediate_size=1024, num_hidden_layers=4, num_attention_heads=8,
-                         num_key_value_heads=2, vocab_size=4096, max_position_embeddings=2048)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(path, safe_serialization=True)
-    config_path = path / "config.json"
-    data = json.loads(config_path.read_text())
-    data["torch_dtype"] = "bfloat16"
-    config_path.write_text(json.dumps(data, indent=1))
-    return path
+    return engine_harness.engine_available("vllm")
 
 
 # -- what the engine says about itself -------------------------------------------------------------
@@ -99,57 +78,9 @@ def metrics_facts(text: str) -> dict:
 
 
 # -- runs ------------------------------------------------------------------------------------------
-@dataclass
-class EngineRun:
-    name: str
-    traced: bool
-    log: Path
-    events: Path | None
-    report: dict = field(default_factory=dict)
-    log_facts: dict = field(default_factory=dict)
-    returncode: int | None = None
-    seconds: dict = field(default_factory=dict)
-
-    def summary(self) -> dict:
-        return {"name": self.name, "traced": self.traced, "returncode": self.returncode, "report": self.report,
-                "log_facts": self.log_facts, "seconds": self.seconds,
-                "events": str(self.events) if self.events else None}
-
-
-def _trace_prefix(events: Path) -> list[str]:
-    return [sys.executable, "-m", "replayscope.runner.trace", "--events", str(events), "--"]
-
-
 def run_offline(model: Path, out: Path, name: str, traced: bool, *options: str, timeout: float = 420) -> EngineRun:
-    out.mkdir(parents=True, exist_ok=True)
-    events = out / f"{name}.jsonl" if traced else None
-    command = [sys.executable, str(PROGRAMS / "offline.py"), str(model), str(out / f"{name}.report.json"), *options]
-    if traced:
-        command = _trace_prefix(events) + command
-    log = out / f"{name}.log"
-    started = time.time()
-    with open(log, "w") as stream:
-        result = subprocess.run(command, stdout=stream, stderr=subprocess.STDOUT, env=ENV, timeout=timeout, cwd=out)
-    run = EngineRun(name, traced, log, events, returncode=result.returncode)
-    run.seconds["command"] = time.time() - started
-    report_path = out / f"{name}.report.json"
-    run.report = json.loads(report_path.read_text()) if report_path.exists() else {}
-    run.log_facts = log_facts(log.read_text(errors="replace"))
-    return run
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _healthy(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as answer:
-            return answer.status == 200
-    except Exception:  # noqa: BLE001
-        return False
+    return engine_harness.run_offline(PROGRAMS / "offline.py", ENV, log_facts, model, out, name, traced, *options,
+                                      timeout=timeout)
 
 
 class Server:
@@ -166,7 +97,7 @@ class Server:
                         "--gpu-memory-utilization", "0.25", "--max-model-len", "1024", "--served-model-name", "m",
                         *options]
         if traced:
-            self.command = _trace_prefix(self.run.events) + self.command
+            self.command = trace_prefix(self.run.events) + self.command
         self.process: subprocess.Popen | None = None
         self.started = 0.0
 
@@ -181,7 +112,7 @@ class Server:
         """True once healthy (its time to healthy noted); raises if it died or took too long."""
         if "to_healthy" in self.run.seconds:
             return True
-        if _healthy(self.url):
+        if healthy(self.url):
             self.run.seconds["to_healthy"] = time.time() - self.started
             return True
         if self.process.poll() is not None or time.time() - self.started > ready_timeout:
@@ -218,23 +149,6 @@ class Server:
         return self.run
 
 
-def stop_group(server: subprocess.Popen, grace_s: float = 90) -> int:
-    """Ctrl-C to the server's process group, SIGKILL after ``grace_s``; its exit status. A server
-    that is already gone (it died during start-up) is not an error here: its status is returned
-    and whatever ended the run (the caller's exception) is what the test reports."""
-    if server.poll() is not None:
-        return server.returncode
-    try:
-        os.killpg(server.pid, signal.SIGINT)                # Ctrl-C
-        return server.wait(timeout=grace_s)
-    except ProcessLookupError:                              # the group ended meanwhile
-        return server.wait()
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-        return server.wait()
-
-
 def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, requests: int = 24, later: int = 8,
               ready_timeout: float = 300, rounds: int = 1) -> EngineRun:
     """``vllm serve``, ``rounds`` of requests (each round's requests per second in
@@ -249,51 +163,16 @@ def run_serve(model: Path, out: Path, name: str, traced: bool, *options: str, re
     return run
 
 
+def engine_core_run(events: Path) -> tuple[dict, list[dict]]:
+    """The traced run of vLLM's engine core: the process that captured graphs or ran steps."""
+    return busy_run(events, "engine-core")
+
+
 def record(out: Path) -> list[dict]:
     """The runs that record vLLM's own shapes and logs (see the module docstring)."""
-    model = make_model(out / "model")
-    results = []
-    recorder = subprocess.run([sys.executable, str(PROGRAMS / "recorder.py"), str(model), str(out / "recorded.jsonl")],
-                              capture_output=True, text=True, env={**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"},
-                              timeout=400, cwd=out)
-    (out / "recorder.log").write_text(recorder.stdout + recorder.stderr)
-    results.append({"name": "recorder", "returncode": recorder.returncode})
-    for runner in (lambda: run_offline(model, out, "offline", False),
-                   lambda: run_offline(model, out, "offline-traced", True),
-                   lambda: run_serve(model, out, "serve-traced", True)):
-        try:
-            results.append(runner().summary())
-        except Exception as error:  # noqa: BLE001
-            results.append({"error": repr(error)})
-        print(json.dumps(results[-1], default=str)[:1500], flush=True)
-    (out / "summary.json").write_text(json.dumps(results, indent=1, default=str))
-    return results
+    recorder_env = {**ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "0"}
+    return engine_harness.record(out, PROGRAMS / "recorder.py", recorder_env, run_offline, run_serve)
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "record":
-        record(Path(sys.argv[2]))
-    else:
-        sys.exit(__doc__)
-
-
-def traced_runs(events: Path) -> list[tuple[dict, list[dict]]]:
-    """Every run a trace wrote for ``events`` (the first traced process writes the file itself,
-    every other one ``<file>-pidN.jsonl``), as (run record, events)."""
-    from replayscope.contract.events_file import read_events_file
-    paths = [events] if events.exists() else []
-    paths += sorted(events.parent.glob(f"{events.name}-pid*.jsonl"))
-    runs = []
-    for path in paths:
-        read = read_events_file(path)
-        runs.append((read.run, read.events))
-    return runs
-
-
-def engine_core_run(events: Path) -> tuple[dict, list[dict]]:
-    """The traced run of vLLM's engine core: the process that captured graphs or ran steps."""
-    busy = [(run, evs) for run, evs in traced_runs(events)
-            if any(e["kind"] in ("step", "capture") for e in evs)]
-    if len(busy) != 1:
-        raise AssertionError(f"expected one engine-core run in {events}, found {len(busy)}")
-    return busy[0]
+    engine_harness.main(record, __doc__)

@@ -7,61 +7,27 @@ some at once and some while others run; then its ``/metrics``. Standard library 
 from __future__ import annotations
 
 import argparse
-import json
-import threading
-import time
-import urllib.request
+import sys
+from pathlib import Path
 
+sys.path.append(str(Path(__file__).resolve().parents[1]))      # engine_programs/, beside this folder
+from engine_programs.concurrent_requests import (add_round_options, output_lengths, post, report,  # noqa: E402
+                                                 send_all, write_outputs)
 
-def post(url: str, body: dict, timeout: float = 300) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=timeout) as answer:
-        return json.loads(answer.read())
-
-
-def get_text(url: str, timeout: float = 30) -> str:
-    with urllib.request.urlopen(url, timeout=timeout) as answer:
-        return answer.read().decode()
-
-
-def output_lengths(requests: int) -> list[int]:
-    return [4 + (i * 11) % 47 for i in range(requests)]
+__all__ = ["output_lengths", "run", "main"]
 
 
 def run(url: str, model: str, requests: int, later: int, prompt_tokens: int) -> dict:
-    lengths = output_lengths(requests + later)
-    produced: dict[int, int] = {}
-    errors: list[str] = []
-
-    def one(i: int) -> None:
+    def send(i: int, length: int) -> int:
         body = {"model": model, "prompt": [(13 * i + j) % 1000 + 1 for j in range(prompt_tokens)],
-                "max_tokens": lengths[i], "min_tokens": lengths[i], "ignore_eos": True, "temperature": 0.0}
-        try:
-            answer = post(f"{url}/v1/completions", body)
-            produced[i] = int(answer["usage"]["completion_tokens"])
-        except Exception as error:  # noqa: BLE001
-            errors.append(f"request {i}: {error}")
+                "max_tokens": length, "min_tokens": length, "ignore_eos": True, "temperature": 0.0}
+        answer = post(f"{url}/v1/completions", body)
+        return int(answer["usage"]["completion_tokens"])
 
-    started = time.time()
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(requests)]
-    for thread in threads:
-        thread.start()
-    time.sleep(0.05)
-    for i in range(requests, requests + later):          # these arrive while the others run
-        thread = threading.Thread(target=one, args=(i,))
-        thread.start()
-        threads.append(thread)
-        time.sleep(0.01)
-    for thread in threads:
-        thread.join()
-    seconds = time.time() - started
+    lengths, produced, errors, seconds = send_all(send, requests, later)
     total = requests + later
-    return {"asked": {"requests": total, "prompt_tokens": prompt_tokens * total, "output_tokens": sum(lengths),
-                      "forward_tokens": prompt_tokens * total + sum(lengths) - total, "lengths": lengths},
-            "produced": {"output_tokens": sum(produced.values()),
-                         "exact": [produced.get(i) for i in range(total)] == lengths},
-            "errors": errors, "seconds": seconds, "requests_per_s": total / seconds if seconds else None}
+    return report(lengths, prompt_tokens, produced, errors, seconds,
+                  forward_tokens=prompt_tokens * total + sum(lengths) - total)
 
 
 def main() -> None:
@@ -69,16 +35,10 @@ def main() -> None:
     parser.add_argument("url")
     parser.add_argument("model")
     parser.add_argument("out_dir")
-    parser.add_argument("--requests", type=int, default=24)
-    parser.add_argument("--later", type=int, default=8)
-    parser.add_argument("--prompt-tokens", type=int, default=12)
+    add_round_options(parser)
     args = parser.parse_args()
-    report = run(args.url, args.model, args.requests, args.later, args.prompt_tokens)
-    with open(f"{args.out_dir}/metrics.txt", "w") as out:
-        out.write(get_text(f"{args.url}/metrics"))
-    with open(f"{args.out_dir}/client.json", "w") as out:
-        json.dump(report, out, indent=1)
-    print("client:", json.dumps({k: v for k, v in report.items() if k != "asked"}))
+    result = run(args.url, args.model, args.requests, args.later, args.prompt_tokens)
+    write_outputs(args.url, args.out_dir, result)
 
 
 if __name__ == "__main__":

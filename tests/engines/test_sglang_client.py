@@ -6,41 +6,27 @@ that answers in that shape (the GPU test runs it against the real one)."""
 from __future__ import annotations
 
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from benchmarks.sglang_programs import client
+from tests.engines.http_stub import StubHandler, serving
 
 BODIES: list[dict] = []
 
 
-class Shaped(BaseHTTPRequestHandler):
+class Shaped(StubHandler):
     def do_POST(self):                      # noqa: N802
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         BODIES.append(body)
         n = body["sampling_params"]["max_new_tokens"] - (1 if len(BODIES) == 3 else 0)   # one answer short
-        self._answer(json.dumps({"output_ids": list(range(n)), "meta_info": {"completion_tokens": n}}).encode())
+        self.answer(json.dumps({"output_ids": list(range(n)), "meta_info": {"completion_tokens": n}}).encode())
 
     def do_GET(self):                       # noqa: N802
-        self._answer(f"sglang:num_requests_total{{model_name=\"m\"}} {len(BODIES)}.0\n".encode())
-
-    def _answer(self, data: bytes):
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
+        self.answer(f"sglang:num_requests_total{{model_name=\"m\"}} {len(BODIES)}.0\n".encode())
 
 
 def test_requests_carry_token_ids_and_exact_lengths_and_a_short_answer_is_not_exact():
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Shaped)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        report = client.run(f"http://127.0.0.1:{server.server_port}", requests=3, later=2, prompt_tokens=5)
-    finally:
-        server.shutdown()
+    with serving(Shaped) as url:
+        report = client.run(url, requests=3, later=2, prompt_tokens=5)
     lengths = client.output_lengths(5)
     assert sorted(b["sampling_params"]["max_new_tokens"] for b in BODIES) == sorted(lengths)
     # exact lengths by ignore_eos: SGLang 0.5.17 refuses min_new_tokens without a tokenizer (its eos id)

@@ -13,8 +13,6 @@ the runs' logs, events and metrics stay in DIR.
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 
 import pytest
 
@@ -24,18 +22,6 @@ pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not harness.sglang_available(), reason="SGLang is not importable here")]
 
 GIB = 1 << 30
-
-
-@pytest.fixture(scope="module")
-def out(tmp_path_factory) -> Path:
-    path = Path(os.environ.get("REPLAYSCOPE_ENGINE_OUT") or tmp_path_factory.mktemp("engines"))
-    path.mkdir(parents=True, exist_ok=True)
-    return path
-
-
-@pytest.fixture(scope="module")
-def model(out) -> Path:
-    return harness.make_model(out / "model")
 
 
 @pytest.fixture(scope="module")
