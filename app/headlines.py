@@ -1,7 +1,8 @@
 """A run's headline numbers as the Run page and the Runs list write them: the eager share of
 the decode stages' steps (prefill, always eager, counted apart), marked as a sample where the
 source logs 1 in N batches; padding its source cannot know (an engine's /metrics without a
-known capture list) as unknown; a run without steps as "no steps", never 0.0%."""
+known capture list) as unknown; a run without steps as "no steps", never 0.0%; and the words for how a
+run that has an error ended."""
 
 from __future__ import annotations
 
@@ -56,3 +57,9 @@ def eager_pct(run: dict[str, Any]) -> float | None:
     """The eager share as a sortable, filterable number (None: no decode steps)."""
     ratio = run["decode_eager_ratio"] if run["steps"] else None
     return None if ratio is None else round(ratio * 100, 1)
+
+
+def ended_how(status: str | None) -> str:
+    """The words before a run's error: an interrupted run (Ctrl-C, a process stopped from outside)
+    did not fail."""
+    return {"interrupted": "Run interrupted", "failed": "Run failed"}.get(status or "", "Run ended with an error")

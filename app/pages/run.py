@@ -138,7 +138,8 @@ def header(summary: dict[str, Any]) -> list[Any]:
     if data.is_stand_in(summary):
         parts.append(html.P(data.STAND_IN_NOTE, className="note stand-in", id="run-stand-in"))
     if summary.get("error"):
-        parts.append(html.P(f"Run ended with an error: {c.inert(summary['error'])}", className="note error"))
+        parts.append(html.P(f"{headlines.ended_how(summary.get('status'))}: {c.inert(summary['error'])}", className="note error",
+                            id="run-error"))
     if summary.get("clock_ahead_s"):
         parts.append(html.P(comparisons.clock_note(summary["clock_ahead_s"]), className="note imported",
                             id="run-clock"))

@@ -167,3 +167,10 @@ def test_an_engines_prefill_sizes_are_named_as_tokens(source, config, expected):
     [cost] = reason_costs([{"reason": "unknown", "steps": 5, "duration_s": 0.0, "share": 1.0}], rows,
                           source=source, config=config)
     assert cost["not_compared"][0]["bands"] == expected
+
+
+@pytest.mark.parametrize("status, words", [("interrupted", "Run interrupted"), ("failed", "Run failed"),
+                                           ("finished", "Run ended with an error"), (None, "Run ended with an error")])
+def test_a_runs_error_is_introduced_by_how_it_ended(status, words):
+    from replayscope.app.headlines import ended_how
+    assert ended_how(status) == words
