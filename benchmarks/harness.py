@@ -26,6 +26,22 @@ class NullSink:
         pass
 
 
+class StandInGraph:
+    """A CUDA graph's methods, doing nothing: what the hooks cost on the host, alone."""
+
+    def capture_begin(self, pool=None, capture_error_mode="global"):
+        pass
+
+    def capture_end(self):
+        pass
+
+    def replay(self):
+        pass
+
+    def pool(self):
+        return (0, 1)
+
+
 class ListSink(NullSink):
     """Keeps the run's events in memory."""
 

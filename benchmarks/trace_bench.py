@@ -34,7 +34,7 @@ import types
 
 import torch
 
-from benchmarks.harness import NullSink, write_json
+from benchmarks.harness import NullSink, StandInGraph, write_json
 from benchmarks.pairing import paired, pipelined_ms
 from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
 from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
@@ -47,22 +47,6 @@ from replayscope.runner.trace.tracer import Tracer
 def new_tracer(time_every: int = CUDA_TIME_EVERY) -> Tracer:
     return Tracer(TraceSettings(trace_id="bench", name="bench", time_every=time_every),
                   make_sink=lambda run_id: NullSink())
-
-
-class StandInGraph:
-    """A CUDA graph's methods, doing nothing: what the hooks cost on the host, alone."""
-
-    def capture_begin(self, pool=None, capture_error_mode="global"):
-        pass
-
-    def capture_end(self):
-        pass
-
-    def replay(self):
-        pass
-
-    def pool(self):
-        return (0, 1)
 
 
 def _per_call_us(fn, calls: int) -> float:

@@ -43,7 +43,7 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.harness import NullSink, write_json
+from benchmarks.harness import NullSink, StandInGraph, write_json
 from benchmarks.pairing import rotated
 from replayscope.runner.emitter import Emitter
 from replayscope.contract.sinks import JsonlSink
@@ -62,22 +62,6 @@ class LinesDropped(NullSink):
 
 CAPTURED = (1, 2, 4, 8, 16)
 SIZES = (1, 3, 8, 12, 24)         # graph, padded, graph, padded, eager (above the largest graph)
-
-
-class StandInGraph:
-    """A CUDA graph's methods, doing nothing: what the hooks cost on the host, alone."""
-
-    def capture_begin(self, pool=None, capture_error_mode="global"):
-        pass
-
-    def capture_end(self):
-        pass
-
-    def replay(self):
-        pass
-
-    def pool(self):
-        return (0, 1)
 
 
 class Program:
