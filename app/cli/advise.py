@@ -3,6 +3,7 @@ read from the store (``--db``) or a running collector (``--collector``)."""
 
 from __future__ import annotations
 
+from replayscope.app.cli.options import add_store_or_collector
 from replayscope.contract.errors import ReplayscopeError
 
 
@@ -60,9 +61,6 @@ def _advice_through(collector: str, args) -> dict:
 
 def add_parsers(sub) -> None:
     """Register ``advise`` on ``sub``."""
-    from replayscope.collector.settings import DEFAULT_DB
-
-    db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
     advise = sub.add_parser("advise", help="capture sizes for a budget of K graphs, from a run's batches",
                             description="Choose the capture sizes of least cost for a run's decode batch sizes "
                                         "(exact; the cost is the run's measured step time on a GPU; for a vLLM log, "
@@ -81,9 +79,5 @@ def add_parsers(sub) -> None:
                         help="score rows computed, an eager row counted 1 + W times (default: the run's measured "
                              "step times on a GPU; for a vLLM log, the estimate; else W = 3)")
     advise.add_argument("--json", action="store_true", help="print the advice as JSON (what the API answers)")
-    source = advise.add_mutually_exclusive_group()
-    source.add_argument("--db", metavar="URL", help=db_help)
-    source.add_argument("--collector", metavar="URL", help="ask a running collector instead (GET /v1/runs/RUN_ID/advice)")
-    advise.add_argument("--token", metavar="T", default=None,
-                        help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")
+    add_store_or_collector(advise, "ask a running collector instead (GET /v1/runs/RUN_ID/advice)")
     advise.set_defaults(handler=_advise)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from replayscope.app.cli.options import db_help
+
 
 def _upgrade(args) -> int:
     from replayscope.collector.settings import resolve
@@ -47,17 +49,15 @@ def _prune(args) -> int:
 
 def add_parsers(sub) -> None:
     """Register ``db upgrade``, ``db current`` and ``db prune`` on ``sub``."""
-    from replayscope.collector.settings import DEFAULT_DB
-
-    db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
+    store_help = db_help()
     db = sub.add_parser("db", help="manage the collector's database schema")
     db_sub = db.add_subparsers(dest="db_command", metavar="ACTION")
     db_sub.required = True
     upgrade = db_sub.add_parser("upgrade", help="create or upgrade the schema to this version's head")
-    upgrade.add_argument("--db", metavar="URL", help=db_help)
+    upgrade.add_argument("--db", metavar="URL", help=store_help)
     upgrade.set_defaults(handler=_upgrade)
     current = db_sub.add_parser("current", help="show the schema revision of a database")
-    current.add_argument("--db", metavar="URL", help=db_help)
+    current.add_argument("--db", metavar="URL", help=store_help)
     current.set_defaults(handler=_current)
     prune = db_sub.add_parser(
         "prune", help="expire raw step events and 1-second rollups past their retention now",
@@ -65,7 +65,7 @@ def add_parsers(sub) -> None:
                     "theirs, a whole UTC day at a time (PostgreSQL: drop the day partitions; SQLite: delete "
                     "in small batches). Whole-run and minute rollups, batch sizes, reasons, phases and "
                     "captures are kept for good. The collector does this every REPLAYSCOPE_PRUNE_EVERY_S.")
-    prune.add_argument("--db", metavar="URL", help=db_help)
+    prune.add_argument("--db", metavar="URL", help=store_help)
     prune.add_argument("--raw-retention", metavar="AGE",
                        help="keep raw step events this long: 14d, 36h, 2w, or forever "
                             "(default: $REPLAYSCOPE_RAW_RETENTION or 14d)")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from replayscope.app.cli.import_sinks import BATCH, DbSink, StreamedWriter, open_sink
+from replayscope.app.cli.options import add_store_or_collector, db_help
 from replayscope.contract.errors import EXIT_DONE, EXIT_INCOMPLETE, ReplayscopeError
 
 
@@ -318,15 +319,8 @@ def run_scrape(args: argparse.Namespace, out=None, sleep: Callable[[float], None
 
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
-    from replayscope.collector.settings import DEFAULT_DB
-
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--db", metavar="URL", default=None,
-                       help=f"write into this store (SQLAlchemy URL; default $REPLAYSCOPE_DB or {DEFAULT_DB})")
-    group.add_argument("--collector", metavar="URL", default=None,
-                       help="post to a running collector instead, e.g. http://127.0.0.1:8300")
-    parser.add_argument("--token", metavar="T", default=None,
-                        help="bearer token for --collector (default $REPLAYSCOPE_TOKEN)")
+    add_store_or_collector(parser, "post to a running collector instead, e.g. http://127.0.0.1:8300",
+                           store_help=db_help("write into this store, a SQLAlchemy URL"))
     parser.add_argument("--migrate", action="store_true",
                         help="upgrade a --db store whose schema is behind this replayscope (a new SQLite "
                              "file is always created)")

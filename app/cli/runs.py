@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import urllib.parse
 
+from replayscope.app.cli.options import add_store_or_collector
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.contract.wire import RUN_STATUSES, SOURCES
 
@@ -109,7 +110,6 @@ def add_parsers(sub) -> None:
     runs = sub.add_parser("runs", help="manage stored runs")
     actions = runs.add_subparsers(dest="runs_command", metavar="ACTION")
     actions.required = True
-    db_help = "the store (SQLAlchemy URL; default $REPLAYSCOPE_DB or sqlite:///replayscope.db)"
     listing = actions.add_parser("list", help="the stored runs, newest first (their ids for advise and runs delete)",
                                  description="List stored runs, newest first: id, name, source, model, status, "
                                              "start, steps and eager share. Reads only: a store that does not "
@@ -119,20 +119,12 @@ def add_parsers(sub) -> None:
     listing.add_argument("--model", metavar="NAME", help="only runs of this model (exactly as stored)")
     listing.add_argument("--limit", type=_limit, default=500, metavar="N", help="at most N runs (default: 500)")
     listing.add_argument("--json", action="store_true", help="print the runs as JSON (what GET /v1/runs answers)")
-    source = listing.add_mutually_exclusive_group()
-    source.add_argument("--db", metavar="URL", help=db_help)
-    source.add_argument("--collector", metavar="URL", help="ask a running collector instead (GET /v1/runs)")
-    listing.add_argument("--token", metavar="T", default=None,
-                         help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")
+    add_store_or_collector(listing, "ask a running collector instead (GET /v1/runs)")
     listing.set_defaults(handler=_list)
 
     delete = actions.add_parser("delete", help="delete a run and everything recorded for it",
                                 description="Delete a run: its events, rollups and alerts (a firing alert is "
                                             "resolved first and its receivers told). Cannot be undone.")
     delete.add_argument("run_id", metavar="RUN_ID")
-    target = delete.add_mutually_exclusive_group()
-    target.add_argument("--db", metavar="URL", help=db_help)
-    target.add_argument("--collector", metavar="URL", help="delete through a running collector instead")
-    delete.add_argument("--token", metavar="T", default=None,
-                        help="bearer token for --collector (default: $REPLAYSCOPE_TOKEN)")
+    add_store_or_collector(delete, "delete through a running collector instead")
     delete.set_defaults(handler=_delete)

@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 
+from replayscope.app.cli.options import db_help
 from replayscope.contract.errors import EXIT_DONE, EXIT_INCOMPLETE, EXIT_INTERRUPTED, ReplayscopeError
 
 RUNNER_SEGMENT_S = 600.0     # the demo restarts the runner after this long (a fresh run)
@@ -162,9 +163,9 @@ def _demo(args) -> int:
 
 def add_parsers(sub) -> None:
     """Register ``serve`` and ``demo`` on ``sub``."""
-    from replayscope.collector.settings import DEFAULT_DB, DEFAULT_PORT, DEMO_DB, LOG_LEVELS
+    from replayscope.collector.settings import DEFAULT_PORT, DEMO_DB, LOG_LEVELS
 
-    db_help = f"SQLAlchemy URL of the store (default $REPLAYSCOPE_DB or {DEFAULT_DB})"
+    store_help = db_help()
     log_help = ("uvicorn's log level; info and debug include the access log, a line per request "
                 "(default $REPLAYSCOPE_LOG_LEVEL or info)")
 
@@ -173,7 +174,7 @@ def add_parsers(sub) -> None:
                                        "dashboard on one port. A new SQLite store is created; a store whose "
                                        "schema is behind is migrated only with --migrate (or replayscope db "
                                        "upgrade). Every flag falls back to its REPLAYSCOPE_* variable.")
-    serve.add_argument("--db", metavar="URL", help=db_help)
+    serve.add_argument("--db", metavar="URL", help=store_help)
     serve.add_argument("--host", help="interface to listen on (default $REPLAYSCOPE_HOST or 127.0.0.1)")
     serve.add_argument("--port", type=int, help=f"port (default $REPLAYSCOPE_PORT or {DEFAULT_PORT})")
     serve.add_argument("--log-level", choices=LOG_LEVELS, help=log_help)
