@@ -156,7 +156,7 @@ class RunLifecycle:
         # On the run too (the program's first process gets one for it, as for any warning).
         self.warn("step_missing", f"{why}; no steps are recorded", once="step_missing")
 
-    def stopping_children(self, by: str, note: str) -> None:
+    def stopping_children(self, note: str) -> None:
         """This process is about to stop its child processes as its engine's normal shutdown does
         (SGLang's ``Engine.shutdown`` SIGKILLs its scheduler): ``replayscope trace`` then ends the
         runs of the children alive now ``finished``, with ``note``, instead of ``interrupted``. Only
@@ -167,7 +167,7 @@ class RunLifecycle:
         uncaught = getattr(sys, "last_exc", None) or getattr(sys, "last_type", None)
         clean = sys.exc_info()[0] is None and uncaught is None and self.status in (None, "finished")
         children = sorted(child.pid for child in multiprocessing.active_children() if child.pid)
-        self._register({"event": "stopping_children", "pid": self.pid, "by": by, "note": note,
+        self._register({"event": "stopping_children", "pid": self.pid, "note": note,
                         "clean": clean, "children": children, "ts": time.time()})
 
     def _register(self, record: dict[str, Any]) -> None:

@@ -48,8 +48,13 @@ def registry_records(workdir: str) -> list[dict[str, Any]]:
 
 def read_registry(workdir: str) -> dict[str, dict[str, Any]]:
     """Each run the processes reported, its lines merged (the ``close`` line over the ``open`` one)."""
+    return runs_of(registry_records(workdir))
+
+
+def runs_of(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``read_registry`` of records already read."""
     runs: dict[str, dict[str, Any]] = {}
-    for record in registry_records(workdir):
+    for record in records:
         if record.get("event") in ("open", "close"):
             runs.setdefault(str(record.get("run_id", "?")), {}).update(record)
     return runs
@@ -109,8 +114,8 @@ class OutsideEnds:
         gone = [run for run in candidates if run["pid"] in exit_statuses or process_gone(run["pid"])]
         if not gone:
             return
-        now = read_registry(self.workdir)       # a process that closed its run just before it went
-        stops = stopped_by_parents(registry_records(self.workdir))
+        records = registry_records(self.workdir)    # read again: a process that closed its run just before it went
+        now, stops = runs_of(records), stopped_by_parents(records)
         for run in gone:
             if "status" not in now.get(run["run_id"], {}):
                 self._end(run, exit_statuses.get(run["pid"]), stops.get(run["pid"]))

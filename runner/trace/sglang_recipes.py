@@ -274,7 +274,7 @@ def install_engine_shutdown(tracer: Tracer, module: Any, patches: Patches) -> No
     def wrap(original):
         def shutdown(self, *args, **kwargs):
             try:
-                tracer.stopping_children("SGLang's Engine.shutdown", SHUTDOWN_NOTE)
+                tracer.stopping_children(SHUTDOWN_NOTE)
             except Exception as error:  # noqa: BLE001 (the engine shuts down whatever happens)
                 tracer.hook_error("SGLang Engine.shutdown", error)
             return original(self, *args, **kwargs)

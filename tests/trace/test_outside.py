@@ -54,9 +54,9 @@ def test_a_run_its_parent_announced_it_would_stop_at_the_programs_end_ends_finis
         path = tmp_path / f"{name}.jsonl"
         write_events_file(path, RUN, [{"seq": 0, "ts": 1.0e9, **STEP}])
         register(workdir, {"event": "open", "run_id": name, "pid": pid, "target": str(path)})
-    register(workdir, {"event": "stopping_children", "pid": 7, "by": "X.shutdown", "note": "how X stops them",
+    register(workdir, {"event": "stopping_children", "pid": 7, "note": "how X stops them",
                        "clean": True, "children": [999_999_991], "ts": 1.0e9})
-    register(workdir, {"event": "stopping_children", "pid": 8, "by": "X.shutdown", "note": "early",
+    register(workdir, {"event": "stopping_children", "pid": 8, "note": "early",
                        "clean": False, "children": [999_999_993], "ts": 1.0e9})
     OutsideEnds(workdir).end_gone()
     runs = read_registry(workdir)
