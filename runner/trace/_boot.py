@@ -15,16 +15,20 @@ import sys
 
 def _replayscope_trace_start():
     """Import replayscope's tracer from REPLAYSCOPE_TRACE_LIB and start it."""
+    import time
+
+    started = time.perf_counter()
     lib = os.environ.get("REPLAYSCOPE_TRACE_LIB")
     if not lib:
         raise RuntimeError("REPLAYSCOPE_TRACE_LIB is not set")
     sys.path.insert(0, lib)
     try:
-        from replayscope.runner.trace.bootstrap import install_from_environment
+        from replayscope.runner.trace.bootstrap import install_from_environment, say_timing
 
         install_from_environment()
     finally:
         sys.path.remove(lib)
+    say_timing("the tracer's start (its imports and hooks)", time.perf_counter() - started)
 
 
 def _replayscope_next_sitecustomize():

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 from typing import Any
 
 from replayscope.runner.trace import exits
@@ -22,7 +23,7 @@ from replayscope.runner.trace.imports import PostImportHooks
 from replayscope.runner.trace.recipes import RECIPES, catch_main_step, wrap_step_function
 from replayscope.runner.trace.sglang_recipes import RECIPES as SGLANG_RECIPES
 from replayscope.runner.trace.vllm_recipes import RECIPES as VLLM_RECIPES
-from replayscope.runner.trace.settings import ENV_STEP, TraceSettings
+from replayscope.runner.trace.settings import ENV_STEP, ENV_TIMINGS, TraceSettings
 from replayscope.runner.trace.tracer import Tracer
 
 ACTIVE: Tracer | None = None
@@ -44,11 +45,23 @@ def main_module_name() -> str | None:
     return None
 
 
+def say_timing(what: str, seconds: float) -> None:
+    """One line of the tracer's own start-up work on stderr (with ``REPLAYSCOPE_TRACE_TIMINGS=1``):
+    the wall-clock time, to line it up with the program's log, and how long it took."""
+    if os.environ.get(ENV_TIMINGS) != "1":
+        return
+    now = time.time()
+    clock = time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+    sys.stderr.write(f"replayscope trace timings: pid {os.getpid()} {clock} {what} took {seconds * 1e3:.1f} ms\n")
+
+
 def install(settings: TraceSettings, *, make_sink: Any = None) -> tuple[Tracer, PostImportHooks, Patches]:
     """The tracer of this process with every hook registered (installed as modules load)."""
     tracer = Tracer(settings, make_sink=make_sink)
     patches = Patches()
-    hooks = PostImportHooks(on_error=lambda name, error: tracer.hook_error(name, error))
+    timed = (lambda name, seconds: say_timing(f"the hooks on {name}", seconds)) \
+        if os.environ.get(ENV_TIMINGS) == "1" else None
+    hooks = PostImportHooks(on_error=lambda name, error: tracer.hook_error(name, error), on_timed=timed)
     for name, installer in {**TORCH_HOOKS, **GRAPH_TREE_HOOKS, **RECIPES, **SGLANG_RECIPES, **VLLM_RECIPES}.items():
         hooks.watch(name, lambda module, installer=installer: installer(tracer, module, patches))
     if settings.step:

@@ -12,16 +12,19 @@ from __future__ import annotations
 import importlib.abc
 import sys
 import threading
+import time
 from typing import Any, Callable
 
 Callback = Callable[[Any], None]
 
 
 class PostImportHooks(importlib.abc.MetaPathFinder):
-    def __init__(self, on_error: Callable[[str, BaseException], None] | None = None):
+    def __init__(self, on_error: Callable[[str, BaseException], None] | None = None,
+                 on_timed: Callable[[str, float], None] | None = None):
         self._callbacks: dict[str, list[Callback]] = {}
         self._finding = threading.local()
         self._on_error = on_error
+        self._on_timed = on_timed           # (module name, seconds its callback took), when asked for
 
     def watch(self, name: str, callback: Callback) -> None:
         module = sys.modules.get(name)
@@ -73,11 +76,14 @@ class PostImportHooks(importlib.abc.MetaPathFinder):
             spec.loader = _Loader(loader, exec_module)
 
     def _call(self, name: str, callback: Callback, module: Any) -> None:
+        started = time.perf_counter() if self._on_timed is not None else 0.0
         try:
             callback(module)
         except Exception as error:  # noqa: BLE001 (a hook never breaks the program's import)
             if self._on_error is not None:
                 self._on_error(name, error)
+        if self._on_timed is not None:
+            self._on_timed(name, time.perf_counter() - started)
 
 
 class _Loader(importlib.abc.Loader):

@@ -26,6 +26,7 @@ ENV_DIR = "REPLAYSCOPE_TRACE_DIR"         # the trace's working folder: the proc
 ENV_PARENT_PID = "REPLAYSCOPE_TRACE_PARENT_PID"
 ENV_COMMAND = "REPLAYSCOPE_TRACE_COMMAND"
 ENV_TIME_EVERY = "REPLAYSCOPE_TRACE_TIME_EVERY"
+ENV_TIMINGS = "REPLAYSCOPE_TRACE_TIMINGS"  # "1": each process writes the tracer's own start-up work to stderr
 
 STEP_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 REGISTRY_FILE = "runs.jsonl"

@@ -185,3 +185,21 @@ def test_bad_input_gets_one_error_line_exit_2_and_writes_nothing(tmp_path, argv,
     assert result.stderr.strip().splitlines()[-1].startswith("replayscope trace: error: ")
     assert message in result.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+def test_with_timings_asked_each_traced_process_says_what_the_tracers_start_and_its_hooks_took(tmp_path):
+    """REPLAYSCOPE_TRACE_TIMINGS=1: a diagnostic for a traced start-up slower than an untraced one."""
+    program = "import torch.cuda.graphs, multiprocessing as m; m.get_context('spawn').Process(target=print).start()"
+    script = tmp_path / "prog.py"
+    script.write_text(f"if __name__ == '__main__':\n    {program}\n")
+    asked = trace("--events", str(tmp_path / "t.jsonl"), "--", sys.executable, str(script),
+                  env={**ENV, "REPLAYSCOPE_TRACE_TIMINGS": "1"})
+    assert asked.returncode == 0, asked.stderr
+    lines = [line for line in asked.stderr.splitlines() if line.startswith("replayscope trace timings: ")]
+    starts = [line for line in lines if "the tracer's start (its imports and hooks) took " in line]
+    assert len({line.split()[4] for line in starts}) >= 2     # the program, its spawned child (and resource tracker)
+    assert any("the hooks on torch.cuda.graphs took " in line for line in lines)
+    assert all(line.endswith(" ms") for line in lines)
+
+    quiet = trace("--events", str(tmp_path / "q.jsonl"), "--", sys.executable, str(script))
+    assert quiet.returncode == 0 and "replayscope trace timings" not in quiet.stderr
