@@ -2,14 +2,14 @@
 
 The runner's sink, the importers' sink and the collector's alert notifications all post
 through it, so every feature works on a stock install (no extras) and on GPU hosts.
+
+``urllib.request`` (with ``ssl`` and ``email``, ~0.1 s on some hosts) is imported at the first
+request: every process ``replayscope trace`` follows imports this module, most never post.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
-import urllib.error
-import urllib.request
 from typing import Any
 
 
@@ -38,21 +38,32 @@ class HttpError(Exception):
         return self.status is None or self.status >= 500 or self.status == 429
 
 
-class _NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A redirect is answered as the error it is: a notification never follows one elsewhere."""
-
-    def redirect_request(self, req, fp, code, msg, headers, newurl):
-        return None
+_OPENERS: dict[bool, Any] = {}       # follow_redirects -> its opener, built at the first request
 
 
-_OPENER = urllib.request.build_opener()
-_NO_REDIRECT_OPENER = urllib.request.build_opener(_NoRedirect())
+def _opener(follow_redirects: bool) -> Any:
+    opener = _OPENERS.get(follow_redirects)
+    if opener is None:
+        import urllib.request
+
+        class NoRedirect(urllib.request.HTTPRedirectHandler):
+            """A redirect is answered as the error it is: a notification never follows one elsewhere."""
+
+            def redirect_request(self, req, fp, code, msg, headers, newurl):
+                return None
+        opener = _OPENERS[follow_redirects] = urllib.request.build_opener(
+            *(() if follow_redirects else (NoRedirect(),)))
+    return opener
 
 
 def request_json(method: str, url: str, payload: Any = None, *, token: str | None = None,
                  timeout: float = 10.0, decode: bool = True, follow_redirects: bool = True) -> Any:
     """Send ``payload`` as JSON and return the decoded JSON answer (None when empty);
     with ``decode=False`` the answer's bytes, whatever they are."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
     body = None if payload is None else json.dumps(payload, separators=(",", ":")).encode()
     headers = {"Accept": "application/json"}
     if body is not None:
@@ -61,8 +72,7 @@ def request_json(method: str, url: str, payload: Any = None, *, token: str | Non
         headers["Authorization"] = f"Bearer {token}"
     request = urllib.request.Request(url, data=body, method=method, headers=headers)
     try:
-        opener = _OPENER if follow_redirects else _NO_REDIRECT_OPENER
-        with opener.open(request, timeout=timeout) as response:
+        with _opener(follow_redirects).open(request, timeout=timeout) as response:
             raw = response.read()
     except urllib.error.HTTPError as error:
         raw = error.read()
