@@ -30,9 +30,15 @@ def start_side_by_side(model: Path, out: Path, index: int) -> dict[bool, harness
                for traced in (False, True)}
     for traced in ((False, True) if index % 2 == 0 else (True, False)):
         servers[traced].start()
-    while not all(server.check_healthy() for server in servers.values()):
-        time.sleep(0.05)
+    wait_until_all_healthy(servers.values())
     return servers
+
+
+def wait_until_all_healthy(servers) -> None:
+    """Poll every server each time round (never only up to the first one still starting), so each
+    one's time to healthy is its own, not the slower one's."""
+    while not all([server.check_healthy() for server in servers]):
+        time.sleep(0.05)
 
 
 def measure_pair(model: Path, out: Path, index: int, rounds: int, requests: int, later: int) -> list[dict]:

@@ -45,3 +45,22 @@ def test_a_server_that_died_during_start_up_is_reported_not_hidden_by_its_stop(t
     with pytest.raises(RuntimeError, match="did not become healthy"):
         server.wait_healthy(ready_timeout=30)
     assert server.stop().returncode == 3
+
+
+def test_side_by_side_each_servers_time_to_healthy_is_its_own_not_the_slower_ones():
+    """The second server polled becomes healthy first: its time is taken when it does, not once
+    the first one polled is healthy too (a short-circuited poll gave both the slower time)."""
+    clock = [0]                       # one tick per round of polls (the first server counts them)
+
+    class StandIn:
+        def __init__(self, ready_at: int, ticks: bool = False):
+            self.ready_at, self.ticks, self.healthy_at = ready_at, ticks, None
+
+        def check_healthy(self) -> bool:
+            clock[0] += self.ticks
+            if self.healthy_at is None and clock[0] >= self.ready_at:
+                self.healthy_at = clock[0]
+            return self.healthy_at is not None
+    slow, fast = StandIn(ready_at=6, ticks=True), StandIn(ready_at=2)
+    vllm_bench.wait_until_all_healthy([slow, fast])
+    assert (slow.healthy_at, fast.healthy_at) == (6, 2)
