@@ -101,7 +101,7 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
             "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted),
             "run-padding": charts.padding_figure(hist, scope),
             "run-step-time": charts.step_time_figure(step_times),
-            "run-pool": charts.pool_figure(caps),
+            "run-pool": charts.pool_figure(caps, size_name=data.size_namer(summary["source"], summary.get("config"))),
             "run-parity": charts.parity_figure(queries.parity(store, run_id)),
         },
         "reasons": [(cost, data.cost_sentence(cost)) for cost in costs],
