@@ -1,7 +1,7 @@
 """Issue 33 ("noticed and left alone"): an engine's prefill and mixed CUDA graphs are keyed by
 tokens, not by a batch of sequences. The run page's pool chart, the startup page's captures
-(table, chart, waterfall, failures, baseline difference) name them "N tokens", as
-``reasons.size_label`` does; decode captures and every runner capture stay
+(table, chart, waterfall, failures, baseline difference) and the diagnosis's sentences name
+them "N tokens", as ``reasons.size_label`` does; decode captures and every runner capture stay
 "bs N". The stored rows are not changed: only their words."""
 
 from __future__ import annotations
@@ -107,11 +107,24 @@ def test_the_startup_charts_and_baseline_name_prefill_graphs_in_tokens(store, pa
     assert "capture bs 16" in items                                                      # its decode graphs
 
 
-def test_a_failed_mixed_capture_is_named_in_tokens_on_the_page(store, pages):
+def test_a_failed_mixed_capture_is_named_in_tokens_on_the_page_and_in_the_diagnosis(store, pages):
     run_id = import_fixture(store, "vllm", VLLM_MIXED_OOM)
     shown = pages["startup"].page_data(store, run_id)
     failures = str(pages["startup"]._failures(shown))
     assert "capture of 2 tokens (mixed) failed" in failures and "bs 2" not in failures
+    [finding] = [f for f in shown["findings"] if f["cause"] == "failure"]
+    assert finding["title"].endswith("during capture at 2 tokens on DP0")
+    assert any(e["text"].startswith("capture of 2 tokens (mixed) on DP0 failed") for e in finding["evidence"])
+    assert finding["where"]["graph_bs"] == 2                # what is stored and returned is the number
+
+
+def test_the_diagnosis_marks_a_capture_by_its_stage_and_unit(store):
+    from replayscope.collector.analysis.diagnosis import facts_for_run
+    from replayscope.collector.analysis.diagnosis.timeline import startup_of
+
+    run_id = import_fixture(store, "sglang", SGLANG_PIECEWISE)
+    marks = {m.label for m in startup_of(facts_for_run(store, run_id)).marks}
+    assert "the capture of prefill 512 tokens" in marks and "the capture of decode bs 4" in marks
 
 
 def test_size_words_is_the_one_rule():
@@ -126,3 +139,18 @@ def test_size_words_is_the_one_rule():
     traced = {"trace": {"recipes": ["vllm-v1"]}}
     assert size_in_tokens("mixed", "trace", traced) and not size_in_tokens("mixed", "trace", {})
     assert size_namer("trace", traced)("mixed", 32) == "32 tokens"
+
+
+def test_a_finished_engine_run_names_its_failed_prefill_captures_in_tokens():
+    from replayscope.collector.analysis.diagnosis import diagnose
+    from tests.app.test_diagnosis import capture, facts
+
+    caps = [capture(512, 3.0, status="failed", error="torch.OutOfMemoryError: CUDA out of memory", stage="prefill"),
+            capture(256, 2.0, stage="prefill"), capture(8, 0.5)]
+    [first] = [f for f in diagnose(facts(captures=caps, source="sglang-log")).findings if f.cause == "failure"]
+    assert first.title.endswith("when capturing 512 tokens; the run dropped it and went on")
+    caps[2].update(status="failed", error=caps[0]["error"])            # a decode size failed as well
+    [first] = [f for f in diagnose(facts(captures=caps, source="sglang-log")).findings if f.cause == "failure"]
+    assert "when capturing bs 8 and 512 tokens;" in first.title        # each in its own unit
+    [first] = [f for f in diagnose(facts(captures=caps[:1], source="runner")).findings if f.cause == "failure"]
+    assert "when capturing bs 512;" in first.title                     # the runner's sizes are batches

@@ -10,6 +10,7 @@ from typing import Any
 
 from replayscope.collector.analysis.diagnosis.facts import RunFacts, time_span
 from replayscope.collector.analysis.diagnosis.text import phase_label
+from replayscope.collector.analysis.reasons import size_label
 
 MIN_STRETCH_S = 0.25      # an uncovered stretch shorter than this is not drawn or counted
 
@@ -66,7 +67,8 @@ def startup_of(facts: RunFacts) -> Startup | None:
     """The startup's wall time and what is known inside it; None without any timed phase or capture."""
     marks = [Mark(*span, phase_label(p.get("phase", "")), False)
              for p in facts.phases if (span := time_span(p)) is not None]
-    marks += [Mark(*span, f"the capture of bs {c['graph_bs']}", False)
+    marks += [Mark(*span, "the capture of " + size_label(c["stage"], c["graph_bs"], source=facts.source,
+                                                         config=facts.config), False)
               for c in facts.captures if (span := time_span(c)) is not None]
     if not marks:
         return None
