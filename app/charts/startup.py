@@ -3,24 +3,12 @@ per size, and a startup against an earlier one."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
 
 import plotly.graph_objects as go
 
 from replayscope.app import formats
-from replayscope.app.charts.base import LAYOUT, bytes_axis, empty, figure, scaled
-
-# A run's sizes in words, ``name(stage, size)``: "bs 8", or "512 tokens" for an engine's prefill
-# and mixed graphs (the page passes ``data.size_namer(source, config)``, the collector's one rule).
-SizeName = Callable[[str, int], str]
-
-
-def capture_size(capture: dict[str, Any], size_name: SizeName, decode_stage: bool = False) -> str:
-    """A capture's size in words with its stage: "bs 8" (decode, unless ``decode_stage``),
-    "bs 8 (decode)", "32 tokens (mixed)"."""
-    words = size_name(capture["stage"], capture["graph_bs"])
-    return words if capture["stage"] == "decode" and not decode_stage else f"{words} ({capture['stage']})"
-
+from replayscope.app.charts.base import LAYOUT, SizeName, bytes_axis, capture_size, empty, figure, scaled
 
 def pool_figure(captures: list[dict[str, Any]], *, size_name: SizeName) -> go.Figure:
     """Graph-pool memory per capture, in capture order: the delta and the pool after, each

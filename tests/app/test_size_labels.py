@@ -154,3 +154,13 @@ def test_a_finished_engine_run_names_its_failed_prefill_captures_in_tokens():
     assert "when capturing bs 8 and 512 tokens;" in first.title        # each in its own unit
     [first] = [f for f in diagnose(facts(captures=caps[:1], source="runner")).findings if f.cause == "failure"]
     assert "when capturing bs 512;" in first.title                     # the runner's sizes are batches
+
+
+def test_the_batch_histograms_captured_marks_name_each_graph_in_its_unit(store, pages):
+    run_id = import_events(store, TRACED_VLLM)
+    figure = pages["run"].page_data(store, run_id)["figures"]["run-batch-hist"].to_plotly_json()
+    [marks] = [t for t in figure["data"] if t["name"] == "captured size"]
+    names = dict(zip([str(x) for x in marks["x"]], marks["customdata"]))
+    assert names["16"] == "16 tokens (mixed), bs 16"            # vLLM captured both graphs of 16
+    assert names["32"] == "32 tokens (mixed)"
+    assert "%{customdata}" in marks["hovertemplate"] and "bs %{x}" not in marks["hovertemplate"]
