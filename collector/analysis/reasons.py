@@ -396,9 +396,12 @@ def size_in_tokens(stage: str | None, source: str | None = None, config: dict[st
 
 def size_words(stage: str | None, low: int, high: int | None = None, *, source: str | None = None,
                config: dict[str, Any] | None = None) -> str:
-    """A size without its stage: ``bs 8``, ``bs 8–15``; ``256–511 tokens`` where it is tokens."""
-    span = f"{low}" if high is None or low == high else f"{low}\u2013{high}"
-    return f"{span} tokens" if size_in_tokens(stage, source, config) else f"bs {span}"
+    """A size without its stage: ``bs 8``, ``bs 8–15``; ``256–511 tokens``, ``1 token`` where it is tokens."""
+    one = high is None or low == high
+    span = f"{low}" if one else f"{low}\u2013{high}"
+    if size_in_tokens(stage, source, config):
+        return f"{span} token" if one and low == 1 else f"{span} tokens"
+    return f"bs {span}"
 
 
 def size_label(stage: str, low: int, high: int | None = None, *, source: str | None = None,

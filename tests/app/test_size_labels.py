@@ -87,6 +87,7 @@ def test_the_startup_captures_table_names_each_size_in_its_unit(store, pages):
     rows = table.rowData
     shown = {(r["stage"], r["graph_bs"]): r["graph_bs__shown"] for r in rows}
     assert shown[("mixed", 512)] == "512 tokens" and shown[("decode", 256)] == "bs 256"
+    assert shown[("mixed", 1)] == "1 token"
     assert [r["graph_bs"] for r in rows] == [x["graph_bs"] for x in pages["startup"].data.queries.captures(
         store, run_id)]                                      # the number itself, as stored, still sorts
 
@@ -132,6 +133,8 @@ def test_size_words_is_the_one_rule():
 
     assert size_words("mixed", 32, source="vllm-log") == "32 tokens"
     assert size_words("prefill", 256, 511, source="sglang-metrics") == "256\u2013511 tokens"
+    assert size_words("mixed", 1, source="vllm-log") == "1 token"                # not "1 tokens"
+    assert size_words("mixed", 1, 3, source="vllm-log") == "1\u20133 tokens"
     assert size_words("decode", 32, source="vllm-log") == "bs 32"
     assert size_words("prefill", 8, source="runner") == "bs 8"              # the runner's sizes are batches
     assert size_words(None, 4, source="vllm-log") == "bs 4"                 # no stage: a batch size
