@@ -125,7 +125,7 @@ def test_the_diagnosis_marks_a_capture_by_its_stage_and_unit(store):
 
     run_id = import_fixture(store, "sglang", SGLANG_PIECEWISE)
     marks = {m.label for m in startup_of(facts_for_run(store, run_id)).marks}
-    assert "the capture of prefill 512 tokens" in marks and "the capture of decode bs 4" in marks
+    assert "the capture of 512 tokens (prefill)" in marks and "the capture of bs 4" in marks
 
 
 def test_size_words_is_the_one_rule():
