@@ -123,8 +123,9 @@ def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_ME
                                                            for c in rows]),
                    customdata=[[n, formats.seconds(d, missing)] for n, d in zip(names, durations)],
                    hovertemplate="%{customdata[0]}: captured in %{customdata[1]}<extra></extra>")]
-    every_decode = all(c["stage"] == "decode" for c in rows)
-    x_title = "batch size" if every_decode else "decode batch size, others as named"
+    decode = sum(c["stage"] == "decode" for c in rows)
+    x_title = ("batch size" if decode == len(rows) else "capture size" if not decode
+               else "decode batch size, others as named")
     layout: dict[str, Any] = dict(xaxis=dict(title=dict(text=x_title), type="category"),
                                   yaxis=dict(title=dict(text="capture time (ms)" if ms else "capture time (s)"),
                                              tickformat=",~r", rangemode="tozero"))

@@ -167,3 +167,14 @@ def test_the_batch_histograms_captured_marks_name_each_graph_in_its_unit(store, 
     assert names["16"] == "16 tokens (mixed), bs 16"            # vLLM captured both graphs of 16
     assert names["32"] == "32 tokens (mixed)"
     assert "%{customdata}" in marks["hovertemplate"] and "bs %{x}" not in marks["hovertemplate"]
+
+
+def test_the_capture_chart_of_an_engine_without_decode_graphs_names_its_axis_for_what_it_draws():
+    from replayscope.app import charts
+    from replayscope.collector.analysis.reasons import size_namer
+
+    rows = [{"graph_bs": bs, "stage": "mixed", "duration_s": 0.5, "status": "ok", "pool_delta_bytes": None}
+            for bs in (1, 8)]
+    figure = charts.capture_figure(rows, "not in the log", size_name=size_namer("vllm-log")).to_plotly_json()
+    assert list(figure["data"][0]["x"]) == ["1 token (mixed)", "8 tokens (mixed)"]
+    assert figure["layout"]["xaxis"]["title"]["text"] == "capture size"       # not "decode batch size"
