@@ -97,3 +97,15 @@ def bytes_axis(values: Iterable[float | None]) -> tuple[str, int]:
 def scaled(values: list[float | None], scale: int) -> list[float | None]:
     """Bytes in the axis unit; unknown stays a gap, never a zero."""
     return [None if v is None else v / scale for v in values]
+
+
+# A run's sizes in words, ``name(stage, size)``: "bs 8", or "512 tokens" for an engine's prefill
+# and mixed graphs (the page passes ``data.size_namer(source, config)``, the collector's one rule).
+SizeName = Callable[[str, int], str]
+
+
+def capture_size(capture: dict[str, Any], size_name: SizeName, decode_stage: bool = False) -> str:
+    """A capture's size in words with its stage: "bs 8" (decode, unless ``decode_stage``),
+    "bs 8 (decode)", "32 tokens (mixed)"."""
+    words = size_name(capture["stage"], capture["graph_bs"])
+    return words if capture["stage"] == "decode" and not decode_stage else f"{words} ({capture['stage']})"

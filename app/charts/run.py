@@ -101,9 +101,12 @@ def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1
 
 
 def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = (),
-                           scope: str = "decode", counted: str = "steps") -> go.Figure:
-    """Steps (``counted``, as for ``mode_mix_figure``) per batch size, coloured by mode, with the captured sizes marked (``scope``: the
-    stages ``hist`` is over, in words)."""
+                           scope: str = "decode", counted: str = "steps",
+                           captured_names: dict[int, str] | None = None) -> go.Figure:
+    """Steps (``counted``, as for ``mode_mix_figure``) per batch size, coloured by mode, with the
+    captured sizes marked (``scope``: the stages ``hist`` is over, in words); a marker's hover
+    names the graphs of its size in their units (``captured_names``: "bs 16, 16 tokens (mixed)"),
+    else "size N" (a capture list that names no stage)."""
     if not hist:
         return empty(f"no {scope} steps yet")
     sizes = sorted(set(captured))
@@ -117,7 +120,8 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
     if sizes:
         traces.append(dict(type="scatter", x=[x(s) for s in sizes], y=[0] * len(sizes), mode="markers",
                            name="captured size", marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
-                           hovertemplate="captured bs %{x}<extra></extra>"))
+                           customdata=[(captured_names or {}).get(s, f"size {s}") for s in sizes],
+                           hovertemplate="captured %{customdata}<extra></extra>"))
     return figure(traces, barmode="stack", xaxis=xaxis, yaxis=dict(title=dict(text=counted)))
 
 

@@ -8,15 +8,15 @@ from typing import Any
 import plotly.graph_objects as go
 
 from replayscope.app import formats
-from replayscope.app.charts.base import LAYOUT, bytes_axis, empty, figure, scaled
+from replayscope.app.charts.base import LAYOUT, SizeName, bytes_axis, capture_size, empty, figure, scaled
 
-
-def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
-    """Graph-pool memory per capture, in capture order: the delta and the pool after."""
+def pool_figure(captures: list[dict[str, Any]], *, size_name: SizeName) -> go.Figure:
+    """Graph-pool memory per capture, in capture order: the delta and the pool after, each
+    capture named by ``size_name`` with its stage ("bs 8 (decode)", "32 tokens (mixed)")."""
     rows = [c for c in captures if c.get("pool_bytes") is not None or c.get("pool_delta_bytes") is not None]
     if not rows:
         return empty("no pool memory reported")
-    labels = [f"bs {c['graph_bs']} ({c['stage']})" for c in rows]
+    labels = [capture_size(c, size_name, decode_stage=True) for c in rows]
     deltas, pools = [c.get("pool_delta_bytes") for c in rows], [c.get("pool_bytes") for c in rows]
     unit, scale = bytes_axis(deltas + pools)
     return figure([
@@ -31,7 +31,7 @@ def pool_figure(captures: list[dict[str, Any]]) -> go.Figure:
 
 def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
                    unaccounted: list[dict[str, Any]] | None = None,
-                   origin: float | None = None) -> list[dict[str, Any]]:
+                   origin: float | None = None, *, size_name: SizeName) -> list[dict[str, Any]]:
     """Startup bars: label, start (s from ``origin``, else from the first phase), duration,
     kind. The capture phase is replaced by one bar per captured size when captures are known;
     each unaccounted stretch (the diagnosis's) is a bar of its own where it falls."""
@@ -51,7 +51,7 @@ def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
         bars.append({"label": p["phase"], "abs": start_of(p), "duration": float(p["duration_s"]),
                      "kind": "phase"})
     for c in captures:
-        bars.append({"label": f"capture bs {c['graph_bs']}" + ("" if c["stage"] == "decode" else f" ({c['stage']})"),
+        bars.append({"label": f"capture {capture_size(c, size_name)}",
                      "abs": start_of(c), "duration": float(c["duration_s"]),
                      "kind": "failed" if c.get("status") == "failed" else "capture"})
     if bars and unaccounted:
@@ -72,10 +72,10 @@ def waterfall_rows(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
 
 def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
                      unaccounted: list[dict[str, Any]] | None = None, origin: float | None = None,
-                     ready_at: float | None = None) -> go.Figure:
+                     ready_at: float | None = None, *, size_name: SizeName) -> go.Figure:
     """The waterfall; with the diagnosis's ``origin`` (the run's start), its unaccounted
     stretches and the ready line's time (a dashed line, "ready")."""
-    bars = waterfall_rows(phases, captures, unaccounted, origin)
+    bars = waterfall_rows(phases, captures, unaccounted, origin, size_name=size_name)
     if not bars:
         return empty("no startup phases reported")
     colors = {"phase": "#6a8fc8", "capture": "#2e8b57", "failed": "#c8453b", "unaccounted": "#b8b8b8"}
@@ -103,25 +103,30 @@ def waterfall_figure(phases: list[dict[str, Any]], captures: list[dict[str, Any]
 
 
 def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_MEASURED,
-                   none: str = "no captures reported") -> go.Figure:
+                   none: str = "no captures reported", *, size_name: SizeName) -> go.Figure:
     """Capture duration per size (failed ones red), in ms where all are under a second, with
     the pool delta on a second axis where any was measured (else the chart says so); an
     unknown duration or delta is a gap (its hover says ``missing``), never a zero. Where no
-    size has a time the chart says so (the page lists the sizes in a table)."""
+    size has a time the chart says so (the page lists the sizes in a table). A decode size is a
+    bare number on the axis; any other is named with its unit and stage ("512 tokens (prefill)")."""
     if not captures:
         return empty(none)
     if all(c.get("duration_s") is None for c in captures):
         return empty(f"time per size {missing}: the sizes are listed below")
     rows = sorted(captures, key=lambda c: (c["stage"], c["graph_bs"]))
-    labels = [str(c["graph_bs"]) if c["stage"] == "decode" else f"{c['graph_bs']} {c['stage']}" for c in rows]
+    labels = [str(c["graph_bs"]) if c["stage"] == "decode" else capture_size(c, size_name) for c in rows]
+    names = [capture_size(c, size_name) for c in rows]
     durations = [c.get("duration_s") for c in rows]
     ms = max(d for d in durations if d is not None) < 1
     traces = [dict(type="bar", x=labels, y=[None if d is None else d * (1000 if ms else 1) for d in durations],
                    name="capture time", marker=dict(color=["#c8453b" if c.get("status") == "failed" else "#2e8b57"
                                                            for c in rows]),
-                   customdata=[formats.seconds(d, missing) for d in durations],
-                   hovertemplate="bs %{x}: captured in %{customdata}<extra></extra>")]
-    layout: dict[str, Any] = dict(xaxis=dict(title=dict(text="batch size"), type="category"),
+                   customdata=[[n, formats.seconds(d, missing)] for n, d in zip(names, durations)],
+                   hovertemplate="%{customdata[0]}: captured in %{customdata[1]}<extra></extra>")]
+    decode = sum(c["stage"] == "decode" for c in rows)
+    x_title = ("batch size" if decode == len(rows) else "capture size" if not decode
+               else "decode batch size, others as named")
+    layout: dict[str, Any] = dict(xaxis=dict(title=dict(text=x_title), type="category"),
                                   yaxis=dict(title=dict(text="capture time (ms)" if ms else "capture time (s)"),
                                              tickformat=",~r", rangemode="tozero"))
     deltas = [c.get("pool_delta_bytes") for c in rows]
@@ -129,8 +134,8 @@ def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_ME
         unit, scale = bytes_axis(deltas)
         traces.append(dict(type="scatter", x=labels, y=scaled(deltas, scale), yaxis="y2",
                            name=f"pool delta ({unit})", mode="lines+markers", line=dict(color="#1f4e9c"),
-                           customdata=[formats.size(v, missing) for v in deltas],
-                           hovertemplate="bs %{x}: pool delta %{customdata}<extra></extra>"))
+                           customdata=[[n, formats.size(v, missing)] for n, v in zip(names, deltas)],
+                           hovertemplate="%{customdata[0]}: pool delta %{customdata[1]}<extra></extra>"))
         layout["yaxis2"] = dict(title=dict(text=unit), overlaying="y", side="right", tickmode="auto",
                                 showgrid=False, tickformat=",~r", rangemode="tozero")
     else:
@@ -141,9 +146,11 @@ def capture_figure(captures: list[dict[str, Any]], missing: str = formats.NOT_ME
 
 
 def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
-                 base_phases: list[dict[str, Any]], base_captures: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per phase and per capture size: this run, the baseline, and the difference (s)."""
-    def totals(phs, caps):
+                 base_phases: list[dict[str, Any]], base_captures: list[dict[str, Any]], *,
+                 size_name: SizeName, base_size_name: SizeName) -> list[dict[str, Any]]:
+    """Per phase and per capture size: this run, the baseline, and the difference (s); each
+    run's sizes named by its own ``size_name`` (a baseline may be of another engine)."""
+    def totals(phs, caps, name):
         out: dict[str, float] = {}
         for p in phs:
             if p["duration_s"] is not None:
@@ -151,10 +158,10 @@ def startup_diff(phases: list[dict[str, Any]], captures: list[dict[str, Any]],
         for c in caps:
             if c["duration_s"] is None:
                 continue
-            key = f"capture bs {c['graph_bs']}" + ("" if c["stage"] == "decode" else f" {c['stage']}")
+            key = f"capture {capture_size(c, name)}"
             out[key] = out.get(key, 0.0) + float(c["duration_s"])
         return out
-    mine, base = totals(phases, captures), totals(base_phases, base_captures)
+    mine, base = totals(phases, captures, size_name), totals(base_phases, base_captures, base_size_name)
     keys = [k for k in mine] + [k for k in base if k not in mine]
     return [{"item": k, "run_s": mine.get(k), "baseline_s": base.get(k),
              "diff_s": (mine.get(k) or 0.0) - (base.get(k) or 0.0)} for k in keys]

@@ -77,7 +77,11 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     judged = [{"rule": rule, "points": data.judged_ratios(store, rule, run_id, every_s),
                "spans": [s for s in spans if s["rule_id"] == rule.id]}
               for rule in rules_for(queries.alert_rules(store), summary["name"])]
-    captured = sorted({x["graph_bs"] for x in caps if x["status"] == "ok" and x["stage"] in DECODE_STAGES})
+    size_name = data.size_namer(summary["source"], summary.get("config"))
+    graphs = [x for x in caps if x["status"] == "ok" and x["stage"] in DECODE_STAGES]
+    captured = sorted({x["graph_bs"] for x in graphs})
+    captured_names = {bs: ", ".join(dict.fromkeys(charts.capture_size(x, size_name) for x in graphs
+                                                  if x["graph_bs"] == bs)) for bs in captured}
     if not captured:
         captured = sorted((summary.get("config") or {}).get("capture_sizes") or [])
     costs = data.explain_run(store, run_id)
@@ -98,10 +102,10 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
             "run-mode-mix": charts.mode_mix_figure(timeline, bucket_s, counted, summary["padding_known"]),
             "run-eager-ratio": (charts.rule_ratio_figure(judged, scope, every_s) if judged else
                                 charts.eager_ratio_figure(decode_timeline, scope=scope)),
-            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted),
+            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted, captured_names),
             "run-padding": charts.padding_figure(hist, scope),
             "run-step-time": charts.step_time_figure(step_times),
-            "run-pool": charts.pool_figure(caps),
+            "run-pool": charts.pool_figure(caps, size_name=size_name),
             "run-parity": charts.parity_figure(queries.parity(store, run_id)),
         },
         "reasons": [(cost, data.cost_sentence(cost)) for cost in costs],

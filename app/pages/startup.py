@@ -28,7 +28,7 @@ DIFF_COLUMNS = (
 
 
 CAPTURE_COLUMNS = (
-    c.Column("graph_bs", "batch size", numeric=True, min_width=90),
+    c.Column("graph_bs", "size", numeric=True, shown=lambda r: r["size"], min_width=100),
     c.Column("stage", "stage", min_width=90),
     c.Column("status", "status", min_width=80),
     c.Column("duration_s", "capture time", numeric=True, shown=lambda r: c.seconds(r["duration_s"], r["missing"]),
@@ -38,21 +38,23 @@ CAPTURE_COLUMNS = (
 )
 
 
-def capture_rows(captures: list[dict[str, Any]], missing: str) -> list[dict[str, Any]]:
-    """Every capture the run recorded, for the table shown where no size has a time."""
+def capture_rows(captures: list[dict[str, Any]], missing: str, size_name: Any) -> list[dict[str, Any]]:
+    """Every capture the run recorded, for the table shown where no size has a time; its size
+    in the run's words (``size_name``: "bs 8", "512 tokens" for an engine's prefill or mixed graph)."""
     return c.grid_rows(CAPTURE_COLUMNS, ({"key": f"{x['stage']}-{x['graph_bs']}-{i}", "graph_bs": x["graph_bs"],
+                                          "size": size_name(x["stage"], x["graph_bs"]),
                                           "stage": x["stage"], "status": x["status"], "missing": missing,
                                           "duration_s": x.get("duration_s"),
                                           "pool_delta_bytes": x.get("pool_delta_bytes")}
                                          for i, x in enumerate(captures)))
 
 
-def capture_table(captures: list[dict[str, Any]], missing: str) -> list[Any]:
+def capture_table(captures: list[dict[str, Any]], missing: str, size_name: Any) -> list[Any]:
     """The sizes as a table where the log gives no time per size (a chart would draw nothing)."""
     if not captures or any(x.get("duration_s") is not None for x in captures):
         return []
-    return [c.grid("startup-captures-table", CAPTURE_COLUMNS, capture_rows(captures, missing), filters=False,
-                   row_id="key")]
+    return [c.grid("startup-captures-table", CAPTURE_COLUMNS, capture_rows(captures, missing, size_name),
+                   filters=False, row_id="key")]
 
 
 BASELINE_HINT = ("Choose a baseline run above: each phase and capture size of this run is then set against "
@@ -152,8 +154,10 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
                               queries.degrades(store, run_id))
     diagnosis = data.diagnose_run(store, run_id).as_dict()     # what GET /v1/runs/{id}/diagnosis returns
     unknown = c.unknown(summary["source"])
+    size_name = data.size_namer(summary["source"], summary.get("config"))
     out: dict[str, Any] = {
         "summary": summary,
+        "size_name": size_name,
         "unknown": unknown,
         "diagnosis": diagnosis,
         "startup_s": diagnosis["startup_s"],
@@ -163,13 +167,17 @@ def page_data(store: Any, run_id: str, baseline: str | None = None) -> dict[str,
         "findings": diagnosis["findings"],
         "stats": stats(diagnosis, time_to_failure(summary, phases, caps)),
         "waterfall": charts.waterfall_figure(phases, caps, diagnosis["unaccounted"], diagnosis["startup_from"],
-                                             diagnosis["ready_at"]),
-        "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"], bool(caps))),
+                                             diagnosis["ready_at"], size_name=size_name),
+        "capture_fig": charts.capture_figure(caps, unknown, none=no_sizes(diagnosis["capture"], bool(caps)),
+                                             size_name=size_name),
         "diff": [],
         "diff_fig": charts.diff_figure([]),
     }
     if baseline and baseline != run_id and queries.run_exists(store, baseline):
-        diff = charts.startup_diff(phases, caps, queries.phases(store, baseline), queries.captures(store, baseline))
+        base = queries.run_summary(store, baseline)
+        diff = charts.startup_diff(phases, caps, queries.phases(store, baseline), queries.captures(store, baseline),
+                                   size_name=size_name,
+                                   base_size_name=data.size_namer(base["source"], base.get("config")))
         out["diff"] = diff
         out["diff_fig"] = charts.diff_figure(diff)
         out["baseline_startup_s"] = data.diagnose_run(store, baseline).startup_s
@@ -252,7 +260,8 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
         _log_figures_section(summary),
         c.section("Waterfall", c.graph("startup-waterfall", height=420)),
         c.section("Capture time and pool memory per size", c.graph("startup-captures-fig"),
-                  html.Div(capture_table(queries.captures(store, run_id), c.unknown(summary["source"])))),
+                  html.Div(capture_table(queries.captures(store, run_id), c.unknown(summary["source"]),
+                                         data.size_namer(summary["source"], summary.get("config"))))),
         c.section("Failed captures and degradation", html.Div(id="startup-failures")),
         _ranks_section(store, run_id),
         c.section("Against a baseline run",
@@ -266,10 +275,12 @@ def layout(run_id: str | None = None, **_query: Any) -> html.Div:
 
 
 def _failures(shown: dict[str, Any]) -> list[Any]:
-    items = [f"capture of bs {x['graph_bs']} ({x['stage']}) failed"
+    size_name = shown["size_name"]
+    items = [f"capture of {size_name(x['stage'], x['graph_bs'])} ({x['stage']}) failed"
              + (f" after {c.seconds(x['duration_s'])}" if x.get("duration_s") else "")
              + f": {x.get('error') or 'no error text'}" for x in shown["failed"]]
-    items += [f"degraded {d['from']} → {d['to']}" + (f" (bs {d['graph_bs']})" if d.get("graph_bs") else "")
+    items += [f"degraded {d['from']} → {d['to']}"                    # a degradation has no stage: a batch size
+              + (f" ({size_name(None, d['graph_bs'])})" if d.get("graph_bs") else "")
               + (f": {d['error']}" if d.get("error") else "") for d in shown["degrades"]]
     failure = shown["summary"].get("failure")
     if failure and failure.get("error"):

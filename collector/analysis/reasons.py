@@ -12,7 +12,8 @@ run: ``replayscope.collector.analysis.explanations``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 from replayscope.contract.wire import CUSTOM_REASON_PREFIX
 
@@ -387,14 +388,32 @@ def engine_of(source: str | None, config: dict[str, Any] | None = None) -> str:
 ENGINE_TOKEN_STAGES = ("prefill", "mixed")   # vLLM and SGLang key these batches (and their graphs) by tokens
 
 
+def size_in_tokens(stage: str | None, source: str | None = None, config: dict[str, Any] | None = None) -> bool:
+    """Whether a size of ``stage`` on a run from ``source`` is tokens (an engine's prefill and
+    mixed batches and graphs: ``engine_of``), not a batch size of sequences."""
+    return stage in ENGINE_TOKEN_STAGES and engine_of(source, config) in ("vllm", "sglang")
+
+
+def size_words(stage: str | None, low: int, high: int | None = None, *, source: str | None = None,
+               config: dict[str, Any] | None = None) -> str:
+    """A size without its stage: ``bs 8``, ``bs 8–15``; ``256–511 tokens``, ``1 token`` where it is tokens."""
+    one = high is None or low == high
+    span = f"{low}" if one else f"{low}\u2013{high}"
+    if size_in_tokens(stage, source, config):
+        return f"{span} token" if one and low == 1 else f"{span} tokens"
+    return f"bs {span}"
+
+
 def size_label(stage: str, low: int, high: int | None = None, *, source: str | None = None,
                config: dict[str, Any] | None = None) -> str:
     """A batch or capture size in words: ``decode bs 8``, ``decode bs 8–15``; ``prefill 256–511
-    tokens`` where the size is tokens (an engine's prefill and mixed batches: ``engine_of``)."""
-    span = f"{low}" if high is None or low == high else f"{low}\u2013{high}"
-    if stage in ENGINE_TOKEN_STAGES and engine_of(source, config) in ("vllm", "sglang"):
-        return f"{stage} {span} tokens"
-    return f"{stage} bs {span}"
+    tokens`` where the size is tokens (``size_words``)."""
+    return f"{stage} {size_words(stage, low, high, source=source, config=config)}"
+
+
+def size_namer(source: str | None, config: dict[str, Any] | None = None) -> Callable[[str | None, int], str]:
+    """``size_words`` for one run's sizes: ``name(stage, size)`` (the dashboard's charts take it)."""
+    return partial(size_words, source=source, config=config)
 
 
 def flags_for(explanation: dict[str, Any], source: str | None,

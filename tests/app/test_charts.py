@@ -1,6 +1,9 @@
 """Figures: rounded units, unknown values drawn as gaps (never zeros)."""
 
 from replayscope.app import charts
+from replayscope.collector.analysis.reasons import size_namer
+
+RUNNER_SIZES = size_namer("runner")        # the runner's sizes: batch sizes
 
 
 def _capture(bs, duration_s=0.05, pool_bytes=None, pool_delta_bytes=None, status="ok"):
@@ -10,7 +13,8 @@ def _capture(bs, duration_s=0.05, pool_bytes=None, pool_delta_bytes=None, status
 
 def test_the_pool_axis_is_in_a_readable_unit_with_rounded_hover_text():
     fig = charts.pool_figure([_capture(8, pool_bytes=53_687_092, pool_delta_bytes=53_687_092),
-                              _capture(4, pool_bytes=53_687_092 + 2**20, pool_delta_bytes=2**20)]).to_plotly_json()
+                              _capture(4, pool_bytes=53_687_092 + 2**20, pool_delta_bytes=2**20)],
+                             size_name=RUNNER_SIZES).to_plotly_json()
     assert fig["layout"]["yaxis"]["title"]["text"] == "MiB"
     assert fig["layout"]["yaxis"]["rangemode"] == "tozero"        # no axis zoomed onto 51.2000007
     delta, pool = fig["data"]
@@ -20,13 +24,15 @@ def test_the_pool_axis_is_in_a_readable_unit_with_rounded_hover_text():
 
 
 def test_the_pool_axis_unit_follows_the_largest_value():
-    fig = charts.pool_figure([_capture(8, pool_bytes=3 * 2**30, pool_delta_bytes=3 * 2**30)]).to_plotly_json()
+    fig = charts.pool_figure([_capture(8, pool_bytes=3 * 2**30, pool_delta_bytes=3 * 2**30)],
+                             size_name=RUNNER_SIZES).to_plotly_json()
     assert fig["layout"]["yaxis"]["title"]["text"] == "GiB"
     assert list(fig["data"][0]["y"]) == [3.0]
 
 
 def test_an_unknown_pool_delta_is_a_gap_not_a_zero():
-    fig = charts.pool_figure([_capture(8, pool_bytes=2**20, pool_delta_bytes=None)]).to_plotly_json()
+    fig = charts.pool_figure([_capture(8, pool_bytes=2**20, pool_delta_bytes=None)],
+                             size_name=RUNNER_SIZES).to_plotly_json()
     delta = fig["data"][0]
     assert list(delta["y"]) == [None]
     assert list(delta["customdata"]) == ["not measured"]
@@ -35,15 +41,16 @@ def test_an_unknown_pool_delta_is_a_gap_not_a_zero():
 def test_an_unknown_capture_time_is_a_gap_that_says_why():
     fig = charts.capture_figure([_capture(8, duration_s=None, pool_delta_bytes=None), _capture(16, duration_s=0.5,
                                                                                            pool_delta_bytes=None)],
-                                "not in the log").to_plotly_json()
+                                "not in the log", size_name=RUNNER_SIZES).to_plotly_json()
     [duration] = fig["data"]                              # no memory axis: nothing measured it
     assert list(duration["y"]) == [None, 500.0] and fig["layout"]["yaxis"]["title"]["text"] == "capture time (ms)"
-    assert list(duration["customdata"]) == ["not in the log", "500 ms"]
+    assert [list(d) for d in duration["customdata"]] == [["bs 8", "not in the log"], ["bs 16", "500 ms"]]
     assert fig["layout"]["annotations"][0]["text"] == "pool memory per capture not in the log"
 
 
 def test_captures_without_any_time_are_not_an_empty_chart():
-    fig = charts.capture_figure([_capture(8, duration_s=None)], "not in the log").to_plotly_json()
+    fig = charts.capture_figure([_capture(8, duration_s=None)], "not in the log",
+                                size_name=RUNNER_SIZES).to_plotly_json()
     assert fig["data"] == [] and "time per size not in the log" in fig["layout"]["annotations"][0]["text"]
 
 
@@ -76,7 +83,8 @@ def test_nonzero_parity_divergences_use_a_log_axis():
 
 
 def test_the_capture_figures_memory_axis_has_its_own_round_ticks():
-    fig = charts.capture_figure([_capture(1, pool_delta_bytes=0), _capture(32, pool_delta_bytes=75_000_000)])
+    fig = charts.capture_figure([_capture(1, pool_delta_bytes=0), _capture(32, pool_delta_bytes=75_000_000)],
+                                size_name=RUNNER_SIZES)
     yaxis2 = fig.to_plotly_json()["layout"]["yaxis2"]
     assert yaxis2["tickmode"] == "auto"              # not synced to the seconds axis (61.0514 MiB)
     assert yaxis2["title"]["text"] == "MiB" and yaxis2["rangemode"] == "tozero"

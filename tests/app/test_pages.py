@@ -167,7 +167,7 @@ def test_unknown_capture_time_says_not_in_the_log_or_not_measured_by_source(stor
     startup = pages["startup"].page_data(store, "from-log")
     figure = startup["capture_fig"].to_plotly_json()        # no time at all: the chart says so, a table lists it
     assert figure["data"] == [] and "not in the log" in figure["layout"]["annotations"][0]["text"]
-    [row] = pages["startup"].capture_rows(startup["captures"], "not in the log")
+    [row] = pages["startup"].capture_rows(startup["captures"], "not in the log", startup["size_name"])
     assert row["duration_s__shown"] == "not in the log" and row["pool_delta_bytes__shown"] == "not in the log"
     for text in list(pages["run"].page_data(store, "from-log")["stats"].values()):
         assert text not in ("–", "0 s", "0.0 ms")

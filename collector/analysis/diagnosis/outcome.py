@@ -10,19 +10,23 @@ from typing import Any
 from replayscope.collector.analysis.diagnosis.facts import RunFacts, capture_summary, provenance_of
 from replayscope.collector.analysis.diagnosis.findings import Evidence, Finding, memory_evidence
 from replayscope.collector.analysis.diagnosis.text import phase_label, sizes_text
+from replayscope.collector.analysis.reasons import size_in_tokens, size_words
 from replayscope.collector.importers.failures import FailureClass, classify, first_line
 from replayscope.contract import formats
 from replayscope.contract.wire import default_provenance
 
 
-def _where(facts: RunFacts) -> tuple[dict[str, Any], str]:
+def _where(facts: RunFacts) -> tuple[dict[str, Any], str, str | None]:
     """Where the run failed and how we know: the run_end's own fields, else a failed
-    capture, else the phase after the last one that completed (inferred)."""
+    capture, else the phase after the last one that completed (inferred); and the stage of
+    the capture it names (its size's unit: ``size_words``), None where no capture says."""
     failure = facts.failure or {}
     where = {k: failure.get(k) for k in ("phase", "graph_bs", "rank", "ts")}
     provenance = default_provenance(facts.source)
     failed = [c for c in facts.captures if c.get("status") == "failed"]
+    stage = next((c.get("stage") for c in reversed(failed) if c.get("graph_bs") == where["graph_bs"]), None)
     if where["phase"] is None and failed:
+        stage = stage if where["graph_bs"] else failed[-1].get("stage")
         where["phase"] = "capture"
         where["graph_bs"] = where["graph_bs"] or failed[-1].get("graph_bs")
         where["rank"] = where["rank"] or failed[-1].get("rank")
@@ -38,24 +42,24 @@ def _where(facts: RunFacts) -> tuple[dict[str, Any], str]:
         if passes or (last is not None and last[1] == "capture"):
             where["phase"] = "capture"
             if last is not None and last[1] == "capture":
-                where["last_bs"] = last[2]["graph_bs"]
+                where["last_bs"], stage = last[2]["graph_bs"], last[2].get("stage")
             provenance = "inferred"
         elif last is not None:
             where["after"] = last[2]["phase"]
             provenance = "inferred"
-    return where, provenance
+    return where, provenance, stage
 
 
-def _where_text(where: dict[str, Any]) -> str:
+def _where_text(where: dict[str, Any], stage: str | None, facts: RunFacts) -> str:
     parts = []
     if where.get("phase"):
         parts.append(f"during {phase_label(where['phase'])}")
     elif where.get("after"):
         parts.append(f"after {phase_label(where['after'])}")
     if where.get("graph_bs"):
-        parts.append(f"at bs {where['graph_bs']}")
+        parts.append(f"at {size_words(stage, where['graph_bs'], source=facts.source, config=facts.config)}")
     elif where.get("last_bs"):
-        parts.append(f"after bs {where['last_bs']}")
+        parts.append(f"after {size_words(stage, where['last_bs'], source=facts.source, config=facts.config)}")
     if where.get("rank"):
         parts.append(f"on {where['rank']}")
     return " ".join(parts)
@@ -76,8 +80,8 @@ def failure_findings(facts: RunFacts) -> list[Finding]:
     failure_class = classify(run_error, *(c.get("error") for c in failed), *(d.get("error") for d in errors))
     evidence: list[Evidence] = []
     if facts.status == "failed":
-        where, where_prov = _where(facts)
-        place = _where_text(where)
+        where, where_prov, stage = _where(facts)
+        place = _where_text(where, stage, facts)
         if failure_class.key == "unknown":
             title = "The run failed" + (f" {place}" if place else "")
         else:
@@ -93,17 +97,24 @@ def failure_findings(facts: RunFacts) -> list[Finding]:
         where = {"phase": "capture", "graph_bs": failed[0].get("graph_bs") if failed else None,
                  "rank": failed[0].get("rank") if failed else None}
         sizes = sorted({int(c["graph_bs"]) for c in failed})
-        noun = f"bs {sizes_text(sizes)}" if sizes else "a compile or capture step"
+        by_unit: dict[bool, set[int]] = {False: set(), True: set()}         # in tokens or not
+        for c in failed:
+            by_unit[size_in_tokens(c.get("stage"), source, facts.config)].add(int(c["graph_bs"]))
+        named = [f"bs {sizes_text(sorted(by_unit[False]))}"] if by_unit[False] else []
+        named += [f"{sizes_text(sorted(by_unit[True]))} tokens"] if by_unit[True] else []
+        noun = " and ".join(named) if sizes else "a compile or capture step"
         dropped = f"the run dropped {'them' if len(sizes) > 1 else 'it'} and went on"
         title = (f"The capture of {noun} failed; {dropped}" if failure_class.key == "unknown"
                  else f"{failure_class.title} when capturing {noun}; {dropped}")
     for c in failed:
         took = f" after {formats.seconds(float(c['duration_s']))}" if c.get("duration_s") else ""
         rank = f" on {c['rank']}" if c.get("rank") else ""
-        evidence.append(Evidence(f"capture of bs {c['graph_bs']} ({c.get('stage', 'decode')}){rank} failed{took}: "
+        size = size_words(c.get("stage"), c["graph_bs"], source=source, config=facts.config)
+        evidence.append(Evidence(f"capture of {size} ({c.get('stage', 'decode')}){rank} failed{took}: "
                                  f"{first_line(c.get('error')) or 'no error text'}", provenance_of(c, source)))
     for d in facts.degrades:
-        text = f"degraded {d.get('from')} → {d.get('to')}" + (f" (bs {d['graph_bs']})" if d.get("graph_bs") else "")
+        at = f" ({size_words(None, d['graph_bs'], source=source)})" if d.get("graph_bs") else ""   # no stage: bs
+        text = f"degraded {d.get('from')} → {d.get('to')}{at}"
         if d.get("error") and not any(first_line(d["error"]) in e.text for e in evidence):
             text += f": {first_line(d['error'])}"
         evidence.append(Evidence(text, default_provenance(source)))
@@ -120,8 +131,8 @@ def interrupted_finding(facts: RunFacts) -> list[Finding]:
         return []
     imported = facts.source.endswith("-log")
     during_startup = facts.steps == 0
-    where, _ = _where(facts)
-    place = _where_text(where)
+    where, _, stage = _where(facts)
+    place = _where_text(where, stage, facts)
     if imported:
         title = "The log ends before the server was ready" if during_startup else \
             "The log ends while the server was running"

@@ -10,6 +10,7 @@ from typing import Any
 
 from replayscope.collector.analysis.diagnosis.facts import RunFacts, time_span
 from replayscope.collector.analysis.diagnosis.text import phase_label
+from replayscope.collector.analysis.reasons import size_words
 
 MIN_STRETCH_S = 0.25      # an uncovered stretch shorter than this is not drawn or counted
 
@@ -62,11 +63,18 @@ def ready_label(facts: RunFacts) -> str:
     return "the server being ready" if facts.source.endswith("-log") else "the run being ready"
 
 
+def capture_words(capture: dict[str, Any], facts: RunFacts) -> str:
+    """A capture's size in its unit, with its stage where it is not decode: "bs 8", "32 tokens (mixed)"
+    (as the dashboard's waterfall names its bars)."""
+    words = size_words(capture["stage"], capture["graph_bs"], source=facts.source, config=facts.config)
+    return words if capture["stage"] == "decode" else f"{words} ({capture['stage']})"
+
+
 def startup_of(facts: RunFacts) -> Startup | None:
     """The startup's wall time and what is known inside it; None without any timed phase or capture."""
     marks = [Mark(*span, phase_label(p.get("phase", "")), False)
              for p in facts.phases if (span := time_span(p)) is not None]
-    marks += [Mark(*span, f"the capture of bs {c['graph_bs']}", False)
+    marks += [Mark(*span, f"the capture of {capture_words(c, facts)}", False)
               for c in facts.captures if (span := time_span(c)) is not None]
     if not marks:
         return None
