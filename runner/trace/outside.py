@@ -23,8 +23,9 @@ from typing import Any
 
 from replayscope.contract.events_file import append_events
 from replayscope.contract.http import HttpError, post_json
-from replayscope.runner.trace.settings import REGISTRY_FILE
 from replayscope.contract.wire import MAX_SEQ
+from replayscope.runner.trace.run_counts import events_file_counts
+from replayscope.runner.trace.settings import REGISTRY_FILE
 
 TAIL_BYTES = 1 << 16
 
@@ -165,35 +166,6 @@ class OutsideEnds:
             if not spool or not os.path.exists(spool):
                 raise
             end_events_file(spool, *events)
-
-
-def events_file_counts(path: str | None) -> dict[str, Any]:
-    """What a run's events file holds, as a process's own ``close`` record counts it (``steps``,
-    ``modes``, ``reasons``, ``captures``, ``failed_captures``), for the summary of a run the trace
-    ended; nothing where the file cannot be read."""
-    steps, captures, failed = 0, 0, 0
-    modes: dict[str, int] = {}
-    reasons: dict[str, int] = {}
-    try:
-        with open(path or "", "rb") as f:
-            for line in f:
-                if b'"kind": "step"' not in line and b'"kind": "capture"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue          # a line cut off mid-write
-                if event.get("kind") == "step":
-                    steps += 1
-                    modes[event.get("mode")] = modes.get(event.get("mode"), 0) + 1
-                    if event.get("reason"):
-                        reasons[event["reason"]] = reasons.get(event["reason"], 0) + 1
-                elif event.get("kind") == "capture":
-                    captures += 1
-                    failed += event.get("status") == "failed"
-    except OSError:
-        return {}
-    return {"steps": steps, "modes": modes, "reasons": reasons, "captures": captures, "failed_captures": failed}
 
 
 def stopped_by_parents(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

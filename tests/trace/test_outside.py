@@ -70,7 +70,7 @@ def test_a_run_its_parent_announced_it_would_stop_at_the_programs_end_ends_finis
 
 
 def test_a_run_the_trace_ends_is_counted_from_its_events_file_for_the_summary(tmp_path):
-    from replayscope.runner.trace.outside import events_file_counts
+    from replayscope.runner.trace.run_counts import events_file_counts
 
     path = tmp_path / "e.jsonl"
     step = {"kind": "step", "stage": "decode", "raw_bs": 2, "graph_bs": None, "num_tokens": 2,
