@@ -154,9 +154,18 @@ def _run_text(run: dict, collector: str | None) -> str:
     if "status" not in run:
         return "still running: its process outlived the command" + where
     if run.get("ended_by") == "trace":
-        counted = f"{_counts_text(run)}; " if "steps" in run else ""
-        return f"{counted}{run['status']}: {run.get('error') or run.get('note')}" + _losses(run) + where
+        return (f"{_trace_counts_text(run)}{run['status']}: {run.get('error') or run.get('note')}"
+                + _losses(run) + where)
     return _counts_text(run) + _losses(run) + where
+
+
+def _trace_counts_text(run: dict) -> str:
+    """A run the trace ended: what its events file or the collector holds, or why that is unknown."""
+    if "steps" in run:
+        return f"{_counts_text(run)}; "
+    if run.get("counts_unavailable"):
+        return f"counts not available: {run['counts_unavailable']}; "
+    return ""
 
 
 def _counts_text(run: dict) -> str:

@@ -23,8 +23,9 @@ from typing import Any
 
 from replayscope.contract.events_file import append_events
 from replayscope.contract.http import HttpError, post_json
-from replayscope.runner.trace.settings import REGISTRY_FILE
 from replayscope.contract.wire import MAX_SEQ
+from replayscope.runner.trace.run_counts import collector_counts, counts_unavailable, events_file_counts
+from replayscope.runner.trace.settings import REGISTRY_FILE
 
 TAIL_BYTES = 1 << 16
 
@@ -136,16 +137,17 @@ class OutsideEnds:
             status, note = "interrupted", None
             error = f"{how_it_ended(exit_status)}; replayscope trace ended its run ({missing})"
             events = [{"kind": "run_end", "ts": time.time(), "status": status, "error": error}]
-        lost = 0
+        lost, unanswered = 0, None
         try:
             if self.collector:
-                self._send(run, events)
+                unanswered = self._send(run, events)
             else:
                 end_events_file(run["target"], *events)
         except (OSError, HttpError, ValueError, KeyError) as failure:
             lost = len(events)
             error = (error or "") + f"; its run_end could not be written: {failure}"
-        counts = {} if self.collector else events_file_counts(run.get("target"))
+            unanswered = failure if isinstance(failure, HttpError) else None
+        counts = self._counts(run, unanswered)
         try:
             register(self.workdir, {"event": "close", "run_id": run["run_id"], "pid": run["pid"],
                                     "status": status, "ended_by": "trace", "error": error, "note": note,
@@ -153,47 +155,30 @@ class OutsideEnds:
         except OSError:
             pass
 
-    def _send(self, run: dict[str, Any], events: list[dict[str, Any]]) -> None:
+    def _send(self, run: dict[str, Any], events: list[dict[str, Any]]) -> HttpError | None:
         """To the collector, with the largest seqs (after any of the process's); else into the
-        process's spool, which ``replayscope import events`` re-sends with the rest."""
+        process's spool, which ``replayscope import events`` re-sends with the rest (then the
+        collector's failure is returned)."""
         numbered = [{"seq": MAX_SEQ - len(events) + 1 + i, **event} for i, event in enumerate(events)]
         try:
             post_json(f"{self.collector.rstrip('/')}/v1/runs/{run['run_id']}/events",
                       {"events": numbered}, token=self.token, timeout=10.0)
-        except HttpError:
+        except HttpError as failure:
             spool = run.get("spool")
             if not spool or not os.path.exists(spool):
                 raise
             end_events_file(spool, *events)
+            return failure
+        return None
 
-
-def events_file_counts(path: str | None) -> dict[str, Any]:
-    """What a run's events file holds, as a process's own ``close`` record counts it (``steps``,
-    ``modes``, ``reasons``, ``captures``, ``failed_captures``), for the summary of a run the trace
-    ended; nothing where the file cannot be read."""
-    steps, captures, failed = 0, 0, 0
-    modes: dict[str, int] = {}
-    reasons: dict[str, int] = {}
-    try:
-        with open(path or "", "rb") as f:
-            for line in f:
-                if b'"kind": "step"' not in line and b'"kind": "capture"' not in line:
-                    continue
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue          # a line cut off mid-write
-                if event.get("kind") == "step":
-                    steps += 1
-                    modes[event.get("mode")] = modes.get(event.get("mode"), 0) + 1
-                    if event.get("reason"):
-                        reasons[event["reason"]] = reasons.get(event["reason"], 0) + 1
-                elif event.get("kind") == "capture":
-                    captures += 1
-                    failed += event.get("status") == "failed"
-    except OSError:
-        return {}
-    return {"steps": steps, "modes": modes, "reasons": reasons, "captures": captures, "failed_captures": failed}
+    def _counts(self, run: dict[str, Any], unanswered: HttpError | None) -> dict[str, Any]:
+        """The run's counts for the summary (``run_counts``): from its events file, or from what
+        the collector stored; not asked again of a collector that did not answer the run_end."""
+        if not self.collector:
+            return events_file_counts(run.get("target"))
+        if unanswered is not None and unanswered.status is None:
+            return counts_unavailable(unanswered)
+        return collector_counts(self.collector, str(run["run_id"]), self.token)
 
 
 def stopped_by_parents(records: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from replayscope.contract.events_file import read_events_file, write_events_file
 from replayscope.runner.trace.outside import OutsideEnds, end_events_file, read_registry, register
 
@@ -70,7 +72,7 @@ def test_a_run_its_parent_announced_it_would_stop_at_the_programs_end_ends_finis
 
 
 def test_a_run_the_trace_ends_is_counted_from_its_events_file_for_the_summary(tmp_path):
-    from replayscope.runner.trace.outside import events_file_counts
+    from replayscope.runner.trace.run_counts import events_file_counts
 
     path = tmp_path / "e.jsonl"
     step = {"kind": "step", "stage": "decode", "raw_bs": 2, "graph_bs": None, "num_tokens": 2,
@@ -87,3 +89,87 @@ def test_a_run_the_trace_ends_is_counted_from_its_events_file_for_the_summary(tm
     assert events_file_counts(str(path)) == {"steps": 3, "modes": {"eager": 2, "graph": 1},
                                              "reasons": {"batch_too_large": 2}, "captures": 2, "failed_captures": 1}
     assert events_file_counts(str(tmp_path / "missing.jsonl")) == {}
+
+
+class StandInCollector:
+    """A server on a free loopback port that takes the trace's run_end (POST) and answers each
+    read (GET) as ``answer`` says: ``"hang up"`` closes the connection without an answer, else
+    ``(status, body bytes)``. It keeps the reads' Authorization headers."""
+
+    def __init__(self, answer):
+        import http.server
+        import threading
+
+        reads = self.reads = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self._send(200, b'{"accepted": 2}')
+
+            def do_GET(self):
+                reads.append((self.path, self.headers.get("Authorization")))
+                if answer == "hang up":
+                    self.close_connection = True
+                    self.connection.shutdown(2)
+                    return
+                self._send(*answer)
+
+            def _send(self, status, body):
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def ended_by_trace_to(collector: str, workdir: str, token: str | None = None) -> tuple[dict, str]:
+    """A run to ``collector`` whose process is gone, ended by the trace: its registry record
+    and its summary line."""
+    from replayscope.runner.trace.launch import summary_lines
+
+    register(workdir, {"event": "open", "run_id": "t-999999999", "pid": 999_999_999, "process": "worker"})
+    OutsideEnds(workdir, collector=collector, token=token).end_gone()
+    runs = read_registry(workdir)
+    [line] = [line for line in summary_lines(runs, collector) if "t-999999999" in line]
+    return runs["t-999999999"], line
+
+
+def test_to_a_collector_that_cannot_be_reached_the_summary_says_the_counts_are_not_available(tmp_path):
+    from tests.live_server import free_port
+
+    collector = f"http://127.0.0.1:{free_port()}"          # nothing listens there
+    run, line = ended_by_trace_to(collector, str(tmp_path), token="s3cret-token")
+    assert run["status"] == "interrupted" and run["lost"] == 1 and "steps" not in run
+    assert "counts not available: collector did not answer: cannot reach " in line
+    assert "steps" not in line and "s3cret-token" not in line
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("hang up", "collector did not answer: cannot reach "),
+    ((503, b'{"detail": "the store is not answering"}'), "collector answered HTTP 503: the store is not answering"),
+    ((200, b"<html>a proxy's page</html>"), "the collector's answer is not JSON"),
+    ((200, b'{"steps": "three"}'), "the collector's answer is not a run's summary and captures")],
+    ids=["hangs-up", "error-status", "not-json", "not-a-summary"])
+def test_a_collector_that_takes_the_run_end_but_does_not_answer_the_read_gets_no_counts_shown(
+        tmp_path, answer, why):
+    server = StandInCollector(answer)
+    try:
+        run, line = ended_by_trace_to(server.url, str(tmp_path), token="s3cret-token")
+    finally:
+        server.close()
+    assert run["status"] == "interrupted" and run["lost"] == 0
+    assert f"counts not available: {why}" in line and "0 steps" not in line
+    assert server.reads[0] == ("/v1/runs/t-999999999", "Bearer s3cret-token")
+    assert "s3cret-token" not in line

@@ -235,6 +235,31 @@ def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_wi
         store.dispose()
 
 
+def test_to_a_collector_the_summary_counts_a_child_sigkilled_by_its_parent_from_what_the_collector_stored(
+        tmp_path):
+    """With no events file to count, the summary line of the run trace ended gives the counts the
+    collector stored (asked with the trace's token, which it never prints)."""
+    from replayscope.collector.settings import Settings
+    from replayscope.collector.store import Store
+    from tests.e2e.conftest import ThreadCollector
+    from tests.live_server import free_port
+
+    token = "s3cret-trace-token"
+    store = Store.open(f"sqlite:///{tmp_path}/collector.db", upgrade=True)
+    server = ThreadCollector(store, free_port(), Settings(run_services=False, token=token)).start()
+    try:
+        result = trace("--collector", server.url, "--token", token, "--step", "__main__:decode_step", "--",
+                       sys.executable, PROGRAM, "kill_child", server.url, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        assert "3 steps: graph 0, padded 0, eager 3 (eager: cpu_device 3); 0 captures; interrupted: the " \
+               "process disappeared" in result.stderr
+        assert "1 step: graph 0, padded 0, eager 1 (eager: cpu_device 1); 0 captures" in result.stderr
+        assert token not in result.stderr and token not in result.stdout
+    finally:
+        server.stop()
+        store.dispose()
+
+
 ENGINE_PROGRAM = str(PROGRAMS / "engine_shutdown.py")
 
 
