@@ -4,7 +4,7 @@ batch sizes and their padding, step time by mode, replay parity."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import plotly.graph_objects as go
 
@@ -158,11 +158,14 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
 
 
 def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int], current: Iterable[int],
-                             x_title: str = "batch size (raw)") -> go.Figure:
+                             x_title: str = "batch size (raw)",
+                             size_name: Callable[[int], str] | None = None) -> go.Figure:
     """The steps the advisor chose from, per batch size, coloured by how they really ran,
-    with the proposed sizes (▲ under the axis) and the run's current sizes (▼ above it)."""
+    with the proposed sizes (▲ under the axis) and the run's current sizes (▼ above it); each
+    size named in the list's unit by ``size_name`` ("bs 8", "512 tokens"), else "bs N"."""
     if not hist:
         return empty("no decode steps a list of capture sizes decides")
+    name = size_name or (lambda size: f"bs {size}")
     traces = []
     sizes_seen = [r["raw_bs"] for r in hist]
     width = max(0.8, (max(sizes_seen) - min(sizes_seen)) / 150)     # sparse token counts: bars stay bars
@@ -171,14 +174,16 @@ def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int]
         if rows:
             traces.append(dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows],
                                width=width, name=f"ran {mode}", marker=dict(color=MODE_COLORS[mode]),
-                               hovertemplate=f"bs %{{x}}: %{{y:,}} steps ran {mode}<extra></extra>"))
-    for name, sizes, symbol, y, color in (("proposed size", proposed, "triangle-up", 0, "#1f4e9c"),
-                                          ("current size", current, "triangle-down", 1, "#7a7a7a")):
+                               customdata=[name(r["raw_bs"]) for r in rows],
+                               hovertemplate=f"%{{customdata}}: %{{y:,}} steps ran {mode}<extra></extra>"))
+    for label, sizes, symbol, y, color in (("proposed size", proposed, "triangle-up", 0, "#1f4e9c"),
+                                           ("current size", current, "triangle-down", 1, "#7a7a7a")):
         sizes = sorted(set(sizes))
         if sizes:
-            traces.append(dict(type="scatter", x=sizes, y=[y] * len(sizes), yaxis="y2", mode="markers", name=name,
+            traces.append(dict(type="scatter", x=sizes, y=[y] * len(sizes), yaxis="y2", mode="markers", name=label,
                                marker=dict(symbol=symbol, size=11, color=color),
-                               hovertemplate=f"{name} %{{x}}<extra></extra>"))
+                               customdata=[name(s) for s in sizes],
+                               hovertemplate=f"{label.split()[0]} %{{customdata}}<extra></extra>"))
     return figure(traces, barmode="stack", xaxis=dict(title=dict(text=x_title), rangemode="nonnegative"),
                    yaxis=dict(title=dict(text="steps")),
                    yaxis2=dict(overlaying="y", range=[-0.05, 1.05], visible=False, fixedrange=True))

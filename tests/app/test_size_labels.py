@@ -245,3 +245,46 @@ def test_size_title_names_each_unit_with_its_stages():
     assert title(["decode", "mixed"], "vllm-log") == "batch size (decode) / tokens (mixed)"
     assert title(["prefill", "mixed"], "sglang-log") == "tokens (prefill, mixed)"
     assert title(["decode", "mixed"], "runner") is None and title(["decode"], "vllm-log") is None
+    assert size_in_tokens("decode+mixed", "vllm-log")            # a list serving both: vLLM's tokens
+    assert not size_in_tokens("decode+mixed", "runner") and not size_in_tokens("decode", "vllm-log")
+
+
+def advisor_page(store, run_id: str) -> dict:
+    from replayscope.app.pages import advisor
+
+    return advisor.page_data(store, run_id)
+
+
+def test_the_advisor_names_a_traced_vllm_runs_sizes_in_tokens(store, pages):
+    from replayscope.app.pages import advisor
+
+    run_id = import_events(store, TRACED_VLLM)
+    shown = advisor_page(store, run_id)
+    advice = shown["advice"]
+    assert advice["stage"] == "decode+mixed"
+    pool = advice["plans"][0]["pool_bytes"]["basis"]
+    assert pool.startswith("32 tokens needed 2.0 MiB captured first") and "bs " not in pool
+    assert "an eager step 6.99 ms at 37 tokens to 10.30 ms at 57 tokens" in advice["objective"]["basis"]
+    assert "57 tokens (its pool would be larger" in str(advisor.dropped(advice, shown["size_name"]))
+    figure = shown["figure"].to_plotly_json()
+    bars = {words for t in figure["data"] if t["type"] == "bar" for words in t["customdata"]}
+    assert "37 tokens" in bars and not any(w.startswith("bs ") for w in bars)
+    [proposed] = [t for t in figure["data"] if t["name"] == "proposed size"]
+    assert "32 tokens" in proposed["customdata"] and proposed["hovertemplate"].startswith("proposed %{customdata}")
+
+
+def test_the_advisor_names_an_imported_vllm_logs_sizes_in_tokens_and_others_in_batch_sizes(store, pages):
+    from tests.app import synthetic
+
+    run_id = import_fixture(store, "vllm", VLLM_LOG)
+    prices = [p["pool_bytes"]["basis"] for p in advisor_page(store, run_id)["advice"]["plans"]]
+    assert prices[0].startswith("512 tokens needed 696.3 MiB captured first")
+    assert prices[1].startswith("32 tokens' footprint scaled from 512 tokens' 696.3 MiB in proportion")
+    sglang = import_fixture(store, "sglang", "sglang_v046_decode_sample_serving.log")   # its list: requests
+    assert advisor_page(store, sglang)["advice"]["plans"][0]["pool_bytes"]["basis"].startswith(
+        "bs 32 needed 419.8 MiB captured first")
+    synthetic.fill(store, "syn-1", steps=200)
+    shown = advisor_page(store, "syn-1")
+    assert all("tokens" not in p["pool_bytes"]["basis"] + p["capture_s"]["basis"] for p in shown["advice"]["plans"])
+    bars = {words for t in shown["figure"].to_plotly_json()["data"] if t["type"] == "bar" for words in t["customdata"]}
+    assert bars and all(w.startswith("bs ") for w in bars)
