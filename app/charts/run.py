@@ -220,7 +220,7 @@ def padding_figure(hist: list[dict[str, Any]], scope: str = "decode", size_name:
         staged = _by_stage(stage, order, size_name, mine)
         of = f"{stage} tokens" if staged else f"{scope} tokens"
         traces.append(dict(type="bar", x=[x(r["raw_bs"]) for r in mine], y=[r["share"] for r in mine],
-                           name=f"padding share ({stage})" if staged else "padding share",
+                           name=stage if staged else "padding share",     # the legend: short, clear of the modebar
                            marker=dict(color=MODE_COLORS["padded"], **_hatch(staged)),
                            customdata=[[formats.pct(r["share"]), formats.count(r["padded_tokens"]),
                                         formats.count(r["num_tokens"] + r["padded_tokens"])]
