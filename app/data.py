@@ -26,7 +26,7 @@ from replayscope.collector.analysis.advisor.report import advise                
 from replayscope.collector.analysis.advisor.stored import run_facts                                  # noqa: F401
 from replayscope.collector.analysis.diagnosis import diagnose_run                                     # noqa: F401
 from replayscope.collector.analysis.explanations import STAND_IN_NOTE, cost_sentence, explain_run, is_stand_in  # noqa: F401
-from replayscope.collector.analysis.reasons import size_namer                                        # noqa: F401
+from replayscope.collector.analysis.reasons import size_in_tokens, size_namer                        # noqa: F401
 from replayscope.collector.analysis.regressions import METRICS as REGRESSION_METRICS                 # noqa: F401
 from replayscope.collector.importers.parser import stated_figures                                    # noqa: F401
 from replayscope.collector.importers.stages import STAGE_NOTES                                       # noqa: F401

@@ -6,7 +6,7 @@ same figures from the same rows. One module per page's kind of chart (``run``, `
 (``charts.pool_figure``).
 """
 
-from replayscope.app.charts.base import MODE_COLORS, MODE_ORDER, capture_size, per_bucket, time_axis
+from replayscope.app.charts.base import MODE_COLORS, MODE_ORDER, capture_size, per_bucket, size_title, time_axis
 from replayscope.app.charts.fleet import FLEET_METRICS, fleet_figure
 from replayscope.app.charts.run import (advisor_histogram_figure, batch_histogram_figure, eager_ratio_figure,
                                         mode_mix_figure, padding_by_size, padding_figure, parity_figure,
@@ -15,7 +15,7 @@ from replayscope.app.charts.startup import (capture_figure, diff_figure, pool_fi
                                             waterfall_figure, waterfall_rows)
 
 __all__ = [
-    "MODE_COLORS", "MODE_ORDER", "capture_size", "per_bucket", "time_axis",
+    "MODE_COLORS", "MODE_ORDER", "capture_size", "per_bucket", "size_title", "time_axis",
     "FLEET_METRICS", "fleet_figure",
     "advisor_histogram_figure", "batch_histogram_figure", "eager_ratio_figure", "mode_mix_figure",
     "padding_by_size", "padding_figure", "parity_figure", "rule_ratio_figure", "step_time_figure",

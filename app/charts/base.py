@@ -79,11 +79,27 @@ def time_axis(ts: Iterable[float], bucket_s: float = 1.0) -> dict[str, Any]:
 SPARSE_SIZES = 4
 
 
-def size_axis(sizes: Iterable[int]) -> tuple[Callable[[int], Any], dict[str, Any]]:
+RAW_SIZE_TITLE = "batch size (raw)"
+
+
+def size_title(stages: Iterable[str], in_tokens: Callable[[str], bool]) -> str | None:
+    """An axis over sizes of ``stages`` named in their units, each with its stages: ``batch size
+    (decode) / tokens (mixed)``, ``tokens (prefill, mixed)``; None where every one is a batch size
+    (the chart keeps ``batch size (raw)``). ``in_tokens``: the collector's rule for the run
+    (``reasons.size_in_tokens``)."""
+    stages = list(dict.fromkeys(stages))
+    tokens = [s for s in stages if in_tokens(s)]
+    batches = [s for s in stages if s not in tokens]
+    parts = [f"{unit} ({', '.join(of)})" for unit, of in (("batch size", batches), ("tokens", tokens)) if of]
+    return " / ".join(parts) if tokens else None
+
+
+def size_axis(sizes: Iterable[int], title: str | None = None) -> tuple[Callable[[int], Any], dict[str, Any]]:
     """(x value of a size, x axis) for a chart over batch sizes: linear, or categories in
-    size order when the sizes are sparse over their range."""
+    size order when the sizes are sparse over their range. ``title``: the sizes' units where
+    some are tokens (``size_title``), else ``batch size (raw)``."""
     ordered = sorted(set(sizes))
-    title = dict(title=dict(text="batch size (raw)"))
+    title = dict(title=dict(text=title or RAW_SIZE_TITLE))
     if not ordered or ordered[-1] <= SPARSE_SIZES * len(ordered):
         return (lambda bs: bs), title
     return str, dict(title, type="category", categoryorder="array", categoryarray=[str(s) for s in ordered])

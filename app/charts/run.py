@@ -4,13 +4,13 @@ batch sizes and their padding, step time by mode, replay parity."""
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import plotly.graph_objects as go
 
 from replayscope.app import formats
-from replayscope.app.charts.base import (MODE_COLORS, MODE_ORDER, empty, figure, hline, per_bucket, size_axis,
-                                         time_axis, utc_times)
+from replayscope.app.charts.base import (MODE_COLORS, MODE_ORDER, SizeName, empty, figure, hline, per_bucket,
+                                         size_axis, time_axis, utc_times)
 
 
 GRAPH_OR_PADDED = "graph, padded or not (/metrics cannot tell)"
@@ -100,23 +100,55 @@ def rule_ratio_figure(judged: list[dict[str, Any]], scope: str, every_s: int = 1
                    yaxis=dict(title=dict(text=f"eager share of {scope} steps"), tickformat=".0%", range=[0, 1.05]))
 
 
+def _stages(rows: list[dict[str, Any]]) -> list[str | None]:
+    """The stages rows are split by (``stage``: the page splits a run's rows where a stage's
+    sizes are tokens and another's batch sizes), in their order; [None]: rows of every stage."""
+    return list(dict.fromkeys(r["stage"] for r in rows)) if rows and "stage" in rows[0] else [None]
+
+
+def _by_stage(stage: str | None, stages: list[str | None], size_name: SizeName | None,
+              rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """What a trace of one stage's rows adds: its sizes in their units ("bs 8 (decode)", "512
+    tokens (mixed)") to hover over, and a hatch that tells a later stage's bars apart."""
+    if stage is None:
+        return {}
+    return {"customdata": [f"{size_name(stage, r['raw_bs'])} ({stage})" for r in rows],
+            "pattern": dict(shape="/") if stage != stages[0] else None}
+
+
+def _hatch(staged: dict[str, Any]) -> dict[str, Any]:
+    return {"pattern": staged["pattern"]} if staged.get("pattern") else {}
+
+
 def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] = (),
                            scope: str = "decode", counted: str = "steps",
-                           captured_names: dict[int, str] | None = None) -> go.Figure:
+                           captured_names: dict[int, str] | None = None, size_name: SizeName | None = None,
+                           x_title: str | None = None) -> go.Figure:
     """Steps (``counted``, as for ``mode_mix_figure``) per batch size, coloured by mode, with the
     captured sizes marked (``scope``: the stages ``hist`` is over, in words); a marker's hover
     names the graphs of its size in their units (``captured_names``: "bs 16, 16 tokens (mixed)"),
-    else "size N" (a capture list that names no stage)."""
+    else "size N" (a capture list that names no stage). Rows with a ``stage`` (an engine's run
+    whose mixed sizes are tokens) are drawn per stage, each size named by ``size_name`` in its
+    unit ("bs 8 (decode)", "512 tokens (mixed)"), the axis titled ``x_title``."""
     if not hist:
         return empty(f"no {scope} steps yet")
     sizes = sorted(set(captured))
-    x, xaxis = size_axis([r["raw_bs"] for r in hist] + sizes)
+    x, xaxis = size_axis([r["raw_bs"] for r in hist] + sizes, x_title)
+    stages = _stages(hist)
     traces = []
     for mode in MODE_ORDER:
-        rows = [r for r in hist if r["mode"] == mode]
-        if rows:
-            traces.append(dict(type="bar", x=[x(r["raw_bs"]) for r in rows], y=[r["steps"] for r in rows],
-                               name=mode, marker=dict(color=MODE_COLORS[mode])))
+        for stage in stages:
+            rows = [r for r in hist if r["mode"] == mode and stage in (None, r.get("stage"))]
+            if not rows:
+                continue
+            trace = dict(type="bar", x=[x(r["raw_bs"]) for r in rows], y=[r["steps"] for r in rows],
+                         name=mode, marker=dict(color=MODE_COLORS[mode]))
+            staged = _by_stage(stage, stages, size_name, rows)
+            if staged:
+                trace.update(name=f"{mode} ({stage})", customdata=staged["customdata"],
+                             hovertemplate=f"%{{customdata}}: %{{y:,}} {counted} ran {mode}<extra></extra>")
+                trace["marker"].update(_hatch(staged))
+            traces.append(trace)
     if sizes:
         traces.append(dict(type="scatter", x=[x(s) for s in sizes], y=[0] * len(sizes), mode="markers",
                            name="captured size", marker=dict(symbol="triangle-up", size=11, color="#1f4e9c"),
@@ -126,11 +158,14 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
 
 
 def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int], current: Iterable[int],
-                             x_title: str = "batch size (raw)") -> go.Figure:
+                             x_title: str = "batch size (raw)",
+                             size_name: Callable[[int], str] | None = None) -> go.Figure:
     """The steps the advisor chose from, per batch size, coloured by how they really ran,
-    with the proposed sizes (▲ under the axis) and the run's current sizes (▼ above it)."""
+    with the proposed sizes (▲ under the axis) and the run's current sizes (▼ above it); each
+    size named in the list's unit by ``size_name`` ("bs 8", "512 tokens"), else "bs N"."""
     if not hist:
         return empty("no decode steps a list of capture sizes decides")
+    name = size_name or (lambda size: f"bs {size}")
     traces = []
     sizes_seen = [r["raw_bs"] for r in hist]
     width = max(0.8, (max(sizes_seen) - min(sizes_seen)) / 150)     # sparse token counts: bars stay bars
@@ -139,47 +174,64 @@ def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int]
         if rows:
             traces.append(dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows],
                                width=width, name=f"ran {mode}", marker=dict(color=MODE_COLORS[mode]),
-                               hovertemplate=f"bs %{{x}}: %{{y:,}} steps ran {mode}<extra></extra>"))
-    for name, sizes, symbol, y, color in (("proposed size", proposed, "triangle-up", 0, "#1f4e9c"),
-                                          ("current size", current, "triangle-down", 1, "#7a7a7a")):
+                               customdata=[name(r["raw_bs"]) for r in rows],
+                               hovertemplate=f"%{{customdata}}: %{{y:,}} steps ran {mode}<extra></extra>"))
+    for label, sizes, symbol, y, color in (("proposed size", proposed, "triangle-up", 0, "#1f4e9c"),
+                                           ("current size", current, "triangle-down", 1, "#7a7a7a")):
         sizes = sorted(set(sizes))
         if sizes:
-            traces.append(dict(type="scatter", x=sizes, y=[y] * len(sizes), yaxis="y2", mode="markers", name=name,
+            traces.append(dict(type="scatter", x=sizes, y=[y] * len(sizes), yaxis="y2", mode="markers", name=label,
                                marker=dict(symbol=symbol, size=11, color=color),
-                               hovertemplate=f"{name} %{{x}}<extra></extra>"))
+                               customdata=[name(s) for s in sizes],
+                               hovertemplate=f"{label.split()[0]} %{{customdata}}<extra></extra>"))
     return figure(traces, barmode="stack", xaxis=dict(title=dict(text=x_title), rangemode="nonnegative"),
                    yaxis=dict(title=dict(text="steps")),
                    yaxis2=dict(overlaying="y", range=[-0.05, 1.05], visible=False, fixedrange=True))
 
 
 def padding_by_size(hist: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Per batch size: raw_bs, num_tokens, padded_tokens and share = padded / (num + padded)."""
-    per_bs: dict[int, list[int]] = {}
+    """Per batch size: raw_bs, num_tokens, padded_tokens and share = padded / (num + padded);
+    per stage and size, with its ``stage``, where the rows carry one."""
+    per_bs: dict[tuple[str | None, int], list[int]] = {}
     for r in hist:
-        acc = per_bs.setdefault(r["raw_bs"], [0, 0])
+        acc = per_bs.setdefault((r.get("stage"), r["raw_bs"]), [0, 0])
         acc[0] += r["num_tokens"]
         acc[1] += r["padded_tokens"]
-    return [{"raw_bs": bs, "num_tokens": tok, "padded_tokens": pad,
-             "share": pad / (tok + pad) if tok + pad else None} for bs, (tok, pad) in sorted(per_bs.items())]
+    return [{**({} if stage is None else {"stage": stage}), "raw_bs": bs, "num_tokens": tok, "padded_tokens": pad,
+             "share": pad / (tok + pad) if tok + pad else None}
+            for (stage, bs), (tok, pad) in sorted(per_bs.items(), key=lambda kv: (kv[0][1], kv[0][0] or ""))]
 
 
-def padding_figure(hist: list[dict[str, Any]], scope: str = "decode") -> go.Figure:
+def padding_figure(hist: list[dict[str, Any]], scope: str = "decode", size_name: SizeName | None = None,
+                   x_title: str | None = None) -> go.Figure:
     """Padded tokens as a share of the tokens computed (padded + real), per batch size: the
     same share as the run's padding figure, size by size (``hist`` is over the decode stages;
-    ``scope`` names them in words)."""
+    ``scope`` names them in words). Rows with a ``stage`` are bars per stage side by side, each
+    size in its unit (``batch_histogram_figure``)."""
     rows = [r for r in padding_by_size(hist) if r["share"] is not None]
     if not any(r["padded_tokens"] for r in rows):
         return empty("no padding")
-    x, xaxis = size_axis(r["raw_bs"] for r in rows)
-    return figure([dict(type="bar", x=[x(r["raw_bs"]) for r in rows], y=[r["share"] for r in rows],
-                         name="padding share", marker=dict(color=MODE_COLORS["padded"]),
-                         customdata=[[formats.pct(r["share"]), formats.count(r["padded_tokens"]),
-                                      formats.count(r["num_tokens"] + r["padded_tokens"])] for r in rows],
-                         hovertemplate="bs %{x}: %{customdata[0]} padding (%{customdata[1]} of "
-                                       f"%{{customdata[2]}} {scope} tokens)<extra></extra>")],
-                   xaxis=xaxis,
-                   yaxis=dict(title=dict(text=f"padded share of {scope} tokens"), tickformat=".0%",
-                              rangemode="tozero"))
+    x, xaxis = size_axis((r["raw_bs"] for r in rows), x_title)
+    order = _stages(hist)                     # the hatch as on the histogram, whichever stage padded
+    stages = [s for s in order if any(r.get("stage") == s for r in rows)]
+    traces = []
+    for stage in stages:
+        mine = [r for r in rows if stage in (None, r.get("stage"))]
+        staged = _by_stage(stage, order, size_name, mine)
+        of = f"{stage} tokens" if staged else f"{scope} tokens"
+        traces.append(dict(type="bar", x=[x(r["raw_bs"]) for r in mine], y=[r["share"] for r in mine],
+                           name=stage if staged else "padding share",     # the legend: short, clear of the modebar
+                           marker=dict(color=MODE_COLORS["padded"], **_hatch(staged)),
+                           customdata=[[formats.pct(r["share"]), formats.count(r["padded_tokens"]),
+                                        formats.count(r["num_tokens"] + r["padded_tokens"])]
+                                       + ([words] if staged else []) for r, words in
+                                       zip(mine, staged.get("customdata") or [None] * len(mine))],
+                           hovertemplate=("%{customdata[3]}" if staged else "bs %{x}")
+                           + ": %{customdata[0]} padding (%{customdata[1]} of "
+                           f"%{{customdata[2]}} {of})<extra></extra>"))
+    return figure(traces, **(dict(barmode="group") if len(stages) > 1 else {}), xaxis=xaxis,
+                  yaxis=dict(title=dict(text=f"padded share of {scope} tokens"), tickformat=".0%",
+                             rangemode="tozero"))
 
 
 def _timed_of(timed: int, steps: int) -> str:

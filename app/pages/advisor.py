@@ -4,7 +4,8 @@ rules, with the flags to copy. Every figure is the API's (``GET /v1/runs/{id}/ad
 
 from __future__ import annotations
 
-from typing import Any
+from functools import partial
+from typing import Any, Callable
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -95,9 +96,11 @@ def page_data(store: Any, run_id: str, budget: int | None = None) -> dict[str, A
     current = next((p["sizes"] for p in advice["plans"] if p["name"] == "current"), [])
     x_title = "batch size (tokens)" if advice["engine"] == "vllm" else "batch size (requests)"
     estimated = advice["objective"]["provenance"] == "estimated"
+    size_name = partial(data.size_namer(facts.run.get("source"), facts.run.get("config")), advice["stage"])
     return {"advice": advice, "scored": scored, "unit": unit, "estimated": estimated, "records": records,
-            "rows": c.grid_rows(plan_columns(scored, unit, estimated), records),
-            "figure": charts.advisor_histogram_figure(advice["histogram"], advice["sizes"], current, x_title)}
+            "rows": c.grid_rows(plan_columns(scored, unit, estimated), records), "size_name": size_name,
+            "figure": charts.advisor_histogram_figure(advice["histogram"], advice["sizes"], current, x_title,
+                                                      size_name)}
 
 
 def intro(advice: dict[str, Any]) -> list[Any]:
@@ -140,11 +143,11 @@ def verdict(advice: dict[str, Any]) -> html.Div:
                     + (" verdict-estimated" if v.get("estimated") else ""))
 
 
-def dropped(advice: dict[str, Any]) -> Any:
-    """The sizes the choice found and left off, and why."""
+def dropped(advice: dict[str, Any], size_name: Callable[[int], str]) -> Any:
+    """The sizes the choice found and left off (each in its unit: ``size_name``), and why."""
     if not advice.get("dropped"):
         return None
-    left = "; ".join(f"{d['size']} ({d['why']})" for d in advice["dropped"])
+    left = "; ".join(f"{size_name(d['size'])} ({d['why']})" for d in advice["dropped"])
     return html.P(f"Left off, the gain does not pay for them: {left}.", className="hint", id="advisor-dropped")
 
 
@@ -199,7 +202,7 @@ def budget_text(advice: dict[str, Any]) -> str:
 
 def body(shown: dict[str, Any]) -> list[Any]:
     advice = shown["advice"]
-    return [verdict(advice), dropped(advice),
+    return [verdict(advice), dropped(advice, shown["size_name"]),
             c.section("Price of each list", price_notes(advice)),
             c.section("Validity per engine", validity(advice)),
             c.section("Flags to copy", flags(advice)),

@@ -7,6 +7,7 @@ rule are: a vLLM run's decode and mixed batches, a runner's or SGLang's decode s
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import dash
@@ -54,6 +55,20 @@ def stage_note(summary: dict[str, Any]) -> str | None:
             f"advisor do (the decode stages: {' and '.join(DECODE_STAGES)}).")
 
 
+def decode_histogram(store: Any, summary: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """(the decode stages' steps per batch size and mode, the title of their axis). Where a
+    stage's sizes are tokens (``data.size_in_tokens``: a vLLM run's mixed batches), each row
+    carries its ``stage`` and the title names each unit (``charts.size_title``); else the
+    stages' rows are one, under the charts' own title (None)."""
+    present = [s for s in DECODE_STAGES if summary["stage_steps"].get(s)]
+    title = charts.size_title(present, partial(data.size_in_tokens, source=summary["source"],
+                                               config=summary.get("config")))
+    if title is None:
+        return data.queries.batch_histogram(store, summary["run_id"], stage=DECODE_VIEW), None
+    return [{**row, "stage": stage} for stage in present
+            for row in data.queries.batch_histogram(store, summary["run_id"], stage=stage)], title
+
+
 def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     """Everything the run page shows, from the query layer; None for an unknown run."""
     queries = data.queries
@@ -68,7 +83,8 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
         bucket_s = queries.choose_bucket_s(span_s, BARS)
         timeline = queries.mode_timeline(store, run_id, bucket_s=bucket_s)
     decode_timeline = queries.mode_timeline(store, run_id, stage=DECODE_VIEW)
-    hist = queries.batch_histogram(store, run_id, stage=DECODE_VIEW)
+    size_name = data.size_namer(summary["source"], summary.get("config"))
+    hist, size_title = decode_histogram(store, summary)
     scope = decode_scope(summary["stage_steps"])
     step_times = queries.step_time_by_mode(store, run_id)
     caps = queries.captures(store, run_id)
@@ -77,7 +93,6 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
     judged = [{"rule": rule, "points": data.judged_ratios(store, rule, run_id, every_s),
                "spans": [s for s in spans if s["rule_id"] == rule.id]}
               for rule in rules_for(queries.alert_rules(store), summary["name"])]
-    size_name = data.size_namer(summary["source"], summary.get("config"))
     graphs = [x for x in caps if x["status"] == "ok" and x["stage"] in DECODE_STAGES]
     captured = sorted({x["graph_bs"] for x in graphs})
     captured_names = {bs: ", ".join(dict.fromkeys(charts.capture_size(x, size_name) for x in graphs
@@ -102,8 +117,9 @@ def page_data(store: Any, run_id: str) -> dict[str, Any] | None:
             "run-mode-mix": charts.mode_mix_figure(timeline, bucket_s, counted, summary["padding_known"]),
             "run-eager-ratio": (charts.rule_ratio_figure(judged, scope, every_s) if judged else
                                 charts.eager_ratio_figure(decode_timeline, scope=scope)),
-            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted, captured_names),
-            "run-padding": charts.padding_figure(hist, scope),
+            "run-batch-hist": charts.batch_histogram_figure(hist, captured, scope, counted, captured_names,
+                                                            size_name, size_title),
+            "run-padding": charts.padding_figure(hist, scope, size_name, size_title),
             "run-step-time": charts.step_time_figure(step_times),
             "run-pool": charts.pool_figure(caps, size_name=size_name),
             "run-parity": charts.parity_figure(queries.parity(store, run_id)),

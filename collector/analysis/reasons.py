@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from functools import partial
 from typing import Any, Callable
 
-from replayscope.contract.wire import CUSTOM_REASON_PREFIX
+from replayscope.contract.wire import CUSTOM_REASON_PREFIX, stages_of
 
 
 @dataclass(frozen=True)
@@ -385,13 +385,13 @@ def engine_of(source: str | None, config: dict[str, Any] | None = None) -> str:
     return ENGINE_OF_SOURCE.get(source or "", "change")
 
 
-ENGINE_TOKEN_STAGES = ("prefill", "mixed")   # vLLM and SGLang key these batches (and their graphs) by tokens
+ENGINE_TOKEN_STAGES, VLLM_SGLANG = ("prefill", "mixed"), ("vllm", "sglang")   # these engines key these by tokens
 
 
 def size_in_tokens(stage: str | None, source: str | None = None, config: dict[str, Any] | None = None) -> bool:
-    """Whether a size of ``stage`` on a run from ``source`` is tokens (an engine's prefill and
-    mixed batches and graphs: ``engine_of``), not a batch size of sequences."""
-    return stage in ENGINE_TOKEN_STAGES and engine_of(source, config) in ("vllm", "sglang")
+    """Whether a size of ``stage`` (of a view, ``decode+mixed``: of one of its stages) on a run from ``source``
+    is tokens (an engine's prefill and mixed batches and graphs: ``engine_of``), not a batch size of sequences."""
+    return any(s in ENGINE_TOKEN_STAGES for s in stages_of(stage or "")) and engine_of(source, config) in VLLM_SGLANG
 
 
 def size_words(stage: str | None, low: int, high: int | None = None, *, source: str | None = None,

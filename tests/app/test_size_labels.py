@@ -178,3 +178,113 @@ def test_the_capture_chart_of_an_engine_without_decode_graphs_names_its_axis_for
     figure = charts.capture_figure(rows, "not in the log", size_name=size_namer("vllm-log")).to_plotly_json()
     assert list(figure["data"][0]["x"]) == ["1 token (mixed)", "8 tokens (mixed)"]
     assert figure["layout"]["xaxis"]["title"]["text"] == "capture size"       # not "decode batch size"
+
+
+# The run page's batch histogram and padding chart, and the advisor: a step's raw size on an
+# engine's run is its tokens where the step is mixed (or prefill), a batch size of sequences
+# where it is decode; each is named in its own unit, through the same rule.
+
+def run_figures(pages, store, run_id: str) -> tuple[dict, dict]:
+    figures = pages["run"].page_data(store, run_id)["figures"]
+    return figures["run-batch-hist"].to_plotly_json(), figures["run-padding"].to_plotly_json()
+
+
+def test_the_batch_histogram_of_a_traced_vllm_run_names_each_stages_sizes_in_their_unit(store, pages):
+    run_id = import_events(store, TRACED_VLLM)
+    hist, padding = run_figures(pages, store, run_id)
+    for figure in (hist, padding):
+        assert figure["layout"]["xaxis"]["title"]["text"] == "batch size (decode) / tokens (mixed)"
+    bars = [t for t in hist["data"] if t["type"] == "bar"]
+    hovers = {words for t in bars for words in t["customdata"]}
+    assert {"bs 16 (decode)", "16 tokens (mixed)", "57 tokens (mixed)", "bs 3 (decode)"} <= hovers
+    assert "bs 57 (decode)" not in hovers and not any(h.startswith("bs ") and "mixed" in h for h in hovers)
+    assert all("%{customdata}" in t["hovertemplate"] and "bs %{x}" not in t["hovertemplate"] for t in bars)
+    # the 16 sizes of decode steps and mixed steps are two bars, stacked: no step lost or merged
+    steps = {(t["name"], x): y for t in bars for x, y in zip(t["x"], t["y"])}
+    assert steps[("graph (decode)", 16)] == 11 and steps[("graph (mixed)", 16)] == 1
+    assert sum(steps.values()) == 90
+    shares = {words[3]: words[0] for t in padding["data"] for words in t["customdata"]}
+    assert shares["12 tokens (mixed)"] == "25.0%" and shares["bs 12 (decode)"] == "25.0%"
+    assert all("bs %{x}" not in t["hovertemplate"] for t in padding["data"])
+
+
+def test_an_imported_vllm_log_names_its_mixed_batches_in_tokens_on_both_charts(store, pages):
+    run_id = import_fixture(store, "vllm", VLLM_LOG)
+    hist, padding = run_figures(pages, store, run_id)
+    assert hist["layout"]["xaxis"]["title"]["text"] == "batch size (decode) / tokens (mixed)"
+    hovers = {words for t in hist["data"] if t["type"] == "bar" for words in t["customdata"]}
+    assert hovers and all(h.endswith(("tokens (mixed)", "token (mixed)")) or h.startswith("bs ") and
+                          h.endswith("(decode)") for h in hovers)
+    shown = pages["run"].data.queries.batch_histogram(store, run_id, stage="decode+mixed")
+    assert sum(y for t in hist["data"] if t["type"] == "bar" for y in t["y"]) == sum(r["steps"] for r in shown)
+
+
+def test_runner_and_sglang_runs_keep_their_batch_size_charts_as_they_were(store, pages):
+    from tests.app import synthetic
+
+    synthetic.fill(store, "syn-1", steps=200)
+    sglang = import_fixture(store, "sglang", "sglang_v046_decode_sample_serving.log")   # decode steps only
+    for run_id in ("syn-1", sglang):
+        hist, padding = run_figures(pages, store, run_id)
+        assert hist["layout"]["xaxis"]["title"]["text"] == "batch size (raw)"
+        bars = [t for t in hist["data"] if t["type"] == "bar"]
+        assert bars and all(set(t) == {"type", "x", "y", "name", "marker"} for t in bars)   # plotly's own hover
+        assert [t["name"] for t in bars] == [m for m in ("graph", "padded", "eager") if m in {t["name"] for t in bars}]
+        if padding["data"]:
+            [trace] = padding["data"]
+            assert trace["name"] == "padding share" and trace["hovertemplate"].startswith("bs %{x}: ")
+            assert padding["layout"]["xaxis"]["title"]["text"] == "batch size (raw)"
+
+
+def test_size_title_names_each_unit_with_its_stages():
+    from replayscope.app.charts import size_title
+    from replayscope.collector.analysis.reasons import size_in_tokens
+
+    def title(stages, source):
+        return size_title(stages, lambda stage: size_in_tokens(stage, source))
+    assert title(["decode", "mixed"], "vllm-log") == "batch size (decode) / tokens (mixed)"
+    assert title(["prefill", "mixed"], "sglang-log") == "tokens (prefill, mixed)"
+    assert title(["decode", "mixed"], "runner") is None and title(["decode"], "vllm-log") is None
+    assert size_in_tokens("decode+mixed", "vllm-log")            # a list serving both: vLLM's tokens
+    assert not size_in_tokens("decode+mixed", "runner") and not size_in_tokens("decode", "vllm-log")
+
+
+def advisor_page(store, run_id: str) -> dict:
+    from replayscope.app.pages import advisor
+
+    return advisor.page_data(store, run_id)
+
+
+def test_the_advisor_names_a_traced_vllm_runs_sizes_in_tokens(store, pages):
+    from replayscope.app.pages import advisor
+
+    run_id = import_events(store, TRACED_VLLM)
+    shown = advisor_page(store, run_id)
+    advice = shown["advice"]
+    assert advice["stage"] == "decode+mixed"
+    pool = advice["plans"][0]["pool_bytes"]["basis"]
+    assert pool.startswith("32 tokens needed 2.0 MiB captured first") and "bs " not in pool
+    assert "an eager step 6.99 ms at 37 tokens to 10.30 ms at 57 tokens" in advice["objective"]["basis"]
+    assert "57 tokens (its pool would be larger" in str(advisor.dropped(advice, shown["size_name"]))
+    figure = shown["figure"].to_plotly_json()
+    bars = {words for t in figure["data"] if t["type"] == "bar" for words in t["customdata"]}
+    assert "37 tokens" in bars and not any(w.startswith("bs ") for w in bars)
+    [proposed] = [t for t in figure["data"] if t["name"] == "proposed size"]
+    assert "32 tokens" in proposed["customdata"] and proposed["hovertemplate"].startswith("proposed %{customdata}")
+
+
+def test_the_advisor_names_an_imported_vllm_logs_sizes_in_tokens_and_others_in_batch_sizes(store, pages):
+    from tests.app import synthetic
+
+    run_id = import_fixture(store, "vllm", VLLM_LOG)
+    prices = [p["pool_bytes"]["basis"] for p in advisor_page(store, run_id)["advice"]["plans"]]
+    assert prices[0].startswith("512 tokens needed 696.3 MiB captured first")
+    assert prices[1].startswith("32 tokens' footprint scaled from 512 tokens' 696.3 MiB in proportion")
+    sglang = import_fixture(store, "sglang", "sglang_v046_decode_sample_serving.log")   # its list: requests
+    assert advisor_page(store, sglang)["advice"]["plans"][0]["pool_bytes"]["basis"].startswith(
+        "bs 32 needed 419.8 MiB captured first")
+    synthetic.fill(store, "syn-1", steps=200)
+    shown = advisor_page(store, "syn-1")
+    assert all("tokens" not in p["pool_bytes"]["basis"] + p["capture_s"]["basis"] for p in shown["advice"]["plans"])
+    bars = {words for t in shown["figure"].to_plotly_json()["data"] if t["type"] == "bar" for words in t["customdata"]}
+    assert bars and all(w.startswith("bs ") for w in bars)

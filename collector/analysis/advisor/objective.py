@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Iterable, NamedTuple, Sequence
 
-from replayscope.collector.analysis.advisor.steps import served
+from replayscope.collector.analysis.advisor.steps import BATCH_SIZE, SizeName, served
 from replayscope.contract.wire import SIZE_DECIDED_REASONS, stages_of
 
 DEFAULT_EAGER_WEIGHT = 3.0
@@ -146,9 +146,9 @@ def on_a_gpu(backend: str, device: str) -> bool:
 
 def choose_objective(*, backend: str, device: str, graph: Sequence[Point], eager: Sequence[Point],
                      earlier_graph: Sequence[Point] = (), earlier_eager: Sequence[Point] = (),
-                     eager_weight: float | None = None) -> Objective:
+                     eager_weight: float | None = None, name: SizeName = BATCH_SIZE) -> Objective:
     """The time objective when both sides are timed (this run's, else earlier runs'), on a
-    GPU; else rows with the given weight or the default."""
+    GPU; else rows with the given weight or the default (``name``: a size in its unit)."""
     if eager_weight is not None:
         return rows_objective(eager_weight, "given", f"rows computed, an eager row counted "
                                                      f"{1 + eager_weight:g}x (--eager-weight {eager_weight:g})")
@@ -165,7 +165,7 @@ def choose_objective(*, backend: str, device: str, graph: Sequence[Point], eager
                 "this run's timed decode steps and earlier runs of its model and device (for the "
                 + ("graph" if not graph else "eager") + " steps)")
             eager_text = (f"{(ea + eb * lo) * 1e3:.2f} ms" if lo == hi else
-                          f"{(ea + eb * lo) * 1e3:.2f} ms at bs {lo} to {(ea + eb * hi) * 1e3:.2f} ms at bs {hi} "
+                          f"{(ea + eb * lo) * 1e3:.2f} ms at {name(lo)} to {(ea + eb * hi) * 1e3:.2f} ms at {name(hi)} "
                           f"(a line between, flat beyond)")
             return Objective("time", ga, gb, ea, eb, "measured" if own else "estimated",
                              f"decode step time fitted on {where}: a graph step {_line(ga, gb, 'g')}, an eager "

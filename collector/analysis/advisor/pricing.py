@@ -29,6 +29,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
+from replayscope.collector.analysis.advisor.steps import BATCH_SIZE, SizeName
+
 
 @dataclass
 class CaptureSet:
@@ -87,7 +89,9 @@ def _loo_rmse(points: dict[int, float]) -> float | None:
     return math.sqrt(sum(r * r for r in residuals) / len(residuals))
 
 
-def capture_time(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence[CaptureSet] = ()) -> Figure:
+def capture_time(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence[CaptureSet] = (),
+                 name: SizeName = BATCH_SIZE) -> Figure:
+    """``name``: a size in its unit, as the notes name it (``reasons.size_words`` for the list's stage)."""
     sizes = sorted(set(sizes))
     if not sizes:
         return Figure(0.0, None, "none", "no graphs to capture")
@@ -95,7 +99,7 @@ def capture_time(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequenc
     missing = [s for s in sizes if s not in own]
     if own and not missing:
         return Figure(sum(own[s] for s in sizes), None, this.provenance,
-                      f"this run's captures of {_sizes(sizes)}")
+                      f"this run's captures of {_sizes(sizes, name)}")
     points, basis, provenance = own, "this run's", "fit"
     if len(points) < 2:
         pooled = dict(own)
@@ -110,8 +114,8 @@ def capture_time(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequenc
         rmse = _loo_rmse(points)
         error = None if rmse is None else rmse * math.sqrt(len(missing))
         return Figure(sum(own.get(s, predicted.get(s, 0.0)) for s in sizes), error, provenance,
-                      f"{_sizes([s for s in sizes if s in own]) or 'no size'} as captured; "
-                      f"{_sizes(missing)} from a line through {basis} {len(points)} captured sizes "
+                      f"{_sizes([s for s in sizes if s in own], name) or 'no size'} as captured; "
+                      f"{_sizes(missing, name)} from a line through {basis} {len(points)} captured sizes "
                       + ("(error from its leave-one-out residuals)" if rmse is not None
                          else "(two sizes: no error can be given)"))
     if this and this.total_s and this.sizes:
@@ -122,7 +126,9 @@ def capture_time(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequenc
     return Figure(None, None, None, "no capture of this run or an earlier run of its model and device was timed")
 
 
-def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence[CaptureSet] = ()) -> Figure:
+def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence[CaptureSet] = (),
+                 name: SizeName = BATCH_SIZE) -> Figure:
+    """``name``: as for ``capture_time``."""
     sizes = sorted(set(sizes))
     if not sizes:
         return Figure(0, None, "none", "no graphs, no pool")
@@ -138,19 +144,20 @@ def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence
     estimated, notes = False, []
     if largest in footprints:
         footprint = footprints[largest]
-        notes.append(f"bs {largest} needed {_mib(footprint)} captured first"
+        notes.append(f"{name(largest)} needed {_mib(footprint)} captured first"
                      + ("" if own and own[0] == largest else " (an earlier run)"))
         estimated = not (own and own[0] == largest)
     elif len(footprints) >= 2:
         a, b = _line({k: float(v) for k, v in footprints.items()})
         footprint = max(0.0, a + b * largest)
-        notes.append(f"bs {largest}'s footprint from a line through the footprints of {len(footprints)} runs' "
+        notes.append(f"{_whose(name(largest))} footprint from a line through the footprints of {len(footprints)} runs' "
                      f"largest sizes")
         estimated = True
     else:
         (at, measured), = footprints.items()
         footprint = measured * largest / at
-        notes.append(f"bs {largest}'s footprint scaled from bs {at}'s {_mib(measured)} with the batch size")
+        notes.append(f"{_whose(name(largest))} footprint scaled from {_whose(name(at))} {_mib(measured)} in "
+                     f"proportion")
         estimated = True
     own_growth = _growth_of([this] if this else [])
     other_growth = _growth_of(earlier)
@@ -160,9 +167,9 @@ def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence
     unknown = [s for s in rest if s not in own_growth and s not in other_growth]
     total = footprint + sum(own_growth[s] for s in known) + sum(other_growth[s] for s in borrowed)
     if known:
-        notes.append(f"{_sizes(known)} {_add(known)} {'its' if len(known) == 1 else 'their'} measured growth")
+        notes.append(f"{_sizes(known, name)} {_add(known)} {'its' if len(known) == 1 else 'their'} measured growth")
     if borrowed:
-        notes.append(f"{_sizes(borrowed)} {_add(borrowed)} {'its' if len(borrowed) == 1 else 'their'} growth in "
+        notes.append(f"{_sizes(borrowed, name)} {_add(borrowed)} {'its' if len(borrowed) == 1 else 'their'} growth in "
                      f"an earlier run")
         estimated = True
     error = None
@@ -173,7 +180,7 @@ def pool_memory(sizes: Sequence[int], this: CaptureSet | None, earlier: Sequence
             total += mean * len(unknown)
             spread = math.sqrt(sum((v - mean) ** 2 for v in growth.values()) / len(growth))
             error = spread * math.sqrt(len(unknown)) if not estimated else None
-            notes.append(f"{_sizes(unknown)} {_add(unknown)} the mean growth of the smaller captures "
+            notes.append(f"{_sizes(unknown, name)} {_add(unknown)} the mean growth of the smaller captures "
                          f"({_mib(mean)} each)")
         else:
             notes.append("the smaller sizes add nothing: the run gave only the pool's total, taken as its "
@@ -197,10 +204,15 @@ def _add(sizes: Sequence[int]) -> str:
     return "adds" if len(sizes) == 1 else "add"
 
 
-def _sizes(sizes: Sequence[int]) -> str:
+def _sizes(sizes: Sequence[int], name: SizeName) -> str:
     if not sizes:
         return ""
-    return ("bs " if len(sizes) == 1 else "sizes ") + ", ".join(map(str, sizes))
+    return name(sizes[0]) if len(sizes) == 1 else "sizes " + ", ".join(map(str, sizes))
+
+
+def _whose(words: str) -> str:
+    """The possessive of a size in words: "bs 8's", "512 tokens'"."""
+    return words + ("'" if words.endswith("s") else "'s")
 
 
 def _mib(n: float) -> str:

@@ -63,10 +63,11 @@ def default_budget(current: Sequence[int], rules: engines.Rules, config: dict) -
                              f"by default for this run is not known")
 
 
-def _plan(name: str, sizes: list[int], parts: dict, obj, rules, facts) -> dict:
-    """``parts``: (distribution, mixed steps per size) for ``fit``, ``held_back`` and ``all``."""
-    captured = pricing.capture_time(sizes, facts.captures, facts.earlier)
-    pool = pricing.pool_memory(sizes, facts.captures, facts.earlier)
+def _plan(name: str, sizes: list[int], parts: dict, obj, rules, facts, size_name: stepping.SizeName) -> dict:
+    """``parts``: (distribution, mixed steps per size) for ``fit``, ``held_back`` and ``all``;
+    ``size_name``: a size in its unit (``steps.sizes_named``)."""
+    captured = pricing.capture_time(sizes, facts.captures, facts.earlier, size_name)
+    pool = pricing.pool_memory(sizes, facts.captures, facts.earlier, size_name)
     scored = {key: choice.score(dist, sizes, obj, rules.padding, mixed).as_dict() if dist else None
               for key, (dist, mixed) in parts.items()}
     scored["fit"] = scored["fit"] or choice.score({}, sizes, obj).as_dict()
@@ -89,7 +90,8 @@ def _pool_fits(facts: RunFacts, current: list[int]):
     return fits
 
 
-def _objective(facts: RunFacts, stage: str | None, current: list[int], rules, eager_weight) -> objectives.Objective:
+def _objective(facts: RunFacts, stage: str | None, current: list[int], rules, eager_weight,
+               size_name: stepping.SizeName) -> objectives.Objective:
     earlier_graph, earlier_eager = [], []
     for timings, sizes in facts.earlier_timings:
         earlier_graph += objectives.graph_points(timings, stage, sizes, rules.padding)
@@ -98,7 +100,7 @@ def _objective(facts: RunFacts, stage: str | None, current: list[int], rules, ea
         backend=facts.run.get("backend") or "", device=facts.run.get("device") or "",
         graph=objectives.graph_points(facts.timings, stage, current, rules.padding),
         eager=objectives.eager_points(facts.timings, stage),
-        earlier_graph=earlier_graph, earlier_eager=earlier_eager, eager_weight=eager_weight)
+        earlier_graph=earlier_graph, earlier_eager=earlier_eager, eager_weight=eager_weight, name=size_name)
     if chosen.provenance == "default" and rules.engine == "vllm":       # token-batched, no step timed
         config = facts.run.get("config") or {}
         estimate = launch.launch_objective(config, facts.run.get("model") or "", facts.weight_bytes, current)
@@ -179,7 +181,8 @@ def advise(facts: RunFacts, budget: int | None = None, eager_weight: float | Non
     parts = {"fit": (fit, stepping.distribution(fit_rows, "mixed")),
              "held_back": (held, stepping.distribution(held_rows, "mixed")),
              "all": (everything, stepping.distribution(kept, "mixed"))}
-    obj = _objective(facts, stage, current, rules, eager_weight)
+    size_name = stepping.sizes_named(stage, run.get("source"), config)
+    obj = _objective(facts, stage, current, rules, eager_weight, size_name)
     if budget is None:
         budget, budget_basis = default_budget(current, rules, config)
     else:
@@ -192,8 +195,8 @@ def advise(facts: RunFacts, budget: int | None = None, eager_weight: float | Non
                                             min_share=min_share, fits=_pool_fits(facts, current))
     plans = []
     if current or rules.graphs_off:
-        plans.append(_plan("current", current, parts, obj, rules, facts))
-    plans.append(_plan("proposed", proposed, parts, obj, rules, facts))
+        plans.append(_plan("current", current, parts, obj, rules, facts, size_name))
+    plans.append(_plan("proposed", proposed, parts, obj, rules, facts, size_name))
     current_plan = plans[0] if len(plans) == 2 else None
     validity = [{"engine": rules.engine, "label": rules.label, "own": True, "problems": rules.problems(proposed),
                  "facts": list(rules.facts), "unknown": list(rules.unknown)}]

@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from typing import Iterable, NamedTuple, Sequence
+from functools import partial
+from typing import Callable, Iterable, NamedTuple, Sequence
 
+from replayscope.collector.analysis.reasons import size_words
 from replayscope.contract.wire import DECODE_STAGES, DECODE_VIEW, SIZE_DECIDED_REASONS, stages_of
 
+SizeName = Callable[[int], str]     # a size of a list in its unit: "bs 8", "512 tokens" (``sizes_named``)
+BATCH_SIZE: SizeName = partial(size_words, None)
 FIT_SHARE = 0.7            # the first 70% of the steps choose the sizes, the last 30% score them
 MIN_HELD_BACK = 20         # fewer held-back steps than this score nothing: no split
 
@@ -42,6 +46,12 @@ def decode_like_stage(stages: Iterable[str]) -> str | None:
     if not present:
         return None
     return present[0] if len(present) == 1 else DECODE_VIEW
+
+
+def sizes_named(stage: str | None, source: str | None, config: dict | None) -> SizeName:
+    """How the advice names a size of the list for ``stage`` (one stage or ``decode+mixed``) on a
+    run from ``source``: ``reasons.size_words``, tokens where vLLM's sizes serve mixed batches."""
+    return partial(size_words, stage, source=source, config=config)
 
 
 def served(raw_bs: int, sizes: Sequence[int], padding: bool = True) -> int | None:
