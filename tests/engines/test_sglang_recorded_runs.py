@@ -253,3 +253,10 @@ def test_the_run_and_startup_pages_of_the_traced_server_say_what_sglang_did(page
     assert sorted(sizes["decode"], key=lambda s: int(s.split()[1])) \
         == [f"bs {n}" for n in facts["capture_passes"]["target decode"]["sizes"]]
     assert start["stats"]["startup-captures"] == str(len(rows)) == "64"
+    # stopped by Ctrl-C after serving: the finding says what the trace recorded of its end, and
+    # gives no start-up advice to a server that had started
+    [end] = [e for e in events if e["kind"] == "run_end"]
+    [stopped] = [f for f in start["findings"] if f["cause"] == "interrupted"]
+    assert stopped["title"] == "The run was stopped after 101 steps"
+    assert [e["text"] for e in stopped["evidence"]] == [f"status: interrupted: {end['error']}"]
+    assert not any("startup" in action for actions in stopped["actions"].values() for action in actions)
