@@ -80,9 +80,10 @@ class CaptureContext:
         self.pool_delta: int | None = None
         self.pool: Any = None
         self.started = 0.0
+        self.started_ts = 0.0
 
     def __enter__(self) -> "CaptureContext":
-        self.started = time.perf_counter()
+        self.started, self.started_ts = time.perf_counter(), time.time()
         self.tracer.capture_contexts.append(self)
         return self
 
@@ -143,8 +144,8 @@ class CaptureTracking:
             capture.size = capture_size_from_stack(sys._getframe(2))
         if capture.size is None and self.in_step and self.step_bs:
             capture.size = self.step_bs              # the batch of the step it was captured in
-        if self._capture_first_ts is None:
-            self._capture_first_ts = capture.started_ts
+        if self._capture_first_ts is None:      # the phase holds each capture as its event times it
+            self._capture_first_ts = capture.context.started_ts if capture.context else capture.started_ts
         self._open[id(graph)] = capture
 
     def capture_body_error(self, graph: Any, error: BaseException) -> None:
@@ -197,6 +198,7 @@ class CaptureTracking:
         return CaptureContext(self, size, stage, label)
 
     def capture_context_done(self, context: CaptureContext, duration: float) -> None:
+        self._capture_last_ts = time.time()      # the size's capture ends with its context, as timed
         error = "; ".join(dict.fromkeys(context.errors)) or None
         graphs = f", {context.graphs} graphs" if context.graphs > 1 else ""
         self._emit_capture(context.size, context.stage, duration, context.pool_delta, context.pool,

@@ -1,11 +1,12 @@
-"""The picture test: every page, for the four kinds of run a user has, in Chromium at 1280 and
+"""The picture test: every page, for each kind of run a user has, in Chromium at 1280 and
 1920 px, checked from the DOM for what a reader would see wrong.
 
 The runs are made the way a user makes them: a runner run (``replayscope run --backend static
 --preset tiny --workload mixed --events FILE``), a traced run (``replayscope trace`` of a small
-CPU decode loop, tests/app/programs/traced_decode.py), an imported vLLM 0.13 log with
-``--cudagraph-metrics`` tables and an imported SGLang 0.4.6 log (each with its startup phases
-and captures), all sent to a collector with ``replayscope import``; an eager-ratio rule and a
+CPU decode loop, tests/app/programs/traced_decode.py), the traced runs of a real ``vllm serve``
+and a real ``sglang.launch_server`` on an H200 (tests/engines/fixtures), an imported vLLM 0.13
+log with ``--cudagraph-metrics`` tables and an imported SGLang 0.4.6 log (each with its startup
+phases and captures), all sent to a collector with ``replayscope import``; an eager-ratio rule and a
 regression rule are created through the API first, and the alert rules evaluated once. Pages:
 Runs, Fleet, Alerts, an unknown path, and Run, Startup and Advisor of each run.
 
@@ -76,9 +77,11 @@ VLLM_LOG_DATE = 1796256000.0            # 2026-12-03 00:00 UTC, the day after it
 SGLANG_LOG = FIXTURES / "sglang_v046_decode_sample_serving.log"
 WIDTHS = (1280, 1920)
 MAX_HEIGHT = 8000
-KINDS = ("runner", "traced", "traced-vllm", "vllm", "sglang")
+KINDS = ("runner", "traced", "traced-vllm", "traced-sglang", "vllm", "sglang")
 # a real vllm serve traced on an H200 (tests/engines/fixtures): its dispatcher's reasons and notes
 TRACED_VLLM = REPO / "tests" / "engines" / "fixtures" / "vllm-0.25.0-serve-traced.jsonl"
+# a real sglang.launch_server traced on an H200: decode graphs by requests, prefill graphs by tokens
+TRACED_SGLANG = REPO / "tests" / "engines" / "fixtures" / "sglang-0.5.17-serve-traced.jsonl"
 RUN_PAGES = ("run", "startup", "advisor")
 # (kind, page): kind None for the pages that are not one run's
 PAGES = ([(None, "runs"), (None, "fleet"), (None, "alerts"), (None, "unknown")]
@@ -135,15 +138,23 @@ def site(tmp_path_factory):
         for rule in RULES:
             _post(url + "/v1/alert-rules", rule)
         assert main(["import", "events", str(tmp / "runner.jsonl"), str(tmp / "traced.jsonl"), str(TRACED_VLLM),
-                     "--collector", url]) == 0
+                     str(TRACED_SGLANG), "--collector", url]) == 0
         assert main(["import", "vllm", str(vllm_log), "--collector", url]) == 0
         assert main(["import", "sglang", str(SGLANG_LOG), "--collector", url]) == 0
         alerts.evaluate_alerts(store)          # what the collector's alert service does each tick
-        ids = {("trace-vllm" if r["source"] == "trace" and "vllm" in r["name"] else r["source"]): r["run_id"]
-               for r in queries.list_runs(store)}
+        ids = {_kind_of(r): r["run_id"] for r in queries.list_runs(store)}
         yield {"url": url, "runner": ids["runner"], "traced": ids["trace"], "traced-vllm": ids["trace-vllm"],
-               "vllm": ids["vllm-log"], "sglang": ids["sglang-log"]}
+               "traced-sglang": ids["trace-sglang"], "vllm": ids["vllm-log"], "sglang": ids["sglang-log"]}
     store.dispose()
+
+
+def _kind_of(run: dict) -> str:
+    """A run's source, and for a traced engine which one (its command names it)."""
+    if run["source"] == "trace":
+        for engine in ("vllm", "sglang"):
+            if engine in run["name"]:
+                return f"trace-{engine}"
+    return run["source"]
 
 
 def path_of(site: dict, kind: str | None, page: str) -> str:
@@ -577,3 +588,32 @@ def test_each_check_fails_on_what_it_is_for():
     assert shares_read_as_percent(_facts(grids=[share]))
     assert page_has_navigation(_facts(nav=[]))
     assert not any(check(_facts()) for check in CHECKS.values())
+
+
+def test_the_traced_sglang_pages_show_its_graph_and_padded_steps_and_prefill_tokens(pictures):
+    """A real SGLang 0.5.17 server traced on an H200 (tests/engines/test_sglang_recorded_runs.py
+    checks its counts against SGLang's own), as Chromium shows it: the run page counts its steps,
+    none eager, draws its graph and padded ones and their padding; the startup page names each
+    prefill capture in tokens and each decode one by its batch of requests."""
+    from replayscope.contract.events_file import read_events_file
+
+    events = read_events_file(TRACED_SGLANG).events
+    steps = [e for e in events if e["kind"] == "step"]
+    decode = [s for s in steps if s["stage"] == "decode"]
+    captures = [e for e in events if e["kind"] == "capture"]
+    run = pictures("traced-sglang", "run", WIDTHS[0]).facts
+    stats = {s["label"]: s for s in run["stats"]}
+    assert stats["steps"]["value"] == str(len(steps))
+    prefill = len(steps) - len(decode)
+    assert stats["eager"]["value"] == "0.0%" and f"{prefill} prefill apart (0 eager)" in stats["eager"]["note"]
+    padded = sum(s["padded_tokens"] for s in decode)
+    assert stats["padding"]["value"] == f"{100 * padded / (padded + sum(s['num_tokens'] for s in decode)):.1f}%"
+    [mix] = [c for c in run["charts"] if c["id"] == "run-mode-mix"]
+    assert {t["name"] for t in mix["traces"] if t["points"]} >= {"graph", "padded"}
+    startup = pictures("traced-sglang", "startup", WIDTHS[0]).facts
+    assert {s["label"]: s["value"] for s in startup["stats"]}["captures"] == str(len(captures))
+    [sizes] = [c for c in startup["charts"] if c["id"] == "startup-captures-fig"]
+    ticks = {t["text"] for t in sizes["texts"] if t["kind"] == "x tick"}
+    assert {f"{c['graph_bs']} tokens (prefill)" for c in captures if c["stage"] == "prefill"} <= ticks
+    assert {str(c["graph_bs"]) for c in captures if c["stage"] == "decode"} <= ticks
+    assert "decode batch size, others as named" in {t["text"] for t in sizes["texts"]}

@@ -141,19 +141,20 @@ def interrupted_finding(facts: RunFacts) -> list[Finding]:
             f"The run was stopped after {facts.steps:,} steps"
     if during_startup and place:
         title += f" ({place})"
-    evidence = [Evidence("status: interrupted (no end or failure was recorded)", default_provenance(facts.source))]
+    # what the run recorded of its end (a trace's "the process disappeared ..."), else that it has none
+    said = (f"status: interrupted: {facts.error}" if facts.error
+            else "status: interrupted (no end or failure was recorded)")
+    evidence = [Evidence(said, default_provenance(facts.source))]
     summary = capture_summary(facts)
     if summary["planned"] and summary["ok"] is not None and summary["ok"] < summary["planned"]:
         evidence.append(Evidence(f"{summary['ok']} of {summary['planned']} graphs captured before it stopped",
                                  summary["count_provenance"] or "log"))
     if facts.config.get("partial"):
         evidence.append(Evidence("the log starts mid-way", "log"))
+    actions = {"replayscope": ["A run stopped with Ctrl-C or SIGTERM ends 'interrupted'; "
+                               "import the whole log to see the rest."]}
+    if during_startup:                  # a probe's advice only for a server that had not started
+        actions.update({engine: ["Check whether the orchestrator killed the server (a startup probe "
+                                 "shorter than the startup)."] for engine in ("vllm", "sglang")})
     return [Finding(cause="interrupted", title=title, severity="warning" if during_startup else "info",
-                    seconds=None, evidence=evidence,
-                    actions={"replayscope": ["A run stopped with Ctrl-C or SIGTERM ends 'interrupted'; "
-                                             "import the whole log to see the rest."],
-                             "vllm": ["Check whether the orchestrator killed the server (a startup probe "
-                                      "shorter than the startup)."],
-                             "sglang": ["Check whether the orchestrator killed the server (a startup probe "
-                                        "shorter than the startup)."]},
-                    where=where if during_startup else None)]
+                    seconds=None, evidence=evidence, actions=actions, where=where if during_startup else None)]
