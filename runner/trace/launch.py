@@ -118,7 +118,8 @@ def _run(command: list[str], env: dict[str, str], ends: OutsideEnds) -> int:
         raise ReplayscopeError(f"command not found: {command[0]}") from None
     except PermissionError:
         raise ReplayscopeError(f"cannot run {command[0]}: permission denied") from None
-    code = supervision.wait(child, own_group, watch=lambda: ends.end_gone(waiting_for=child.pid))
+    code = supervision.wait(child, own_group, watch=lambda: ends.end_gone(waiting_for=child.pid),
+                            received=ends.command_signalled)
     ends.end_gone({child.pid: code})
     return 128 - code if code < 0 else code
 

@@ -84,8 +84,13 @@ def process_gone(pid: int) -> bool:
     return False
 
 
-def how_it_ended(exit_status: int | None) -> str:
-    """The process's end as the trace knows it: its exit status for the command's own process."""
+def how_it_ended(exit_status: int | None, signalled: str | None = None) -> str:
+    """The process's end as the trace knows it: its exit status for the command's own process;
+    ``signalled``: the signal the command got before the process went (e.g. SIGINT, Ctrl-C)."""
+    if exit_status is None and signalled:
+        return (f"the process disappeared without ending its run after the command got {signalled}: killed "
+                f"while the command shut down (e.g. SIGKILLed by its parent, as vLLM and SGLang stop their "
+                f"engine processes), or it crashed")
     if exit_status is None:
         return "the process disappeared without ending its run (killed, e.g. by SIGKILL, or it crashed)"
     if exit_status < 0:
@@ -104,6 +109,12 @@ class OutsideEnds:
         self.workdir = workdir
         self.collector = collector
         self.token = token
+        self.signalled: str | None = None        # the first signal the command got, as the trace saw it
+
+    def command_signalled(self, signo: int) -> None:
+        """The trace got a signal for the command (passed on, or the terminal's Ctrl-C it has too)."""
+        if self.signalled is None:
+            self.signalled = signal.Signals(signo).name
 
     def end_gone(self, exit_statuses: dict[int, int] | None = None, waiting_for: int | None = None) -> None:
         """End every open run whose process is gone. ``exit_statuses``: how the trace's own
@@ -135,7 +146,7 @@ class OutsideEnds:
                       {"kind": "run_end", "ts": time.time(), "status": status}]
         else:
             status, note = "interrupted", None
-            error = f"{how_it_ended(exit_status)}; replayscope trace ended its run ({missing})"
+            error = f"{how_it_ended(exit_status, self.signalled)}; replayscope trace ended its run ({missing})"
             events = [{"kind": "run_end", "ts": time.time(), "status": status, "error": error}]
         lost, unanswered = 0, None
         try:

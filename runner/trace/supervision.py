@@ -86,16 +86,19 @@ def _unblock() -> None:
         signal.pthread_sigmask(signal.SIG_UNBLOCK, WAITED)
 
 
-def wait(child: subprocess.Popen, own_group: bool, watch: Callable[[], None] = lambda: None) -> int:
-    """Wait for the command, passing SIGINT and SIGTERM on to it and calling ``watch`` every
-    ``WATCH_EVERY_S``; its exit status (negative: the signal that ended it)."""
+def wait(child: subprocess.Popen, own_group: bool, watch: Callable[[], None] = lambda: None,
+         received: Callable[[int], None] = lambda signo: None) -> int:
+    """Wait for the command, passing SIGINT and SIGTERM on to it (each told to ``received``, the
+    terminal's Ctrl-C too) and calling ``watch`` every ``WATCH_EVERY_S``; its exit status
+    (negative: the signal that ended it)."""
     if not SIGINFO:
-        return _wait_with_handlers(child, own_group, watch)
+        return _wait_with_handlers(child, own_group, watch, received)
     try:
         next_watch = time.monotonic() + WATCH_EVERY_S
         while (code := child.poll()) is None:
             info = signal.sigtimedwait(WAITED, WATCH_EVERY_S)
             if info is not None and info.si_signo in PASSED_ON:
+                received(info.si_signo)
                 pass_on(child, info, own_group)
             if time.monotonic() >= next_watch:
                 watch()
@@ -116,16 +119,21 @@ def pass_on(child: subprocess.Popen, info, own_group: bool) -> None:
         pass
 
 
-def _wait_with_handlers(child: subprocess.Popen, own_group: bool, watch: Callable[[], None]) -> int:
+def _wait_with_handlers(child: subprocess.Popen, own_group: bool, watch: Callable[[], None],
+                        received: Callable[[int], None]) -> int:
     """``wait`` where the sender of a signal cannot be read: on a terminal's foreground a SIGINT
     is taken to be the terminal's (the command has it already), elsewhere it is passed on."""
     def forward(signum, _frame):
+        received(signum)
         try:
             child.send_signal(signum)
         except ProcessLookupError:
             pass
 
-    previous = {signal.SIGINT: signal.signal(signal.SIGINT, forward if own_group else signal.SIG_IGN),
+    def noted(signum, _frame):
+        received(signum)
+
+    previous = {signal.SIGINT: signal.signal(signal.SIGINT, forward if own_group else noted),
                 signal.SIGTERM: signal.signal(signal.SIGTERM, forward)}
     try:
         while True:

@@ -211,6 +211,29 @@ def test_a_child_sigkilled_by_its_parent_gets_its_run_ended_interrupted_with_its
            "disappeared" in result.stderr
 
 
+def test_a_child_its_parent_sigkills_after_ctrl_c_ends_interrupted_saying_the_command_got_sigint(tmp_path):
+    """vLLM's and SGLang's servers at Ctrl-C: the API server (launcher) SIGKILLs its engine process
+    as it shuts down. The trace saw the SIGINT come: the run's end says so, not only 'killed'."""
+    events = tmp_path / "trace.jsonl"
+    traced = start_trace(events, "kill_child_on_sigint")
+    try:
+        wait_for(lambda: [p for p in tmp_path.glob("trace-pid*.jsonl") if steps_written(p) == 3], 120,
+                 "the child's three steps")
+        os.kill(traced.pid, signal.SIGINT)
+        _out, err = traced.communicate(timeout=60)
+    finally:
+        if traced.poll() is None:
+            os.killpg(traced.pid, signal.SIGKILL)
+            traced.wait()
+    [child_file] = tmp_path.glob("trace-pid*.jsonl")
+    _run, child_events = read_run(child_file)
+    end = child_events[-1]
+    assert (end["kind"], end["status"]) == ("run_end", "interrupted")
+    assert end["error"].startswith("the process disappeared without ending its run after the command got "
+                                   "SIGINT: killed while the command shut down (e.g. SIGKILLed by its parent")
+    assert "replayscope trace ended its run" in end["error"] and "after the command got SIGINT" in err
+
+
 def test_to_a_collector_a_child_sigkilled_by_its_parent_is_stored_interrupted_with_its_steps(tmp_path):
     from replayscope.collector.models import queries
     from replayscope.collector.store import Store

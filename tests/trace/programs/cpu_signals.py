@@ -11,6 +11,9 @@
   SIGKILLs it, as vLLM's API server kills its engine core, and ends normally;
 - ``kill_child URL``: the same where the runs go to the collector at URL (the child's steps
   are waited for there);
+- ``kill_child_on_sigint``: ``kill_child``'s shape stopped by Ctrl-C: one step, a forked child
+  that records three steps and waits; at SIGINT the parent SIGKILLs the child (as vLLM's API server
+  force-kills its engine core, SGLang's launcher its scheduler, as they shut down) and ends normally;
 - ``handler_killed N``: sets its own SIGINT handler (as vLLM's engine core does), which SIGKILLs
   the process (as vLLM's API server does to it moments later), records N steps at once and sends
   itself SIGINT: the steps are in its emitter's buffer, not yet flushed, when the signal comes.
@@ -107,6 +110,16 @@ if __name__ == "__main__":
             decode_step(torch.ones(2, 1))
         os.kill(os.getpid(), signal.SIGINT)
         time.sleep(30)
+    elif how == "kill_child_on_sigint":
+        decode_step(torch.ones(1, 1))
+        child = multiprocessing.get_context("fork").Process(target=child_steps)
+        child.start()
+        print(f"child {child.pid}", flush=True)
+        try:
+            time.sleep(120)
+        except KeyboardInterrupt:
+            os.kill(child.pid, signal.SIGKILL)
+            child.join()
     elif how == "kill_child":
         decode_step(torch.ones(1, 1))
         child = multiprocessing.get_context("fork").Process(target=child_steps)
