@@ -57,6 +57,7 @@ class RunLifecycle:
         self.run: dict[str, Any] | None = None
         self.label: str | None = None
         self.model: str | None = None
+        self.engine_version: str | None = None     # the traced engine's version (its recipe reads it)
         self.hooks: list[str] = []
         self.recipes: list[str] = []
         self.step_unreached: str | None = None    # why --step is not found if nothing reports (bootstrap)
@@ -93,6 +94,7 @@ class RunLifecycle:
         run = {"run_id": self.run_id, "name": name, "source": "trace", "started_at": self.started_at,
                "backend": "trace", "model": (self.model or self._program())[:300],
                "device": device.device_name()[:200], "torch_version": device.torch_version(),
+               **({"version": self.engine_version} if self.engine_version else {}),
                "config": {"trace": {"trace_id": self.settings.trace_id, "pid": self.pid,
                                     "ppid": os.getppid(), "process": self.label,
                                     "command": list(self.settings.command), "step": self.settings.step,

@@ -37,6 +37,21 @@ BatchOf = Callable[[tuple, dict], "StepBatch | None"]
 SizeOf = Callable[[tuple, dict], "tuple[int, str, str] | None"]
 
 
+def note_engine_version(tracer: Tracer, package: str) -> None:
+    """The traced engine's version for its run (the record's ``version``): the package's
+    ``__version__``, else its installed distribution's; nothing when neither says."""
+    if tracer.engine_version is not None:
+        return
+    version = getattr(sys.modules.get(package), "__version__", None)
+    if not isinstance(version, str) or not version:
+        try:
+            from importlib.metadata import version as installed_version
+            version = installed_version(package)
+        except Exception:  # noqa: BLE001 (not installed as a distribution: the version stays unknown)
+            return
+    tracer.engine_version = version[:64]
+
+
 def _recipe_failed(tracer: Tracer, recipe: str, error: BaseException) -> None:
     tracer.warn("recipe_failed", f"the {recipe} recipe could not read a step or capture "
                                  f"({describe_error(error)}); those are recorded without it",

@@ -50,7 +50,7 @@ from replayscope.runner.trace import device
 from replayscope.runner.trace.causes import Cause
 from replayscope.runner.trace.hooks import Patches
 from replayscope.runner.trace.recipes import (BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete,
-                                              size_value, step_wrapper)
+                                              note_engine_version, size_value, step_wrapper)
 from replayscope.runner.trace.tracer import Tracer
 
 
@@ -162,6 +162,7 @@ def capture_size(tracer: Tracer, name: str, stage: str) -> SizeOf:
 
 
 def install_runner(tracer: Tracer, module: Any, patches: Patches) -> None:
+    note_engine_version(tracer, "sglang")
     runner = getattr(module, "ModelRunner", None)
     if runner is None or not callable(getattr(runner, "forward", None)):
         incomplete(tracer, "SGLang", "ModelRunner.forward")

@@ -28,7 +28,7 @@ from replayscope.runner.trace import device
 from replayscope.runner.trace.causes import Cause
 from replayscope.runner.trace.hooks import Patches
 from replayscope.runner.trace.recipes import (BatchOf, SizeOf, StepBatch, arg, capture_wrapper, incomplete,
-                                              size_value, step_wrapper)
+                                              note_engine_version, size_value, step_wrapper)
 from replayscope.runner.trace.tracer import Tracer
 from replayscope.runner.trace.vllm_dispatch import Graphs, explain
 
@@ -123,6 +123,7 @@ def descriptor_capture(desc: Any) -> tuple[int, str, str] | None:
 
 
 def install_runner(tracer: Tracer, module: Any, patches: Patches) -> None:
+    note_engine_version(tracer, "vllm")
     runner = getattr(module, "GPUModelRunner", None)
     if runner is None or not callable(getattr(runner, "execute_model", None)):
         incomplete(tracer, "vLLM", "GPUModelRunner.execute_model")
@@ -186,6 +187,7 @@ def phase_wrapper(tracer: Tracer, original: Callable, method: str) -> Callable:
 
 
 def install_worker(tracer: Tracer, module: Any, patches: Patches) -> None:
+    note_engine_version(tracer, "vllm")
     worker = getattr(module, "Worker", None)
     found = [name for name in WORKER_PHASES if callable(getattr(worker, name, None))]
     if "compile_or_warm_up_model" not in found:

@@ -227,3 +227,17 @@ def test_vllm_default_sizes_are_capped_at_max_size():
 def test_sglang_default_sizes_follow_sglang():
     assert engines.sglang_default_sizes() == (1, 2, 4, 8) + tuple(range(16, 161, 8))
     assert engines.sglang_default_sizes(30) == (1, 2, 4, 8, 16, 24)
+
+
+def test_a_traced_engine_run_is_advised_with_the_version_its_trace_read():
+    """A traced run's record carries the engine's version (``version``): the rules name it; an
+    SGLang log (which never prints it) still says it is not known."""
+    traced = {"source": "trace", "backend": "trace", "version": "0.5.17",
+              "config": {"trace": {"recipes": ["sglang", "sglang output streamer"]}}}
+    assert engines.rules_for(traced).label == "SGLang 0.5.17"
+    assert not [u for u in engines.rules_for(traced).unknown if "SGLang version" in u]
+    logged = engines.rules_for({"source": "sglang-log", "backend": "cuda", "config": {}})
+    assert logged.label == "SGLang (version not in the log)"
+    assert [u for u in logged.unknown if "SGLang version" in u]
+    vllm = {"source": "trace", "backend": "trace", "version": "0.25.0", "config": {"trace": {"recipes": ["vllm"]}}}
+    assert engines.rules_for(vllm).label == "vLLM 0.25.0"

@@ -494,3 +494,36 @@ def test_every_layout_is_registered_under_the_engines_module_name(recipes, names
     from replayscope.runner.trace import recipes as base
     assert names <= {**hooks.TORCH_HOOKS, **graph_trees.GRAPH_TREE_HOOKS, **base.RECIPES,
                      **bootstrap.SGLANG_RECIPES, **bootstrap.VLLM_RECIPES}.keys()
+
+
+@pytest.mark.parametrize("package, recipes, layout", [("vllm", vllm_recipes, "vllm"), ("sglang", sglang_recipes, "sglang")])
+def test_a_traced_engines_run_carries_the_engines_version_from_its_package(traced, monkeypatch, package, recipes,
+                                                                          layout):
+    """The run record's ``version`` is the engine's own (its package's ``__version__``): the advisor
+    names "SGLang 0.5.17" rather than "version not in the log", the fleet groups by it."""
+    monkeypatch.setitem(__import__("sys").modules, package, types.SimpleNamespace(__version__="0.5.17"))
+    if layout == "vllm":
+        module, runner_class = v1_layout()
+        install(traced, recipes, module)
+        runner_class().capture_model()
+    else:
+        modules, runner_class = new_sglang_layout()
+        for module in modules:
+            install(traced, recipes, module)
+        runner_class().forward(forward_batch(3))
+    traced.finish()
+    assert traced.sinks[0].run["version"] == "0.5.17"
+
+
+def test_an_engine_whose_version_cannot_be_read_leaves_the_runs_version_out(traced, monkeypatch):
+    import importlib.metadata
+    monkeypatch.setitem(__import__("sys").modules, "vllm", types.SimpleNamespace())      # no __version__
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)
+    module, runner_class = v1_layout()
+    install(traced, vllm_recipes, module)
+    runner_class().capture_model()
+    traced.finish()
+    assert "version" not in traced.sinks[0].run

@@ -47,7 +47,7 @@ SGLang (sizes are requests in a decode batch):
   registers ``--cuda-graph-bs`` as a deprecated alias of it (``DeprecatedAliasStoreAction``
   in ``server_args.py``); whether every release in between does was not checked, so each
   spelling is labelled with the versions it was read for. SGLang's log does not print its
-  version: neither line is marked as the run's.
+  version (a traced run has it, from the package): neither line is marked as the run's.
 - These are the decode graphs. Prefill graphs are sized in tokens by their own flags
   (``--piecewise-cuda-graph-tokens``, ``--cuda-graph-bs-prefill`` after PR #23906) and are
   not chosen here.
@@ -309,14 +309,17 @@ def _sglang_rules(config: dict, backend: str, source: str = "", version: Any = N
         else:
             unknown.append("the attention TP size (DP attention keeps only its multiples)")
     unknown.append("two-batch overlap, if on (it keeps only even sizes)")
-    unknown.append("the SGLang version (its log does not print it): both spellings are given, each with "
-                   "the versions it was read for")
+    parsed = parse_version(version)
+    if parsed is None:
+        unknown.append("the SGLang version (its log does not print it): both spellings are given, each with "
+                       "the versions it was read for")
     facts.append("padding on: a batch pads up to the next captured size" if padding
                  else "--disable-cuda-graph-padding: only a batch of exactly a captured size runs on a graph")
     off = "the run had --disable-cuda-graph: drop it to capture graphs" if (
         config.get("disable_cuda_graph") or backend == "disabled") else None
-    return Rules("sglang", "SGLang (version not in the log)", limit=limit, limit_why=limit_why,
-                 multiple_of=multiple, multiple_why=why, padding=padding, graphs_off=off,
+    label = f"SGLang {'.'.join(map(str, parsed))}" if parsed else "SGLang (version not in the log)"
+    return Rules("sglang", label, limit=limit, limit_why=limit_why,
+                 multiple_of=multiple, multiple_why=why, padding=padding, graphs_off=off, version=parsed,
                  facts=tuple(facts), unknown=tuple(unknown))
 
 
