@@ -109,7 +109,8 @@ class Advice(Out):
                                                 "estimated: true when no step was timed (the cost is the estimate's)")
     dropped: list[dict[str, Any]] = Field(description="sizes the choice found and left off: size, saving, share of "
                                                       "its steps' cost, why (the gain does not pay for the graph, or "
-                                                      "its pool is over the current list's)")
+                                                      "its pool is over the current list's), named (the size in its "
+                                                      "unit: 'bs 48', '57 tokens')")
     cap: Optional[int] = Field(description="the largest size that could be chosen (the engine's limit, the "
                                            "largest batch; null: none)")
     validity: list[dict[str, Any]] = Field(description="per engine: label, own, problems, facts, unknown")

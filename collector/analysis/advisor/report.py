@@ -193,6 +193,7 @@ def advise(facts: RunFacts, budget: int | None = None, eager_weight: float | Non
     min_share = launch.MIN_GAIN_SHARE if obj.eager_extra else 0.0
     proposed, dropped = choice.paying_sizes(fit, proposed, obj, padding=rules.padding, mixed=parts["fit"][1],
                                             min_share=min_share, fits=_pool_fits(facts, current))
+    dropped = [{**d, "named": size_name(d["size"])} for d in dropped]      # "57 tokens", "bs 48"
     plans = []
     if current or rules.graphs_off:
         plans.append(_plan("current", current, parts, obj, rules, facts, size_name))
@@ -270,7 +271,7 @@ def format_text(advice: dict, run_label: str = "") -> str:
                      f"{_figure(p['pool_bytes'], 'bytes', unknown):>20}")
     lines.append(f"  {advice['verdict']['text']}")
     for d in advice.get("dropped") or []:
-        lines.append(f"  left off: {d['size']} ({d['why']})")
+        lines.append(f"  left off: {d.get('named') or d['size']} ({d['why']})")
     if advice["left_out"]:
         left = ", ".join(f"{k} {v:,}" for k, v in sorted(advice["left_out"].items(), key=lambda kv: -kv[1]))
         lines.append(f"  left out (eager whatever the list): {left}")
