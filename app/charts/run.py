@@ -174,8 +174,9 @@ def advisor_histogram_figure(hist: list[dict[str, Any]], proposed: Iterable[int]
         if rows:
             traces.append(dict(type="bar", x=[r["raw_bs"] for r in rows], y=[r["steps"] for r in rows],
                                width=width, name=f"ran {mode}", marker=dict(color=MODE_COLORS[mode]),
-                               customdata=[name(r["raw_bs"]) for r in rows],
-                               hovertemplate=f"%{{customdata}}: %{{y:,}} steps ran {mode}<extra></extra>"))
+                               customdata=[f"{name(r['raw_bs'])}: {r['steps']:,} step{'s' if r['steps'] != 1 else ''}"
+                                           for r in rows],
+                               hovertemplate=f"%{{customdata}} ran {mode}<extra></extra>"))
     for label, sizes, symbol, y, color in (("proposed size", proposed, "triangle-up", 0, "#1f4e9c"),
                                            ("current size", current, "triangle-down", 1, "#7a7a7a")):
         sizes = sorted(set(sizes))

@@ -270,8 +270,10 @@ def test_the_advisor_names_a_traced_vllm_runs_sizes_in_tokens(store, pages):
     assert "  left off: 57 tokens (its pool would be larger" in format_text(advice)     # replayscope advise
     assert [d["named"] for d in advice["dropped"]] == ["57 tokens", "40 tokens"]
     figure = shown["figure"].to_plotly_json()
-    bars = {words for t in figure["data"] if t["type"] == "bar" for words in t["customdata"]}
+    hovers = {words for t in figure["data"] if t["type"] == "bar" for words in t["customdata"]}
+    bars = {words.split(":")[0] for words in hovers}
     assert "37 tokens" in bars and not any(w.startswith("bs ") for w in bars)
+    assert "57 tokens: 1 step" in hovers and "37 tokens: 2 steps" in hovers     # not "1 steps"
     [proposed] = [t for t in figure["data"] if t["name"] == "proposed size"]
     assert "32 tokens" in proposed["customdata"] and proposed["hovertemplate"].startswith("proposed %{customdata}")
 
@@ -289,5 +291,6 @@ def test_the_advisor_names_an_imported_vllm_logs_sizes_in_tokens_and_others_in_b
     synthetic.fill(store, "syn-1", steps=200)
     shown = advisor_page(store, "syn-1")
     assert all("tokens" not in p["pool_bytes"]["basis"] + p["capture_s"]["basis"] for p in shown["advice"]["plans"])
-    bars = {words for t in shown["figure"].to_plotly_json()["data"] if t["type"] == "bar" for words in t["customdata"]}
+    bars = {words.split(":")[0] for t in shown["figure"].to_plotly_json()["data"] if t["type"] == "bar"
+            for words in t["customdata"]}
     assert bars and all(w.startswith("bs ") for w in bars)
