@@ -9,7 +9,7 @@ from typing import Any
 
 from dash import html
 
-from replayscope.app import formats
+from replayscope.app import formats, headlines
 
 
 def value_text(unit: str, value: float | None) -> str:
@@ -101,7 +101,7 @@ def not_measured_note(summary: dict[str, Any]) -> str | None:
     unknown = summary["modes"].get("unknown", 0)
     text = (f"Scraped from {summary['source'].removesuffix('-metrics')}'s /metrics, which cannot show "
             f"{', '.join(missing[:-1]) + ' or ' if len(missing) > 1 else ''}{missing[-1]}: "
-            "those read \"not measured\" here, never 0 or graph.")
+            f"those read \"{headlines.PADDING_UNKNOWN}\" or \"not measured\" here, never 0 or graph.")
     if unknown:
         text += (f" {formats.plural(unknown, 'step')} of unknown mode (counted by the engine; "
                  "eager only where known above the largest capture size).")

@@ -217,6 +217,7 @@ def test_a_scrape_of_the_served_runs_metrics_counts_the_steps_the_trace_recorded
     assert "Scraped from sglang's /metrics, which cannot show padding, why a step ran eager or each step's " \
            "batch size" in note
     assert data["stats"]["run-padded"] == "not in /metrics"
+    assert 'those read "not in /metrics" or "not measured" here' in note        # as the padding tile reads
     # how each pass ran is SGLang's own count: no pass without a graph, as the trace saw
     assert data["stats"]["run-eager"] == "0.0%" and data["stats"]["run-steps"] == "101"
 
