@@ -94,7 +94,8 @@ def page_data(store: Any, run_id: str, budget: int | None = None) -> dict[str, A
                         "capture_text": _price(p["capture_s"], unknown, "s"),
                         "pool_text": _price(p["pool_bytes"], unknown, "bytes")})
     current = next((p["sizes"] for p in advice["plans"] if p["name"] == "current"), [])
-    x_title = "batch size (tokens)" if advice["engine"] == "vllm" else "batch size (requests)"
+    in_tokens = data.size_in_tokens(advice["stage"], facts.run.get("source"), facts.run.get("config"))
+    x_title = "batch size (tokens)" if in_tokens else "batch size (requests)"     # the rule size_name follows
     estimated = advice["objective"]["provenance"] == "estimated"
     size_name = partial(data.size_namer(facts.run.get("source"), facts.run.get("config")), advice["stage"])
     return {"advice": advice, "scored": scored, "unit": unit, "estimated": estimated, "records": records,

@@ -294,3 +294,21 @@ def test_the_advisor_names_an_imported_vllm_logs_sizes_in_tokens_and_others_in_b
     bars = {words.split(":")[0] for t in shown["figure"].to_plotly_json()["data"] if t["type"] == "bar"
             for words in t["customdata"]}
     assert bars and all(w.startswith("bs ") for w in bars)
+
+
+def test_the_advisor_axis_is_in_the_unit_its_sizes_are_named_in(store, pages):
+    """The histogram's axis follows the same rule as its bars: tokens where vLLM's list serves
+    mixed batches, requests for a vLLM run whose steps are all decode (its sizes read 'bs N')."""
+    from replayscope.collector.ingest import ingest_events, ingest_run
+
+    both = advisor_page(store, import_events(store, TRACED_VLLM))
+    assert both["advice"]["stage"] == "decode+mixed"
+    assert both["figure"].to_plotly_json()["layout"]["xaxis"]["title"]["text"] == "batch size (tokens)"
+    recorded = read_events_file(TRACED_VLLM)
+    run = {**recorded.run, "run_id": "vllm-decode-only"}
+    ingest_run(store, run)
+    ingest_events(store, run["run_id"], [e for e in recorded.events
+                                         if not (e["kind"] == "step" and e["stage"] != "decode")])
+    decode = advisor_page(store, run["run_id"])
+    assert decode["advice"]["stage"] == "decode" and decode["size_name"](16) == "bs 16"
+    assert decode["figure"].to_plotly_json()["layout"]["xaxis"]["title"]["text"] == "batch size (requests)"
