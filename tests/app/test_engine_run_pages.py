@@ -226,3 +226,22 @@ def test_the_fleet_groups_filters_and_compares_an_engine_upgrade_by_version(stor
     assert sorted(result["baseline"]["runs"]) == sorted(old) and result["baseline"]["versions"] == ["vllm 0.12.0"]
     assert result["version_change"] == "vllm 0.12.0 → vllm 0.13.0"
     assert regressions.run_regressions(store, old[-1])["version_change"] is None
+
+
+def test_a_traced_runs_unaccounted_start_up_points_at_the_tracers_own_timings(store):
+    """A traced SGLang server's 20 s before its first capture: the advice names the diagnostic that
+    says what the tracer itself took there; an imported log's gap does not (nothing traced it)."""
+    from replayscope.collector.analysis.diagnosis import diagnose_run
+    from replayscope.collector.ingest import ingest_events, ingest_run
+    from replayscope.contract.events_file import read_events_file
+
+    recorded = read_events_file(Path(__file__).resolve().parents[1] / "engines" / "fixtures"
+                                / "sglang-0.5.17-serve-traced.jsonl")
+    ingest_run(store, recorded.run)
+    ingest_events(store, recorded.run["run_id"], recorded.events)
+    [traced] = [f for f in diagnose_run(store, recorded.run["run_id"]).findings if f.cause == "unaccounted"]
+    assert any(a.startswith("REPLAYSCOPE_TRACE_TIMINGS=1 in the traced command's environment")
+               for a in traced.actions["replayscope"])
+    [logged] = [f for f in diagnose_run(store, import_fixture(store, "vllm", VLLM_SERVING)).findings
+                if f.cause == "unaccounted"]
+    assert not any("REPLAYSCOPE_TRACE_TIMINGS" in a for a in logged.actions["replayscope"])

@@ -358,9 +358,13 @@ def gap_finding(facts: RunFacts, startup: Startup | None) -> list[Finding]:
     evidence = [Evidence(f"{formats.seconds(g.seconds)} between {g.after.after()} and {g.before.before()}", "inferred")
                 for g in gaps]
     evidence.append(Evidence(GAP_NOTES.get(facts.source, GAP_NOTES["runner"]), "inferred"))
+    ours = ["The waterfall draws the gap (\"unaccounted\") where it sits: look at what the process does there "
+            "(imports, process start, a hook)."]
+    if facts.source == "trace":
+        ours.append("REPLAYSCOPE_TRACE_TIMINGS=1 in the traced command's environment: each process writes what "
+                    "the tracer's own start and each module's hooks took, with the time, to line up with its log.")
     return [Finding(cause="unaccounted", title=title, severity="warning", seconds=seconds, evidence=evidence,
-                    actions={"replayscope": ["The waterfall draws the gap (\"unaccounted\") where it sits: look at "
-                                             "what the process does there (imports, process start, a hook)."],
+                    actions={"replayscope": ours,
                              "vllm": ["VLLM_LOGGING_LEVEL=DEBUG logs the profiling run and the compile cache."],
                              "sglang": ["--log-level debug logs more of the start-up."]})]
 
