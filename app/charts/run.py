@@ -116,6 +116,11 @@ def _by_stage(stage: str | None, stages: list[str | None], size_name: SizeName |
             "pattern": dict(shape="/") if stage != stages[0] else None}
 
 
+def _counted(n: int, counted: str) -> str:
+    """'1 step', '12 steps', '1 logged step (1 in 40 decode)': a bar's count in words."""
+    return f"{n:,} {counted.replace('steps', 'step', 1) if n == 1 else counted}"
+
+
 def _hatch(staged: dict[str, Any]) -> dict[str, Any]:
     return {"pattern": staged["pattern"]} if staged.get("pattern") else {}
 
@@ -145,8 +150,10 @@ def batch_histogram_figure(hist: list[dict[str, Any]], captured: Iterable[int] =
                          name=mode, marker=dict(color=MODE_COLORS[mode]))
             staged = _by_stage(stage, stages, size_name, rows)
             if staged:
-                trace.update(name=f"{mode} ({stage})", customdata=staged["customdata"],
-                             hovertemplate=f"%{{customdata}}: %{{y:,}} {counted} ran {mode}<extra></extra>")
+                trace.update(name=f"{mode} ({stage})",
+                             customdata=[[words, _counted(r["steps"], counted)]
+                                         for words, r in zip(staged["customdata"], rows)],
+                             hovertemplate=f"%{{customdata[0]}}: %{{customdata[1]}} ran {mode}<extra></extra>")
                 trace["marker"].update(_hatch(staged))
             traces.append(trace)
     if sizes:

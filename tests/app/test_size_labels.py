@@ -195,10 +195,13 @@ def test_the_batch_histogram_of_a_traced_vllm_run_names_each_stages_sizes_in_the
     for figure in (hist, padding):
         assert figure["layout"]["xaxis"]["title"]["text"] == "batch size (decode) / tokens (mixed)"
     bars = [t for t in hist["data"] if t["type"] == "bar"]
-    hovers = {words for t in bars for words in t["customdata"]}
+    hovers = {words for t in bars for words, _count in t["customdata"]}
     assert {"bs 16 (decode)", "16 tokens (mixed)", "57 tokens (mixed)", "bs 3 (decode)"} <= hovers
     assert "bs 57 (decode)" not in hovers and not any(h.startswith("bs ") and "mixed" in h for h in hovers)
-    assert all("%{customdata}" in t["hovertemplate"] and "bs %{x}" not in t["hovertemplate"] for t in bars)
+    assert all("%{customdata[0]}" in t["hovertemplate"] and "bs %{x}" not in t["hovertemplate"] for t in bars)
+    counts = {(t["name"], words): count for t in bars for words, count in t["customdata"]}
+    assert counts[("graph (decode)", "bs 16 (decode)")] == "11 steps"
+    assert counts[("graph (mixed)", "16 tokens (mixed)")] == "1 step"                  # not "1 steps"
     # the 16 sizes of decode steps and mixed steps are two bars, stacked: no step lost or merged
     steps = {(t["name"], x): y for t in bars for x, y in zip(t["x"], t["y"])}
     assert steps[("graph (decode)", 16)] == 11 and steps[("graph (mixed)", 16)] == 1
@@ -212,7 +215,7 @@ def test_an_imported_vllm_log_names_its_mixed_batches_in_tokens_on_both_charts(s
     run_id = import_fixture(store, "vllm", VLLM_LOG)
     hist, padding = run_figures(pages, store, run_id)
     assert hist["layout"]["xaxis"]["title"]["text"] == "batch size (decode) / tokens (mixed)"
-    hovers = {words for t in hist["data"] if t["type"] == "bar" for words in t["customdata"]}
+    hovers = {words for t in hist["data"] if t["type"] == "bar" for words, _count in t["customdata"]}
     assert hovers and all(h.endswith(("tokens (mixed)", "token (mixed)")) or h.startswith("bs ") and
                           h.endswith("(decode)") for h in hovers)
     shown = pages["run"].data.queries.batch_histogram(store, run_id, stage="decode+mixed")
