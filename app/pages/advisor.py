@@ -5,7 +5,7 @@ rules, with the flags to copy. Every figure is the API's (``GET /v1/runs/{id}/ad
 from __future__ import annotations
 
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import dash
 from dash import Input, Output, State, dcc, html
@@ -144,11 +144,11 @@ def verdict(advice: dict[str, Any]) -> html.Div:
                     + (" verdict-estimated" if v.get("estimated") else ""))
 
 
-def dropped(advice: dict[str, Any], size_name: Callable[[int], str]) -> Any:
-    """The sizes the choice found and left off (each in its unit: ``size_name``), and why."""
+def dropped(advice: dict[str, Any]) -> Any:
+    """The sizes the choice found and left off (each in its unit, as the advice names it), and why."""
     if not advice.get("dropped"):
         return None
-    left = "; ".join(f"{size_name(d['size'])} ({d['why']})" for d in advice["dropped"])
+    left = "; ".join(f"{d['named']} ({d['why']})" for d in advice["dropped"])
     return html.P(f"Left off, the gain does not pay for them: {left}.", className="hint", id="advisor-dropped")
 
 
@@ -203,7 +203,7 @@ def budget_text(advice: dict[str, Any]) -> str:
 
 def body(shown: dict[str, Any]) -> list[Any]:
     advice = shown["advice"]
-    return [verdict(advice), dropped(advice, shown["size_name"]),
+    return [verdict(advice), dropped(advice),
             c.section("Price of each list", price_notes(advice)),
             c.section("Validity per engine", validity(advice)),
             c.section("Flags to copy", flags(advice)),

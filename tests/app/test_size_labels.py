@@ -268,7 +268,7 @@ def test_the_advisor_names_a_traced_vllm_runs_sizes_in_tokens(store, pages):
     pool = advice["plans"][0]["pool_bytes"]["basis"]
     assert pool.startswith("32 tokens needed 2.0 MiB captured first") and "bs " not in pool
     assert "an eager step 6.99 ms at 37 tokens to 10.30 ms at 57 tokens" in advice["objective"]["basis"]
-    assert "57 tokens (its pool would be larger" in str(advisor.dropped(advice, shown["size_name"]))
+    assert "57 tokens (its pool would be larger" in str(advisor.dropped(advice))
     from replayscope.collector.analysis.advisor.report import format_text
     assert "  left off: 57 tokens (its pool would be larger" in format_text(advice)     # replayscope advise
     assert [d["named"] for d in advice["dropped"]] == ["57 tokens", "40 tokens"]
