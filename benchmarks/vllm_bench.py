@@ -4,18 +4,22 @@ Each pair starts the same server twice at the same moment on the same GPU, one u
 under ``replayscope trace`` (which one is launched first alternates between pairs), and times each
 from its command to a healthy ``/health``; then rounds of the same requests of exact lengths go to
 one server at a time, alternating (the first round of each server is its warm-up and left out),
-and each server's requests per second is the median of its rounds. Side by side, both starts see
+and each server's requests per second is the median of its rounds; the rounds of a pair are also
+compared one by one (round r of the traced server against round r of the untraced one, run next
+to each other), which takes out what drifts between rounds. Side by side, both starts see
 the same machine (its page cache, its other load, vLLM's warm compile and kernel caches), which is
 what makes a few pairs enough; the servers never serve at the same time. A first untraced start
 alone warms vLLM's caches so that no measured start pays them.
 
-    python -m benchmarks.vllm_bench [--pairs 5] [--rounds 7] [--json OUT.json] [--out DIR]
+    python -m benchmarks.vllm_bench [--pairs 5] [--rounds 7] [--requests 48] [--later 16] [--json OUT.json] [--out DIR]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import statistics
 import tempfile
 import time
@@ -70,6 +74,28 @@ def ratios(starts: list[dict], key: str) -> list[float]:
             if len(p) == 2 and p[True][key] and p[False][key]]
 
 
+def round_ratios(starts: list[dict]) -> list[float]:
+    """traced / untraced requests per second round by round: round r of a pair's traced server
+    against round r of its untraced one (the two ran one after the other), over every pair."""
+    pairs: dict[int, dict[bool, list[float]]] = {}
+    for start in starts:
+        pairs.setdefault(start["pair"], {})[start["traced"]] = start["rounds"]
+    return [traced / untraced for p in pairs.values() if len(p) == 2
+            for traced, untraced in zip(p[True], p[False]) if traced and untraced]
+
+
+def geometric_mean_interval(ratios: list[float], resamples: int = 4000, seed: int = 0) -> dict | None:
+    """The geometric mean of ``ratios`` with a 95 % bootstrap interval (percentiles of the
+    resampled means of the logs; a fixed seed, so the same data always give the same interval)."""
+    if len(ratios) < 2:
+        return None
+    logs = [math.log(r) for r in ratios]
+    draw = random.Random(seed)
+    means = sorted(statistics.fmean(draw.choices(logs, k=len(logs))) for _ in range(resamples))
+    return {"geometric_mean": math.exp(statistics.fmean(logs)), "low": math.exp(means[int(0.025 * resamples)]),
+            "high": math.exp(means[int(0.975 * resamples) - 1]), "n": len(ratios)}
+
+
 def measure(pairs: int, out: Path, rounds: int = 7, requests: int = 48, later: int = 16) -> dict:
     model = harness.make_model(out / "model")
     harness.run_serve(model, out / "warm", "warm", False, requests=8, later=0)
@@ -82,6 +108,10 @@ def measure(pairs: int, out: Path, rounds: int = 7, requests: int = 48, later: i
         each = ratios(starts, key)
         result[name] = statistics.median(each) if each else None
         result[name + "s"] = each
+    each_round = round_ratios(starts)
+    result["round_ratios"] = each_round
+    result["round_ratio_median"] = statistics.median(each_round) if each_round else None
+    result["round_ratio_interval"] = geometric_mean_interval(each_round)
     return result
 
 
@@ -100,6 +130,13 @@ def table(result: dict) -> str:
         return (f"{median:.3f}" if median is not None else "—") + spread
     lines.append(f"\ntraced/untraced, median of the pairs' ratios: requests/s {shown('requests_per_s_ratio')}, "
                  f"to healthy {shown('to_healthy_ratio')}, init engine {shown('init_engine_ratio')}")
+    each_round, interval = result.get("round_ratios") or [], result.get("round_ratio_interval")
+    if each_round:
+        line = f"requests/s round by round ({len(each_round)} paired rounds): median {result['round_ratio_median']:.3f}"
+        if interval:
+            line += (f", geometric mean {interval['geometric_mean']:.3f} (95 % interval "
+                     f"{interval['low']:.3f}–{interval['high']:.3f})")
+        lines.append(line)
     return "\n".join(lines)
 
 
@@ -107,11 +144,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=7, help="rounds of requests per server (the first is warm-up)")
+    parser.add_argument("--requests", type=int, default=48, help="requests sent at once in a round")
+    parser.add_argument("--later", type=int, default=16, help="requests sent while those run")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--out", type=Path, default=None, help="where the runs' logs go (default: a temporary folder)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="vllm-bench-"))
-    result = measure(args.pairs, out, rounds=args.rounds)
+    result = measure(args.pairs, out, rounds=args.rounds, requests=args.requests, later=args.later)
     print(table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))

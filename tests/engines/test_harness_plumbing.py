@@ -64,3 +64,24 @@ def test_side_by_side_each_servers_time_to_healthy_is_its_own_not_the_slower_one
     slow, fast = StandIn(ready_at=6, ticks=True), StandIn(ready_at=2)
     vllm_bench.wait_until_all_healthy([slow, fast])
     assert (slow.healthy_at, fast.healthy_at) == (6, 2)
+
+
+def test_rounds_are_paired_round_by_round_within_each_pair():
+    """Round r of a pair's traced server against round r of its untraced one: a drift between rounds
+    that both servers see (here round 2 twice as fast) cancels out; pairs never mix."""
+    starts = [{"pair": 0, "traced": False, "rounds": [10.0, 20.0]}, {"pair": 0, "traced": True, "rounds": [9.0, 19.0]},
+              {"pair": 1, "traced": True, "rounds": [30.0]}, {"pair": 1, "traced": False, "rounds": [40.0]},
+              {"pair": 2, "traced": False, "rounds": [50.0]}]              # its traced server never served
+    assert vllm_bench.round_ratios(starts) == [0.9, 0.95, 0.75]
+
+
+def test_the_round_by_round_interval_is_a_geometric_mean_with_its_bootstrap_interval():
+    ratios = [0.98, 1.0, 1.02, 0.99, 1.01]
+    interval = vllm_bench.geometric_mean_interval(ratios)
+    assert interval["n"] == 5 and interval["geometric_mean"] == pytest.approx(0.99996, abs=1e-4)
+    assert 0.98 <= interval["low"] < interval["geometric_mean"] < interval["high"] <= 1.02
+    assert vllm_bench.geometric_mean_interval(ratios) == interval       # the same data, the same interval
+    assert vllm_bench.geometric_mean_interval([1.0]) is None             # one round says nothing of spread
+    table = vllm_bench.table({"starts": [], "round_ratios": ratios, "round_ratio_median": 1.0,
+                              "round_ratio_interval": interval})
+    assert "5 paired rounds): median 1.000, geometric mean 1.000 (95 % interval" in table
