@@ -24,6 +24,7 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 from benchmarks import vllm_harness as harness
 
@@ -96,13 +97,22 @@ def geometric_mean_interval(ratios: list[float], resamples: int = 4000, seed: in
             "high": math.exp(means[int(0.975 * resamples) - 1]), "n": len(ratios)}
 
 
-def measure(pairs: int, out: Path, rounds: int = 7, requests: int = 48, later: int = 16) -> dict:
+def measure(pairs: int, out: Path, rounds: int = 7, requests: int = 48, later: int = 16,
+            after_pair: Callable[[dict], None] | None = None) -> dict:
+    """Every pair's starts and rounds, and their ratios; ``after_pair`` gets the result so far after
+    each pair (the command writes it, so a run cut short keeps the pairs it finished)."""
     model = harness.make_model(out / "model")
     harness.run_serve(model, out / "warm", "warm", False, requests=8, later=0)
     starts: list[dict] = []
     for index in range(pairs):
         starts += measure_pair(model, out, index, rounds, requests, later)
-    result = {"starts": starts}
+        if after_pair is not None:
+            after_pair(summarised(starts))
+    return summarised(starts)
+
+
+def summarised(starts: list[dict]) -> dict:
+    result: dict = {"starts": starts}
     for key, name in (("requests_per_s", "requests_per_s_ratio"), ("to_healthy_s", "to_healthy_ratio"),
                       ("init_engine_s", "init_engine_ratio")):
         each = ratios(starts, key)
@@ -150,10 +160,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="where the runs' logs go (default: a temporary folder)")
     args = parser.parse_args()
     out = args.out or Path(tempfile.mkdtemp(prefix="vllm-bench-"))
-    result = measure(args.pairs, out, rounds=args.rounds, requests=args.requests, later=args.later)
+    def keep(result: dict) -> None:
+        if args.json:
+            args.json.write_text(json.dumps(result, indent=1))
+    result = measure(args.pairs, out, rounds=args.rounds, requests=args.requests, later=args.later, after_pair=keep)
     print(table(result))
-    if args.json:
-        args.json.write_text(json.dumps(result, indent=1))
 
 
 if __name__ == "__main__":

@@ -19,7 +19,9 @@ FAKE = Path(__file__).parent / "fake_vllm"
 def test_the_benchmark_pairs_side_by_side_starts_and_alternates_rounds(tmp_path, monkeypatch):
     monkeypatch.setitem(harness.ENV, "PYTHONPATH", f"{FAKE}:{harness.ENV['PYTHONPATH']}")
     monkeypatch.setattr(harness, "make_model", lambda path: path)
-    result = vllm_bench.measure(1, tmp_path, rounds=3, requests=4, later=2)
+    kept = []
+    result = vllm_bench.measure(1, tmp_path, rounds=3, requests=4, later=2, after_pair=kept.append)
+    assert kept == [result]                                          # the command writes it after each pair
 
     starts = result["starts"]
     assert [s["traced"] for s in starts] == [False, True]
