@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import gc
 import inspect
+import json
 import os
+import shutil
 import subprocess
 import sys
+import sysconfig
 import tracemalloc
 import types
+import zipfile
+from pathlib import Path
 
 import pytest
 import torch
@@ -228,6 +233,9 @@ def test_the_compiled_core_keeps_no_reference_it_should_not_and_its_memory_is_fl
     traced = step_wrapper(h.tracer, program, tensor_batch, "--step")
     for _ in range(100):
         traced(tensor)
+    h.tracer._starter.join()                 # the run is open; its emitter's thread stopped (no other
+    h.tracer.emitter._stop.set()             # thread holds anything of the step while counting)
+    h.tracer.emitter._thread.join()
     held = (graph, tensor, program, h.tracer, h.tracer._modes, h.tracer._replayed, h.tracer.step_graphs,
             h.tracer._timing_counts, traced)
     h.tracer.emitter._queue.clear()
@@ -263,12 +271,70 @@ def test_without_the_compiled_module_or_with_pure_python_the_python_core_runs():
     assert tracer_class("python").step_core == "python"
 
 
-def test_a_process_told_pure_python_runs_the_python_core_and_records_the_same_steps(tmp_path):
-    code = ("from replayscope.runner.trace import step_core, tracer\n"
-            "print(step_core.CORE, tracer.Tracer.step_core)")
-    env = {**os.environ, ENV_PURE_PYTHON: "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["python", "python"]
+TRACED = """import torch
+
+
+def step(x):
+    return x * 2
+
+
+for n in (1, 3, 3, 8):
+    step(torch.ones(n, 1, dtype=torch.long))
+"""
+
+
+def traced_run(tmp_path, env_extra: dict) -> tuple[dict, list[dict]]:
+    folder = tmp_path / ("pure" if env_extra else "default")
+    folder.mkdir()
+    (folder / "prog.py").write_text(TRACED)
+    env = {**{k: v for k, v in os.environ.items() if k != ENV_PURE_PYTHON}, **env_extra, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "replayscope", "trace", "--events", "e.jsonl", "--step",
+                           "__main__:step", "--", sys.executable, "prog.py"], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=180)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in (folder / "e.jsonl").read_text().splitlines()]
+    steps = [{k: v for k, v in e.items() if k not in ("ts", "duration_s")} for e in lines[1:] if e["kind"] == "step"]
+    return lines[0]["config"]["trace"], steps
+
+
+def test_a_traced_process_told_pure_python_runs_the_python_core_and_records_the_same_steps(tmp_path):
+    pure_config, pure_steps = traced_run(tmp_path, {ENV_PURE_PYTHON: "1"})
+    assert pure_config["step_core"] == "python"
+    config, steps = traced_run(tmp_path, {})
+    assert config["step_core"] == ("compiled" if step_core.load({}) is not None else "python")
+    assert steps == pure_steps and [s["raw_bs"] for s in steps] == [1, 3, 3, 8]
+
+
+def test_the_built_core_is_ignored_by_git():
+    root = Path(__file__).resolve().parents[2]
+    name = "runner/trace/_stepcore" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    done = subprocess.run(["git", "check-ignore", "-q", name], cwd=root)
+    assert done.returncode == 0, f"{name} is not git-ignored"
+
+
+HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or not HEADERS.is_file(), reason="no gcc or Python headers here")
+def test_the_core_compiles_without_a_warning(tmp_path):
+    source = Path(step_core.__file__).with_name("_stepcore.c")
+    done = subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-fPIC", "-c", f"-I{HEADERS.parent}", str(source),
+                           "-o", str(tmp_path / "core.o")], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
+def test_without_a_compiler_the_package_builds_as_pure_python(tmp_path):
+    from tests.install.test_fresh_venv import copy_source
+    copy_source(tmp_path / "src")
+    env = {**os.environ, "CC": "false", "LDSHARED": "false"}
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--no-build-isolation",
+                           "-w", str(tmp_path / "dist"), str(tmp_path / "src")], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    [wheel] = (tmp_path / "dist").glob("replayscope-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "replayscope/runner/trace/steps.py" in names
+    assert not [n for n in names if "_stepcore" in n and not n.endswith(".c")]
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",
