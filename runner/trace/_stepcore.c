@@ -22,7 +22,7 @@ static PyObject *steps_module, *device_module;
 static PyObject *s_decode, *s_padded, *s_eager, *s_step, *s_mode, *s_graph_bs, *s_reason, *s_evidence,
                 *s_size, *s_route, *s_start_timing, *s_stop_timing, *s_ensure_run, *s_hook_error,
                 *s_capture_phase, *s_decided, *s_every, *s_record_start, *s_shape, *s_dtype, *s_step_begin,
-                *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing;
+                *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen;
 static PyObject *zero, *one;
 
 /* The host clock Python's time.perf_counter() reads (CLOCK_MONOTONIC on Linux), as it converts it. */
@@ -134,7 +134,8 @@ static int step_failed(StepState *self)
 }
 
 /* StepTracking._start_timing: the host clock before CUDA is in use; then CUDA events on a sample
- * of steps (a decode batch's count cell kept in _timing_counts); the rest in Python. */
+ * of steps, counted in the key's cell (a decode batch's kept in _timing_counts, another stage's
+ * the clock's own); a key's first step, and a sampled step's record_start, in Python. */
 static PyObject *start_timing(StepState *self, PyObject *stage, PyObject *raw_bs)
 {
     PyObject *args[2] = {stage, raw_bs};
@@ -149,17 +150,28 @@ static PyObject *start_timing(StepState *self, PyObject *stage, PyObject *raw_bs
     }
     int decode = PyObject_RichCompareBool(stage, s_decode, Py_EQ);
     if (decode < 0) return NULL;
-    PyObject *count = NULL;
+    PyObject *count = NULL;       /* the key's cell, [steps counted]: kept here for a decode batch */
     if (decode && self->timing_counts != NULL && PyDict_CheckExact(self->timing_counts)) {
-        count = PyDict_GetItemWithError(self->timing_counts, raw_bs);
-        if (count == NULL && PyErr_Occurred()) return NULL;
+        count = Py_XNewRef(PyDict_GetItemWithError(self->timing_counts, raw_bs));
+    } else if (!decode) {         /* clock.counter((stage, raw_bs)), when the clock has the cell */
+        PyObject *seen_by_key = PyObject_GetAttr(self->cuda_clock, s_seen);
+        PyObject *key = seen_by_key == NULL ? NULL : PyTuple_Pack(2, stage, raw_bs);
+        if (key != NULL && PyDict_CheckExact(seen_by_key))
+            count = Py_XNewRef(PyDict_GetItemWithError(seen_by_key, key));
+        Py_XDECREF(seen_by_key);
+        Py_XDECREF(key);
+        if (count == NULL && PyErr_ExceptionMatches(PyExc_AttributeError)) PyErr_Clear();
     }
-    if (count == NULL || !PyList_CheckExact(count) || PyList_GET_SIZE(count) < 1)
+    if (count == NULL && PyErr_Occurred()) return NULL;
+    if (count == NULL || !PyList_CheckExact(count) || PyList_GET_SIZE(count) < 1) {
+        Py_XDECREF(count);
         return call_method(self, s_start_timing, args, 2);       /* the first step of its key */
+    }
     PyObject *seen = Py_NewRef(PyList_GET_ITEM(count, 0));
     PyObject *next = PyNumber_Add(seen, one);
-    if (next == NULL) { Py_DECREF(seen); return NULL; }
+    if (next == NULL) { Py_DECREF(seen); Py_DECREF(count); return NULL; }
     PyList_SetItem(count, 0, next);
+    Py_DECREF(count);
     PyObject *every = PyObject_GetAttr(self->cuda_clock, s_every);
     PyObject *rest = every == NULL ? NULL : PyNumber_Remainder(seen, every);
     Py_DECREF(seen);
@@ -219,8 +231,10 @@ static void step_abort_core(StepState *self, int *failed)
     PyObject *timing = self->step_timing;
     if (timing != NULL && timing != Py_None && !PyFloat_CheckExact(timing)) {
         PyObject *clock = PyObject_GetAttr(steps_module, s_cuda_clock_class);   /* CudaClock.drop(timing) */
+        Py_INCREF(timing);
         PyObject *done = clock == NULL ? NULL : PyObject_CallMethodOneArg(clock, s_drop, timing);
         Py_XDECREF(clock);
+        Py_DECREF(timing);
         if (done == NULL) { *failed = 1; return; }
         Py_DECREF(done);
     }
@@ -233,10 +247,11 @@ static void step_abort_core(StepState *self, int *failed)
 
 /* StepTracking._route's common case: every graph replayed has a size, no Inductor word; the
  * outcome per (batch, graph size) from _replayed, made by causes.replayed on a miss; a step that
- * replayed nothing asks _decided at once, as _route does. Anything else is _route itself. Sets route[5] = (raw_bs, mode, graph_bs, reason, evidence), new refs. */
-static int route(StepState *self, PyObject *route_out[5])
+ * replayed nothing asks _decided at once, as _route does. Anything else is _route itself.
+ * Sets route_out = (raw_bs, mode, graph_bs, reason, evidence), new references. */
+static int route_held(StepState *self, PyObject *raw_bs, PyObject *graphs, PyObject *replayed, PyObject *route_out[5])
 {
-    PyObject *raw_bs = self->step_bs, *graphs = self->step_graphs, *outcome = NULL, *key = NULL, *largest = NULL;
+    PyObject *outcome = NULL, *key = NULL, *largest = NULL;
     Py_ssize_t replays = PyList_GET_SIZE(graphs), max_bs = 0;
     if (replays == 0 && PyLong_CheckExact(raw_bs)) {
         /* no replay: _route would only ask _decided, and so does this */
@@ -247,7 +262,7 @@ static int route(StepState *self, PyObject *route_out[5])
         goto decided;
     }
     int common = replays > 0 && self->step_inductor == Py_None && PyLong_CheckExact(raw_bs)
-                 && self->replayed != NULL && PyDict_CheckExact(self->replayed);
+                 && replayed != NULL && PyDict_CheckExact(replayed);
     for (Py_ssize_t i = 0; common && i < replays; i++) {
         PyObject *size = PyObject_GetAttr(PyList_GET_ITEM(graphs, i), s_size);
         if (size == NULL) {
@@ -281,12 +296,12 @@ static int route(StepState *self, PyObject *route_out[5])
     if (largest == NULL) return -1;
     key = PyTuple_Pack(2, raw_bs, largest);
     if (key == NULL) goto error;
-    outcome = Py_XNewRef(PyDict_GetItemWithError(self->replayed, key));
+    outcome = Py_XNewRef(PyDict_GetItemWithError(replayed, key));
     if (outcome == NULL) {
         if (PyErr_Occurred()) goto error;
         PyObject *args[3] = {steps_module, raw_bs, largest};
         outcome = PyObject_VectorcallMethod(s_replayed, args, 3 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
-        if (outcome == NULL || PyDict_SetItem(self->replayed, key, outcome) < 0) goto error;
+        if (outcome == NULL || PyDict_SetItem(replayed, key, outcome) < 0) goto error;
     }
     if (outcome == Py_None) {            /* a graph smaller than the batch: decide reads it */
         Py_DECREF(outcome);
@@ -319,6 +334,18 @@ error:
     return -1;
 }
 
+/* route_held with what it reads held: the Python it calls may set the tracer's fields anew. */
+static int route(StepState *self, PyObject *route_out[5])
+{
+    PyObject *raw_bs = Py_NewRef(self->step_bs), *graphs = Py_NewRef(self->step_graphs);
+    PyObject *replayed = Py_XNewRef(self->replayed);
+    int done = route_held(self, raw_bs, graphs, replayed, route_out);
+    Py_DECREF(raw_bs);
+    Py_DECREF(graphs);
+    Py_XDECREF(replayed);
+    return done;
+}
+
 /* counts[name] += 1 */
 static int count_in(PyObject *counts, PyObject *name)
 {
@@ -334,7 +361,8 @@ static int count_in(PyObject *counts, PyObject *name)
 /* StepTracking.step_end's body: the step's outcome routed and sent as a `step` event. */
 static int end_body(StepState *self)
 {
-    PyObject *timing = NULL, *routed[5] = {NULL}, *padded = NULL, *emitter = NULL, *result = NULL;
+    PyObject *timing = NULL, *routed[5] = {NULL}, *padded = NULL, *emitter = NULL, *result = NULL, *tokens = NULL,
+             *stage = NULL;
     int failed = -1;
     NEED(self, step_timing, "step_timing") NEED(self, step_graphs, "step_graphs")
     NEED(self, step_bs, "step_bs") NEED(self, step_tokens, "step_tokens") NEED(self, step_stage, "step_stage")
@@ -356,7 +384,7 @@ static int end_body(StepState *self)
     }
     if (route(self, routed) < 0) goto error;
     PyObject *raw_bs = routed[0], *mode = routed[1], *graph_bs = routed[2], *reason = routed[3];
-    PyObject *tokens = self->step_tokens;
+    tokens = Py_NewRef(self->step_tokens);
     int is_padded = PyObject_RichCompareBool(mode, s_padded, Py_EQ);
     if (is_padded < 0) goto error;
     if (is_padded) {         /* (graph_bs - raw_bs) * max(tokens // raw_bs, 1) */
@@ -380,7 +408,8 @@ static int end_body(StepState *self)
     if (count_in(self->modes, mode) < 0) goto error;
     if (reason != Py_None && count_in(self->reasons, reason) < 0) goto error;
     if (emitter != Py_None) {
-        PyObject *args[10] = {emitter, self->step_stage, mode, raw_bs, graph_bs, tokens, padded, reason,
+        stage = Py_NewRef(self->step_stage);
+        PyObject *args[10] = {emitter, stage, mode, raw_bs, graph_bs, tokens, padded, reason,
                               timing, routed[4]};
         result = PyObject_VectorcallMethod(s_step, args, 10 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
         if (result == NULL) goto error;
@@ -399,6 +428,8 @@ error:
     for (int i = 0; i < 5; i++) Py_XDECREF(routed[i]);
     Py_XDECREF(padded);
     Py_XDECREF(emitter);
+    Py_XDECREF(tokens);
+    Py_XDECREF(stage);
     return failed;
 }
 
@@ -760,7 +791,7 @@ PyMODINIT_FUNC PyInit__stepcore(void)
     INTERN(s_record_start, "record_start") INTERN(s_shape, "shape") INTERN(s_dtype, "dtype")
     INTERN(s_step_begin, "step_begin") INTERN(s_append, "append") INTERN(s_wrapped, "__wrapped__")
     INTERN(s_replayed, "replayed") INTERN(s_cuda_clock_class, "CudaClock") INTERN(s_drop, "drop")
-    INTERN(s_cuda_in_use, "cuda_in_use") INTERN(s_capturing, "capturing")
+    INTERN(s_cuda_in_use, "cuda_in_use") INTERN(s_capturing, "capturing") INTERN(s_seen, "_seen")
     if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&StepStateType) < 0 || PyType_Ready(&StepWrapperType) < 0 || PyType_Ready(&ReplayHookType) < 0)
         return NULL;

@@ -188,8 +188,9 @@ def test_cuda_sampled_timing_is_the_same_through_both_cores(cuda_stand_ins):
         for n in [4] * 10 + [2] * 3 + [3] * 9:
             cuda_stand_ins["capturing"] = n == 3 and h.tracer.steps == 13     # the first 3 is not timed
             traced(torch.zeros(n, 1, dtype=torch.long), graphs[4 if n > 2 else 2])
-        assert h.tracer.step_begin("prefill", 4, 40)
-        h.tracer.step_end()
+        for _ in range(10):                      # another stage: its count in the clock's cells
+            assert h.tracer.step_begin("prefill", 4, 40)
+            h.tracer.step_end()
         with pytest.raises(RuntimeError):        # a timed step that raises: its events go back to the pool
             step_wrapper(h.tracer, lambda tokens: (_ for _ in ()).throw(RuntimeError("x")), tensor_batch, "s")(
                 torch.zeros(5, 1, dtype=torch.long))
@@ -198,7 +199,8 @@ def test_cuda_sampled_timing_is_the_same_through_both_cores(cuda_stand_ins):
     assert results["compiled"] == results["python"]
     durations, recorded, _ = results["python"]
     assert [d for _, d in durations[:10]] == [0.0025] + [None] * 7 + [0.0025, None]
-    assert recorded == 2 * 5 + 1          # bs 4 twice, bs 2, bs 3 once (its first step capturing), prefill; the raise
+    assert recorded == 2 * 6 + 1      # bs 4 twice, bs 2, bs 3 once (its first step capturing), prefill twice; the raise
+    assert [d for bs, d in durations if bs == 4][10:] == [0.0025] + [None] * 7 + [0.0025, None]
 
 
 @compiled_only
