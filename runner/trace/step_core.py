@@ -26,7 +26,7 @@ COMPILED_MODULE = "replayscope.runner.trace._stepcore"
 def load(environ: Mapping[str, str] = os.environ,
          import_module: Callable[[str], ModuleType] = importlib.import_module) -> ModuleType | None:
     """The compiled core, configured; None when ``REPLAYSCOPE_PURE_PYTHON=1`` or it was not built."""
-    if environ.get(ENV_PURE_PYTHON) == "1":
+    if environ.get(ENV_PURE_PYTHON) == "1":        # another value: `replayscope trace` refuses it
         return None
     try:
         module = import_module(COMPILED_MODULE)
