@@ -164,6 +164,38 @@ def test_the_same_program_through_both_cores_gives_the_same_events_and_counters(
     assert py_counters["steps"] == 19 and py_counters["total_replays"] == 19
 
 
+@compiled_only
+def test_failures_of_the_tracers_own_work_are_the_same_warnings_in_both_cores_and_never_the_programs():
+    results = {}
+    for core in ("python", "compiled"):
+        h = Harness(core)
+        graph = h.capture(2)
+        tracer = h.tracer
+
+        def no_batch(args, kwargs):
+            raise KeyError("no batch here")
+        assert step_wrapper(tracer, lambda x: x + 1, no_batch, "odd")(1) == 2        # the call runs, untraced
+        traced = step_wrapper(tracer, lambda tokens: graph.replay() or tokens.shape[0], tensor_batch, "--step")
+        traced(torch.zeros(2, 1, dtype=torch.long))
+        tracer._decided = lambda *args: 1 / 0                     # deciding an eager step fails
+        assert traced(torch.zeros(5, 1, dtype=torch.long)) == 5
+        assert not tracer.in_step
+        del tracer._decided
+        begin_interrupted = step_wrapper(tracer, lambda tokens: (_ for _ in ()).throw(KeyboardInterrupt()),
+                                         tensor_batch, "--step")
+        with pytest.raises(KeyboardInterrupt):                     # the program's own interrupt passes through
+            begin_interrupted(torch.zeros(2, 1, dtype=torch.long))
+        traced(torch.zeros(2, 1, dtype=torch.long))
+        counters = h.counters()
+        warnings = [(e["code"], e["message"]) for e in h.finish() if e["kind"] == "warning"]
+        results[core] = (counters, warnings)
+    assert results["compiled"] == results["python"]
+    counters, warnings = results["python"]
+    assert counters["steps"] == 2 and counters["in_step"] is False
+    assert [code for code, _ in warnings] == ["recipe_failed", "hook_failed"]
+    assert "KeyError: 'no batch here'" in warnings[0][1] and "ZeroDivisionError" in warnings[1][1]
+
+
 @pytest.fixture()
 def cuda_stand_ins(monkeypatch):
     from replayscope.runner.trace import device
