@@ -735,7 +735,8 @@ static PyObject *replay_hook_new(PyTypeObject *type, PyObject *args, PyObject *k
     .tp_name = "replayscope.runner.trace._stepcore." PYNAME,                         \
     .tp_doc = DOC,                                                                   \
     .tp_basicsize = sizeof(Wrapper),                                                 \
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, \
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL  \
+                | Py_TPFLAGS_METHOD_DESCRIPTOR, /* a method call passes self first, unbound */ \
     .tp_new = NEW,                                                                   \
     .tp_dealloc = (destructor)wrapper_dealloc,                                       \
     .tp_traverse = (traverseproc)wrapper_traverse,                                   \
