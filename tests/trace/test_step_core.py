@@ -295,6 +295,16 @@ def test_the_compiled_core_keeps_no_reference_it_should_not_and_its_memory_is_fl
     h.finish()
 
 
+@compiled_only
+def test_the_compiled_host_clock_is_time_perf_counters():
+    """A step's start read in C and its end in Python (or the reverse) are on one clock."""
+    import time
+    before = time.perf_counter()
+    read = step_core.COMPILED.perf_counter()
+    after = time.perf_counter()
+    assert before <= read <= after
+
+
 def test_without_the_compiled_module_or_with_pure_python_the_python_core_runs():
     def absent(name):
         raise ImportError(f"No module named {name!r}")
