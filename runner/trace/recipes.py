@@ -17,6 +17,7 @@ program.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Callable, NamedTuple
 
@@ -65,8 +66,13 @@ def step_wrapper(tracer: Tracer, original: Callable, batch_of: BatchOf, recipe: 
     core = compiled_for(tracer)
     if core is not None:
         cached = batch_of is tensor_batch
-        return core.StepWrapper(tracer, original, batch_of, recipe, _recipe_failed,
-                                _BATCHES if cached else None, _tensor_type if cached else None)
+        wrapper = core.StepWrapper(tracer, original, batch_of, recipe, _recipe_failed,
+                                   _BATCHES if cached else None, _tensor_type if cached else None)
+        try:
+            functools.update_wrapper(wrapper, original)     # its name and doc, as a function's would be
+        except (AttributeError, TypeError):
+            pass
+        return wrapper
 
     def step(*args, **kwargs):
         if tracer.in_step:

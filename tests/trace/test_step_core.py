@@ -247,6 +247,8 @@ def test_the_compiled_wrappers_look_like_the_originals_and_bind_as_methods():
     Model.forward = step_wrapper(h.tracer, original, tensor_batch, "--step")
     assert type(Model.forward).__name__ == "StepWrapper"
     assert Model.forward.__wrapped__ is original
+    assert (Model.forward.__name__, Model.forward.__qualname__, Model.forward.__doc__) == \
+        ("forward", original.__qualname__, "The model's step.")
     assert inspect.signature(Model().forward) == inspect.signature(original.__get__(Model()))
     assert Model().forward(torch.ones(2, 1, dtype=torch.long), scale=3).sum() == 6
     assert h.tracer.steps == 1
