@@ -13,7 +13,7 @@ or warning.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from replayscope.runner.trace.captures import CaptureTracking
 from replayscope.runner.trace.inductor import InductorTracking
@@ -53,4 +53,10 @@ def tracer_class(core: str) -> type:
     return _CLASSES[core]
 
 
-Tracer = tracer_class(CORE)      # the one a traced process makes: the compiled core where it was built
+if TYPE_CHECKING:     # for readers and type checkers: either core's tracer has StepTracking's interface
+    from replayscope.runner.trace.steps import StepTracking
+
+    class Tracer(TracerBase, StepTracking):
+        """The state of one traced process."""
+else:
+    Tracer = tracer_class(CORE)      # the one a traced process makes: the compiled core where it was built
