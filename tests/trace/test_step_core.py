@@ -260,40 +260,45 @@ def test_the_compiled_wrappers_look_like_the_originals_and_bind_as_methods():
 @compiled_only
 def test_the_compiled_core_keeps_no_reference_it_should_not_and_its_memory_is_flat():
     h = Harness("compiled")
-    graph = h.capture(4)
-    tensor = torch.zeros(3, 1, dtype=torch.long)
+    graphs = {size: h.capture(size) for size in (2, 4)}
+    tensors = [torch.zeros(n, 1, dtype=torch.long) for n in (3, 4, 9)]      # padded, graph, eager
 
-    def program(tokens):
-        graph.replay()
+    def program(tokens, scale=1):
+        graph = graphs.get(4 if tokens.shape[0] > 2 else 2) if tokens.shape[0] <= 4 else None
+        if graph is not None:
+            graph.replay()
         return tokens
+
+    def nested(tokens):
+        return traced(tokens, scale=2)                 # a call inside the step: part of it
     traced = step_wrapper(h.tracer, program, tensor_batch, "--step")
-    for _ in range(100):
-        traced(tensor)
+    outer = step_wrapper(h.tracer, nested, tensor_batch, "--step")
+
+    def steps(n):
+        for i in range(n):
+            (outer if i % 7 == 0 else traced)(tensors[i % 3])
+            h.tracer.emitter._queue.clear()
+    steps(300)
     h.tracer._starter.join()                 # the run is open; its emitter's thread stopped (no other
     h.tracer.emitter._stop.set()             # thread holds anything of the step while counting)
     h.tracer.emitter._thread.join()
-    held = (graph, tensor, program, h.tracer, h.tracer._modes, h.tracer._replayed, h.tracer.step_graphs,
-            h.tracer._timing_counts, traced)
-    h.tracer.emitter._queue.clear()
+    held = (*graphs.values(), *tensors, program, nested, h.tracer, h.tracer._modes, h.tracer._reasons,
+            h.tracer._replayed, h.tracer._decisions, h.tracer.step_graphs, h.tracer._timing_counts, traced, outer)
 
     def refs():
         gc.collect()
         return [sys.getrefcount(obj) for obj in held] + [sys.getrefcount(v) for v in h.tracer._replayed.values()] \
-            + [sys.getrefcount(v) for v in _BATCHES.values()]
+            + [sys.getrefcount(v) for v in h.tracer._decisions.values()] + [sys.getrefcount(v) for v in _BATCHES.values()]
     before = refs()
     tracemalloc.start()
-    for _ in range(10_000):
-        traced(tensor)
-        h.tracer.emitter._queue.clear()
+    steps(10_000)
     first, _ = tracemalloc.get_traced_memory()
-    for _ in range(10_000):
-        traced(tensor)
-        h.tracer.emitter._queue.clear()
+    steps(10_000)
     second, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()
     assert refs() == before
     assert second - first < 4096
-    assert h.tracer.steps == 20_100
+    assert h.tracer.steps == 20_300 and set(h.tracer.modes) == {"graph", "padded", "eager"}
     h.finish()
 
 
