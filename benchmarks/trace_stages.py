@@ -1,6 +1,6 @@
 """Where a traced step's host time goes: each stage of a ``--step`` step, on any machine.
 
-    python -m benchmarks.trace_stages [--rounds 21] [--steps 4000] [--json FILE]
+    python -m benchmarks.trace_stages [--rounds 21] [--steps 4000] [--core both] [--json FILE]
 
 One process, a trivial step (a Python call that replays a stand-in CUDA graph, so the replay
 hook and the graph path of the routing run as on a GPU; with CUDA in use the timing stage is
@@ -24,6 +24,11 @@ spread (the interquartile range over the rounds; the JSON also has the full rang
 - ``traced step``: the whole step traced (the emitter's thread running, its events written to a
   file; each round ends with a flush, so that the writing of its own events is in its time)
   minus the same step untraced; the collections the garbage collector ran in each side;
+- ``--core``: the step core the tracers run (``replayscope.runner.trace.step_core``): ``compiled``,
+  ``python`` (the reference), or ``both`` (the default where the compiled one is built): every
+  figure measured for each, a column per core. ``timing`` and ``routing`` call the Python
+  reference's methods in both (the compiled core does their common case inside ``step_end``: its
+  figures are in ``dispatch``, ``replay hook`` and ``step path``);
 - ``graph-tree step``: the zero-configuration step, the same program called through a stand-in
   of Inductor's graph-tree manager (each call of a reduce-overhead function a step, no
   ``--step``), traced minus untraced, its events written as the traced step's are.
@@ -52,7 +57,8 @@ from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
 from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
 from replayscope.runner.trace.recipes import step_wrapper, tensor_batch
 from replayscope.runner.trace.settings import TraceSettings
-from replayscope.runner.trace.tracer import Tracer
+from replayscope.runner.trace.step_core import cores
+from replayscope.runner.trace.tracer import Tracer, tracer_class
 
 class LinesDropped(NullSink):
     """Takes steps' lines as the events file does (``replayscope.contract.sinks.JsonlSink``), and drops them."""
@@ -107,8 +113,8 @@ def tree_manager(program: Program) -> type:
     return Manager
 
 
-def new_tracer(path: str) -> Tracer:
-    return Tracer(TraceSettings(trace_id="bench", name="bench"), make_sink=lambda run_id: JsonlSink(path))
+def new_tracer(path: str, core: str) -> Tracer:
+    return tracer_class(core)(TraceSettings(trace_id="bench", name="bench"), make_sink=lambda run_id: JsonlSink(path))
 
 
 CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
@@ -159,8 +165,9 @@ def summary(values: list[float]) -> dict[str, float]:
             "range": max(values) - min(values)}
 
 
-def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[str, Any]:
-    tracer, patches = new_tracer(os.path.join(workdir, "traced.jsonl")), Patches()
+def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: str = "python") -> dict[str, Any]:
+    Tracer = tracer_class(core)     # noqa: N806 (the class every tracer of this measure is made of)
+    tracer, patches = new_tracer(os.path.join(workdir, f"traced-{core}.jsonl"), core), Patches()
     program = Program(tracer, patches)
     inputs = program.inputs
     traced = step_wrapper(tracer, program.step, tensor_batch, "bench")
@@ -199,8 +206,8 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
         tracer._route(bs_of[id(x)], replayed)      # empties the list
         return plain(x)
 
-    events = Emitter(JsonlSink(os.path.join(workdir, "events.jsonl")), {
-        "run_id": "stages", "name": "stages", "source": "trace", "started_at": time.time(), "backend": "trace",
+    events = Emitter(JsonlSink(os.path.join(workdir, f"events-{core}.jsonl")), {
+        "run_id": f"stages-{core}", "name": "stages", "source": "trace", "started_at": time.time(), "backend": "trace",
         "model": "bench", "device": "cpu", "config": {}})
     events.sink.open(events.run)                # its thread is not started: the rounds clear its queue
 
@@ -218,7 +225,7 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     queuing = Tracer(TraceSettings(trace_id="queue", name="queue"), make_sink=lambda run_id: NullSink())
     queued = step_wrapper(queuing, Program(queuing, patches).step, tensor_batch, "bench")
     # Zero configuration: each call of a reduce-overhead function a step (no --step), same program.
-    trees_tracer = new_tracer(os.path.join(workdir, "trees.jsonl"))
+    trees_tracer = new_tracer(os.path.join(workdir, f"trees-{core}.jsonl"), core)
     traced_manager = tree_manager(Program(trees_tracer, patches))
     install_graph_tree_hooks(trees_tracer, types.SimpleNamespace(CUDAGraphTreeManager=traced_manager,
                                                                  CUDAGraphNode=StandInNode), patches)
@@ -277,7 +284,7 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall") -> dict[
     hooks_on.in_step = False
     hooks_on.close()
     base = per_round["untraced"]
-    result: dict[str, Any] = {"clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
+    result: dict[str, Any] = {"core": core, "clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
                               "untraced_us": summary(base), "stages": {}}
     for name in names[1:]:
         if name == "tree call":
@@ -301,22 +308,38 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock", choices=tuple(CLOCKS), default="wall",
                         help="wall: elapsed time; cpu: the process's CPU time, all its threads (the emitter's "
                              "too), which other processes on a busy machine do not inflate")
+    parser.add_argument("--core", choices=("both", "compiled", "python"), default="both",
+                        help="the step core traced (both: each in turn, a column per core; the compiled one "
+                             "where it is built)")
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
+    chosen = list(cores()) if options.core == "both" else [options.core]
+    if options.core not in ("both", *cores()):
+        parser.error(f"--core {options.core}: the compiled step core is not built here "
+                     f"(python3 setup.py build_ext --inplace), or REPLAYSCOPE_PURE_PYTHON=1 is set")
     if torch.cuda.is_available():
         torch.cuda.init()            # as a traced GPU program: the timing stage is CUDA events on 1 step in N
+    results = {}
     with tempfile.TemporaryDirectory() as workdir:
-        result = measure(options.rounds, options.steps, workdir, options.clock)
-    print(f"{options.clock} clock; untraced step {result['untraced_us']['median']:.2f} us; per step, added over it "
-          f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = interquartile range):")
-    print(f"{'stage':<12} {'added us':>9} {'spread':>7} {'gc gen0/1/2':>12} {'gc ms':>6}")
-    for name, figures in result["stages"].items():
-        gcs = "/".join(str(n) for n in figures.get("gc", ())) or "-"
-        gc_ms = f"{figures['gc_ms']:6.1f}" if "gc_ms" in figures else f"{'-':>6}"
-        print(f"{name:<12} {figures['median']:9.2f} {figures['spread']:7.2f} {gcs:>12} {gc_ms}")
-    print(f"untraced gc {'/'.join(map(str, result['untraced_gc']))}; traced steps {result['traced_steps']}, "
-          f"modes {result['modes']}")
-    write_json(options.json, result)
+        for core in chosen:
+            results[core] = measure(options.rounds, options.steps, workdir, options.clock, core)
+    first = results[chosen[0]]
+    print(f"{options.clock} clock; untraced step {first['untraced_us']['median']:.2f} us; per step, added over it "
+          f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = interquartile range), "
+          f"per step core:")
+    print(f"{'stage':<16}" + "".join(f" {core + ' us':>13} {'spread':>7} {'gc gen0/1/2':>12}" for core in chosen))
+    for name in first["stages"]:
+        row = f"{name:<16}"
+        for core in chosen:
+            figures = results[core]["stages"][name]
+            gcs = "/".join(str(n) for n in figures.get("gc", ())) or "-"
+            row += f" {figures['median']:13.2f} {figures['spread']:7.2f} {gcs:>12}"
+        print(row)
+    for core in chosen:
+        result = results[core]
+        print(f"{core}: untraced gc {'/'.join(map(str, result['untraced_gc']))}; traced steps "
+              f"{result['traced_steps']}, modes {result['modes']}")
+    write_json(options.json, results if options.core == "both" else first)
     return 0
 
 

@@ -23,6 +23,7 @@ import time
 from typing import Any, Callable
 
 from replayscope.runner.trace.no_graph import asked_for_graphs, skip_count
+from replayscope.runner.trace.step_core import compiled_for
 from replayscope.runner.trace.tracer import Tracer
 
 MARK = "__replayscope_original__"
@@ -125,7 +126,11 @@ def _capture_end(tracer: Tracer, original: Callable) -> Callable:
 
 def _replay(tracer: Tracer, original: Callable) -> Callable:
     # The hot path: a counter, and inside a step the graph appended to the step's list (its size
-    # is read once, at the step's end).
+    # is read once, at the step's end). The compiled core's ReplayHook does the same in C.
+    core = compiled_for(tracer)
+    if core is not None:
+        return core.ReplayHook(tracer, original)
+
     def replay(self, *args, **kwargs):
         tracer.total_replays += 1
         if tracer.in_step:

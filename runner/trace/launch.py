@@ -23,7 +23,7 @@ from replayscope.contract.formats import plural
 from replayscope.runner.timing import CUDA_TIME_EVERY
 from replayscope.runner.trace import supervision
 from replayscope.runner.trace.outside import OutsideEnds, read_registry, registry_records
-from replayscope.runner.trace.settings import STEP_SPEC, TraceSettings
+from replayscope.runner.trace.settings import ENV_PURE_PYTHON, STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
 # the package the traced processes import (in a checkout its __init__ adds the checkout's folders)
@@ -47,6 +47,10 @@ def check_arguments(command: list[str], collector: str | None, events: str | Non
             raise ReplayscopeError(f"--events {events}: its directory does not exist")
     if time_every < 1:
         raise ReplayscopeError(f"--time-every must be at least 1, got {time_every}")
+    pure = os.environ.get(ENV_PURE_PYTHON, "")
+    if pure not in ("", "0", "1"):
+        raise ReplayscopeError(f"{ENV_PURE_PYTHON}={pure!r}: set it to 1 to trace with the Python step core, "
+                               f"or to 0 or nothing for the compiled one")
     if step is not None and not STEP_SPEC.match(step):
         raise ReplayscopeError(f"--step {step!r}: name the step function as MODULE:QUALNAME, e.g. "
                                f"mypkg.engine:Engine.decode_step (or __main__:step for a script)")

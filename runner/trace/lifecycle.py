@@ -100,7 +100,8 @@ class RunLifecycle:
                                     "command": list(self.settings.command), "step": self.settings.step,
                                     "recipes": list(self.recipes), "hooks": list(self.hooks),
                                     "auto_steps": AUTO_STEPS if self.settings.step is None else None,
-                                    "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every)}}}
+                                    "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every),
+                                    "step_core": self.step_core}}}
         sink, target = self._sink()
         emitter = Emitter(sink, run)
         self.run, self.emitter = run, emitter

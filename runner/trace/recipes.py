@@ -17,12 +17,14 @@ program.
 
 from __future__ import annotations
 
+import functools
 import sys
 from typing import Any, Callable, NamedTuple
 
 from replayscope.contract.errors import describe_error
 from replayscope.runner.trace.causes import Cause
 from replayscope.runner.trace.hooks import Patches
+from replayscope.runner.trace.step_core import compiled_for
 from replayscope.runner.trace.tracer import Tracer
 
 
@@ -59,7 +61,19 @@ def _recipe_failed(tracer: Tracer, recipe: str, error: BaseException) -> None:
 
 
 def step_wrapper(tracer: Tracer, original: Callable, batch_of: BatchOf, recipe: str) -> Callable:
-    """``original`` with each outermost call recorded as one step."""
+    """``original`` with each outermost call recorded as one step. The compiled core's StepWrapper
+    does the same in C (reading ``tensor_batch``'s cache itself when that is the recipe's batch)."""
+    core = compiled_for(tracer)
+    if core is not None:
+        cached = batch_of is tensor_batch
+        wrapper = core.StepWrapper(tracer, original, batch_of, recipe, _recipe_failed,
+                                   _BATCHES if cached else None, _tensor_type if cached else None)
+        try:
+            functools.update_wrapper(wrapper, original)     # its name and doc, as a function's would be
+        except (AttributeError, TypeError):
+            pass
+        return wrapper
+
     def step(*args, **kwargs):
         if tracer.in_step:
             return original(*args, **kwargs)

@@ -10,9 +10,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import sqlite3
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -117,6 +119,9 @@ def test_the_wheel_installs_one_top_level_package(wheel):
                    "replayscope/migrations/alembic.ini", "replayscope/migrations/script.py.mako"):
         assert inside in names, inside
     assert any(n.startswith("replayscope/app/assets/") for n in names), "the dashboard's assets"
+    if shutil.which("gcc") and (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
+        assert any(re.match(r"replayscope/runner/trace/_stepcore\..*(so|pyd)$", n) for n in names), \
+            "the compiled step core, built where a C compiler and Python's headers are"
     assert any(re.match(r"replayscope/migrations/versions/\w+\.py$", n) for n in names), "the migrations"
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     [command] = re.findall(r"^replayscope = ([\w.]+):main$", zipfile.ZipFile(wheel).read(entry_points).decode(), re.M)
@@ -149,7 +154,7 @@ def test_the_library_imports_from_replayscope_beside_the_users_packages(installe
     assert events[0]["name"] == "lib" and any(e.get("kind") == "step" for e in events[1:])
 
 
-def test_trace_runs_the_users_program_with_its_own_packages(installed, project, env):
+def test_trace_runs_the_users_program_with_its_own_packages(wheel, installed, project, env):
     (project / "prog.py").write_text(TRACED_PROGRAM)
     command = [str(installed / "replayscope"), "trace", "--events", "traced.jsonl", "--step", "__main__:step",
                "--", str(installed / "python"), "prog.py"]
@@ -160,6 +165,9 @@ def test_trace_runs_the_users_program_with_its_own_packages(installed, project, 
     lines = [json.loads(line) for line in (project / "traced.jsonl").read_text().splitlines()]
     assert lines[0]["source"] == "trace", "the traced process recorded its run"
     assert sum(line.get("kind") == "step" for line in lines) == 3, "and its three steps"
+    compiled = any(re.match(r"replayscope/runner/trace/_stepcore\..*(so|pyd)$", n)
+                   for n in zipfile.ZipFile(wheel).namelist())
+    assert lines[0]["config"]["trace"]["step_core"] == ("compiled" if compiled else "python")
 
 
 def test_the_demo_runs_beside_the_users_packages(installed, project, env):

@@ -187,6 +187,14 @@ def test_bad_input_gets_one_error_line_exit_2_and_writes_nothing(tmp_path, argv,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_pure_python_switch_that_is_not_1_or_0_is_refused_before_anything_runs(tmp_path):
+    result = trace("--events", "t.jsonl", "--", sys.executable, "-c", "0", cwd=tmp_path,
+                   env={**ENV, "REPLAYSCOPE_PURE_PYTHON": "yes"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].startswith("replayscope trace: error: REPLAYSCOPE_PURE_PYTHON='yes'")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_with_timings_asked_each_traced_process_says_what_the_tracers_start_and_its_hooks_took(tmp_path):
     """REPLAYSCOPE_TRACE_TIMINGS=1: a diagnostic for a traced start-up slower than an untraced one."""
     program = "import torch.cuda.graphs, multiprocessing as m; m.get_context('spawn').Process(target=print).start()"
