@@ -11,7 +11,7 @@ ENV PIP_NO_CACHE_DIR=1 \
 # No torch: the collector, dashboard and importers never run a model (torch comes only
 # with the [runner] extra, which the runner image installs).
 WORKDIR /src
-COPY pyproject.toml ./
+COPY pyproject.toml setup.py ./
 COPY replayscope ./replayscope
 COPY runner ./runner
 COPY collector ./collector

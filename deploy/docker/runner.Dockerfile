@@ -10,7 +10,7 @@ ENV PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1
 
 WORKDIR /src
-COPY pyproject.toml ./
+COPY pyproject.toml setup.py ./
 COPY replayscope ./replayscope
 COPY runner ./runner
 COPY collector ./collector

@@ -111,8 +111,50 @@ def test_every_file_a_dockerfile_copies_exists(dockerfile):
             assert (REPO / source).exists(), f"{dockerfile.name}: COPY {source}: not in the repository"
     # what pip installs from /src must be a complete package: every top-level package it lists
     copied = {w.strip("./") for rest in copies for w in rest.split()[:-1]}
-    for package in ("replayscope", "runner", "collector", "app", "migrations", "pyproject.toml"):
+    for package in ("replayscope", "runner", "collector", "app", "migrations", "pyproject.toml", "setup.py"):
         assert package in copied, f"{dockerfile.name} does not copy {package}"
+
+
+def dockerignore_keeps(patterns: list[str], path: str) -> bool:
+    """Whether a build context with these .dockerignore ``patterns`` holds ``path`` (Docker's rules:
+    the last pattern that matches the path or a folder above it decides; ``!`` keeps; ``**`` is
+    any number of folders, ``*`` and ``?`` stay within one)."""
+    kept = True
+    parts = path.split("/")
+    for pattern in patterns:
+        keep = pattern.startswith("!")
+        body = pattern[1:] if keep else pattern
+        regex = re.compile("".join(".*" if token == "**" else "[^/]*" if token == "*" else "[^/]" if token == "?"
+                                   else re.escape(token) for token in re.split(r"(\*\*|\*|\?)", body.strip("/"))))
+        if any(regex.fullmatch("/".join(parts[:i])) for i in range(1, len(parts) + 1)):
+            kept = keep
+    return kept
+
+
+def test_the_dockerignore_rules_understood_as_docker_reads_them():
+    patterns = ["**", "!pyproject.toml", "!runner/**", "**/__pycache__"]
+    assert dockerignore_keeps(patterns, "runner/trace/tracer.py")
+    assert dockerignore_keeps(patterns, "pyproject.toml")
+    assert not dockerignore_keeps(patterns, "replayscope/__init__.py")
+    assert not dockerignore_keeps(patterns, "runner/trace/__pycache__/tracer.cpython-311.pyc")
+
+
+@pytest.mark.parametrize("dockerfile", sorted((REPO / "deploy" / "docker").glob("*.Dockerfile")),
+                         ids=lambda p: p.name)
+def test_every_file_a_dockerfile_copies_is_in_its_build_context(dockerfile):
+    """BuildKit reads ``<Dockerfile>.dockerignore``: a COPY of something it leaves out fails the build."""
+    ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
+    patterns = [line.strip() for line in ignore.read_text().splitlines()
+                if line.strip() and not line.startswith("#")] if ignore.exists() else []
+    for rest in (rest for keyword, rest in dockerfile_instructions(dockerfile) if keyword == "COPY"):
+        for source in [w for w in rest.split() if not w.startswith("--")][:-1]:
+            root = REPO / source
+            files = [root] if root.is_file() else [f for f in root.rglob("*.py") if "__pycache__" not in f.parts]
+            assert files, f"{dockerfile.name}: COPY {source}: nothing to copy"
+            for f in files:
+                relative = f.relative_to(REPO).as_posix()
+                assert dockerignore_keeps(patterns, relative), \
+                    f"{dockerfile.name}: COPY {source}: {relative} is left out by {ignore.name}"
 
 
 @pytest.mark.parametrize("dockerfile", sorted((REPO / "deploy" / "docker").glob("*.Dockerfile")),
