@@ -1,0 +1,149 @@
+"""The emitter's end of its writer process (``replayscope.runner.event_writer``): started, told the
+sink over its stdin, handed frames of queued values, asked to flush and to close.
+
+The writer is started without the trace's environment (``REPLAYSCOPE_TRACE*``, the
+``sitecustomize`` folder on ``PYTHONPATH``, ``REPLAYSCOPE_TOKEN``): it is never traced, and the
+sink's spec (its token too) reaches it only through the pipe, never on its command line. It
+runs in a session of its own (the terminal's Ctrl-C to the program's group does not reach it)
+and outlives the program to write what it was handed. A forked child closes its copy of the
+pipe at once (``os.register_at_fork``): it never writes into its parent's writer, and the
+writer still sees the end of its stdin when the parent goes.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import weakref
+from pathlib import Path
+from typing import Any
+
+import replayscope
+from replayscope.runner.event_writer import CLOSE, EVENTS, FLUSH, OPEN, FrameReader, frame, write_all
+from replayscope.runner.trace.settings import ENV_DIR, ENV_ON, ENV_TOKEN
+
+ENV_IN_PROCESS = "REPLAYSCOPE_EVENTS_IN_PROCESS"   # "1": the emitter's own thread writes the events
+START_TIMEOUT_S = 30.0
+# where the writer imports replayscope from: the folder holding the package this process imported
+PACKAGE_ROOT = str(Path(replayscope.__file__).parent.parent)
+
+_links: "weakref.WeakSet[WriterLink]" = weakref.WeakSet()
+
+
+class WriterUnavailable(Exception):
+    """The writer process could not be started or did not answer."""
+
+
+def writer_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The program's environment without what would trace the writer or tell it the token."""
+    environ = dict(os.environ if environ is None else environ)
+    trace_dir = environ.get(ENV_DIR)
+    env = {key: value for key, value in environ.items() if not key.startswith(ENV_ON) and key != ENV_TOKEN}
+    paths = [path for path in environ.get("PYTHONPATH", "").split(os.pathsep)
+             if path and not (trace_dir and os.path.abspath(path).startswith(os.path.abspath(trace_dir)))]
+    env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
+    return env
+
+
+class WriterLink:
+    """One run's writer process, seen from the program."""
+
+    def __init__(self, process: subprocess.Popen):
+        self.process = process
+        self._to = process.stdin.fileno()
+        self._answers = FrameReader(process.stdout.fileno())
+        self.broken = False
+        _links.add(self)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @classmethod
+    def start(cls, spec: dict[str, Any], run: dict[str, Any], graph_sample: int,
+              flush_interval_s: float) -> "WriterLink":
+        """A writer with the sink open; ``WriterUnavailable`` when it could not be had, or the
+        sink's own error (``str``) raised as ``SinkRefused`` when the writer could not open it."""
+        try:
+            process = subprocess.Popen([sys.executable, "-m", "replayscope.runner.event_writer"],
+                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=writer_environment(),
+                                       start_new_session=True, close_fds=True)
+        except OSError as error:
+            raise WriterUnavailable(f"cannot start {sys.executable}: {error}") from None
+        link = cls(process)
+        try:
+            write_all(link._to, frame(OPEN, (spec, run, graph_sample, flush_interval_s)))
+            answer = link._answers.next(START_TIMEOUT_S)
+        except OSError as error:
+            link.abandon()
+            raise WriterUnavailable(f"it went at its start: {error}") from None
+        if answer is None or answer[0] != OPEN:
+            link.abandon()
+            raise WriterUnavailable(f"it did not answer within {START_TIMEOUT_S:g}s (exit status "
+                                    f"{process.poll()})")
+        if answer[1] is not None:
+            link.abandon()
+            raise SinkRefused(answer[1])
+        return link
+
+    def send(self, items: list) -> None:
+        """Hand queued values over (``ValueError`` for a value marshal cannot write, nothing sent)."""
+        write_all(self._to, frame(EVENTS, items))
+
+    def ask(self, what: bytes, timeout_s: float) -> tuple | None:
+        """``FLUSH`` or ``CLOSE``: the writer's report once everything sent before is written; None
+        when it did not answer within ``timeout_s`` (or is gone)."""
+        try:
+            write_all(self._to, frame(what, None))
+            answer = self._answers.next(timeout_s)
+        except OSError:
+            answer = None
+        if answer is None or answer[0] != what:
+            self.broken = True
+            return None
+        return answer[1]
+
+    def end(self) -> None:
+        """The run is over: the writer's stdin closed (it exits once it wrote everything)."""
+        self.forget()
+        if self.process.poll() is None:
+            try:
+                self.process.wait(timeout=1.0)
+            except subprocess.TimeoutExpired:
+                pass                     # still writing; it ends on its own
+
+    def abandon(self) -> None:
+        """A writer not used after all: stopped."""
+        self.forget()
+        try:
+            self.process.kill()
+            self.process.wait(timeout=5.0)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+
+    def forget(self) -> None:
+        """This process's ends of the pipes closed (a forked child's, or at the end)."""
+        for stream in (self.process.stdin, self.process.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        self.broken = True
+
+
+class SinkRefused(Exception):
+    """The writer could not open the sink: its error, as the sink said it."""
+
+
+def _forget_in_child() -> None:
+    for link in list(_links):
+        link.forget()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_in_child)
+
+
+__all__ = ["CLOSE", "ENV_IN_PROCESS", "FLUSH", "SinkRefused", "WriterLink", "WriterUnavailable",
+           "writer_environment"]
