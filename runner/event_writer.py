@@ -20,6 +20,7 @@ Ctrl-C to the program's group must not cost the events already handed over. Neve
 
 from __future__ import annotations
 
+import json
 import marshal
 import os
 import select
@@ -111,7 +112,8 @@ def serve(reader: FrameReader, out_fd: int) -> int:
     first = reader.next(None)
     if first is None or first[0] != OPEN:
         return 2
-    spec, run, graph_sample, flush_interval_s = first[1]
+    spec, run_json, graph_sample, flush_interval_s = first[1]
+    run = json.loads(run_json)
     sink = sink_from_spec(spec)
     try:
         sink.open(run)

@@ -12,6 +12,7 @@ writer still sees the end of its stdin when the parent goes.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -73,8 +74,12 @@ class WriterLink:
             raise WriterUnavailable(f"cannot start {sys.executable}: {error}") from None
         link = cls(process)
         try:
-            write_all(link._to, frame(OPEN, (spec, run, graph_sample, flush_interval_s)))
+            # the run record as its JSON (what the sink writes or posts of it; any JSON-able value goes)
+            write_all(link._to, frame(OPEN, (spec, json.dumps(run), graph_sample, flush_interval_s)))
             answer = link._answers.next(START_TIMEOUT_S)
+        except (TypeError, ValueError) as error:      # a run record JSON cannot write
+            link.abandon()
+            raise WriterUnavailable(f"the run record cannot be handed over: {error}") from None
         except OSError as error:
             link.abandon()
             raise WriterUnavailable(f"it went at its start: {error}") from None

@@ -120,6 +120,10 @@ class RunLifecycle:
             self.emitter.start()
         except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
             self._stop_tracing(error)
+            return
+        writer = getattr(self.emitter, "writer_pid", None)
+        if writer is not None:      # the trace ends this run only once its writer wrote everything
+            self._register({"event": "writer", "run_id": self.run_id, "pid": self.pid, "writer_pid": writer})
 
     def _stop_tracing(self, error: BaseException) -> None:
         print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}; this process "
