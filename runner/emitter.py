@@ -186,19 +186,21 @@ class Emitter:
         """``items`` to the writer process as one frame; a value marshal cannot write costs only its event."""
         if not items:
             return 0
-        if self.link.broken:
-            self._lost(len(items) // RECORD, f"the event writer process is gone: {len(items) // RECORD} "
-                                             f"events not written")
+        if self.link.broken:             # said when it went: counted, not said again every flush
+            self.lost += len(items) // RECORD
+            self._lost_here += len(items) // RECORD
             return 0
         try:
-            self.link.send(items)
-        except ValueError:
-            items = self._marshalable(items)
-            self.link.send(items)
+            try:
+                self.link.send(items)
+            except ValueError:
+                items = self._marshalable(items)
+                self.link.send(items)
         except OSError as error:
             self.link.broken = True
-            self._lost(len(items) // RECORD, f"the event writer process is gone ({error!r}): "
-                                             f"{len(items) // RECORD} events not written")
+            self._lost(len(items) // RECORD, f"the event writer process (pid {self.link.pid}) is gone "
+                                             f"({error!r}): {len(items) // RECORD} events not written, nor "
+                                             f"any later event of this run")
             return 0
         self._last_write = time.monotonic()
         return len(items) // RECORD
@@ -222,9 +224,15 @@ class Emitter:
     def _ask_writer(self, what: bytes, wait_s: float) -> None:
         report = self.link.ask(what, wait_s)
         if report is None:
-            if what == CLOSE:
+            if self.link.broken:
+                _warn(f"the event writer process (pid {self.link.pid}) is gone; events of this run after "
+                      f"the last ones it wrote are lost")
+            elif what == CLOSE:
                 _warn(f"the event writer process (pid {self.link.pid}) did not finish writing within "
                       f"{wait_s:g}s; it goes on in the background (written and lost counts are incomplete)")
+            else:
+                _warn(f"the event writer process (pid {self.link.pid}) did not write what was flushed within "
+                      f"{wait_s:g}s; it goes on in the background")
             return
         written, lost, spooled, spool_path = report
         self.written, self.lost = written, self._lost_here + lost

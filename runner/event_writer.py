@@ -11,8 +11,8 @@ Frames, both ways: one byte saying what, four bytes of length (little-endian), t
 the value. In: ``O`` (the sink's spec, the run, graph_sample: the first frame, never argv or the
 environment, which other users can read), ``E`` (records), ``F`` (a flush: answered once all
 before it is written), ``C`` (the end: answered once the sink is closed). Out (stdout):
-``O`` (None, or why the sink could not be opened), ``F`` and ``C`` (what was written, lost,
-spooled and where). At the end of its stdin (the program ended, or was SIGKILLed) it writes
+``O`` (None, or why the sink could not be opened), ``F`` and ``C`` (the question's number, and
+what was written, lost, spooled and where). At the end of its stdin (the program ended, or was SIGKILLed) it writes
 everything it was given, closes the sink and exits. SIGINT, SIGTERM and SIGHUP are ignored:
 Ctrl-C to the program's group must not cost the events already handed over. Never traced
 (started without the trace's environment) and never imports torch.
@@ -134,11 +134,11 @@ def serve(reader: FrameReader, out_fd: int) -> int:
         what, value = got
         if what == EVENTS:
             writing.write(writing.converter.events(value))
-        elif what == FLUSH:
-            write_all(out_fd, frame(FLUSH, writing.report()))
+        elif what == FLUSH:              # value: the question's number, given back with the answer
+            write_all(out_fd, frame(FLUSH, (value, writing.report())))
         elif what == CLOSE:
             writing.close()
-            write_all(out_fd, frame(CLOSE, writing.report()))
+            write_all(out_fd, frame(CLOSE, (value, writing.report())))
             return 0
 
 

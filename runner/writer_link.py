@@ -14,15 +14,18 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
+import time
 import weakref
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import replayscope
 from replayscope.runner.event_writer import CLOSE, EVENTS, FLUSH, OPEN, FrameReader, frame, write_all
 from replayscope.runner.trace.settings import ENV_DIR, ENV_ON, ENV_TOKEN
+
+if TYPE_CHECKING:
+    import subprocess       # imported when a writer starts (on the emitter's starting thread), not at import
 
 ENV_IN_PROCESS = "REPLAYSCOPE_EVENTS_IN_PROCESS"   # "1": the emitter's own thread writes the events
 START_TIMEOUT_S = 30.0
@@ -55,6 +58,7 @@ class WriterLink:
         self._to = process.stdin.fileno()
         self._answers = FrameReader(process.stdout.fileno())
         self.broken = False
+        self._asked = 0                  # questions (flush, close) asked: each answer names its own
         _links.add(self)
 
     @property
@@ -66,6 +70,8 @@ class WriterLink:
               flush_interval_s: float) -> "WriterLink":
         """A writer with the sink open; ``WriterUnavailable`` when it could not be had, or the
         sink's own error (``str``) raised as ``SinkRefused`` when the writer could not open it."""
+        import subprocess
+
         try:
             process = subprocess.Popen([sys.executable, "-m", "replayscope.runner.event_writer"],
                                        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=writer_environment(),
@@ -98,19 +104,29 @@ class WriterLink:
 
     def ask(self, what: bytes, timeout_s: float) -> tuple | None:
         """``FLUSH`` or ``CLOSE``: the writer's report once everything sent before is written; None
-        when it did not answer within ``timeout_s`` (or is gone)."""
+        when it did not answer within ``timeout_s`` (its answer, when it comes, is skipped by the
+        next question) or is gone."""
+        self._asked += 1
         try:
-            write_all(self._to, frame(what, None))
-            answer = self._answers.next(timeout_s)
+            write_all(self._to, frame(what, self._asked))
+            deadline = time.monotonic() + timeout_s
+            while True:
+                answer = self._answers.next(max(0.0, deadline - time.monotonic()))
+                if answer is None:
+                    if self._answers.ended:
+                        self.broken = True
+                    return None
+                asked, report = answer[1]
+                if asked == self._asked:
+                    return report
         except OSError:
-            answer = None
-        if answer is None or answer[0] != what:
             self.broken = True
             return None
-        return answer[1]
 
     def end(self) -> None:
         """The run is over: the writer's stdin closed (it exits once it wrote everything)."""
+        import subprocess
+
         self.forget()
         if self.process.poll() is None:
             try:
@@ -120,6 +136,8 @@ class WriterLink:
 
     def abandon(self) -> None:
         """A writer not used after all: stopped."""
+        import subprocess
+
         self.forget()
         try:
             self.process.kill()

@@ -230,3 +230,24 @@ def test_a_sink_the_writer_cannot_open_is_refused_at_start_as_before(tmp_path):
 
     with pytest.raises(ReplayscopeError, match="cannot write the events file"):
         Emitter(JsonlSink(str(tmp_path / "missing" / "run.jsonl")), run_record()).start()
+
+
+def test_a_writer_that_died_is_said_once_and_what_it_missed_counted_lost(tmp_path, capsys):
+    path = tmp_path / "run.jsonl"
+    emitter = Emitter(JsonlSink(str(path)), run_record(), flush_interval_s=60).start()
+    for _ in range(5):
+        emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+    emitter.flush()
+    os.kill(emitter.writer_pid, signal.SIGKILL)
+    wait_until(lambda: emitter.link.process.poll() is not None, 30.0)
+    for round_ in range(3):
+        for _ in range(7):
+            emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+        emitter.flush()
+    started = time.monotonic()
+    emitter.close()
+    assert time.monotonic() - started < 10
+    err = capsys.readouterr().err
+    assert err.count("is gone") == 1, err
+    assert emitter.written == 5 and emitter.lost == 3 * 7 + 1        # and the run_end
+    assert path.read_text().count('"kind": "step"') == 5
