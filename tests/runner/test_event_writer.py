@@ -251,3 +251,18 @@ def test_a_writer_that_died_is_said_once_and_what_it_missed_counted_lost(tmp_pat
     assert err.count("is gone") == 1, err
     assert emitter.written == 5 and emitter.lost == 3 * 7 + 1        # and the run_end
     assert path.read_text().count('"kind": "step"') == 5
+
+
+def test_the_writer_counts_a_batch_its_sink_refused_lost_and_says_so(capsys):
+    """The writer process's own loop (``Writing``), run here: a sink that raises loses the batch,
+    counted and said on stderr as the emitter's thread does, and the run goes on."""
+    from replayscope.runner.event_records import EventConverter
+    from replayscope.runner.event_writer import Writing
+
+    sink = ListSink(fail=1)
+    writing = Writing(sink, EventConverter(False))
+    writing.write([{"seq": 0, "ts": 1.0, "kind": "phase"}, {"seq": 1, "ts": 1.0, "kind": "phase"}])
+    writing.write([{"seq": 2, "ts": 1.0, "kind": "phase"}])
+    writing.close()
+    assert (writing.written, writing.lost) == (1, 2) and sink.closed
+    assert "telemetry sink failed, 2 events not written (2 in all)" in capsys.readouterr().err
