@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import marshal
 import os
 import signal
 import threading
@@ -183,32 +184,33 @@ class Emitter:
         _warn(message)
 
     def _hand_over(self, items: list) -> int:
-        """``items`` to the writer process as one frame; a value marshal cannot write costs only its event."""
+        """``items`` to the writer process, in frames of at most ``max_batch`` events; a value marshal
+        cannot write costs only its event."""
         if not items:
             return 0
         if self.link.broken:             # said when it went: counted, not said again every flush
             self.lost += len(items) // RECORD
             self._lost_here += len(items) // RECORD
             return 0
+        step, start = self.max_batch * RECORD, 0
         try:
-            try:
-                self.link.send(items)
-            except ValueError:
-                items = self._marshalable(items)
-                self.link.send(items)
+            for start in range(0, len(items), step):
+                part = items[start:start + step] if len(items) > step else items
+                try:
+                    self.link.send(part)
+                except ValueError:
+                    self.link.send(self._marshalable(part))
         except OSError as error:
             self.link.broken = True
-            self._lost(len(items) // RECORD, f"the event writer process (pid {self.link.pid}) is gone "
-                                             f"({error!r}): {len(items) // RECORD} events not written, nor "
-                                             f"any later event of this run")
+            missed = (len(items) - start) // RECORD
+            self._lost(missed, f"the event writer process (pid {self.link.pid}) is gone ({error!r}): {missed} "
+                               f"events not written, nor any later event of this run")
             return 0
         self._last_write = time.monotonic()
         return len(items) // RECORD
 
     def _marshalable(self, items: list) -> list:
         """``items`` without the events holding a value that cannot be handed over (each said, counted lost)."""
-        import marshal
-
         kept: list = []
         for start in range(0, len(items), RECORD):
             record = items[start:start + RECORD]

@@ -44,8 +44,9 @@ def writer_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
     environ = dict(os.environ if environ is None else environ)
     trace_dir = environ.get(ENV_DIR)
     env = {key: value for key, value in environ.items() if not key.startswith(ENV_ON) and key != ENV_TOKEN}
+    inside = os.path.join(os.path.abspath(trace_dir), "") if trace_dir else None
     paths = [path for path in environ.get("PYTHONPATH", "").split(os.pathsep)
-             if path and not (trace_dir and os.path.abspath(path).startswith(os.path.abspath(trace_dir)))]
+             if path and not (inside and os.path.join(os.path.abspath(path), "").startswith(inside))]
     env["PYTHONPATH"] = os.pathsep.join([PACKAGE_ROOT, *paths])
     return env
 

@@ -266,3 +266,18 @@ def test_the_writer_counts_a_batch_its_sink_refused_lost_and_says_so(capsys):
     writing.close()
     assert (writing.written, writing.lost) == (1, 2) and sink.closed
     assert "telemetry sink failed, 2 events not written (2 in all)" in capsys.readouterr().err
+
+
+def test_a_large_queue_is_handed_over_in_frames_of_max_batch_events_in_order(tmp_path):
+    path = tmp_path / "run.jsonl"
+    emitter = Emitter(JsonlSink(str(path)), run_record(), flush_interval_s=60, max_batch=1000).start()
+    sent = []
+    send = emitter.link.send
+    emitter.link.send = lambda part: sent.append(len(part)) or send(part)
+    for i in range(4500):
+        emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+    emitter.flush()
+    emitter.close()
+    assert sent[:5] == [12000] * 4 + [6000]
+    seqs = [int(line.split(",", 1)[0].split(": ")[1]) for line in path.read_text().splitlines()[1:]]
+    assert seqs == list(range(4501))
