@@ -281,3 +281,42 @@ def test_a_large_queue_is_handed_over_in_frames_of_max_batch_events_in_order(tmp
     assert sent[:5] == [12000] * 4 + [6000]
     seqs = [int(line.split(",", 1)[0].split(": ")[1]) for line in path.read_text().splitlines()[1:]]
     assert seqs == list(range(4501))
+
+
+def test_a_flush_the_writer_answers_late_is_said_and_its_late_answer_not_taken_for_the_next(tmp_path, monkeypatch,
+                                                                                            capsys):
+    """A collector that takes 1.5 s to answer: the first flush gives up after 0.3 s (said on stderr);
+    the second flush's answer is its own (the first one's, arriving meanwhile, is skipped)."""
+    import json as json_module
+
+    from tests.stub_server import QuietHandler, start_server, stop_server
+
+    class SlowCollector(QuietHandler):
+        def do_POST(self):
+            body = self.json_body()
+            if isinstance(body, dict) and "events" in body:
+                time.sleep(1.5)
+                self.answer(200, json_module.dumps({"stored": len(body["events"])}).encode(), "application/json")
+            else:
+                self.answer(200, b"{}", "application/json")
+
+    monkeypatch.setattr(emitter_module, "FLUSH_WAIT_S", 0.3)
+    server = start_server(SlowCollector)
+    try:
+        sink = HttpSink(f"http://127.0.0.1:{server.server_port}", spool_path=str(tmp_path / "spool.jsonl"),
+                        retries=1, timeout_s=5)
+        emitter = Emitter(sink, run_record(), flush_interval_s=60, heartbeat_s=600).start()
+        emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+        emitter.flush()                                  # gives up waiting
+        assert "did not write what was flushed within 0.3s" in capsys.readouterr().err
+        assert emitter.written == 0
+        time.sleep(1.6)                                  # its answer arrives, unread
+        for _ in range(2):
+            emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+        monkeypatch.setattr(emitter_module, "FLUSH_WAIT_S", 10.0)
+        emitter.flush()
+        assert emitter.written == 3                      # this flush's own answer: all three steps
+        emitter.close()
+    finally:
+        stop_server(server)
+    assert emitter.written == 4 and emitter.lost == 0
