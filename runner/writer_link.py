@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import time
 import weakref
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import replayscope
-from replayscope.runner.event_writer import CLOSE, EVENTS, FLUSH, OPEN, FrameReader, frame, write_all
+from replayscope.runner.event_writer import CLOSE, EVENTS, FLUSH, OPEN, FrameReader, frame
 from replayscope.runner.trace.settings import ENV_DIR, ENV_ON, ENV_TOKEN
 
 if TYPE_CHECKING:
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 ENV_IN_PROCESS = "REPLAYSCOPE_EVENTS_IN_PROCESS"   # "1": the emitter's own thread writes the events
 START_TIMEOUT_S = 30.0
+NO_SIGNAL = getattr(socket, "MSG_NOSIGNAL", 0)     # Linux; elsewhere Python's own SIGPIPE ignoring is relied on
 # where the writer imports replayscope from: the folder holding the package this process imported
 PACKAGE_ROOT = str(Path(replayscope.__file__).parent.parent)
 
@@ -54,9 +56,9 @@ def writer_environment(environ: dict[str, str] | None = None) -> dict[str, str]:
 class WriterLink:
     """One run's writer process, seen from the program."""
 
-    def __init__(self, process: subprocess.Popen):
+    def __init__(self, process: subprocess.Popen, to_writer: socket.socket):
         self.process = process
-        self._to = process.stdin.fileno()
+        self._to = to_writer
         self._answers = FrameReader(process.stdout.fileno())
         self.broken = False
         self._asked = 0                  # questions (flush, close) asked: each answer names its own
@@ -73,16 +75,21 @@ class WriterLink:
         sink's own error (``str``) raised as ``SinkRefused`` when the writer could not open it."""
         import subprocess
 
+        ours, theirs = socket.socketpair()
         try:
             process = subprocess.Popen([sys.executable, "-m", "replayscope.runner.event_writer"],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=writer_environment(),
+                                       stdin=theirs.fileno(), stdout=subprocess.PIPE, env=writer_environment(),
                                        start_new_session=True, close_fds=True)
         except OSError as error:
+            ours.close()
             raise WriterUnavailable(f"cannot start {sys.executable}: {error}") from None
-        link = cls(process)
+        finally:
+            theirs.close()
+        ours.shutdown(socket.SHUT_RD)        # nothing comes back this way (answers come on its stdout)
+        link = cls(process, ours)
         try:
             # the run record as its JSON (what the sink writes or posts of it; any JSON-able value goes)
-            write_all(link._to, frame(OPEN, (spec, json.dumps(run), graph_sample, flush_interval_s)))
+            link._send(frame(OPEN, (spec, json.dumps(run), graph_sample, flush_interval_s)))
             answer = link._answers.next(START_TIMEOUT_S)
         except (TypeError, ValueError) as error:      # a run record JSON cannot write
             link.abandon()
@@ -101,7 +108,12 @@ class WriterLink:
 
     def send(self, items: list) -> None:
         """Hand queued values over (``ValueError`` for a value marshal cannot write, nothing sent)."""
-        write_all(self._to, frame(EVENTS, items))
+        self._send(frame(EVENTS, items))
+
+    def _send(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[self._to.send(view, NO_SIGNAL):]
 
     def ask(self, what: bytes, timeout_s: float) -> tuple | None:
         """``FLUSH`` or ``CLOSE``: the writer's report once everything sent before is written; None
@@ -109,7 +121,7 @@ class WriterLink:
         next question) or is gone."""
         self._asked += 1
         try:
-            write_all(self._to, frame(what, self._asked))
+            self._send(frame(what, self._asked))
             deadline = time.monotonic() + timeout_s
             while True:
                 answer = self._answers.next(max(0.0, deadline - time.monotonic()))
@@ -148,7 +160,7 @@ class WriterLink:
 
     def forget(self) -> None:
         """This process's ends of the pipes closed (a forked child's, or at the end)."""
-        for stream in (self.process.stdin, self.process.stdout):
+        for stream in (self._to, self.process.stdout):
             try:
                 stream.close()
             except OSError:

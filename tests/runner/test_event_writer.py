@@ -320,3 +320,29 @@ def test_a_flush_the_writer_answers_late_is_said_and_its_late_answer_not_taken_f
     finally:
         stop_server(server)
     assert emitter.written == 4 and emitter.lost == 0
+
+
+SIGPIPE_PROGRAM = """
+import os, signal, sys, time
+signal.signal(signal.SIGPIPE, signal.SIG_DFL)       # as a command-line tool may set it
+from replayscope.runner.emitter import open_emitter
+emitter = open_emitter(sys.argv[1], name="pipe", model="m", backend="static")
+emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+emitter.flush()
+os.kill(emitter.writer_pid, signal.SIGKILL)
+emitter.link.process.wait()
+for _ in range(3):
+    emitter.step("decode", "graph", 4, 4, 4, 0, None, 0.001)
+    emitter.flush()
+emitter.close()
+print("alive", emitter.written, emitter.lost, flush=True)
+"""
+
+
+def test_a_program_with_sigpipes_default_action_survives_its_writers_death(tmp_path):
+    program = subprocess.run([sys.executable, "-c", SIGPIPE_PROGRAM, str(tmp_path / "run.jsonl")], cwd=REPO,
+                             capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO)},
+                             timeout=120)
+    assert program.returncode == 0, program.stderr
+    assert program.stdout.split() == ["alive", "1", "4"]
+    assert program.stderr.count("is gone") == 1
