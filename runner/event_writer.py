@@ -3,7 +3,7 @@
     python -m replayscope.runner.event_writer        (started by ``replayscope.runner.writer_link``)
 
 The program's emitter (``replayscope.runner.emitter``) only hands its queued values over, as
-``marshal`` frames on this process's stdin; this process makes the wire events and lines
+``marshal`` frames on this process's stdin (one end of a socket pair); this process makes the wire events and lines
 (``replayscope.runner.event_records``) and writes them to the sink (``replayscope.contract.sinks``:
 the events file, or a collector with its spool), on a core of its own, off the program's GIL.
 
