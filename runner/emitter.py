@@ -152,7 +152,7 @@ class Emitter:
         return ready
 
     def _flush(self, wait_for_gpu: bool = False, final: bool = False) -> int:
-        """Hand what is ready on; returns how many events. Through the writer process: one frame;
+        """Hand what is ready on; returns how many events. Through the writer process: as frames;
         else converted and written here. A batch the sink raised on is lost (counted in ``lost``,
         said on stderr), never counted as written."""
         with self._flush_lock:
