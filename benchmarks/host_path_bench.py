@@ -21,12 +21,16 @@ over the rounds and its spread (the largest minus the smallest round).
   with the route's tuple, as the runner does), ``flush`` (per event: the flush thread turning
   queued steps into wire events and handing them to a sink that drops them) and ``events file``
   (per event: a flush to the events file's sink, each step's line made from its queued values
-  and written: the whole of the flush thread's work for a run to a file); the last two run on the
-  emitter's thread, but under the GIL the step loop needs too;
+  and written: what the flush thread did for a run to a file before the writer process, and still
+  does where no writer is used), ``handed over`` (per event: the flush thread's work for a run to a
+  file now: the queued values taken and handed to the writer process,
+  ``replayscope.runner.event_writer``, as one marshal frame; the writer converts and writes them on
+  a core of its own); these run on the emitter's thread, but under the GIL the step loop needs too;
 - the whole step: ``step, no emitter`` (``GraphRunner.step`` recording nothing), ``step,
   untimed`` (recording, no clock: what a CUDA step that is not sampled does on the host),
   ``step`` (recording, host-timed: a CPU run's step) and ``step, gc off`` (the same with the
-  garbage collector off: the collections the queued events bring).
+  garbage collector off: the collections the queued events bring); the emitter's flush thread
+  runs meanwhile, handing the events to a writer process that writes them to /dev/null.
 
 ``added`` is a figure less the bare step's, from the medians. ``--clock thread`` reads the main
 thread's CPU time instead of the wall clock: on a shared machine other processes move it less. On a GPU host the same Python
@@ -94,7 +98,8 @@ def untimed_clock() -> HostClock:
 
 
 def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dict[str, Callable[[], float]]:
-    """Each probe: () -> mean µs per call over the probe's own calls."""
+    """Each probe: () -> mean µs per call over the probe's own calls. ``emitter`` hands its events to
+    a writer process (as in a run to a file or a collector); ``idle`` is never started."""
     inputs = {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
               "slots": torch.arange(bs)}
     runner.step(inputs)                                          # the route of this size is made
@@ -194,9 +199,18 @@ def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dic
             to_file.sink.close()
         return elapsed / 5000 * 1e6
 
+    def handed_over():
+        """Per event: the flush thread's hand-over of queued steps to the writer process."""
+        emitter.flush()
+        for _ in range(5000):
+            emitter.step_fields(fields, None)
+        started = CLOCK[0]()
+        emitter._flush()
+        return (CLOCK[0]() - started) / 5000 * 1e6
+
     return {"empty": empty, "floor": floor, "bare": bare, "route": route_lookup, "input_check": input_check,
             "dispatch": dispatch, "timing": timing, "event": record, "event_fields": record_fields,
-            "step": step, "flush": flush, "events_file": events_file,
+            "step": step, "flush": flush, "events_file": events_file, "handed_over": handed_over,
             "no_emitter": no_emitter, "no_clock": no_clock, "gc_off": gc_off, "cleared": cleared, "without": without}
 
 
@@ -205,6 +219,7 @@ STAGES = (("empty", "empty call"), ("floor", "floor: call + list append"), ("bar
           ("dispatch", "dispatch (first step of a key only)"), ("timing", "timing (host clock start + stop)"),
           ("event", "event (Emitter.step, 8 arguments)"), ("event_fields", "event (Emitter.step_fields, route's tuple)"),
           ("flush", "flush thread, per event (to a sink)"), ("events_file", "events file sink, per event (JSON)"),
+          ("handed_over", "handed to the writer process, per event"),
           ("step_no_emitter", "step, no emitter"), ("step_untimed", "step, untimed"), ("step", "step"),
           ("step_gc_off", "step, gc off"))
 
@@ -218,6 +233,7 @@ def measure_size(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter, 
              "input_check": cleared(p["input_check"], calls), "dispatch": cleared(p["dispatch"], calls),
              "timing": cleared(p["timing"], calls), "event": cleared(p["event"], calls),
              "event_fields": cleared(p["event_fields"], calls), "flush": p["flush"], "events_file": p["events_file"],
+             "handed_over": p["handed_over"],
              "step_no_emitter": without(p["step"], calls, p["no_emitter"]),
              "step_untimed": without(p["step"], calls, p["no_clock"]),
              "step": cleared(p["step"], calls), "step_gc_off": without(p["step"], calls, p["gc_off"])}
@@ -247,7 +263,8 @@ def run(sizes: list[int], rounds: int, calls: int, clock: str = "wall") -> dict:
     def trivial(tokens, positions, slots):
         return tokens, positions
 
-    emitter = Emitter(NullSink(), RUN).start()                    # as in a run: its flush thread running
+    # as in a run: its flush thread running, its events handed to a writer process (to /dev/null)
+    emitter = Emitter(JsonlSink(os.devnull), RUN, flush_interval_s=0.2).start()
     idle = Emitter(NullSink(), RUN)                              # never started: its queue is read inline
     runner = GraphRunner(trivial, decode_inputs(max(sizes)), CapturePlan(tuple(sorted(set(sizes)))),
                          backend="static", device="cpu", emitter=emitter, progress=False)

@@ -16,14 +16,21 @@ spread (the interquartile range over the rounds; the JSON also has the full rang
   the step's end), ``timing`` (start and stop of the step's clock), ``routing`` (deciding
   graph / padded / eager and the cause from the graphs replayed and the tracer's state), ``event``
   (``Emitter.step``: counting and queueing the step), ``sink`` (the emitter thread's work per
-  event: the wire dict and its line in the events file, which holds the GIL the program needs);
+  event in the program's process, which holds the GIL the program needs: taking the queued values
+  and handing them to the writer process, ``replayscope.runner.event_writer``, as one marshal frame),
+  ``converted here`` (what that thread did per event before the writer process, and still does
+  where no writer is used: the wire dict and its line in the events file);
 - ``step path``: the same, its emitter's thread stopped and its queue cleared: the whole step's
   work on the program's thread (dispatch, timing, routing, the event and the step's bookkeeping);
-- ``events dropped``: the same, its events dropped by the sink (the emitter's thread converts them,
-  writes nothing);
+- ``events dropped``: the same, its events handed to a writer process that writes them to
+  /dev/null (the emitter's thread hands them over; the writer converts them on its own core);
 - ``traced step``: the whole step traced (the emitter's thread running, its events written to a
-  file; each round ends with a flush, so that the writing of its own events is in its time)
-  minus the same step untraced; the collections the garbage collector ran in each side;
+  file by its writer process; each round ends with the hand-over of its own events, timed, so that
+  the emitter thread's work for them is in its time, then a flush that waits, untimed, for the
+  writer to write them on its own core) minus the same step untraced; the collections the garbage
+  collector ran in each side;
+- ``writer cpu``: the writer process's CPU time per event (``/proc``, all rounds of ``sink``
+  together: a 10 ms tick), spent on a core of its own, not the program's;
 - ``--core``: the step core the tracers run (``replayscope.runner.trace.step_core``): ``compiled``,
   ``python`` (the reference), or ``both`` (the default where the compiled one is built): every
   figure measured for each, a column per core. ``timing`` and ``routing`` call the Python
@@ -59,12 +66,6 @@ from replayscope.runner.trace.recipes import step_wrapper, tensor_batch
 from replayscope.runner.trace.settings import TraceSettings
 from replayscope.runner.trace.step_core import cores
 from replayscope.runner.trace.tracer import Tracer, tracer_class
-
-class LinesDropped(NullSink):
-    """Takes steps' lines as the events file does (``replayscope.contract.sinks.JsonlSink``), and drops them."""
-
-    takes_step_lines = True
-
 
 CAPTURED = (1, 2, 4, 8, 16)
 SIZES = (1, 3, 8, 12, 24)         # graph, padded, graph, padded, eager (above the largest graph)
@@ -121,10 +122,11 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def _loop(fn: Callable[[Any], Any], inputs: list, steps: int, clock: Callable[[], float],
-          then: Callable[[], Any] | None = None) -> float:
+          then: Callable[[], Any] | None = None, after: Callable[[], Any] | None = None) -> float:
     """µs per call of ``fn`` over ``steps`` calls, the inputs taken in turn, and ``then()`` after
-    them (a traced round's flush: the writing of its own events is in its time, whenever the
-    emitter's thread would have done it)."""
+    them (a traced round's hand-over: the emitter thread's work for its own events is in its time,
+    whenever that thread would have done it); ``after()`` runs untimed (waiting for the writer
+    process to write them, on a core of its own, so that the next round starts with it idle)."""
     n = len(inputs)
     batches = [inputs[i % n] for i in range(steps)]
     started = clock()
@@ -132,7 +134,10 @@ def _loop(fn: Callable[[Any], Any], inputs: list, steps: int, clock: Callable[[]
         fn(x)
     if then is not None:
         then()
-    return (clock() - started) / steps * 1e6
+    elapsed = clock() - started
+    if after is not None:
+        after()
+    return elapsed / steps * 1e6
 
 
 class GcCount:
@@ -156,6 +161,13 @@ class GcCount:
 
     def __exit__(self, *exc) -> None:
         gc.callbacks.remove(self)
+
+
+def process_cpu_s(pid: int) -> float:
+    """CPU seconds another process has used (user and system), from /proc."""
+    with open(f"/proc/{pid}/stat", encoding="ascii") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def summary(values: list[float]) -> dict[str, float]:
@@ -206,19 +218,19 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
         tracer._route(bs_of[id(x)], replayed)      # empties the list
         return plain(x)
 
-    events = Emitter(JsonlSink(os.path.join(workdir, f"events-{core}.jsonl")), {
-        "run_id": f"stages-{core}", "name": "stages", "source": "trace", "started_at": time.time(), "backend": "trace",
-        "model": "bench", "device": "cpu", "config": {}})
+    record = {"run_id": f"stages-{core}", "name": "stages", "source": "trace", "started_at": time.time(),
+              "backend": "trace", "model": "bench", "device": "cpu", "config": {}}
+    events = Emitter(JsonlSink(os.path.join(workdir, f"events-{core}.jsonl")), record)
     events.sink.open(events.run)                # its thread is not started: the rounds clear its queue
+    handing = Emitter(JsonlSink(os.devnull), record, flush_interval_s=3600).start()   # a writer process
 
     def event(x):
         events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
         return plain(x)
 
-    # The same program traced with its events dropped by the sink: the step's path on the program's
-    # thread, and the emitter thread's conversion only (each step's line made, as for the events
-    # file, and nothing written).
-    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: LinesDropped())
+    # The same program traced with its events written to /dev/null by its writer process: the step's
+    # path on the program's thread, and the emitter thread's hand-over (the lines made in the writer).
+    dropping = Tracer(TraceSettings(trace_id="drop", name="drop"), make_sink=lambda run_id: JsonlSink(os.devnull))
     dropped = step_wrapper(dropping, Program(dropping, patches).step, tensor_batch, "bench")
     # The same program traced, its emitter's thread stopped once its run is open (the queue cleared
     # each round): the whole of the step's work on the program's thread, none of the emitter's.
@@ -241,18 +253,19 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
     traced(inputs[0])                           # the runs open (their emitter threads start) outside the rounds
     dropped(inputs[0])
     queued(inputs[0])
-    queuing._starter.join()
+    traced_tree_call(inputs[0])
+    for opened in (tracer, dropping, queuing, trees_tracer):
+        opened._starter.join()                 # each run's writer process started before the rounds
     queuing.emitter._stop.set()
     queuing.emitter._thread.join()
-    traced_tree_call(inputs[0])
     sides: dict[str, Callable[[Any], Any]] = {
         "untraced": plain, "floor": floor, "dispatch": dispatch_only, "replay hook": replay_hook,
         "timing": timing, "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
         "step path": queued,
         "tree call": tree_call, "graph-tree step": traced_tree_call}
     gc_counts = {name: GcCount() for name in sides}
-    flushes = {"traced step": tracer.emitter.flush, "events dropped": dropping.emitter.flush,
-               "graph-tree step": trees_tracer.emitter.flush}
+    traced_emitters = {"traced step": tracer.emitter, "events dropped": dropping.emitter,
+                       "graph-tree step": trees_tracer.emitter}
 
     def side(name: str) -> Callable[[int], float]:
         def one_round(_round: int) -> float:
@@ -260,21 +273,30 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
             events._queue.clear()
             queuing.emitter._queue.clear()
             with gc_counts[name]:
-                return _loop(sides[name], inputs, steps, CLOCKS[clock], flushes.get(name))
+                emitter = traced_emitters.get(name)
+                return _loop(sides[name], inputs, steps, CLOCKS[clock], emitter and emitter._flush,
+                             emitter and emitter.flush)
         return one_round
 
     names = list(sides)
     gc.collect()
     per_round = dict(zip(names, rotated([side(n) for n in names], range(rounds))))
-    # The emitter thread's work per event (the GIL it holds), measured here on the main thread.
-    sink_us = []
-    for _ in range(rounds):
-        events._flush()
-        for _ in range(steps):
-            events.step("decode", "graph", 8, 8, 8, 0, None, None, None)
-        started = CLOCKS[clock]()
-        events._flush()
-        sink_us.append((CLOCKS[clock]() - started) / steps * 1e6)
+    # The emitter thread's work per event (the GIL it holds), measured here on the main thread: handing
+    # the values to the writer process, and converting them here (no writer).
+    sink_us, converted_us = [], []
+    handing.flush()
+    writer_cpu = process_cpu_s(handing.writer_pid)
+    for emitter, figures in ((handing, sink_us), (events, converted_us)):
+        for _ in range(rounds):
+            emitter.flush()
+            for _ in range(steps):
+                emitter.step("decode", "graph", 8, 8, 8, 0, None, None, None)
+            started = CLOCKS[clock]()
+            emitter._flush()
+            figures.append((CLOCKS[clock]() - started) / steps * 1e6)
+        emitter.flush()
+    writer_cpu_us = (process_cpu_s(handing.writer_pid) - writer_cpu) / (rounds * steps) * 1e6
+    handing.close()
     patches.remove()
     tracer.close()
     dropping.close()
@@ -294,6 +316,8 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
         result["stages"][name] = {**summary(added), "gc": gc_counts[name].collections,
                                   "gc_ms": gc_counts[name].seconds * 1e3}
     result["stages"]["sink"] = summary(sink_us)
+    result["stages"]["converted here"] = summary(converted_us)
+    result["stages"]["writer cpu"] = {"median": writer_cpu_us, "spread": 0.0, "range": 0.0}
     result["untraced_gc"] = gc_counts["untraced"].collections
     result["traced_steps"] = tracer.steps
     result["modes"] = dict(tracer.modes)

@@ -1,115 +1,55 @@
-"""Telemetry emitter: events leave the step loop through a queue and a background thread.
+"""Telemetry emitter: events leave the step loop through a queue, a background thread and a writer process.
 
-``Emitter.step`` adds one event's values to a deque and returns (well under 2 µs); it never
+``Emitter.step`` adds one event's values to a list and returns (well under 2 µs); it never
 blocks and never touches the GPU. A step's duration is seconds, None (not timed), or a
 *timing* object (``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA
 events (``replayscope.runner.timing``): the flush thread reads it only once ``ready()`` says the GPU got
 there, so no synchronisation is added. Sinks (``replayscope.contract.sinks``) turn batches of wire events into
 JSON lines or HTTP posts.
+
+Where the events go: a sink that can be made again elsewhere (``spec()``: the events file, a
+collector) is written by a writer process (``replayscope.runner.event_writer``): the flush thread
+only takes the queued values in one go, resolves the GPU timings that are ready and hands the
+values over as one ``marshal`` frame; converting and writing them costs the program's GIL
+nothing. Any other sink, a writer that cannot start (said once on stderr) or
+``REPLAYSCOPE_EVENTS_IN_PROCESS=1``: the flush thread converts and writes them itself.
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import marshal
+import os
 import signal
 import threading
 import time
-from collections import deque
 from typing import Any, Iterator
 
 from replayscope.contract import wire
 from replayscope.contract.errors import ReplayscopeError
-from replayscope.contract.events_file import step_line
 from replayscope.contract.sinks import HttpSink, JsonlSink, Sink, _warn
+from replayscope.runner import event_records
+from replayscope.runner.event_records import RECORD, EventConverter, GraphSampler, resolve_timings
+from replayscope.runner.writer_link import CLOSE, ENV_IN_PROCESS, FLUSH, SinkRefused, WriterLink, WriterUnavailable
 
 _now = time.time          # an event's ts: read once per event, a module global (no attribute lookup)
-_SPREAD = object()        # the queued kind of a step whose eight fields follow one by one (Emitter.step)
+FLUSH_WAIT_S = 120.0      # the longest flush() waits for the writer process to answer
+CLOSE_WAIT_S = 120.0      # ... and close() (a collector's sink keeps trying for 60 s at the end)
 
-
-class GraphSampler:
-    """Sends 1 in ``every`` graph steps as step events and counts the rest exactly.
-
-    The counted steps leave as ``step_counts`` events, one per (second, stage, timed or
-    not), split by raw batch size in ``batch_sizes``: the collector's per-second rollups,
-    ratios, alerts, step times and batch-size histogram stay exact while the raw events
-    drop ~``every``x. Eager and padded steps are always sent. Runs on the flush thread,
-    never on the step loop.
-    """
-
-    def __init__(self, every: int, next_seq):
-        self.every = every
-        self._next_seq = next_seq
-        self._seen: dict[str, int] = {}       # stage -> graph steps seen
-        self._open: dict[tuple, dict] = {}    # (stage, timed) -> the second being counted
-        self.counted = 0
-
-    def offer(self, event: dict[str, Any]) -> list[dict[str, Any]]:
-        """What to send for one converted event, in order (possibly nothing yet)."""
-        second = int(event["ts"] // 1)
-        if event["kind"] == "run_end":
-            out = self.drain()            # every count before the end of the run
-        else:
-            out = self._close(lambda agg: agg["second"] < second)
-        if event["kind"] != "step" or event["mode"] != "graph":
-            out.append(event)
-            return out
-        stage = event["stage"]
-        seen = self._seen.get(stage, 0)
-        self._seen[stage] = seen + 1
-        if seen % self.every == 0:
-            out.append(event)
-            return out
-        self._count(event, second)
-        return out
-
-    def due(self, now: float) -> list[dict[str, Any]]:
-        """The counts of seconds that are over by ``now``."""
-        return self._close(lambda agg: agg["second"] < int(now // 1))
-
-    def drain(self) -> list[dict[str, Any]]:
-        return self._close(lambda agg: True)
-
-    def _count(self, event: dict[str, Any], second: int) -> None:
-        duration = event["duration_s"]
-        timed = duration is not None
-        key = (event["stage"], timed)
-        agg = self._open.get(key)
-        if agg is None:
-            agg = self._open[key] = {"second": second, "ts": event["ts"], "count": 0, "num_tokens": 0,
-                                     "duration_s": 0.0, "sizes": {}}
-        agg["ts"] = event["ts"]
-        agg["count"] += 1
-        agg["num_tokens"] += event["num_tokens"]
-        part = agg["sizes"].setdefault(event["raw_bs"], [0, 0, 0.0])
-        part[0] += 1
-        part[1] += event["num_tokens"]
-        if timed:
-            agg["duration_s"] += duration
-            part[2] += duration
-        self.counted += 1
-
-    def _close(self, ready) -> list[dict[str, Any]]:
-        out = []
-        for key in [k for k, agg in self._open.items() if ready(agg)]:
-            agg = self._open.pop(key)
-            stage, timed = key
-            out.append({
-                "seq": next(self._next_seq), "ts": agg["ts"], "kind": "step_counts", "stage": stage,
-                "mode": "graph", "reason": None, "count": agg["count"], "num_tokens": agg["num_tokens"],
-                "padded_tokens": 0, "duration_s": agg["duration_s"] if timed else None,
-                "batch_sizes": {str(bs): {"count": n, "num_tokens": tokens, "padded_tokens": 0,
-                                          "duration_s": seconds if timed else None}
-                                for bs, (n, tokens, seconds) in sorted(agg["sizes"].items())},
-            })
-        return out
+__all__ = ["Emitter", "GraphSampler", "open_emitter", "sigterm_as_interrupt"]
 
 
 class Emitter:
-    """Sequence-numbers events and hands them to a sink from a background thread."""
+    """Sequence-numbers events and hands them to a sink: through a writer process, or from a background thread."""
+
+    _convert = staticmethod(event_records.convert)
+    _line = staticmethod(event_records.line)
 
     def __init__(self, sink: Sink, run: dict[str, Any], *, flush_interval_s: float = 0.2,
-                 heartbeat_s: float = 5.0, max_batch: int = 20000, graph_sample: int = 1):
+                 heartbeat_s: float = 5.0, max_batch: int = 20000, graph_sample: int = 1, opening: bool = False):
+        """``opening``: the caller runs ``start()`` on another thread; until it has opened the sink (or the
+        writer process), a flush writes nothing and keeps what is queued."""
         if isinstance(graph_sample, bool) or not isinstance(graph_sample, int) or graph_sample < 1:
             raise ReplayscopeError(f"graph_sample must be an integer >= 1 (1: every graph step), not {graph_sample!r}")
         run = {"wire_version": wire.WIRE_VERSION, **run}
@@ -118,27 +58,30 @@ class Emitter:
         wire.validate_run(run)
         self.run = run
         self.sink = sink
+        self.graph_sample = graph_sample
         self.flush_interval_s = flush_interval_s
         self.heartbeat_s = heartbeat_s
         self.max_batch = max_batch
-        # Each event is values in a row, added by one extend: seq, ts, kind, fields, timing (``step``
-        # puts _SPREAD for the kind and its eight fields in place of the tuple). No container per
-        # event outlives the step, so queued steps bring no garbage collections of the heap.
-        self._queue: deque = deque()
+        # Each event is RECORD values in a row, added by one extend (``replayscope.runner.event_records``);
+        # the flush thread takes them all with one slice and one del (each atomic under the GIL). No
+        # container per event outlives the step, so queued steps bring no garbage collections of the heap.
+        self._queue: list = []
         self._seq = itertools.count()
-        self._waiting: deque = deque()  # converted; its head may wait on a GPU timing
-        self.sampler = GraphSampler(graph_sample, self._seq) if graph_sample > 1 else None
-        # A sink that takes steps' lines (the events file) gets a step as its line, made from its queued
-        # values: no event dict per step, and a string is nothing for the garbage collector to track.
-        # Any other sink, or a sampled run, gets dicts.
-        self._step_lines = self.sampler is None and getattr(sink, "takes_step_lines", False)
+        self._held: list = []           # taken, behind a step whose GPU timing is not ready
+        self.link: WriterLink | None = None     # the writer process, once started
+        # converting here (no writer process)
+        self._converter = EventConverter(getattr(sink, "takes_step_lines", False), graph_sample)
         self._stop = threading.Event()
         self._flush_lock = threading.Lock()
         self._thread: threading.Thread | None = None
         self._last_write = time.monotonic()
         self.written = 0           # events the sink took
-        self.lost = 0              # events the sink raised on: not written anywhere
+        self.lost = 0              # events the sink raised on, or never handed over: not written anywhere
+        self._lost_here = 0        # of those, lost on this side (the rest the writer reports)
         self.closed = False
+        # True from construction when the caller runs start() on a thread of its own (a traced process
+        # opens its sink off the program's thread), until start() returns: a flush meanwhile keeps the queue
+        self._opening = opening
 
     def __enter__(self) -> "Emitter":
         return self.start()
@@ -158,8 +101,25 @@ class Emitter:
     def run_id(self) -> str:
         return self.run["run_id"]
 
+    @property
+    def writer_pid(self) -> int | None:
+        """The writer process's pid (None: the events are written by this process)."""
+        return self.link.pid if self.link is not None else None
+
     def start(self) -> "Emitter":
-        self.sink.open(self.run)
+        spec = getattr(self.sink, "spec", None)
+        spec = spec() if spec is not None and os.environ.get(ENV_IN_PROCESS) != "1" else None
+        if spec is not None:
+            try:
+                self.link = WriterLink.start(spec, self.run, self.graph_sample, self.flush_interval_s)
+            except SinkRefused as error:
+                raise ReplayscopeError(str(error)) from None
+            except WriterUnavailable as error:
+                _warn(f"the event writer process could not be used ({error}); this process writes its "
+                      f"events itself (set {ENV_IN_PROCESS}=1 to say so and not try)")
+        if self.link is None:
+            self.sink.open(self.run)
+        self._opening = False
         self._thread = threading.Thread(target=self._loop, name="replayscope-emitter", daemon=True)
         self._thread.start()
         return self
@@ -169,7 +129,7 @@ class Emitter:
              padded_tokens: int, reason: str | None, timing: Any, evidence: str | None = None) -> None:
         """Record one step. ``timing`` is seconds, None (not timed) or a timing object; ``evidence`` says
         what was seen that gave the reason, when the batch alone does not show it."""
-        self._queue.extend((next(self._seq), _now(), _SPREAD,
+        self._queue.extend((next(self._seq), _now(), ...,
                             stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence, timing))
 
     def step_fields(self, fields: tuple, timing: Any) -> None:
@@ -177,95 +137,117 @@ class Emitter:
         num_tokens, padded_tokens, reason, evidence)``, the same tuple for every step of a kind
         (the runner keeps one per route). The same event as ``step(*fields[:7], timing, fields[7])``,
         without building its fields per step."""
-        self._queue.extend((next(self._seq), _now(), "step", fields, timing))
+        self._queue.extend((next(self._seq), _now(), "step", fields, None, None, None, None, None, None, None,
+                            timing))
 
     def emit(self, kind: str, **fields: Any) -> None:
         """Record any other event (phase, capture, degrade, parity, run_end, ...)."""
-        self._queue.extend((next(self._seq), _now(), kind, fields, None))
+        self._queue.extend((next(self._seq), _now(), kind, fields, None, None, None, None, None, None, None, None))
 
     # -- background ---------------------------------------------------------
-    @staticmethod
-    def _convert(seq: int, ts: float, kind: Any, fields: Any, duration: Any) -> dict[str, Any]:
-        if kind != "step":
-            return {"seq": seq, "ts": ts, "kind": kind, **fields}
-        stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, evidence = fields
-        event = {"seq": seq, "ts": ts, "kind": "step", "stage": stage, "mode": mode, "raw_bs": raw_bs,
-                 "graph_bs": graph_bs, "num_tokens": num_tokens, "padded_tokens": padded_tokens,
-                 "reason": reason, "duration_s": duration}
-        if evidence is not None:
-            event["evidence"] = evidence
-        return event
-
-    @staticmethod
-    def _line(seq: int, ts: float, kind: Any, fields: Any, duration: Any) -> Any:
-        """A step as its line (``replayscope.contract.events_file.step_line``), for a sink that takes lines; any
-        other event, or a step with a value JSON cannot write, as its dict (the sink then fails on
-        it as on any such event: its batch counted lost)."""
-        if kind == "step":
-            try:
-                return step_line(seq, ts, fields, duration)
-            except Exception:  # noqa: BLE001
-                pass
-        return Emitter._convert(seq, ts, kind, fields, duration)
-
-    def _collect(self, wait_for_gpu: bool, final: bool = False) -> list[Any]:
-        """Take events in order, stopping at the first step whose GPU timing is not ready.
-
-        An event whose duration is known (seconds, or None: not timed) is ready as it is
-        converted; one with a timing object waits in ``_waiting``, and every later event behind it."""
-        ready: list[Any] = []
-        sampler = self.sampler
-        take = ready.append if sampler is None else (lambda event: ready.extend(sampler.offer(event)))
-        convert = self._line if self._step_lines else self._convert
-        waiting, queue, max_batch = self._waiting, self._queue, self.max_batch
-        pop = queue.popleft
-        while len(ready) < max_batch:
-            if waiting:                  # its head holds a timing object
-                seq, ts, kind, fields, timing = waiting[0]
-                if not timing.ready():
-                    if not wait_for_gpu:
-                        break            # later events wait behind this one, keeping their order
-                    timing.wait()
-                seconds = timing.seconds()
-                timing.release()
-                waiting.popleft()
-                take(convert(seq, ts, kind, fields, seconds))
-            elif queue:
-                seq, ts, kind = pop(), pop(), pop()
-                if kind is _SPREAD:
-                    kind, fields = "step", (pop(), pop(), pop(), pop(), pop(), pop(), pop(), pop())
-                else:
-                    fields = pop()
-                timing = pop()           # None for every kind but a step
-                if timing is None or isinstance(timing, (int, float)):
-                    take(convert(seq, ts, kind, fields, timing))
-                else:
-                    waiting.append((seq, ts, kind, fields, timing))
-            else:
-                break
-        if sampler is not None and len(ready) < max_batch:
-            ready.extend(sampler.drain() if final and not waiting else sampler.due(time.time()))
+    def _take(self, wait_for_gpu: bool) -> list:
+        """Every queued value, in order, up to the first step whose GPU timing is not ready
+        (that one and every later event wait for the next flush), each timing as its seconds."""
+        queue = self._queue
+        n = len(queue)                   # whole records: each extend adds RECORD values at once
+        items = queue[:n]
+        del queue[:n]
+        if self._held:
+            items = self._held + items
+        ready, self._held = resolve_timings(items, wait_for_gpu)
         return ready
 
     def _flush(self, wait_for_gpu: bool = False, final: bool = False) -> int:
-        """Hand what is ready to the sink; returns how many events it took. A batch the sink
-        raised on is lost (counted in ``lost``, said on stderr), never counted as written."""
-        written = 0
+        """Hand what is ready on; returns how many events. Through the writer process: as frames;
+        else converted and written here. A batch the sink raised on is lost (counted in ``lost``,
+        said on stderr), never counted as written."""
         with self._flush_lock:
-            while True:
-                events = self._collect(wait_for_gpu, final)
-                if not events:
-                    return written
+            return self._flush_held(wait_for_gpu, final)
+
+    def _flush_held(self, wait_for_gpu: bool, final: bool = False) -> int:
+        """``_flush`` with the flush lock held by the caller."""
+        if self._opening:                # start() has not opened the sink or the writer yet
+            return 0
+        items = self._take(wait_for_gpu)
+        if self.link is not None:
+            return self._hand_over(items)
+        events = self._converter.events(items, final=final and not self._held)
+        for start in range(0, len(events), self.max_batch):
+            self._write(events[start:start + self.max_batch])
+        return len(events)
+
+    def _write(self, events: list[Any]) -> None:
+        try:
+            self.sink.write(events)
+        except Exception as error:  # the emitter must never take the run down
+            self._lost(len(events), f"telemetry sink failed, {len(events)} event{'s' * (len(events) != 1)} "
+                                    f"not written ({self.lost + len(events)} in all): {error!r}")
+        else:
+            self.written += len(events)
+        self._last_write = time.monotonic()
+
+    def _lost(self, count: int, message: str) -> None:
+        self.lost += count
+        self._lost_here += count
+        _warn(message)
+
+    def _hand_over(self, items: list) -> int:
+        """``items`` to the writer process, in frames of at most ``max_batch`` events; a value marshal
+        cannot write costs only its event."""
+        if not items:
+            return 0
+        if self.link.broken:             # said when it went: counted, not said again every flush
+            self.lost += len(items) // RECORD
+            self._lost_here += len(items) // RECORD
+            return 0
+        step, start = self.max_batch * RECORD, 0
+        try:
+            for start in range(0, len(items), step):
+                part = items[start:start + step] if len(items) > step else items
                 try:
-                    self.sink.write(events)
-                except Exception as error:  # the emitter must never take the run down
-                    self.lost += len(events)
-                    _warn(f"telemetry sink failed, {len(events)} event{'s' * (len(events) != 1)} not written "
-                          f"({self.lost} in all): {error!r}")
-                else:
-                    written += len(events)
-                    self.written += len(events)
-                self._last_write = time.monotonic()
+                    self.link.send(part)
+                except ValueError:
+                    self.link.send(self._marshalable(part))
+        except OSError as error:
+            self.link.broken = True
+            missed = (len(items) - start) // RECORD
+            self._lost(missed, f"the event writer process (pid {self.link.pid}) is gone ({error!r}): {missed} "
+                               f"events not written, nor any later event of this run")
+            return 0
+        self._last_write = time.monotonic()
+        return len(items) // RECORD
+
+    def _marshalable(self, items: list) -> list:
+        """``items`` without the events holding a value that cannot be handed over (each said, counted lost)."""
+        kept: list = []
+        for start in range(0, len(items), RECORD):
+            record = items[start:start + RECORD]
+            try:
+                marshal.dumps(record)
+            except ValueError as error:
+                self._lost(1, f"telemetry event {record[0]} ({record[2] if record[2] is not ... else 'step'}) "
+                              f"not written: a value cannot be handed to the writer: {error}")
+                continue
+            kept += record
+        return kept
+
+    def _ask_writer(self, what: bytes, wait_s: float) -> None:
+        report = self.link.ask(what, wait_s)
+        if report is None:
+            if self.link.broken:
+                _warn(f"the event writer process (pid {self.link.pid}) is gone; events of this run after "
+                      f"the last ones it wrote are lost")
+            elif what == CLOSE:
+                _warn(f"the event writer process (pid {self.link.pid}) did not finish writing within "
+                      f"{wait_s:g}s; it goes on in the background (written and lost counts are incomplete)")
+            else:
+                _warn(f"the event writer process (pid {self.link.pid}) did not write what was flushed within "
+                      f"{wait_s:g}s; it goes on in the background")
+            return
+        written, lost, spooled, spool_path = report
+        self.written, self.lost = written, self._lost_here + lost
+        if hasattr(self.sink, "written_elsewhere"):
+            self.sink.written_elsewhere(spooled, spool_path)
 
     def _loop(self) -> None:
         while not self._stop.wait(self.flush_interval_s):
@@ -274,8 +256,11 @@ class Emitter:
                 self.emit("heartbeat")
 
     def flush(self) -> None:
-        """Write everything queued now (waits for outstanding GPU timings)."""
-        self._flush(wait_for_gpu=True)
+        """Write everything queued now (waits for outstanding GPU timings, and for the writer process)."""
+        with self._flush_lock:
+            self._flush_held(wait_for_gpu=True)
+            if self.link is not None and not self.link.broken:
+                self._ask_writer(FLUSH, FLUSH_WAIT_S)
 
     def flush_unless_busy(self, timeout_s: float = 0.5, wait_for_gpu: bool = True) -> bool:
         """``flush`` from a signal handler: False, writing nothing, when the flush lock is not
@@ -284,8 +269,12 @@ class Emitter:
         every event after it) to the next flush."""
         if not self._flush_lock.acquire(timeout=timeout_s):
             return False
-        self._flush_lock.release()
-        self._flush(wait_for_gpu=wait_for_gpu)
+        try:
+            self._flush_held(wait_for_gpu=wait_for_gpu)
+            if self.link is not None and not self.link.broken:
+                self._ask_writer(FLUSH, FLUSH_WAIT_S)
+        finally:
+            self._flush_lock.release()
         return True
 
     def close(self, status: str = "finished", error: str | None = None) -> None:
@@ -295,12 +284,22 @@ class Emitter:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        if self._opening:
+            left = len(self._queue) // RECORD
+            self._queue.clear()
+            self.closed = True
+            self._lost(left, f"telemetry: the run's sink was never opened, {left} events not written")
+            return
         self._flush(wait_for_gpu=True, final=True)
-        try:
-            self.sink.close()
-        except Exception as error:      # e.g. the last lines of a file on a full disk
-            self.lost += 1
-            _warn(f"telemetry sink failed when closing: {error!r}")
+        if self.link is not None:
+            if not self.link.broken:
+                self._ask_writer(CLOSE, CLOSE_WAIT_S)
+            self.link.end()
+        else:
+            try:
+                self.sink.close()
+            except Exception as error:      # e.g. the last lines of a file on a full disk
+                self._lost(1, f"telemetry sink failed when closing: {error!r}")
         self.closed = True
 
 

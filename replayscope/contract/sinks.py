@@ -24,6 +24,22 @@ class Sink(Protocol):
     def close(self) -> None: ...
 
 
+# A sink that can be made again in another process gives its ``spec()`` (plain values, marshalable):
+# the emitter's writer process (``replayscope.runner.event_writer``) makes it with ``sink_from_spec``.
+# Any other sink (None, or no ``spec``) is written to by the emitter's own thread.
+
+
+def sink_from_spec(spec: dict[str, Any]) -> "Sink":
+    """The sink a ``spec()`` describes, not opened."""
+    settings = dict(spec)
+    kind = settings.pop("kind")
+    if kind == "events_file":
+        return JsonlSink(**settings)
+    if kind == "http":
+        return HttpSink(**settings)
+    raise ReplayscopeError(f"no sink of kind {kind!r}")
+
+
 HTTP_BATCH_EVENTS = 5000   # events per POST: large batches amortise the request and transaction
 MAX_BACKOFF_S = 5.0        # the longest wait between two attempts while the collector does not answer
 
@@ -42,6 +58,12 @@ class JsonlSink:
     def __init__(self, path: str):
         self.path = path
         self._writer: EventsFileWriter | None = None
+
+    def spec(self) -> dict[str, Any] | None:
+        """What makes this sink again in another process (``sink_from_spec``); None for a subclass."""
+        if type(self) is not JsonlSink or self._writer is not None:
+            return None
+        return {"kind": "events_file", "path": str(self.path)}
 
     def open(self, run: dict[str, Any]) -> None:
         try:
@@ -100,6 +122,21 @@ class HttpSink:
         self._refusing = False     # the latest attempt was refused for its token, not unanswered
         self.sent = 0
         self.rejected = 0          # events replaced by a warning (the wire contract or the collector refused them)
+        self._spooled_elsewhere = 0   # what the writer process left in the spool (``written_elsewhere``)
+
+    def spec(self) -> dict[str, Any] | None:
+        """What makes this sink again in another process (``sink_from_spec``), its token with it:
+        never to be put on a command line or in an environment. None for a subclass or once opened."""
+        if type(self) is not HttpSink or self.run is not None:
+            return None
+        return {"kind": "http", "url": self.base, "token": self.token, "spool_path": self.spool_path,
+                "batch_size": self.batch_size, "retries": self.retries, "backoff_s": self.backoff_s,
+                "timeout_s": self.timeout_s, "drain_timeout_s": self.drain_timeout_s}
+
+    def written_elsewhere(self, spooled: int, spool_path: str | None) -> None:
+        """What the writer process that wrote this sink's run reported at its end: events left in
+        the spool, and the spool's path (``spooled``, ``spool_path`` then read as if written here)."""
+        self._spooled_elsewhere, self.spool_path = spooled, spool_path
 
     # -- Sink ---------------------------------------------------------------
     def open(self, run: dict[str, Any]) -> None:
@@ -171,7 +208,7 @@ class HttpSink:
 
     @property
     def spooled(self) -> int:
-        return self._spool.count if self._spool is not None else 0
+        return self._spool.count if self._spool is not None else self._spooled_elsewhere
 
     # -- inside -------------------------------------------------------------
     def _attempted(self, delivered: bool) -> None:

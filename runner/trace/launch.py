@@ -124,7 +124,7 @@ def _run(command: list[str], env: dict[str, str], ends: OutsideEnds) -> int:
         raise ReplayscopeError(f"cannot run {command[0]}: permission denied") from None
     code = supervision.wait(child, own_group, watch=lambda: ends.end_gone(waiting_for=child.pid),
                             received=ends.command_signalled)
-    ends.end_gone({child.pid: code})
+    ends.end_gone({child.pid: code}, final=True)
     return 128 - code if code < 0 else code
 
 

@@ -103,7 +103,7 @@ class RunLifecycle:
                                     "step_timing": step_timing(device.cuda_in_use(), self.settings.time_every),
                                     "step_core": self.step_core}}}
         sink, target = self._sink()
-        emitter = Emitter(sink, run)
+        emitter = Emitter(sink, run, opening=True)     # started on its own thread, below
         self.run, self.emitter = run, emitter
         # Opening a sink may post to a collector: never on the program's thread.
         self._starter = threading.Thread(target=self._start_emitter, name="replayscope-trace-open",
@@ -121,6 +121,10 @@ class RunLifecycle:
             self.emitter.start()
         except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)
             self._stop_tracing(error)
+            return
+        writer = getattr(self.emitter, "writer_pid", None)
+        if writer is not None:      # the trace ends this run only once its writer wrote everything
+            self._register({"event": "writer", "run_id": self.run_id, "pid": self.pid, "writer_pid": writer})
 
     def _stop_tracing(self, error: BaseException) -> None:
         print(f"replayscope trace: cannot write the run of pid {self.pid}: {error!r}; this process "

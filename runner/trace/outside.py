@@ -10,7 +10,11 @@ go, a ``close`` line once it ended its run). The trace looks at the open runs wh
 command runs and when it ends; a run whose process is gone and that has no ``close`` line
 is ended here, and a ``close`` line with ``ended_by: trace`` says so to the summary. What the
 process wrote or sent stays; what its emitter had not flushed yet (its last
-``flush_interval_s``, 0.2 s) died with it, and the run's error says so.
+``flush_interval_s``, 0.2 s) died with it, and the run's error says so. What it had handed to
+its event writer (``replayscope.runner.event_writer``, a process of its own that outlives it; a
+``writer`` line names its pid) is still being written: the run is ended only once that writer
+is gone (waited for up to ``WRITER_WAIT_S`` when the command ended), so the ``run_end`` comes
+after the run's last event.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sys
 import time
 from typing import Any
 
@@ -28,6 +33,8 @@ from replayscope.runner.trace.run_counts import collector_counts, counts_unavail
 from replayscope.runner.trace.settings import REGISTRY_FILE
 
 TAIL_BYTES = 1 << 16
+WRITER_WAIT_S = 75.0     # a writer keeps trying a collector for 60 s at its end (HttpSink.drain_timeout_s)
+WRITER_POLL_S = 0.05
 
 
 def registry_records(workdir: str) -> list[dict[str, Any]]:
@@ -59,6 +66,22 @@ def runs_of(records: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if record.get("event") in ("open", "close"):
             runs.setdefault(str(record.get("run_id", "?")), {}).update(record)
     return runs
+
+
+def writers_of(records: list[dict[str, Any]]) -> dict[str, int]:
+    """run id -> the pid of the process writing that run's events (its ``writer`` line)."""
+    return {str(record.get("run_id")): record["writer_pid"] for record in records
+            if record.get("event") == "writer" and isinstance(record.get("writer_pid"), int)}
+
+
+def wait_gone(pid: int, timeout_s: float) -> bool:
+    """Whether ``pid`` went within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not process_gone(pid):
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(WRITER_POLL_S)
+    return True
 
 
 def register(workdir: str, record: dict[str, Any]) -> None:
@@ -116,10 +139,12 @@ class OutsideEnds:
         if self.signalled is None:
             self.signalled = signal.Signals(signo).name
 
-    def end_gone(self, exit_statuses: dict[int, int] | None = None, waiting_for: int | None = None) -> None:
+    def end_gone(self, exit_statuses: dict[int, int] | None = None, waiting_for: int | None = None,
+                 final: bool = False) -> None:
         """End every open run whose process is gone. ``exit_statuses``: how the trace's own
         child ended, by pid; ``waiting_for``: that child while it is waited for (its run is
-        left until its exit status is known)."""
+        left until its exit status is known). A run whose event writer is still writing is left
+        for the next look; ``final`` (the command ended): waited for, up to ``WRITER_WAIT_S``."""
         exit_statuses = exit_statuses or {}
         candidates = [run for run in read_registry(self.workdir).values()
                       if "status" not in run and isinstance(run.get("pid"), int) and run["pid"] != waiting_for]
@@ -127,8 +152,16 @@ class OutsideEnds:
         if not gone:
             return
         records = registry_records(self.workdir)    # read again: a process that closed its run just before it went
-        now, stops = runs_of(records), stopped_by_parents(records)
+        now, stops, writers = runs_of(records), stopped_by_parents(records), writers_of(records)
         for run in gone:
+            writer = writers.get(run["run_id"])
+            if writer is not None and not process_gone(writer):
+                if not final:
+                    continue            # still writing what the process handed it: the next look
+                if not wait_gone(writer, WRITER_WAIT_S):
+                    print(f"replayscope trace: the event writer (pid {writer}) of pid {run['pid']}'s run was "
+                          f"still writing after {WRITER_WAIT_S:g}s; its run is ended without waiting for it",
+                          file=sys.stderr)
             if "status" not in now.get(run["run_id"], {}):
                 self._end(run, exit_statuses.get(run["pid"]), stops.get(run["pid"]))
 

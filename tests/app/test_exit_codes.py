@@ -133,6 +133,7 @@ def test_a_run_whose_disk_fills_up_exits_1_and_counts_what_was_lost(tmp_path, ca
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
     monkeypatch.setattr(events_file.EventsFileWriter, "write", fill_up)
+    monkeypatch.setenv("REPLAYSCOPE_EVENTS_IN_PROCESS", "1")    # the patched writer is this process's
     code = main(run_argv("--events", str(tmp_path / "run.jsonl")))
     err = capsys.readouterr().err
     assert code == EXIT_INCOMPLETE, err

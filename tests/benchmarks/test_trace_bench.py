@@ -20,7 +20,9 @@ def test_each_stage_of_a_traced_step_is_measured_against_the_floor_and_every_ste
 
     result = trace_stages.measure(rounds=2, steps=200, workdir=str(tmp_path))
     assert set(result["stages"]) == {"floor", "dispatch", "replay hook", "timing", "routing", "event", "traced step",
-                                     "events dropped", "step path", "graph-tree step", "sink"}
+                                     "events dropped", "step path", "graph-tree step", "sink", "converted here",
+                                     "writer cpu"}
+    assert result["stages"]["writer cpu"]["median"] >= 0
     # graph, padded and eager steps all ran through the traced step (each round's, and the run's first)
     assert result["traced_steps"] == 2 * 200 + 1
     assert set(result["modes"]) == set(result["graph_tree_modes"]) == {"graph", "padded", "eager"}

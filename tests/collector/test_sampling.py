@@ -3,7 +3,6 @@ per-second timeline (what alerts read), step times and the batch-size histogram.
 
 from __future__ import annotations
 
-import itertools
 import random
 
 import sqlalchemy as sa
@@ -40,7 +39,7 @@ def workload(n: int, seed: int = 5) -> list[dict]:
 
 
 def sampled(events: list[dict], every: int) -> list[dict]:
-    sampler = GraphSampler(every, itertools.count(len(events)))
+    sampler = GraphSampler(every)
     out = [e for event in events for e in sampler.offer(dict(event))]
     return out + sampler.drain()
 

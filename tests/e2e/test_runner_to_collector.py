@@ -64,7 +64,9 @@ def test_an_unreachable_collector_gets_the_spooled_events_once_it_is_back(store,
     sink = HttpSink(f"http://127.0.0.1:{port}", spool_path=str(spool), retries=2, backoff_s=0.01, timeout_s=2)
     emitter = Emitter(sink, run_record("spool-1"), flush_interval_s=0.02, heartbeat_s=60).start()
     emit_steps(emitter, 60)
-    assert wait_until(lambda: sink.spooled == 60, 10.0, interval_s=0.02)
+    # the spool as its writer process leaves it (the sink in this process is not the one writing)
+    assert wait_until(lambda: spool.exists() and spool.read_text().count('"kind": "step"') == 60, 10.0,
+                      interval_s=0.02)
 
     run, spooled, _ = read_events_file(spool)           # the spool is itself a valid events file
     assert run["run_id"] == "spool-1"

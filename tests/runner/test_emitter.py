@@ -100,9 +100,11 @@ def test_the_events_file_holds_the_run_record_then_valid_events_in_sequence(tmp_
     assert emitter.written == 104
 
 
-def test_a_batch_the_disk_refused_is_counted_lost_not_written(tmp_path, capsys):
+def test_a_batch_the_disk_refused_is_counted_lost_not_written(tmp_path, capsys, monkeypatch):
     """The audit: a JSON-lines file on a full disk lost a batch with one line on stderr and the
-    emitter still counted it as written. Here the file is /dev/full after the run record."""
+    emitter still counted it as written. Here the file is /dev/full after the run record (the
+    emitter's own thread writing it: its sink is this process's)."""
+    monkeypatch.setenv("REPLAYSCOPE_EVENTS_IN_PROCESS", "1")
     sink = JsonlSink(str(tmp_path / "run.jsonl"))
     emitter = Emitter(sink, run_record(), flush_interval_s=60).start()
     sink._writer._file = open("/dev/full", "w")         # the disk is full from now on (ENOSPC)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from replayscope.runner import emitter as emitter_module
 from replayscope.contract import events_file
+from replayscope.runner import event_records
 from replayscope.runner.emitter import Emitter
 from replayscope.contract.events_file import STEP_KEYS, event_line, event_lines, read_events_file, step_line
 from replayscope.contract.sinks import JsonlSink
@@ -94,10 +95,10 @@ def test_an_events_file_gets_each_step_as_its_line_and_the_same_events_as_any_ot
                 (("prefill", "eager", 3, None, 40, 0, "prefill", None), FakeTiming(0.004)),
                 (("decode", "eager", 2, None, 2, 0, "custom:warm-up", "the caller said so"), 3)]
     path = tmp_path / "events.jsonl"
-    to_file, to_list = Emitter(JsonlSink(str(path)), run_record()), Emitter(ListSink(), run_record())
     converted = []
-    convert = Emitter._convert
-    monkeypatch.setattr(Emitter, "_convert", staticmethod(lambda *item: converted.append(item) or convert(*item)))
+    convert = event_records.convert
+    monkeypatch.setattr(event_records, "convert", lambda *item: converted.append(item) or convert(*item))
+    to_file, to_list = Emitter(JsonlSink(str(path)), run_record()), Emitter(ListSink(), run_record())
     for emitter in (to_file, to_list):
         clock = (1764760000.0 + i / 7 for i in itertools.count())     # the same ts for both
         monkeypatch.setattr(emitter_module, "_now", lambda: next(clock))

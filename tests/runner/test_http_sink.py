@@ -21,6 +21,14 @@ from replayscope.contract.sinks import HttpSink
 from tests.live_server import free_port, serving
 from tests.stub_server import QuietHandler, start_server, stop_server
 
+
+@pytest.fixture(autouse=True)
+def sink_in_this_process(monkeypatch):
+    """These tests look at the sink's own state as it writes (its spool, its clock, what it
+    posted): the emitter's thread writes it here, not the writer process (tests/runner/
+    test_event_writer.py sends to a collector through the writer)."""
+    monkeypatch.setenv("REPLAYSCOPE_EVENTS_IN_PROCESS", "1")
+
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_700_000_000.0
 
