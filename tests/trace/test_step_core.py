@@ -1,4 +1,4 @@
-"""The compiled step core (``_stepcore.c``) against its Python reference (``steps.py``): the same
+"""The compiled step core (``_stepcore*.c``) against its Python reference (``steps.py``): the same
 scripted programs through both give the same events and the same tracer counters; the C objects
 hold no references they should not; CI runs the compiled core; without it the Python core runs."""
 
