@@ -1,4 +1,4 @@
-"""The compiled step core of ``replayscope trace`` (runner/trace/_stepcore.c), built when a C
+"""The compiled step core of ``replayscope trace`` (runner/trace/_stepcore*.c, _stepcore.h), built when a C
 compiler and Python's headers are there; without them the package installs as pure Python
 (the same events, the Python core: docs/trace.md "Costs"). Everything else is in pyproject.toml.
 
@@ -8,7 +8,12 @@ In a source tree without pip:  python3 setup.py build_ext --inplace
 from setuptools import Extension, setup
 from setuptools.command.build_ext import build_ext
 
-STEP_CORE = Extension("replayscope.runner.trace._stepcore", ["runner/trace/_stepcore.c"], optional=True)
+# Its files, one job each (the header says which); `depends` puts the header in the sdist too, and
+# rebuilds the core when it changes.
+STEP_CORE_SOURCES = ["runner/trace/_stepcore.c", "runner/trace/_stepcore_state.c",
+                     "runner/trace/_stepcore_step_end.c", "runner/trace/_stepcore_wrappers.c"]
+STEP_CORE = Extension("replayscope.runner.trace._stepcore", STEP_CORE_SOURCES,
+                      depends=["runner/trace/_stepcore.h"], optional=True)
 
 
 class BuildStepCore(build_ext):

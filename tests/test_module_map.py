@@ -1,13 +1,17 @@
 """docs/internals.md's module map is the tree: every module of app/, collector/, runner/ and replayscope/
-has a row (its own, or its package's), and every module a row names exists."""
+has a row (its own, or its package's), and every module a row names exists. The C files (the
+compiled step core) have rows too, and stay under the project's 450 lines as a module does."""
 
 import re
+import shutil
+import subprocess
 from fnmatch import fnmatch
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 INTERNALS = ROOT / "docs" / "internals.md"
 PACKAGES = ("app", "collector", "runner", "replayscope")
+MAX_LINES = 450
 
 
 def _module_rows() -> list[list[str]]:
@@ -65,3 +69,24 @@ def test_every_path_the_page_names_exists():
     paths = {m for m in re.findall(r"`([\w./*-]+)`", text) if m.startswith(folders)}
     gone = sorted(p for p in paths if not any(ROOT.glob(p.rstrip("/"))))
     assert not gone, f"docs/internals.md names paths that are not in the tree: {gone}"
+
+
+def _c_files() -> list[str]:
+    """Every .c and .h file of the repository: git's (tracked, and new ones not ignored), or
+    without git the package folders' own."""
+    listed = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z", "--", "*.c", "*.h"], cwd=ROOT,
+                            capture_output=True) if shutil.which("git") else None
+    if listed is not None and listed.returncode == 0:
+        return sorted(name for name in listed.stdout.decode().split("\0") if name and (ROOT / name).is_file())
+    return sorted(str(p.relative_to(ROOT)) for pkg in PACKAGES for suffix in ("*.c", "*.h")
+                  for p in (ROOT / pkg).rglob(suffix))
+
+
+def test_every_c_file_is_under_450_lines_and_has_a_row():
+    files = _c_files()
+    assert "runner/trace/_stepcore.c" in files, "the compiled step core's files were not found"
+    long = {name: lines for name in files if (lines := len((ROOT / name).read_text().splitlines())) >= MAX_LINES}
+    assert not long, f"C files of {MAX_LINES} lines or more (split them, one job a file): {long}"
+    named = _named_paths()
+    missing = [name for name in files if not _covered(name, named)]
+    assert not missing, f"C files without a row in docs/internals.md: {missing}"

@@ -1,5 +1,5 @@
 """Which step core a traced process runs: the compiled one (``_stepcore``, built from
-``_stepcore.c`` beside this file when the package was installed with a C compiler, or with
+``_stepcore*.c`` beside this file when the package was installed with a C compiler, or with
 ``python3 setup.py build_ext --inplace``) or the Python one (``replayscope.runner.trace.steps``, the
 reference). Both make the same events; the compiled one does a step's common case at a fraction of
 the host time (docs/trace.md "Costs"). ``REPLAYSCOPE_PURE_PYTHON=1`` forces the Python core.

@@ -22,7 +22,7 @@ DECISIONS_KEPT = 4096     # outcomes kept of steps that are not a plain replay; 
 class StepTracking:
     """The steps of ``Tracer``: ``step_begin`` / ``step_end`` (or ``step_abort``) around each
     call of the program's step function. The reference implementation: ``replayscope.runner.trace.step_core``
-    runs the same steps compiled where it can (``_stepcore.c`` mirrors ``step_begin``, ``step_end`` and
+    runs the same steps compiled where it can (``_stepcore*.c`` mirror ``step_begin``, ``step_end`` and
     ``step_abort``, and the common case of ``_start_timing`` and ``_route``)."""
 
     step_core = "python"     # which core ran, for the run's config

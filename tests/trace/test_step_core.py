@@ -1,4 +1,4 @@
-"""The compiled step core (``_stepcore.c``) against its Python reference (``steps.py``): the same
+"""The compiled step core (``_stepcore*.c``) against its Python reference (``steps.py``): the same
 scripted programs through both give the same events and the same tracer counters; the C objects
 hold no references they should not; CI runs the compiled core; without it the Python core runs."""
 
@@ -368,10 +368,27 @@ HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
 
 @pytest.mark.skipif(shutil.which("gcc") is None or not HEADERS.is_file(), reason="no gcc or Python headers here")
 def test_the_core_compiles_without_a_warning(tmp_path):
-    source = Path(step_core.__file__).with_name("_stepcore.c")
-    done = subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-fPIC", "-c", f"-I{HEADERS.parent}", str(source),
-                           "-o", str(tmp_path / "core.o")], capture_output=True, text=True, timeout=120)
+    sources = sorted(Path(step_core.__file__).parent.glob("_stepcore*.c"))
+    assert len(sources) > 1, sources
+    for source in sources:
+        done = subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-fPIC", "-c", f"-I{HEADERS.parent}", str(source),
+                               "-o", str(tmp_path / f"{source.stem}.o")], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, f"{source.name}: {done.stderr}"
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nm") is None or not HEADERS.is_file(),
+                    reason="no gcc, nm or Python headers here")
+def test_the_built_core_exports_its_init_function_alone(tmp_path):
+    """The names its files share (``zero``, ``route``, ``truth``...) are hidden: a process that loads
+    libraries RTLD_GLOBAL sees ``PyInit__stepcore`` alone. Built as docs/trace.md's gcc line does."""
+    sources = sorted(str(p) for p in Path(step_core.__file__).parent.glob("_stepcore*.c"))
+    built = tmp_path / "_stepcore.so"
+    done = subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", f"-I{HEADERS.parent}", *sources,
+                           "-o", str(built)], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True)
+    exported = {line.split()[-1] for line in symbols.stdout.splitlines() if line.split()[1:2] != ["A"]}
+    assert exported == {"PyInit__stepcore"}, sorted(exported)
 
 
 def test_without_a_compiler_the_package_builds_as_pure_python(tmp_path):
@@ -385,7 +402,7 @@ def test_without_a_compiler_the_package_builds_as_pure_python(tmp_path):
     [wheel] = (tmp_path / "dist").glob("replayscope-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "replayscope/runner/trace/steps.py" in names
-    assert not [n for n in names if "_stepcore" in n and not n.endswith(".c")]
+    assert not [n for n in names if "_stepcore" in n and not n.endswith((".c", ".h"))]
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",

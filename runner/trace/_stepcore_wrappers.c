@@ -1,0 +1,240 @@
+/* The callables a traced program calls: the replay hook (hooks._replay) and the step wrapper
+ * (recipes.step_wrapper) with its batch reader (tensor_batch's cache, else the recipe's batch_of). */
+#include "_stepcore.h"
+
+/* -- the wrappers: callables that bind as methods, with a __dict__ (functools.update_wrapper) -- */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *dict;
+    StepState *tracer;
+    PyObject *original;
+    PyObject *batch_of, *recipe, *recipe_failed;     /* StepWrapper only */
+    PyObject *batches, *tensor_type_of, *tensor_type; /* StepWrapper with tensor_batch's cache only */
+} Wrapper;
+
+static int wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->dict); Py_VISIT(self->tracer); Py_VISIT(self->original); Py_VISIT(self->batch_of);
+    Py_VISIT(self->recipe); Py_VISIT(self->recipe_failed); Py_VISIT(self->batches);
+    Py_VISIT(self->tensor_type_of); Py_VISIT(self->tensor_type);
+    return 0;
+}
+
+static int wrapper_clear(Wrapper *self)
+{
+    Py_CLEAR(self->dict); Py_CLEAR(self->tracer); Py_CLEAR(self->original); Py_CLEAR(self->batch_of);
+    Py_CLEAR(self->recipe); Py_CLEAR(self->recipe_failed); Py_CLEAR(self->batches);
+    Py_CLEAR(self->tensor_type_of); Py_CLEAR(self->tensor_type);
+    return 0;
+}
+
+static void wrapper_dealloc(Wrapper *self)
+{
+    PyObject_GC_UnTrack(self);
+    wrapper_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *wrapper_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);       /* as a function set on a class binds */
+}
+
+static PyObject *call_original(Wrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
+}
+
+/* hooks._replay: the replay counted, and inside a step the graph kept for the step's end. */
+static PyObject *replay_call(Wrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepState *tracer = self->tracer;
+    tracer->total_replays += 1;
+    if (tracer->in_step != NULL) {
+        int running = truth(tracer->in_step);
+        if (running < 0) return NULL;
+        if (running) {
+            if (PyVectorcall_NARGS(nargsf) < 1)
+                return PyErr_Format(PyExc_TypeError, "replay() missing 1 required positional argument: 'self'");
+            PyObject *graphs = tracer->step_graphs;
+            if (graphs != NULL && PyList_CheckExact(graphs)) {
+                if (PyList_Append(graphs, args[0]) < 0) return NULL;
+            } else {
+                if (graphs == NULL) return PyErr_Format(PyExc_AttributeError, "tracer has no attribute 'step_graphs'");
+                PyObject *done = PyObject_CallMethodOneArg(graphs, s_append, args[0]);
+                if (done == NULL) return NULL;
+                Py_DECREF(done);
+            }
+        }
+    }
+    return call_original(self, args, nargsf, kwnames);
+}
+
+/* tensor_batch's common case: the first positional tensor's (shape, dtype) already in its cache.
+ * NULL (no error set): not known here; the Python batch_of decides. */
+static PyObject *cached_batch(Wrapper *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (self->batches == NULL) return NULL;
+    if (self->tensor_type == NULL) {
+        self->tensor_type = PyObject_CallNoArgs(self->tensor_type_of);
+        if (self->tensor_type == NULL) { PyErr_Clear(); return NULL; }
+    }
+    for (Py_ssize_t i = 0; i < nargs; i++) {
+        int is_tensor = PyObject_IsInstance(args[i], self->tensor_type);
+        if (is_tensor < 0) { PyErr_Clear(); return NULL; }
+        if (!is_tensor) continue;
+        PyObject *shape = PyObject_GetAttr(args[i], s_shape);
+        PyObject *dtype = shape == NULL ? NULL : PyObject_GetAttr(args[i], s_dtype);
+        PyObject *key = dtype == NULL ? NULL : PyTuple_Pack(2, shape, dtype);
+        Py_XDECREF(shape);
+        Py_XDECREF(dtype);
+        PyObject *batch = key == NULL ? NULL : PyDict_GetItemWithError(self->batches, key);
+        Py_XDECREF(key);
+        if (batch == NULL) PyErr_Clear();
+        return Py_XNewRef(batch);
+    }
+    return NULL;
+}
+
+/* The Python batch_of(args, kwargs); an Exception in it is the recipe's failure (a warning), no step. */
+static PyObject *python_batch(Wrapper *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
+{
+    PyObject *tuple = PyTuple_New(nargs), *kwargs = PyDict_New(), *batch = NULL;
+    if (tuple == NULL || kwargs == NULL) goto done;
+    for (Py_ssize_t i = 0; i < nargs; i++) PyTuple_SET_ITEM(tuple, i, Py_NewRef(args[i]));
+    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    for (Py_ssize_t k = 0; k < nkw; k++)
+        if (PyDict_SetItem(kwargs, PyTuple_GET_ITEM(kwnames, k), args[nargs + k]) < 0) goto done;
+    batch = PyObject_CallFunctionObjArgs(self->batch_of, tuple, kwargs, NULL);
+    if (batch == NULL && PyErr_ExceptionMatches(PyExc_Exception)) {
+        PyObject *error = take_error();
+        PyObject *warned = PyObject_CallFunctionObjArgs(self->recipe_failed, self->tracer, self->recipe, error, NULL);
+        Py_DECREF(error);
+        if (warned != NULL) { Py_DECREF(warned); batch = Py_NewRef(Py_None); }
+    }
+done:
+    Py_XDECREF(tuple);
+    Py_XDECREF(kwargs);
+    return batch;
+}
+
+/* recipes.step_wrapper: each outermost call of the step function recorded as one step. */
+static PyObject *step_call(Wrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepState *tracer = self->tracer;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    if (tracer->in_step == NULL) return PyErr_Format(PyExc_AttributeError, "tracer has no attribute 'in_step'");
+    int running = truth(tracer->in_step);
+    if (running < 0) return NULL;
+    if (running) return call_original(self, args, nargsf, kwnames);      /* part of the step running */
+    PyObject *batch = cached_batch(self, args, nargs);
+    if (batch == NULL && (batch = python_batch(self, args, nargs, kwnames)) == NULL) return NULL;
+    int started;
+    Py_ssize_t size = PyTuple_Check(batch) ? PyTuple_GET_SIZE(batch) : -1;
+    if (batch == Py_None) {
+        started = 0;
+    } else if (size >= 2 && size <= 4) {
+        started = core_begin(tracer, PyTuple_GET_ITEM(batch, 0), PyTuple_GET_ITEM(batch, 1),
+                             size > 2 ? PyTuple_GET_ITEM(batch, 2) : Py_None,
+                             size > 3 ? PyTuple_GET_ITEM(batch, 3) : Py_None);
+    } else {                              /* tracer.step_begin(*batch), whatever it raises */
+        PyObject *begin = PyObject_GetAttr((PyObject *)tracer, s_step_begin);
+        PyObject *items = begin == NULL ? NULL : PySequence_Tuple(batch);
+        PyObject *result = items == NULL ? NULL : PyObject_Call(begin, items, NULL);
+        Py_XDECREF(begin);
+        Py_XDECREF(items);
+        started = result == NULL ? -1 : truth(result);
+        Py_XDECREF(result);
+    }
+    Py_DECREF(batch);
+    if (started < 0) return NULL;
+    if (!started) return call_original(self, args, nargsf, kwnames);
+    PyObject *result = call_original(self, args, nargsf, kwnames);
+    if (result == NULL) {                 /* the program's error: the step is not recorded */
+        PyObject *error = take_error();
+        int failed;
+        step_abort_core(tracer, &failed);
+        if (failed) {                     /* raised while handling the program's error */
+            PyObject *other = take_error();
+            PyException_SetContext(other, error);
+            restore_error(other);
+        } else {
+            restore_error(error);
+        }
+        return NULL;
+    }
+    if (core_end(tracer) < 0) { Py_DECREF(result); return NULL; }
+    return result;
+}
+
+static PyObject *wrapper_make(PyTypeObject *type, StepState *tracer, PyObject *original, vectorcallfunc call)
+{
+    Wrapper *self = PyObject_GC_New(Wrapper, type);
+    if (self == NULL) return NULL;
+    self->vectorcall = call;
+    self->dict = PyDict_New();
+    self->tracer = (StepState *)Py_NewRef(tracer);
+    self->original = Py_NewRef(original);
+    self->batch_of = self->recipe = self->recipe_failed = self->batches = NULL;
+    self->tensor_type_of = self->tensor_type = NULL;
+    PyObject_GC_Track(self);
+    if (self->dict == NULL || PyDict_SetItem(self->dict, s_wrapped, original) < 0) { Py_DECREF(self); return NULL; }
+    return (PyObject *)self;
+}
+
+
+static PyObject *step_wrapper_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"tracer", "original", "batch_of", "recipe", "recipe_failed", "batches",
+                            "tensor_type", NULL};
+    PyObject *tracer, *original, *batch_of, *recipe, *recipe_failed, *batches = Py_None, *tensor_type = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOOO|OO:StepWrapper", names, &StepStateType, &tracer,
+                                     &original, &batch_of, &recipe, &recipe_failed, &batches, &tensor_type))
+        return NULL;
+    if (batches != Py_None && !PyDict_CheckExact(batches))
+        return PyErr_Format(PyExc_TypeError, "StepWrapper: batches must be a dict or None");
+    Wrapper *self = (Wrapper *)wrapper_make(type, (StepState *)tracer, original, (vectorcallfunc)step_call);
+    if (self == NULL) return NULL;
+    self->batch_of = Py_NewRef(batch_of);
+    self->recipe = Py_NewRef(recipe);
+    self->recipe_failed = Py_NewRef(recipe_failed);
+    if (batches != Py_None && tensor_type != Py_None) {
+        self->batches = Py_NewRef(batches);
+        self->tensor_type_of = Py_NewRef(tensor_type);
+    }
+    return (PyObject *)self;
+}
+
+static PyObject *replay_hook_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"tracer", "original", NULL};
+    PyObject *tracer, *original;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!O:ReplayHook", names, &StepStateType, &tracer, &original))
+        return NULL;
+    return wrapper_make(type, (StepState *)tracer, original, (vectorcallfunc)replay_call);
+}
+
+#define WRAPPER_TYPE(NAME, PYNAME, DOC, NEW) PyTypeObject NAME = {                   \
+    PyVarObject_HEAD_INIT(NULL, 0)                                                   \
+    .tp_name = "replayscope.runner.trace._stepcore." PYNAME,                         \
+    .tp_doc = DOC,                                                                   \
+    .tp_basicsize = sizeof(Wrapper),                                                 \
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL  \
+                | Py_TPFLAGS_METHOD_DESCRIPTOR, /* a method call passes self first, unbound */ \
+    .tp_new = NEW,                                                                   \
+    .tp_dealloc = (destructor)wrapper_dealloc,                                       \
+    .tp_traverse = (traverseproc)wrapper_traverse,                                   \
+    .tp_clear = (inquiry)wrapper_clear,                                              \
+    .tp_call = PyVectorcall_Call,                                                    \
+    .tp_vectorcall_offset = offsetof(Wrapper, vectorcall),                           \
+    .tp_dictoffset = offsetof(Wrapper, dict),                                        \
+    .tp_descr_get = wrapper_get,                                                     \
+    .tp_getattro = PyObject_GenericGetAttr,                                          \
+    .tp_setattro = PyObject_GenericSetAttr,                                          \
+};
+WRAPPER_TYPE(StepWrapperType, "StepWrapper",
+             "StepWrapper(tracer, original, batch_of, recipe, recipe_failed, batches=None, tensor_type=None): "
+             "recipes.step_wrapper, compiled.", step_wrapper_new)
+WRAPPER_TYPE(ReplayHookType, "ReplayHook", "ReplayHook(tracer, original): hooks._replay, compiled.", replay_hook_new)
