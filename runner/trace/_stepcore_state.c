@@ -227,13 +227,24 @@ static PyMemberDef step_state_members[] = {
     {NULL}
 };
 
+/* A StepState before configure() would call into modules it does not have yet: refused, by name. */
+static PyObject *step_state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
+{
+    if (steps_module == NULL || device_module == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "_stepcore.configure(steps, device) must be called before a "
+                                            "StepState is made (replayscope.runner.trace.step_core.load does)");
+        return NULL;
+    }
+    return PyType_GenericNew(type, args, kwds);
+}
+
 PyTypeObject StepStateType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "replayscope.runner.trace._stepcore.StepState",
     .tp_doc = "The tracer's step state and its compiled step_begin / step_end / step_abort.",
     .tp_basicsize = sizeof(StepState),
     .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
-    .tp_new = PyType_GenericNew,
+    .tp_new = step_state_new,
     .tp_dealloc = (destructor)step_state_dealloc,
     .tp_traverse = (traverseproc)step_state_traverse,
     .tp_clear = (inquiry)step_state_clear,

@@ -409,3 +409,16 @@ def test_without_a_compiler_the_package_builds_as_pure_python(tmp_path):
                     reason="only where the build is expected to have compiled the core (.ci/run)")
 def test_ci_runs_the_compiled_core():
     assert step_core.CORE == "compiled", "the C step core was not built: pip fell back to pure Python"
+
+
+@compiled_only
+def test_a_step_state_made_before_configure_is_refused_by_name_not_a_crash():
+    """The core calls into the modules configure() gives it: a StepState made before would crash the
+    interpreter at its first step (it did: SIGSEGV); it is refused when made instead."""
+    code = ("import importlib\n"
+            "core = importlib.import_module('replayscope.runner.trace._stepcore')\n"
+            "try:\n    core.StepState().step_begin('decode', 8)\n"
+            "except RuntimeError as error:\n    print('refused:', error)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "refused: _stepcore.configure(steps, device) must be called before a StepState is made" in done.stdout
