@@ -19,19 +19,12 @@ import pytest
 from replayscope.contract.sinks import HttpSink, JsonlSink
 from replayscope.runner import emitter as emitter_module
 from replayscope.runner.emitter import Emitter
+from replayscope.runner.trace.outside import process_gone as gone
 ENV_IN_PROCESS = "REPLAYSCOPE_EVENTS_IN_PROCESS"     # replayscope.runner.writer_link.ENV_IN_PROCESS
 from tests.runner.test_emitter import FakeTiming, ListSink, run_record
 from tests.waiting import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def gone(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def some_events(emitter: Emitter) -> None:

@@ -29,7 +29,7 @@ from replayscope.runner.trace.settings import ENV_PURE_PYTHON, TraceSettings
 from replayscope.runner.trace.tracer import tracer_class
 from tests.run_events import ListSink
 from tests.trace.conftest import FakeCUDAGraph, FakeGraphContext
-from tests.trace.test_tracer import FakeEvent
+from tests.trace.test_tracer import FakeEvent, cuda_in_use  # noqa: F401 (a fixture)
 
 compiled_only = pytest.mark.skipif(step_core.COMPILED is None, reason="the compiled step core is not built here "
                                                                       "(python3 setup.py build_ext --inplace)")
@@ -196,21 +196,8 @@ def test_failures_of_the_tracers_own_work_are_the_same_warnings_in_both_cores_an
     assert "KeyError: 'no batch here'" in warnings[0][1] and "ZeroDivisionError" in warnings[1][1]
 
 
-@pytest.fixture()
-def cuda_stand_ins(monkeypatch):
-    from replayscope.runner.trace import device
-    state = {"capturing": False}
-    monkeypatch.setattr(device, "cuda_in_use", lambda: True)
-    monkeypatch.setattr(device, "capturing", lambda: state["capturing"])
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda index: 0, raising=False)
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda index=None: "stream")
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
-    return state
-
-
 @compiled_only
-def test_cuda_sampled_timing_is_the_same_through_both_cores(cuda_stand_ins):
+def test_cuda_sampled_timing_is_the_same_through_both_cores(cuda_in_use):
     results = {}
     for core in ("python", "compiled"):
         FakeEvent.recorded = 0
@@ -218,7 +205,7 @@ def test_cuda_sampled_timing_is_the_same_through_both_cores(cuda_stand_ins):
         graphs = {size: h.capture(size) for size in (2, 4)}
         traced = step_wrapper(h.tracer, lambda tokens, graph: graph.replay(), tensor_batch, "--step")
         for n in [4] * 10 + [2] * 3 + [3] * 9:
-            cuda_stand_ins["capturing"] = n == 3 and h.tracer.steps == 13     # the first 3 is not timed
+            cuda_in_use["capturing"] = n == 3 and h.tracer.steps == 13     # the first 3 is not timed
             traced(torch.zeros(n, 1, dtype=torch.long), graphs[4 if n > 2 else 2])
         for _ in range(10):                      # another stage: its count in the clock's cells
             assert h.tracer.step_begin("prefill", 4, 40)
