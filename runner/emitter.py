@@ -29,7 +29,6 @@ from typing import Any, Iterator
 from replayscope.contract import wire
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.contract.sinks import HttpSink, JsonlSink, Sink, _warn
-from replayscope.runner import event_records
 from replayscope.runner.event_records import RECORD, EventConverter, GraphSampler, resolve_timings
 from replayscope.runner.writer_link import CLOSE, ENV_IN_PROCESS, FLUSH, SinkRefused, WriterLink, WriterUnavailable
 
@@ -42,9 +41,6 @@ __all__ = ["Emitter", "GraphSampler", "open_emitter", "sigterm_as_interrupt"]
 
 class Emitter:
     """Sequence-numbers events and hands them to a sink: through a writer process, or from a background thread."""
-
-    _convert = staticmethod(event_records.convert)
-    _line = staticmethod(event_records.line)
 
     def __init__(self, sink: Sink, run: dict[str, Any], *, flush_interval_s: float = 0.2,
                  heartbeat_s: float = 5.0, max_batch: int = 20000, graph_sample: int = 1, opening: bool = False):
@@ -258,9 +254,13 @@ class Emitter:
     def flush(self) -> None:
         """Write everything queued now (waits for outstanding GPU timings, and for the writer process)."""
         with self._flush_lock:
-            self._flush_held(wait_for_gpu=True)
-            if self.link is not None and not self.link.broken:
-                self._ask_writer(FLUSH, FLUSH_WAIT_S)
+            self._flush_written(wait_for_gpu=True)
+
+    def _flush_written(self, wait_for_gpu: bool) -> None:
+        """With the flush lock held: hand everything ready on, and wait for the writer to write it."""
+        self._flush_held(wait_for_gpu=wait_for_gpu)
+        if self.link is not None and not self.link.broken:
+            self._ask_writer(FLUSH, FLUSH_WAIT_S)
 
     def flush_unless_busy(self, timeout_s: float = 0.5, wait_for_gpu: bool = True) -> bool:
         """``flush`` from a signal handler: False, writing nothing, when the flush lock is not
@@ -270,9 +270,7 @@ class Emitter:
         if not self._flush_lock.acquire(timeout=timeout_s):
             return False
         try:
-            self._flush_held(wait_for_gpu=wait_for_gpu)
-            if self.link is not None and not self.link.broken:
-                self._ask_writer(FLUSH, FLUSH_WAIT_S)
+            self._flush_written(wait_for_gpu=wait_for_gpu)
         finally:
             self._flush_lock.release()
         return True

@@ -81,7 +81,7 @@ def queued_steps(draw):
 @given(queued_steps())
 def test_a_steps_line_from_its_queued_values_is_json_dumps_of_the_event_the_emitter_makes(queued):
     seq, ts, fields, duration = queued
-    event = Emitter._convert(seq, ts, "step", fields, duration)
+    event = event_records.convert(seq, ts, "step", fields, duration)
     assert step_line(seq, ts, fields, duration) == json.dumps(event) + "\n"
     assert step_line(seq, ts, fields, duration) == json.dumps(event) + "\n"      # its fields' text kept
 
