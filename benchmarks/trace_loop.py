@@ -10,7 +10,10 @@ with CUDA events, as the trace does by default). Once both have captured and war
 alternate between them (which goes first alternating round by round): each round is ``--steps``
 steps with one synchronise per 100, timed inside the process. Per program: µs per step of each
 side, traced/untraced and the µs added per step, each the median over the rounds with its spread
-(max - min); the µs of the process's CPU time added per step (all its threads, the emitter's
+(max - min); the host's µs per step (the launch loop alone, each block of 100 steps timed up to
+its synchronise: what the trace costs the host, also where the GPU is the bottleneck and the
+wall clock hides it; the wall clock's spread beside a small host spread is the GPU's, or the
+synchronise's, not the trace's) and what the trace adds to it; the µs of the process's CPU time added per step (all its threads, the emitter's
 too: on a GPU host it also counts the synchronise's spinning, on a busy CPU-only machine it is
 the figure other processes do not inflate); and the garbage collector's collections in each side's rounds. The traced side's
 events file is read afterwards: every step it ran is there, with its mode.
@@ -99,6 +102,10 @@ def measure(device: str, name: str, args: list[str], rounds: int, steps: int, ou
             "untraced_us": spread(base), "traced_us": spread(cand),
             "ratio": spread([c / b for b, c in zip(base, cand)]),
             "added_us": spread([c - b for b, c in zip(base, cand)]),
+            "untraced_host_us": spread([r["host_us_per_step"] for r in untraced.rounds]),
+            "traced_host_us": spread([r["host_us_per_step"] for r in traced.rounds]),
+            "host_added_us": spread([c["host_us_per_step"] - b["host_us_per_step"]
+                                     for b, c in zip(untraced.rounds, traced.rounds)]),
             "cpu_added_us": spread([c["cpu_us_per_step"] - b["cpu_us_per_step"]
                                     for b, c in zip(untraced.rounds, traced.rounds)]),
             "rounds": {"untraced": untraced.rounds, "traced": traced.rounds},
@@ -111,13 +118,16 @@ def table(rows: list[dict[str, Any]], rounds: int) -> str:
     lines = [f"Medians over {rounds} alternating rounds, spread = max - min over the rounds; gc = the collections "
              f"(generations 0/1/2) in all the rounds of each side.", "",
              "| program | steps/round | untraced µs/step | traced µs/step | traced/untraced (spread) "
-             "| added µs/step (spread) | added CPU µs/step (spread) | gc untraced | gc traced | steps run | step events (modes) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| added µs/step (spread) | untraced host µs/step (spread) | added host µs/step (spread) "
+             "| added CPU µs/step (spread) | gc untraced | gc traced | steps run | step events (modes) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         modes = ", ".join(f"{k} {v}" for k, v in sorted(r["modes"].items()))
         lines.append(f"| {r['device']} {r['program']} | {r['steps_per_round']} | {r['untraced_us']['median']:.2f} "
                      f"| {r['traced_us']['median']:.2f} | {r['ratio']['median']:.4f} ({r['ratio']['spread']:.4f}) "
                      f"| {r['added_us']['median']:.2f} ({r['added_us']['spread']:.2f}) "
+                     f"| {r['untraced_host_us']['median']:.2f} ({r['untraced_host_us']['spread']:.2f}) "
+                     f"| {r['host_added_us']['median']:.2f} ({r['host_added_us']['spread']:.2f}) "
                      f"| {r['cpu_added_us']['median']:.2f} ({r['cpu_added_us']['spread']:.2f}) "
                      f"| {'/'.join(map(str, r['gc_untraced']))} | {'/'.join(map(str, r['gc_traced']))} "
                      f"| {r['steps_run']} | {r['step_events']} ({modes}) |")

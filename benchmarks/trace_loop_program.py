@@ -6,8 +6,9 @@ eagerly above the largest; on the CPU (no graphs) it runs the layers. One synchr
 
     python -m benchmarks.trace_loop_program [--device cuda] [--width 1024] [--layers 8]
 
-It reads commands on stdin: ``round N`` runs N steps and answers one JSON line (µs per step, of
-the wall clock and of the process's CPU time; the garbage collector's collections in the round); ``quit`` ends it. It answers ``ready`` once its
+It reads commands on stdin: ``round N`` runs N steps and answers one JSON line (µs per step: of
+the wall clock; of the host's launch loop alone, each block of steps timed up to its synchronise;
+and of the process's CPU time; the garbage collector's collections in the round); ``quit`` ends it. It answers ``ready`` once its
 graphs are captured and warmed up.
 """
 
@@ -85,18 +86,26 @@ def run_round(inputs: list[torch.Tensor], steps: int, sync) -> dict:
     collections = Collections()
     gc.callbacks.append(collections)
     n = len(inputs)
+    perf = time.perf_counter
     sync()
-    started, cpu_started = time.perf_counter(), time.process_time()
+    started, cpu_started = perf(), time.process_time()
+    host = 0.0                          # the loop's own time: each block of steps up to its synchronise
+    block = started
     for i in range(steps):
         step(inputs[i % n])
         if i % SYNC_EVERY == SYNC_EVERY - 1:
+            host += perf() - block
             sync()
+            block = perf()
+    host += perf() - block
     sync()
-    seconds, cpu_seconds = time.perf_counter() - started, time.process_time() - cpu_started
+    seconds, cpu_seconds = perf() - started, time.process_time() - cpu_started
     gc.callbacks.remove(collections)
-    # The process's CPU time (all its threads): what other processes on a busy machine do not inflate.
-    return {"us_per_step": seconds / steps * 1e6, "cpu_us_per_step": cpu_seconds / steps * 1e6,
-            "gc": collections.counts}
+    # wall: the steps with their synchronises (what the loop delivers); host: the launch loop alone,
+    # without the waits for the GPU (what the host spends per step, whichever side is the bottleneck);
+    # CPU: the process's CPU time, all its threads (what other processes on a busy machine do not inflate).
+    return {"us_per_step": seconds / steps * 1e6, "host_us_per_step": host / steps * 1e6,
+            "cpu_us_per_step": cpu_seconds / steps * 1e6, "gc": collections.counts}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,6 +1,7 @@
 """Telemetry emitter: events leave the step loop through a queue, a background thread and a writer process.
 
-``Emitter.step`` adds one event's values to a list and returns (well under 2 µs); it never
+``Emitter.step`` adds one event's values to a list and returns (well under 2 µs; compiled where
+built, ``replayscope.runner._recordcore``, with these methods as its reference); it never
 blocks and never touches the GPU. A step's duration is seconds, None (not timed), or a
 *timing* object (``ready()``, ``wait()``, ``seconds()``, ``release()``), e.g. a pair of CUDA
 events (``replayscope.runner.timing``): the flush thread reads it only once ``ready()`` says the GPU got
@@ -29,10 +30,14 @@ from typing import Any, Iterator
 from replayscope.contract import wire
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.contract.sinks import HttpSink, JsonlSink, Sink, _warn
+from replayscope.runner import compiled
 from replayscope.runner.event_records import RECORD, EventConverter, GraphSampler, resolve_timings
 from replayscope.runner.writer_link import CLOSE, ENV_IN_PROCESS, FLUSH, SinkRefused, WriterLink, WriterUnavailable
 
 _now = time.time          # an event's ts: read once per event, a module global (no attribute lookup)
+# Emitter.step / step_fields compiled (runner/_recordcore.c; these methods are the reference): None when
+# not built or REPLAYSCOPE_PURE_PYTHON=1
+RECORD_CORE = compiled.load("replayscope.runner._recordcore")
 FLUSH_WAIT_S = 120.0      # the longest flush() waits for the writer process to answer
 CLOSE_WAIT_S = 120.0      # ... and close() (a collector's sink keeps trying for 60 s at the end)
 
@@ -63,6 +68,13 @@ class Emitter:
         # container per event outlives the step, so queued steps bring no garbage collections of the heap.
         self._queue: list = []
         self._seq = itertools.count()
+        self.step_recorder = "python"
+        if RECORD_CORE is not None and type(self).step is Emitter.step and type(self).step_fields is Emitter.step_fields:
+            # the same values added to the same queue, without a Python frame per step (a subclass's own
+            # step is left as it is)
+            recorder = RECORD_CORE.Recorder(self._queue, self._seq)
+            self.step, self.step_fields = recorder.step, recorder.step_fields
+            self.step_recorder = "compiled"
         self._held: list = []           # taken, behind a step whose GPU timing is not ready
         self.link: WriterLink | None = None     # the writer process, once started
         # converting here (no writer process)

@@ -20,10 +20,11 @@ from pathlib import Path
 import replayscope
 from replayscope.contract.errors import EXIT_INCOMPLETE, ReplayscopeError
 from replayscope.contract.formats import plural
+from replayscope.runner.compiled import ENV_PURE_PYTHON
 from replayscope.runner.timing import CUDA_TIME_EVERY
 from replayscope.runner.trace import supervision
 from replayscope.runner.trace.outside import OutsideEnds, read_registry, registry_records
-from replayscope.runner.trace.settings import ENV_PURE_PYTHON, STEP_SPEC, TraceSettings
+from replayscope.runner.trace.settings import STEP_SPEC, TraceSettings
 
 RUNNER_PACKAGE = Path(__file__).resolve().parent.parent
 # the package the traced processes import (in a checkout its __init__ adds the checkout's folders)

@@ -2,6 +2,8 @@
 what a hooked graph-tree call and a traced step cost on the host, with the tracer's real hooks on
 stand-in graph objects. Figures are not judged here (benchmarks/, never timed tests)."""
 
+import statistics
+
 import pytest
 
 from benchmarks import trace_bench
@@ -36,6 +38,11 @@ def test_the_host_bound_loop_runs_traced_and_untraced_and_its_events_hold_every_
     assert len(row["rounds"]["traced"]) == len(row["rounds"]["untraced"]) == 2
     assert row["step_events"] == row["steps_run"] == trace_loop.WARMUP + 2 * 100
     assert row["modes"] == {"eager": row["steps_run"]}
+    # the host's launch loop is part of each round's wall time (its synchronises left out)
+    for side in ("traced", "untraced"):
+        assert all(0 < r["host_us_per_step"] <= r["us_per_step"] for r in row["rounds"][side])
+    assert row["host_added_us"]["median"] == pytest.approx(statistics.median(
+        [t["host_us_per_step"] - u["host_us_per_step"] for u, t in zip(row["rounds"]["untraced"], row["rounds"]["traced"])]))
     assert "| cpu host |" in trace_loop.table([row], 2)
 
 
@@ -49,3 +56,19 @@ def test_the_host_bound_loop_on_cuda_replays_pads_and_runs_eager_above_the_large
     # batches 1, 3, 8, 13, 24, 40 in turn on graphs of 1..32: 2 graph, 3 padded, 1 eager in every 6
     assert set(row["modes"]) == {"graph", "padded", "eager"}
     assert abs(row["modes"]["padded"] - row["steps_run"] / 2) <= 3
+    for side in ("traced", "untraced"):       # the launch loop alone: never more than the wall clock's step
+        assert all(0 < r["host_us_per_step"] <= r["us_per_step"] for r in row["rounds"][side])
+
+
+@pytest.mark.gpu
+def test_the_step_timing_benchmark_measures_each_side_on_the_host_and_on_the_wall_clock():
+    from benchmarks import step_timing_bench
+
+    result = step_timing_bench.measure(rounds=2, launches=300)
+    assert result["sides"]["bare replay"]["host"]["added"] == 0
+    for row in result["sides"].values():
+        for clock in ("host", "wall"):
+            assert len(row[clock]["rounds"]) == 2 and all(v > 0 for v in row[clock]["rounds"])
+        assert row["host"]["median"] <= row["wall"]["median"]     # the launch loop is part of the wall clock's time
+    assert result["reading_per_timing_us"]["median"] > 0
+    assert "| CudaClock pair |" in step_timing_bench.markdown(result)

@@ -17,6 +17,7 @@ from replayscope.runner.emitter import Emitter
 from replayscope.contract.events_file import STEP_KEYS, event_line, event_lines, read_events_file, step_line
 from replayscope.contract.sinks import JsonlSink
 from tests.runner.test_emitter import FakeTiming, ListSink, run_record
+from tests.runner.reference import python_recorder
 
 STEP = {"seq": 7, "ts": 1764760000.123456, "kind": "step", "stage": "decode", "mode": "padded", "raw_bs": 5,
         "graph_bs": 8, "num_tokens": 5, "padded_tokens": 3, "reason": None, "duration_s": 0.00123}
@@ -98,7 +99,8 @@ def test_an_events_file_gets_each_step_as_its_line_and_the_same_events_as_any_ot
     converted = []
     convert = event_records.convert
     monkeypatch.setattr(event_records, "convert", lambda *item: converted.append(item) or convert(*item))
-    to_file, to_list = Emitter(JsonlSink(str(path)), run_record()), Emitter(ListSink(), run_record())
+    to_file, to_list = (python_recorder(Emitter(JsonlSink(str(path)), run_record())),
+                        python_recorder(Emitter(ListSink(), run_record())))   # the clock below is theirs
     for emitter in (to_file, to_list):
         clock = (1764760000.0 + i / 7 for i in itertools.count())     # the same ts for both
         monkeypatch.setattr(emitter_module, "_now", lambda: next(clock))

@@ -21,6 +21,7 @@ from replayscope.runner import emitter as emitter_module
 from replayscope.runner.emitter import Emitter
 from replayscope.runner.trace.outside import process_gone as gone
 ENV_IN_PROCESS = "REPLAYSCOPE_EVENTS_IN_PROCESS"     # replayscope.runner.writer_link.ENV_IN_PROCESS
+from tests.runner.reference import python_recorder
 from tests.runner.test_emitter import FakeTiming, ListSink, run_record
 from tests.waiting import wait_until
 
@@ -53,8 +54,8 @@ def written_both_ways(tmp_path, monkeypatch, make_sink, graph_sample: int = 1):
         monkeypatch.setenv(ENV_IN_PROCESS, "1" if how == "thread" else "0")
         clock = (1764760000.0 + i / 97 for i in itertools.count())     # the same ts both ways
         monkeypatch.setattr(emitter_module, "_now", lambda clock=clock: next(clock))
-        emitter = Emitter(make_sink(how), run_record(run_id=f"both-{how}", started_at=1764760000.0),
-                          flush_interval_s=60, heartbeat_s=600, graph_sample=graph_sample).start()
+        emitter = python_recorder(Emitter(make_sink(how), run_record(run_id=f"both-{how}", started_at=1764760000.0),
+                                          flush_interval_s=60, heartbeat_s=600, graph_sample=graph_sample)).start()
         assert (emitter.writer_pid is not None) == (how == "writer")
         some_events(emitter)
         emitter.close()

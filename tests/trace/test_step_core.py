@@ -25,7 +25,8 @@ from replayscope.runner.trace import step_core
 from replayscope.runner.trace.causes import Cause
 from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
 from replayscope.runner.trace.recipes import _BATCHES, step_wrapper, tensor_batch
-from replayscope.runner.trace.settings import ENV_PURE_PYTHON, TraceSettings
+from replayscope.runner.compiled import ENV_PURE_PYTHON
+from replayscope.runner.trace.settings import TraceSettings
 from replayscope.runner.trace.tracer import tracer_class
 from tests.run_events import ListSink
 from tests.trace.conftest import FakeCUDAGraph, FakeGraphContext
@@ -389,7 +390,7 @@ def test_without_a_compiler_the_package_builds_as_pure_python(tmp_path):
     [wheel] = (tmp_path / "dist").glob("replayscope-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "replayscope/runner/trace/steps.py" in names
-    assert not [n for n in names if "_stepcore" in n and not n.endswith((".c", ".h"))]
+    assert not [n for n in names if ("_stepcore" in n or "_recordcore" in n) and not n.endswith((".c", ".h"))]
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",
