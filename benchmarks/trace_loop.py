@@ -18,10 +18,14 @@ too: on a GPU host it also counts the synchronise's spinning, on a busy CPU-only
 the figure other processes do not inflate); and the garbage collector's collections in each side's rounds. The traced side's
 events file is read afterwards: every step it ran is there, with its mode.
 
-Programs (``--programs``): ``host`` — 8 bf16 layers 1024 wide, graphs for batch sizes
-1, 2, 4, 8, 16, 32 and batches 1, 3, 8, 13, 24, 40 (graph, padded, eager above the largest);
-``engine`` — the same loop at 32 layers 8192 wide (about 1 ms a step on an H200). On the CPU:
-``host`` is 8 float32 layers 64 wide, every step eager. Writes ``trace_loop.json`` and
+Programs (``--programs``; ``host`` and ``engine`` by default): ``host`` — a host-bound decode
+loop: before each step a scheduler's Python pass over 96 running requests, then the step on 8 bf16
+layers 512 wide, graphs for batch sizes 1, 2, 4, 8, 16, 32 and batches 1, 3, 8, 13, 24, 40 (graph,
+padded, eager above the largest): on an H200 the host's time per step is the wall clock's (the
+table's host and wall columns say whether a program is host-bound); ``gpu-paced`` — the same
+without the scheduler at 1024 wide (the host program of earlier runs: on an H200 its GPU sets the
+pace, its host waits about a third of each step); ``engine`` — the same loop at 32 layers 8192
+wide (about 1 ms a step on an H200). On the CPU: ``host`` is 8 float32 layers 64 wide, every step eager. Writes ``trace_loop.json`` and
 ``trace_loop.md`` into OUT_DIR.
 """
 
@@ -36,9 +40,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-PROGRAMS = {"cuda": {"host": ["--width", "1024", "--layers", "8"], "engine": ["--width", "8192", "--layers", "32"]},
+PROGRAMS = {"cuda": {"host": ["--width", "512", "--layers", "8", "--requests", "96"],
+                     "gpu-paced": ["--width", "1024", "--layers", "8"],
+                     "engine": ["--width", "8192", "--layers", "32"]},
             "cpu": {"host": ["--width", "64", "--layers", "8"]}}
-STEPS = {"host": 20000, "engine": 2000}
+DEFAULT_PROGRAMS = {"cuda": ["host", "engine"], "cpu": ["host"]}
+STEPS = {"host": 20000, "gpu-paced": 20000, "engine": 2000}
 STEP_SPEC = "benchmarks.trace_loop_program:step"
 WARMUP = 500          # steps each process runs before its first round (graphs warmed up, the run opened)
 
@@ -138,13 +145,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out", help="directory for trace_loop.json, trace_loop.md and the traced runs' events")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--programs", default=None, help="comma-separated: host, engine (CUDA only)")
+    parser.add_argument("--programs", default=None, help="comma-separated: host, gpu-paced, engine (the last two CUDA only)")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=None, help="steps per round (default: 20000 host, 2000 engine)")
     options = parser.parse_args(argv)
     out = Path(options.out)
     out.mkdir(parents=True, exist_ok=True)
-    names = options.programs.split(",") if options.programs else list(PROGRAMS[options.device])
+    names = options.programs.split(",") if options.programs else DEFAULT_PROGRAMS[options.device]
     unknown = [n for n in names if n not in PROGRAMS[options.device]]
     if unknown:
         parser.error(f"no program {', '.join(unknown)} on {options.device} (there: {', '.join(PROGRAMS[options.device])})")

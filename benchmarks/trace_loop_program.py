@@ -1,10 +1,11 @@
 """The program ``benchmarks.trace_loop`` runs traced and untraced: a decode loop replayscope does
 not know. ``step(hidden)`` is one step: on CUDA it copies the batch into static buffers and
 replays the graph captured for the smallest size that holds it (padding), or runs the layers
-eagerly above the largest; on the CPU (no graphs) it runs the layers. One synchronise per
-``SYNC_EVERY`` steps, as a serving loop's host-bound decode runs.
+eagerly above the largest; on the CPU (no graphs) it runs the layers. Before each step the loop's
+own Python: a scheduler's pass over ``--requests`` running requests (``schedule``; outside the
+step, as in a serving loop). One synchronise per ``SYNC_EVERY`` steps, as a serving loop's decode runs.
 
-    python -m benchmarks.trace_loop_program [--device cuda] [--width 1024] [--layers 8]
+    python -m benchmarks.trace_loop_program [--device cuda] [--width 1024] [--layers 8] [--requests 0]
 
 It reads commands on stdin: ``round N`` runs N steps and answers one JSON line (µs per step: of
 the wall clock; of the host's launch loop alone, each block of steps timed up to its synchronise;
@@ -82,7 +83,17 @@ class Collections:
             self.counts[info["generation"]] += 1
 
 
-def run_round(inputs: list[torch.Tensor], steps: int, sync) -> dict:
+def schedule(requests: list[list[int]]) -> None:
+    """The serving loop's own Python before each step, as a scheduler's pass over its running requests
+    (each one's generated tokens counted, its stop condition checked): what makes a real decode loop
+    host-bound while the GPU's part is small."""
+    for request in requests:
+        request[1] += 1
+        if request[1] >= request[0]:
+            request[1] = 0
+
+
+def run_round(inputs: list[torch.Tensor], steps: int, sync, requests: list[list[int]]) -> dict:
     collections = Collections()
     gc.callbacks.append(collections)
     n = len(inputs)
@@ -92,6 +103,7 @@ def run_round(inputs: list[torch.Tensor], steps: int, sync) -> dict:
     host = 0.0                          # the loop's own time: each block of steps up to its synchronise
     block = started
     for i in range(steps):
+        schedule(requests)
         step(inputs[i % n])
         if i % SYNC_EVERY == SYNC_EVERY - 1:
             host += perf() - block
@@ -114,19 +126,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--width", type=int, default=1024)
     parser.add_argument("--layers", type=int, default=8)
     parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--requests", type=int, default=0,
+                        help="requests the scheduler's pass goes over before each step (0: none)")
     options = parser.parse_args(argv)
+    requests = [[64 + k % 7, 0] for k in range(options.requests)]      # [tokens to generate, generated]
     with torch.inference_mode():
         setup(options.device, options.width, options.layers)
         dtype = weights[0].dtype
         inputs = [torch.randn(bs, options.width, device=options.device, dtype=dtype) for bs in BATCHES]
         sync = torch.cuda.synchronize if options.device == "cuda" else (lambda: None)
-        run_round(inputs, options.warmup, sync)
+        run_round(inputs, options.warmup, sync, requests)
         print("ready", flush=True)
         for line in sys.stdin:
             command = line.split()
             if not command or command[0] == "quit":
                 break
-            print(json.dumps(run_round(inputs, int(command[1]), sync)), flush=True)
+            print(json.dumps(run_round(inputs, int(command[1]), sync, requests)), flush=True)
     return 0
 
 
