@@ -4,7 +4,8 @@
 
 Every ratio is against a baseline measured in the same process on the same model: the
 instrumented step (``GraphRunner.step`` with an emitter: input checks, dispatch, copies
-into the static buffers, replay, timing, the step event) against a bare loop that copies
+into the static buffers, replay, timing, the step event; the events written as a run to a
+file writes them, by a writer process, here to /dev/null) against a bare loop that copies
 the same inputs into the same static buffers (views made once) and calls ``replay()``.
 
 The two loops alternate call by call (``benchmarks.pairing``), and each call gives two
@@ -33,6 +34,7 @@ the overhead ratio need CUDA.
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import time
 from typing import Callable
@@ -41,6 +43,7 @@ import torch
 
 from benchmarks.harness import NullSink, markdown_table, write_folder, write_json
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
+from replayscope.contract.sinks import JsonlSink
 from replayscope.runner.emitter import Emitter
 from replayscope.runner.graphs import GraphRunner, StaticInput
 from replayscope.runner.inputs import fits
@@ -251,7 +254,9 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
         return logits.argmax(-1), logits
 
     plan_sizes = sorted(set(sizes) | {8})
-    emitter = Emitter(NullSink(), RUN, flush_interval_s=0.05).start()
+    # As `replayscope run --events` writes: a writer process converts and writes the events (here to
+    # /dev/null), the emitter's thread hands them over; its default flush interval.
+    emitter = Emitter(JsonlSink(os.devnull), RUN).start()
     runner = GraphRunner(step, decode_inputs(scratch), CapturePlan(tuple(plan_sizes)), backend="cuda",
                          device="cuda", emitter=emitter, progress=False)
     sampled = runner._clock.every                    # steps timed with CUDA events: 1 in this many
