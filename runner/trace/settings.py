@@ -12,6 +12,7 @@ import os
 import re
 from dataclasses import dataclass
 
+from replayscope.runner.compiled import ENV_PURE_PYTHON  # noqa: F401 (its place is the cores' module)
 from replayscope.runner.timing import CUDA_TIME_EVERY
 
 ENV_ON = "REPLAYSCOPE_TRACE"
@@ -27,7 +28,6 @@ ENV_PARENT_PID = "REPLAYSCOPE_TRACE_PARENT_PID"
 ENV_COMMAND = "REPLAYSCOPE_TRACE_COMMAND"
 ENV_TIME_EVERY = "REPLAYSCOPE_TRACE_TIME_EVERY"
 ENV_TIMINGS = "REPLAYSCOPE_TRACE_TIMINGS"  # "1": each process writes the tracer's own start-up work to stderr
-ENV_PURE_PYTHON = "REPLAYSCOPE_PURE_PYTHON"  # "1": the Python step core, even where the compiled one is built
 
 STEP_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 REGISTRY_FILE = "runs.jsonl"

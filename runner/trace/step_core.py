@@ -16,8 +16,8 @@ import os
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
+from replayscope.runner.compiled import load_compiled
 from replayscope.runner.trace import device, steps
-from replayscope.runner.trace.settings import ENV_PURE_PYTHON
 from replayscope.runner.trace.steps import StepTracking
 
 COMPILED_MODULE = "replayscope.runner.trace._stepcore"
@@ -26,11 +26,8 @@ COMPILED_MODULE = "replayscope.runner.trace._stepcore"
 def load(environ: Mapping[str, str] = os.environ,
          import_module: Callable[[str], ModuleType] = importlib.import_module) -> ModuleType | None:
     """The compiled core, configured; None when ``REPLAYSCOPE_PURE_PYTHON=1`` or it was not built."""
-    if environ.get(ENV_PURE_PYTHON) == "1":        # another value: `replayscope trace` refuses it
-        return None
-    try:
-        module = import_module(COMPILED_MODULE)
-    except ImportError:
+    module = load_compiled(COMPILED_MODULE, environ, import_module)
+    if module is None:
         return None
     module.configure(steps, device)
     return module
