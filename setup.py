@@ -1,6 +1,7 @@
-"""The compiled step core of ``replayscope trace`` (runner/trace/_stepcore*.c, _stepcore.h), built when a C
-compiler and Python's headers are there; without them the package installs as pure Python
-(the same events, the Python core: docs/trace.md "Costs"). Everything else is in pyproject.toml.
+"""The compiled cores: the step core of ``replayscope trace`` (runner/trace/_stepcore*.c, _stepcore.h) and
+the graph runner's step core (runner/_runcore*.c, _runcore.h), built when a C compiler and Python's
+headers are there; without them the package installs as pure Python (the same events, the Python
+cores: docs/trace.md "Costs", docs/internals.md). Everything else is in pyproject.toml.
 
 In a source tree without pip:  python3 setup.py build_ext --inplace
 """
@@ -14,9 +15,12 @@ STEP_CORE_SOURCES = ["runner/trace/_stepcore.c", "runner/trace/_stepcore_state.c
                      "runner/trace/_stepcore_step_end.c", "runner/trace/_stepcore_wrappers.c"]
 STEP_CORE = Extension("replayscope.runner.trace._stepcore", STEP_CORE_SOURCES,
                       depends=["runner/trace/_stepcore.h"], optional=True)
+RUNNER_CORE_SOURCES = ["runner/_runcore.c", "runner/_runcore_step.c"]
+RUNNER_CORE = Extension("replayscope.runner._runcore", RUNNER_CORE_SOURCES, depends=["runner/_runcore.h"],
+                        optional=True)
 
 
-class BuildStepCore(build_ext):
+class BuildCores(build_ext):
     """-O2 and -Wall with gcc or clang, whatever the interpreter was built with."""
 
     def build_extensions(self):
@@ -26,4 +30,4 @@ class BuildStepCore(build_ext):
         super().build_extensions()
 
 
-setup(ext_modules=[STEP_CORE], cmdclass={"build_ext": BuildStepCore})
+setup(ext_modules=[STEP_CORE, RUNNER_CORE], cmdclass={"build_ext": BuildCores})
