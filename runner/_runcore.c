@@ -9,6 +9,9 @@ PyObject *s_shape, *s_dtype, *s_is_cpu, *s_is_cuda, *s_get_device, *s_expected, 
          *s_every, *s_record_start, *s_stop, *s_copy, *s_fill_pad_rows, *s_stage, *s_reason, *s_num_tokens,
          *s_adapters, *s_grammar_switched, *s_python_step, *s_python_run;
 PyObject *non_blocking_kwnames, *empty_tuple, *zero, *one;
+PyTypeObject *route_type;
+unsigned int route_version;
+RouteSlot route_slots[ROUTE_FIELDS];
 
 /* -- RunnerState ---------------------------------------------------------------------------- */
 static int runner_state_traverse(RunnerState *self, visitproc visit, void *arg)
@@ -36,7 +39,7 @@ static void runner_state_dealloc(RunnerState *self)
 static PyObject *runner_state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     if (slice_rows_function == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_runcore.configure(slice_rows) must be called before a RunnerState "
+        PyErr_SetString(PyExc_RuntimeError, "_runcore.configure(slice_rows, Route) must be called before a RunnerState "
                                             "is made (replayscope.runner.runner_core.load does)");
         return NULL;
     }
@@ -78,19 +81,41 @@ PyTypeObject RunnerStateType = {
 };
 
 /* -- the module ----------------------------------------------------------------------------- */
-static PyObject *configure(PyObject *module, PyObject *slice_rows)
+/* The offsets of route_class's fields, when each is a slot holding an object; else none (by name). */
+static int find_route_slots(PyObject *route_class)
 {
+    Py_CLEAR(route_type);
+    for (int i = 0; i < ROUTE_FIELDS; i++) {
+        PyObject *slot = PyObject_GetAttr(route_class, route_slots[i].name);
+        if (slot == NULL) return -1;
+        int usable = Py_IS_TYPE(slot, &PyMemberDescr_Type)
+                     && ((PyMemberDescrObject *)slot)->d_member->type == T_OBJECT_EX;
+        route_slots[i].offset = usable ? ((PyMemberDescrObject *)slot)->d_member->offset : 0;
+        Py_DECREF(slot);
+        if (!usable) return 0;
+    }
+    route_type = (PyTypeObject *)Py_NewRef(route_class);
+    route_version = route_type->tp_version_tag;     /* the lookups above gave it one */
+    return 0;
+}
+
+static PyObject *configure(PyObject *module, PyObject *args)
+{
+    PyObject *slice_rows, *route_class;
+    if (!PyArg_ParseTuple(args, "OO!:configure", &slice_rows, &PyType_Type, &route_class)) return NULL;
     if (!PyCallable_Check(slice_rows)) {
-        PyErr_SetString(PyExc_TypeError, "configure(slice_rows): slice_rows must be callable");
+        PyErr_SetString(PyExc_TypeError, "configure(slice_rows, Route): slice_rows must be callable");
         return NULL;
     }
+    if (find_route_slots(route_class) < 0) return NULL;
     Py_XSETREF(slice_rows_function, Py_NewRef(slice_rows));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
-    {"configure", configure, METH_O,
-     "configure(slice_rows): the function that cuts a stand-in's outputs to the batch's rows (routes.slice_rows)."},
+    {"configure", configure, METH_VARARGS,
+     "configure(slice_rows, Route): the function that cuts a stand-in's outputs to the batch's rows, and the "
+     "class of the routes a step reads (routes.slice_rows, routes.Route)."},
     {NULL}
 };
 
@@ -111,6 +136,11 @@ PyMODINIT_FUNC PyInit__runcore(void)
     INTERN(s_fill_pad_rows, "fill_pad_rows") INTERN(s_stage, "stage") INTERN(s_reason, "reason")
     INTERN(s_num_tokens, "num_tokens") INTERN(s_adapters, "adapters") INTERN(s_grammar_switched, "grammar_switched")
     INTERN(s_python_step, "_python_step") INTERN(s_python_run, "_python_run")
+    PyObject *names[ROUTE_FIELDS] = {[F_EXPECTED] = s_expected, [F_CUDA_INDEX] = s_cuda_index, [F_RAW_BS] = s_raw_bs,
+                                     [F_COUNT] = s_count, [F_CALL] = s_call, [F_EVENT] = s_event,
+                                     [F_GRAPH_BS] = s_graph_bs, [F_COPIES] = s_copies, [F_OUTPUTS] = s_outputs,
+                                     [F_SLICE_ROWS] = s_slice_rows};
+    for (int i = 0; i < ROUTE_FIELDS; i++) route_slots[i].name = names[i];
     PyObject *non_blocking;
     INTERN(non_blocking, "non_blocking")
     non_blocking_kwnames = PyTuple_Pack(1, non_blocking);

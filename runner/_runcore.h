@@ -39,6 +39,13 @@ extern PyObject *s_shape, *s_dtype, *s_is_cpu, *s_is_cuda, *s_get_device, *s_exp
                 *s_count, *s_raw_bs, *s_graph_bs, *s_call, *s_copies, *s_outputs, *s_slice_rows, *s_event,
                 *s_event_with, *s_every, *s_record_start, *s_stop, *s_copy, *s_fill_pad_rows, *s_stage,
                 *s_reason, *s_num_tokens, *s_adapters, *s_grammar_switched, *s_python_step, *s_python_run;
+/* The fields of routes.Route a step reads, and where configure() found their slots. */
+enum { F_EXPECTED, F_CUDA_INDEX, F_RAW_BS, F_COUNT, F_CALL, F_EVENT, F_GRAPH_BS, F_COPIES, F_OUTPUTS, F_SLICE_ROWS,
+       ROUTE_FIELDS };
+typedef struct { PyObject *name; Py_ssize_t offset; } RouteSlot;
+extern PyTypeObject *route_type;          /* NULL: every field read by name */
+extern unsigned int route_version;        /* route_type's version tag when its slots were found */
+extern RouteSlot route_slots[ROUTE_FIELDS];
 extern PyObject *non_blocking_kwnames, *empty_tuple, *zero, *one;
 
 static inline int truth(PyObject *value)

@@ -27,6 +27,17 @@ static PyObject *python(RunnerState *self, PyObject *name, PyObject *const *args
     return result;
 }
 
+/* A Route's field: read at its slot when the route is exactly the Route type configure() was given,
+ * unchanged since (its version tag); else by name, as Python reads it. A new reference or NULL. */
+static PyObject *route_field(PyObject *route, int field)
+{
+    if (Py_TYPE(route) == route_type && route_type->tp_version_tag == route_version && route_version != 0) {
+        PyObject *value = *(PyObject **)((char *)route + route_slots[field].offset);
+        if (value != NULL) return Py_NewRef(value);
+    }
+    return PyObject_GetAttr(route, route_slots[field].name);
+}
+
 static inline int same_name(PyObject *name, PyObject *interned)
 {
     return name == interned || PyUnicode_Compare(name, interned) == 0;
@@ -43,31 +54,36 @@ static int runnable(RunnerState *self)
     return parity < 0 ? judged_by_python() : !parity;
 }
 
+/* The first input and its shape, read once: for the route's lookup, then for its own match. */
+typedef struct {
+    PyObject *tensor, *shape;
+} FirstInput;
+
 /* GraphRunner.step's lookup: the plain route of `stage` and the first input's batch size.
- * 1: found (*route, a new reference); 0: none, or nothing the Python would find one for; -1. */
-static int plain_route(RunnerState *self, PyObject *inputs, PyObject *stage, PyObject **route)
+ * 1: found (*route and *first, new references); 0: none, or nothing the Python would find one
+ * for; -1. */
+static int plain_route(RunnerState *self, PyObject *inputs, PyObject *stage, PyObject **route, FirstInput *first)
 {
     *route = NULL;
     if (self->plain_routes == NULL || !PyDict_CheckExact(self->plain_routes) || self->first_input == NULL)
         return 0;
-    PyObject *first = Py_XNewRef(PyDict_GetItemWithError(inputs, self->first_input));
-    if (first == NULL) return judged_by_python();
-    PyObject *shape = PyObject_GetAttr(first, s_shape);
-    Py_DECREF(first);
-    PyObject *size = shape == NULL ? NULL : PySequence_GetItem(shape, self->first_dim);
-    Py_XDECREF(shape);
+    first->tensor = Py_XNewRef(PyDict_GetItemWithError(inputs, self->first_input));
+    first->shape = first->tensor == NULL ? NULL : PyObject_GetAttr(first->tensor, s_shape);
+    PyObject *size = first->shape == NULL ? NULL : PySequence_GetItem(first->shape, self->first_dim);
     PyObject *key = size == NULL ? NULL : PyTuple_Pack(2, stage, size);
     Py_XDECREF(size);
-    if (key == NULL) return judged_by_python();
-    *route = Py_XNewRef(PyDict_GetItemWithError(self->plain_routes, key));
-    Py_DECREF(key);
+    if (key != NULL) {
+        *route = Py_XNewRef(PyDict_GetItemWithError(self->plain_routes, key));
+        Py_DECREF(key);
+    }
     return *route != NULL ? 1 : judged_by_python();
 }
 
 /* inputs.py fits, for one (name, shape, dtype) expected: inputs[name] of that dtype (the same
- * object), on the CPU (cuda_index None) or CUDA, of that shape, and on CUDA device cuda_index;
- * in that order, as the Python reads them. 1: it fits; 0: the Python's to judge; -1. */
-static int input_fits(PyObject *inputs, PyObject *spec, PyObject *cuda_index)
+ * object), on the CPU (cuda_index None) or CUDA, of that shape (the first input's as the lookup
+ * read it), and on CUDA device cuda_index; in the Python's order. 1: it fits; 0: the Python's to
+ * judge; -1. */
+static int input_fits(PyObject *inputs, PyObject *spec, PyObject *cuda_index, FirstInput *first)
 {
     if (!PyTuple_CheckExact(spec) || PyTuple_GET_SIZE(spec) != 3) return 0;
     PyObject *name = PyTuple_GET_ITEM(spec, 0), *shape = PyTuple_GET_ITEM(spec, 1), *dtype = PyTuple_GET_ITEM(spec, 2);
@@ -83,7 +99,7 @@ static int input_fits(PyObject *inputs, PyObject *spec, PyObject *cuda_index)
     fits = value == NULL ? -1 : truth(value);
     Py_XDECREF(value);
     if (fits <= 0) goto done;
-    value = PyObject_GetAttr(tensor, s_shape);
+    value = tensor == first->tensor ? Py_NewRef(first->shape) : PyObject_GetAttr(tensor, s_shape);
     differs = value == NULL ? -1 : PyObject_RichCompareBool(value, shape, Py_NE);
     Py_XDECREF(value);
     fits = differs < 0 ? -1 : !differs;
@@ -98,14 +114,14 @@ done:
 }
 
 /* inputs.py fits(inputs, route.expected, route.cuda_index): exactly the expected inputs, each fitting. */
-static int inputs_fit(PyObject *inputs, PyObject *route)
+static int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first)
 {
-    PyObject *expected = PyObject_GetAttr(route, s_expected);
-    PyObject *cuda_index = expected == NULL ? NULL : PyObject_GetAttr(route, s_cuda_index);
+    PyObject *expected = route_field(route, F_EXPECTED);
+    PyObject *cuda_index = expected == NULL ? NULL : route_field(route, F_CUDA_INDEX);
     int fits = cuda_index == NULL ? judged_by_python()
              : PyTuple_CheckExact(expected) && PyTuple_GET_SIZE(expected) == PyDict_GET_SIZE(inputs);
     for (Py_ssize_t i = 0; fits > 0 && i < PyTuple_GET_SIZE(expected); i++)
-        fits = input_fits(inputs, PyTuple_GET_ITEM(expected, i), cuda_index);
+        fits = input_fits(inputs, PyTuple_GET_ITEM(expected, i), cuda_index, first);
     Py_XDECREF(expected);
     Py_XDECREF(cuda_index);
     return fits;
@@ -144,21 +160,21 @@ static int read_route(PyObject *route, RouteView *view)
 {
     *view = (RouteView){NULL};
     int read = 0;
-    if ((view->raw_bs = PyObject_GetAttr(route, s_raw_bs)) == NULL || (view->count = PyObject_GetAttr(route, s_count)) == NULL
-        || (view->call = PyObject_GetAttr(route, s_call)) == NULL || (view->event = PyObject_GetAttr(route, s_event)) == NULL)
+    if ((view->raw_bs = route_field(route, F_RAW_BS)) == NULL || (view->count = route_field(route, F_COUNT)) == NULL
+        || (view->call = route_field(route, F_CALL)) == NULL || (view->event = route_field(route, F_EVENT)) == NULL)
         goto done;
     if (!PyLong_CheckExact(view->raw_bs) || ((view->rows = PyLong_AsSsize_t(view->raw_bs)) == -1 && PyErr_Occurred()))
         goto done;
     if (view->call != Py_None) {
-        PyObject *graph_bs = PyObject_GetAttr(route, s_graph_bs);
+        PyObject *graph_bs = route_field(route, F_GRAPH_BS);
         if (graph_bs == NULL) goto done;
         view->graph_rows = PyLong_CheckExact(graph_bs) ? PyLong_AsSsize_t(graph_bs) : -1;
         Py_DECREF(graph_bs);
-        if (view->graph_rows < 0 || (view->copies = PyObject_GetAttr(route, s_copies)) == NULL || !pairs(view->copies)
-            || (view->outputs = PyObject_GetAttr(route, s_outputs)) == NULL)
+        if (view->graph_rows < 0 || (view->copies = route_field(route, F_COPIES)) == NULL || !pairs(view->copies)
+            || (view->outputs = route_field(route, F_OUTPUTS)) == NULL)
             goto done;
         if (view->outputs == Py_None) {
-            PyObject *slice = PyObject_GetAttr(route, s_slice_rows);
+            PyObject *slice = route_field(route, F_SLICE_ROWS);
             view->slice = slice == NULL ? -1 : truth(slice);
             Py_XDECREF(slice);
             if (view->slice < 0) goto done;
@@ -361,8 +377,11 @@ PyObject *compiled_step(RunnerState *self, PyObject *const *args, Py_ssize_t nar
     else if (!PyUnicode_CheckExact(stage) || PyUnicode_GET_LENGTH(stage) == 0)
         plain = 0;
     if (plain > 0) plain = stage == NULL ? 0 : runnable(self);
-    if (plain > 0) plain = plain_route(self, args[0], stage, &route);
-    if (plain > 0) plain = inputs_fit(args[0], route);
+    FirstInput first = {NULL, NULL};
+    if (plain > 0) plain = plain_route(self, args[0], stage, &route, &first);
+    if (plain > 0) plain = inputs_fit(args[0], route, &first);
+    Py_XDECREF(first.tensor);
+    Py_XDECREF(first.shape);
     PyObject *outputs = plain > 0 ? run_or_hand_off(self, route, args[0], num_tokens, Py_None, s_python_step, args,
                                                     nargs, kwnames)
                       : plain == 0 ? python(self, s_python_step, args, nargs, kwnames) : NULL;

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.runner.compiled import load_compiled
-from replayscope.runner.routes import slice_rows
+from replayscope.runner.routes import Route, slice_rows
 
 COMPILED_MODULE = "replayscope.runner._runcore"
 
@@ -29,7 +29,7 @@ def load(environ: Mapping[str, str] = os.environ,
     """The compiled core, configured; None when ``REPLAYSCOPE_PURE_PYTHON=1`` or it was not built."""
     module = load_compiled(COMPILED_MODULE, environ, import_module)
     if module is not None:
-        module.configure(slice_rows)
+        module.configure(slice_rows, Route)
     return module
 
 

@@ -471,7 +471,7 @@ def test_a_runner_state_made_before_configure_is_refused_by_name_not_a_crash():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    assert "refused: _runcore.configure(slice_rows) must be called before a RunnerState is made" in done.stdout
+    assert "refused: _runcore.configure(slice_rows, Route) must be called before a RunnerState is made" in done.stdout
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",
