@@ -28,6 +28,7 @@ from replayscope.runner.compiled import ENV_PURE_PYTHON
 from replayscope.runner.dispatch import BatchShape, Decision
 from replayscope.runner.graphs import CompiledGraphRunner, GraphRunner, StaticInput
 from replayscope.runner.plan import CapturePlan
+from replayscope.runner.routes import Route, slice_rows
 from replayscope.runner.trace import step_core
 
 torch.set_num_threads(1)
@@ -233,6 +234,22 @@ def test_the_same_steps_through_both_cores_give_the_same_outputs_events_counts_a
 
 
 @compiled_only
+def test_routes_whose_class_changed_since_configure_are_read_by_name_with_the_same_steps(monkeypatch):
+    """The core reads a route's fields at their slots only while routes.Route is as configure() saw it."""
+    results = {}
+    original = Route.event_with
+    monkeypatch.setattr(Route, "event_with", lambda self, num_tokens: original(self, num_tokens))
+    try:
+        for core in ("python", "compiled"):
+            runner, step = make_runner(core, FieldsEmitter())
+            results[core] = (script(runner, step), runner.emitter.events)
+    finally:
+        monkeypatch.undo()
+        runner_core.COMPILED.configure(slice_rows, Route)      # the slots read again for the tests after
+    assert results["compiled"] == results["python"]
+
+
+@compiled_only
 def test_the_compiled_core_takes_plain_steps_of_routes_seen_before_and_hands_off_the_rest():
     runner, step = make_runner("compiled", FieldsEmitter())
     assert type(runner) is CompiledGraphRunner
@@ -416,6 +433,7 @@ PURE = """import torch
 from replayscope.runner import runner_core
 from replayscope.runner.graphs import GraphRunner, StaticInput
 from replayscope.runner.plan import CapturePlan
+from replayscope.runner.routes import Route, slice_rows
 from replayscope.runner.trace import step_core
 runner = GraphRunner(lambda x: x * 2, [StaticInput("x", (2,), torch.float32)], CapturePlan((2,)), backend="static",
                      device="cpu", progress=False)
