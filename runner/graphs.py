@@ -79,7 +79,9 @@ class GraphRunner(RunnerState):
 
     step_core = "python"
 
-    def __new__(cls, *args: Any, step_core: str | None = None, **kwargs: Any) -> "GraphRunner":
+    def __new__(cls, step_fn: Callable[..., Any], inputs: Sequence[StaticInput], plan: CapturePlan, *,
+                step_core: str | None = None, **options: Any) -> "GraphRunner":
+        """A ``CompiledGraphRunner`` where the compiled core is to run the steps (``__init__`` does the rest)."""
         if cls is GraphRunner and chosen(step_core) == "compiled":
             cls = CompiledGraphRunner
         return super().__new__(cls)
