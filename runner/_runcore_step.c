@@ -67,15 +67,17 @@ static int plain_route(RunnerState *self, PyObject *inputs, PyObject *stage, PyO
     *route = NULL;
     if (self->plain_routes == NULL || !PyDict_CheckExact(self->plain_routes) || self->first_input == NULL)
         return 0;
+    PyObject *routes = Py_NewRef(self->plain_routes);     /* held: reading a shape may run Python code */
     first->tensor = Py_XNewRef(PyDict_GetItemWithError(inputs, self->first_input));
     first->shape = first->tensor == NULL ? NULL : PyObject_GetAttr(first->tensor, s_shape);
     PyObject *size = first->shape == NULL ? NULL : PySequence_GetItem(first->shape, self->first_dim);
     PyObject *key = size == NULL ? NULL : PyTuple_Pack(2, stage, size);
     Py_XDECREF(size);
     if (key != NULL) {
-        *route = Py_XNewRef(PyDict_GetItemWithError(self->plain_routes, key));
+        *route = Py_XNewRef(PyDict_GetItemWithError(routes, key));
         Py_DECREF(key);
     }
+    Py_DECREF(routes);
     return *route != NULL ? 1 : judged_by_python();
 }
 
@@ -378,8 +380,10 @@ PyObject *compiled_step(RunnerState *self, PyObject *const *args, Py_ssize_t nar
         plain = 0;
     if (plain > 0) plain = stage == NULL ? 0 : runnable(self);
     FirstInput first = {NULL, NULL};
+    Py_XINCREF(stage);                      /* held: the checks may run Python code */
     if (plain > 0) plain = plain_route(self, args[0], stage, &route, &first);
     if (plain > 0) plain = inputs_fit(args[0], route, &first);
+    Py_XDECREF(stage);
     Py_XDECREF(first.tensor);
     Py_XDECREF(first.shape);
     PyObject *outputs = plain > 0 ? run_or_hand_off(self, route, args[0], num_tokens, Py_None, s_python_step, args,
