@@ -450,8 +450,9 @@ def test_a_process_told_pure_python_runs_the_python_cores(pure):
     done = subprocess.run([sys.executable, "-c", PURE], env=env, capture_output=True, text=True, timeout=120,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr[-3000:]
-    core = "python" if pure or runner_core.COMPILED is None else "compiled"
-    trace_core = "python" if pure else step_core.CORE          # the one variable turns both off
+    built = {"runner": runner_core.load({}) is not None, "trace": step_core.load({}) is not None}   # whatever this process runs
+    core = "compiled" if built["runner"] and not pure else "python"
+    trace_core = "compiled" if built["trace"] and not pure else "python"    # the one variable turns both off
     runner_class = "GraphRunner" if core == "python" else "CompiledGraphRunner"
     assert done.stdout.split() == [core, trace_core, runner_class, core, "8.0"]
 
