@@ -1,8 +1,8 @@
-"""The compiled parts, built when a C compiler and Python's headers are there; without them the package
-installs as pure Python (the same events, the Python reference: docs/trace.md "Costs"):
-- the step core of ``replayscope trace`` (runner/trace/_stepcore*.c, _stepcore.h);
-- the emitter's step recorder (runner/_recordcore.c: ``Emitter.step`` / ``step_fields``).
-Everything else is in pyproject.toml.
+"""The compiled cores: the step core of ``replayscope trace`` (runner/trace/_stepcore*.c, _stepcore.h),
+the graph runner's step core (runner/_runcore*.c, _runcore.h) and the emitter's step recorder
+(runner/_recordcore.c: ``Emitter.step`` / ``step_fields``), built when a C compiler and Python's
+headers are there; without them the package installs as pure Python (the same events, the Python
+cores: docs/trace.md "Costs", docs/internals.md). Everything else is in pyproject.toml.
 
 In a source tree without pip:  python3 setup.py build_ext --inplace
 """
@@ -16,10 +16,13 @@ STEP_CORE_SOURCES = ["runner/trace/_stepcore.c", "runner/trace/_stepcore_state.c
                      "runner/trace/_stepcore_step_end.c", "runner/trace/_stepcore_wrappers.c"]
 STEP_CORE = Extension("replayscope.runner.trace._stepcore", STEP_CORE_SOURCES,
                       depends=["runner/trace/_stepcore.h"], optional=True)
+RUNNER_CORE_SOURCES = ["runner/_runcore.c", "runner/_runcore_step.c"]
+RUNNER_CORE = Extension("replayscope.runner._runcore", RUNNER_CORE_SOURCES, depends=["runner/_runcore.h"],
+                        optional=True)
 RECORD_CORE = Extension("replayscope.runner._recordcore", ["runner/_recordcore.c"], optional=True)
 
 
-class BuildStepCore(build_ext):
+class BuildCores(build_ext):
     """-O2 and -Wall with gcc or clang, whatever the interpreter was built with."""
 
     def build_extensions(self):
@@ -29,4 +32,4 @@ class BuildStepCore(build_ext):
         super().build_extensions()
 
 
-setup(ext_modules=[STEP_CORE, RECORD_CORE], cmdclass={"build_ext": BuildStepCore})
+setup(ext_modules=[STEP_CORE, RUNNER_CORE, RECORD_CORE], cmdclass={"build_ext": BuildCores})

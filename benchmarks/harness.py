@@ -1,12 +1,14 @@
 """What the benchmarks share around their measurements: sinks for a run's events (dropped,
 or kept in memory), the ``--json`` file of the figures (``--out``: a folder with the figures
-and their markdown table), and client threads timed together.
+and their markdown table), client threads timed together, and the ``--core`` option of the
+graph runner's benchmarks.
 
 Standard library only: the GPU benchmarks import it on a host without the collector's packages.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import threading
 import time
@@ -69,6 +71,24 @@ def write_folder(folder: str | None, name: str, result: dict[str, Any], markdown
         write_json(os.path.join(folder, f"{name}.json"), result)
         with open(os.path.join(folder, f"{name}.md"), "w") as out:
             out.write(markdown)
+
+
+def add_core_option(parser: argparse.ArgumentParser) -> None:
+    """``--core``: the graph runner's step core(s) measured (``replayscope.runner.runner_core``)."""
+    parser.add_argument("--core", choices=("both", "compiled", "python"), default="both",
+                        help="the runner's step core measured: both (each this process has, in the same rounds: "
+                             "python, the reference, and compiled where it is built), compiled or python")
+
+
+def runner_cores(parser: argparse.ArgumentParser, choice: str) -> tuple[str, ...]:
+    """The step cores ``--core`` names, the Python reference first; a usage error when the compiled
+    one is asked for and this process does not have it."""
+    from replayscope.runner.runner_core import cores     # torch: only the runner's benchmarks ask
+
+    if choice not in ("both", *cores()):
+        parser.error(f"--core {choice}: the compiled runner core is not loaded here (not built: python3 setup.py "
+                     "build_ext --inplace, or REPLAYSCOPE_PURE_PYTHON=1 is set)")
+    return tuple(core for core in ("python", "compiled") if core in cores()) if choice == "both" else (choice,)
 
 
 def markdown_table(headers: list[str], rows: list[list[str]]) -> str:

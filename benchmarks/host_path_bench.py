@@ -1,6 +1,7 @@
 """Where an instrumented step's host time goes, stage by stage, on any machine (CPU included).
 
-    python -m benchmarks.host_path_bench [--sizes 1,8,64] [--rounds 5] [--calls 20000] [--json FILE] [--out DIR]
+    python -m benchmarks.host_path_bench [--sizes 1,8,64] [--rounds 5] [--calls 20000] [--core both]
+                                         [--json FILE] [--out DIR]
 
 Static backend, a trivial step (returns its inputs), the emitter's sink dropping every event:
 what is left is the host path itself. Every figure is the mean host µs of one call of a
@@ -30,7 +31,11 @@ over the rounds and its spread (the largest minus the smallest round).
   untimed`` (recording, no clock: what a CUDA step that is not sampled does on the host),
   ``step`` (recording, host-timed: a CPU run's step) and ``step, gc off`` (the same with the
   garbage collector off: the collections the queued events bring); the emitter's flush thread
-  runs meanwhile, handing the events to a writer process that writes them to /dev/null.
+  runs meanwhile, handing the events to a writer process that writes them to /dev/null. These
+  rows are measured for each step core (``replayscope.runner.runner_core``) that ``--core`` names:
+  ``python`` (``GraphRunner.step``, the reference) and ``compiled`` (``_runcore``: its rows end in
+  "(compiled)"); ``both``, the default, measures each this process has in the same rounds, on two
+  runners of the same step and plan.
 
 ``added`` is a figure less the bare step's, from the medians. ``--clock thread`` reads the main
 thread's CPU time instead of the wall clock: on a shared machine other processes move it less. On a GPU host the same Python
@@ -50,7 +55,7 @@ from typing import Callable
 
 import torch
 
-from benchmarks.harness import NullSink, markdown_table, write_folder, write_json
+from benchmarks.harness import NullSink, add_core_option, markdown_table, runner_cores, write_folder, write_json
 from benchmarks.pairing import rotated
 from replayscope.runner.dispatch import BatchShape
 from replayscope.runner.emitter import Emitter
@@ -97,11 +102,15 @@ def untimed_clock() -> HostClock:
     return clock
 
 
+def batch(bs: int) -> dict[str, torch.Tensor]:
+    return {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
+            "slots": torch.arange(bs)}
+
+
 def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dict[str, Callable[[], float]]:
     """Each probe: () -> mean µs per call over the probe's own calls. ``emitter`` hands its events to
     a writer process (as in a run to a file or a collector); ``idle`` is never started."""
-    inputs = {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
-              "slots": torch.arange(bs)}
+    inputs = batch(bs)
     runner.step(inputs)                                          # the route of this size is made
     route = runner._plain_route(inputs, "decode")
     pairs = [(runner._buffers.tensors[s.name].narrow(s.batch_dim, 0, bs), inputs[s.name]) for s in runner.inputs]
@@ -143,9 +152,6 @@ def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dic
     def record_fields():
         hand_off(fields, None)
 
-    def step():
-        runner.step(inputs)
-
     def cleared(fn, calls):
         def measure():
             sink.clear()
@@ -161,25 +167,6 @@ def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dic
             finally:
                 undo()
         return measure
-
-    def no_emitter():
-        runner.emitter = None
-        return lambda: setattr(runner, "emitter", emitter)
-
-    def no_clock():
-        kept, runner._clock = runner._clock, untimed_clock()
-        runner._routes.forget()                                  # routes hold the clock's counter cells
-        runner.step(inputs)
-
-        def undo():
-            runner._clock = kept
-            runner._routes.forget()
-            runner.step(inputs)
-        return undo
-
-    def gc_off():
-        gc.disable()
-        return gc.enable
 
     def flush():
         idle._queue.clear()
@@ -210,33 +197,75 @@ def probes(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter) -> dic
 
     return {"empty": empty, "floor": floor, "bare": bare, "route": route_lookup, "input_check": input_check,
             "dispatch": dispatch, "timing": timing, "event": record, "event_fields": record_fields,
-            "step": step, "flush": flush, "events_file": events_file, "handed_over": handed_over,
-            "no_emitter": no_emitter, "no_clock": no_clock, "gc_off": gc_off, "cleared": cleared, "without": without}
+            "flush": flush, "events_file": events_file, "handed_over": handed_over,
+            "cleared": cleared, "without": without}
 
 
-STAGES = (("empty", "empty call"), ("floor", "floor: call + list append"), ("bare", "bare step (copies + call)"),
-          ("route", "route lookup"), ("input_check", "input check (fast match)"),
-          ("dispatch", "dispatch (first step of a key only)"), ("timing", "timing (host clock start + stop)"),
-          ("event", "event (Emitter.step, 8 arguments)"), ("event_fields", "event (Emitter.step_fields, route's tuple)"),
-          ("flush", "flush thread, per event (to a sink)"), ("events_file", "events file sink, per event (JSON)"),
-          ("handed_over", "handed to the writer process, per event"),
-          ("step_no_emitter", "step, no emitter"), ("step_untimed", "step, untimed"), ("step", "step"),
-          ("step_gc_off", "step, gc off"))
+def step_sides(bs: int, runner: GraphRunner, emitter: Emitter, calls: int, cleared, without,
+               suffix: str = "") -> dict[str, Callable[[], float]]:
+    """The whole step of ``runner`` (one core's), measured four ways (module docstring)."""
+    inputs = batch(bs)
+    runner.step(inputs)                                          # the route of this size is made
+
+    def step():
+        runner.step(inputs)
+
+    def no_emitter():
+        runner.emitter = None
+        return lambda: setattr(runner, "emitter", emitter)
+
+    def no_clock():
+        kept, runner._clock = runner._clock, untimed_clock()
+        runner._routes.forget()                                  # routes hold the clock's counter cells
+        runner.step(inputs)
+
+        def undo():
+            runner._clock = kept
+            runner._routes.forget()
+            runner.step(inputs)
+        return undo
+
+    def gc_off():
+        gc.disable()
+        return gc.enable
+
+    return {f"step_no_emitter{suffix}": without(step, calls, no_emitter),
+            f"step_untimed{suffix}": without(step, calls, no_clock),
+            f"step{suffix}": cleared(step, calls), f"step_gc_off{suffix}": without(step, calls, gc_off)}
 
 
-def measure_size(bs: int, runner: GraphRunner, emitter: Emitter, idle: Emitter, rounds: int,
+PARTS = (("empty", "empty call"), ("floor", "floor: call + list append"), ("bare", "bare step (copies + call)"),
+         ("route", "route lookup"), ("input_check", "input check (fast match)"),
+         ("dispatch", "dispatch (first step of a key only)"), ("timing", "timing (host clock start + stop)"),
+         ("event", "event (Emitter.step, 8 arguments)"), ("event_fields", "event (Emitter.step_fields, route's tuple)"),
+         ("flush", "flush thread, per event (to a sink)"), ("events_file", "events file sink, per event (JSON)"),
+         ("handed_over", "handed to the writer process, per event"))
+STEPS = (("step_no_emitter", "step, no emitter"), ("step_untimed", "step, untimed"), ("step", "step"),
+         ("step_gc_off", "step, gc off"))
+CORE_SUFFIX = {"python": "", "compiled": "_compiled"}      # the compiled core's rows: key + suffix
+
+
+def stages(step_cores: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    """(key, label) of every row, the whole step's once per core (the compiled core's labelled so)."""
+    return PARTS + tuple((key + CORE_SUFFIX[core], label + (" (compiled)" if core == "compiled" else ""))
+                         for core in step_cores for key, label in STEPS)
+
+
+STAGES = stages(("python",))          # the rows of the Python core alone
+
+
+def measure_size(bs: int, runners: dict[str, GraphRunner], emitter: Emitter, idle: Emitter, rounds: int,
                  calls: int) -> dict[str, list[float]]:
-    p = probes(bs, runner, emitter, idle)
+    p = probes(bs, runners["python"] if "python" in runners else runners["compiled"], emitter, idle)
     cleared, without = p["cleared"], p["without"]
     sides = {"empty": cleared(p["empty"], calls), "floor": cleared(p["floor"], calls),
              "bare": cleared(p["bare"], calls), "route": cleared(p["route"], calls),
              "input_check": cleared(p["input_check"], calls), "dispatch": cleared(p["dispatch"], calls),
              "timing": cleared(p["timing"], calls), "event": cleared(p["event"], calls),
              "event_fields": cleared(p["event_fields"], calls), "flush": p["flush"], "events_file": p["events_file"],
-             "handed_over": p["handed_over"],
-             "step_no_emitter": without(p["step"], calls, p["no_emitter"]),
-             "step_untimed": without(p["step"], calls, p["no_clock"]),
-             "step": cleared(p["step"], calls), "step_gc_off": without(p["step"], calls, p["gc_off"])}
+             "handed_over": p["handed_over"]}
+    for core, runner in runners.items():
+        sides.update(step_sides(bs, runner, emitter, calls, cleared, without, CORE_SUFFIX[core]))
     names = list(sides)
     for side in sides.values():                                  # warm-up
         side()
@@ -255,7 +284,8 @@ def summarise(samples: dict[str, list[float]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def run(sizes: list[int], rounds: int, calls: int, clock: str = "wall") -> dict:
+def run(sizes: list[int], rounds: int, calls: int, clock: str = "wall",
+        step_cores: tuple[str, ...] = ("python",)) -> dict:
     CLOCK[0] = CLOCKS[clock]
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -266,13 +296,16 @@ def run(sizes: list[int], rounds: int, calls: int, clock: str = "wall") -> dict:
     # as in a run: its flush thread running, its events handed to a writer process (to /dev/null)
     emitter = Emitter(JsonlSink(os.devnull), RUN, flush_interval_s=0.2).start()
     idle = Emitter(NullSink(), RUN)                              # never started: its queue is read inline
-    runner = GraphRunner(trivial, decode_inputs(max(sizes)), CapturePlan(tuple(sorted(set(sizes)))),
-                         backend="static", device="cpu", emitter=emitter, progress=False)
-    runner.capture()
-    result = {"torch": torch.__version__, "rounds": rounds, "calls": calls, "clock": clock, "sizes": {}}
+    runners = {}
+    for core in step_cores:                                      # the same step and plan, one runner per core
+        runners[core] = GraphRunner(trivial, decode_inputs(max(sizes)), CapturePlan(tuple(sorted(set(sizes)))),
+                                    backend="static", device="cpu", emitter=emitter, progress=False, step_core=core)
+        runners[core].capture()
+    result = {"torch": torch.__version__, "rounds": rounds, "calls": calls, "clock": clock,
+              "cores": list(step_cores), "sizes": {}}
     try:
         for bs in sizes:
-            result["sizes"][str(bs)] = summarise(measure_size(bs, runner, emitter, idle, rounds, calls))
+            result["sizes"][str(bs)] = summarise(measure_size(bs, runners, emitter, idle, rounds, calls))
     finally:
         emitter.close()
         torch.set_num_threads(threads)
@@ -291,7 +324,7 @@ def print_table(result: dict) -> None:
     print(caption(result))
     head = "".join(f" {'bs ' + bs:>9} {'spread':>7} {'added':>7}" for bs in sizes)
     print(f"{'stage':<44}{head}")
-    for key, label in STAGES:
+    for key, label in stages(tuple(result["cores"])):
         cells = ""
         for bs in sizes:
             row = result["sizes"][bs][key]
@@ -303,7 +336,7 @@ def print_table(result: dict) -> None:
 def markdown(result: dict) -> str:
     sizes = list(result["sizes"])
     rows = []
-    for key, label in STAGES:
+    for key, label in stages(tuple(result["cores"])):
         cells = [label]
         for bs in sizes:
             row = result["sizes"][bs][key]
@@ -322,10 +355,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="wall: perf_counter; thread: the main thread's CPU time (time.thread_time), which "
                              "other processes on a shared machine move less, and which leaves out the flush "
                              "thread's share of the GIL (its own row gives it)")
+    add_core_option(parser)
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     parser.add_argument("--out", help="also write host_path_bench.json and host_path_bench.md into this folder")
     options = parser.parse_args(argv)
-    result = run([int(s) for s in options.sizes.split(",")], options.rounds, options.calls, options.clock)
+    step_cores = runner_cores(parser, options.core)
+    result = run([int(s) for s in options.sizes.split(",")], options.rounds, options.calls, options.clock, step_cores)
     print_table(result)
     write_json(options.json, result)
     write_folder(options.out, "host_path_bench", result, markdown(result))

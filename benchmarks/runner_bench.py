@@ -1,6 +1,6 @@
 """Runner benchmark: eager vs graph vs padded steps, capture cost, instrumentation overhead.
 
-    python -m benchmarks.runner_bench [--presets 136m,1b,3b] [--sizes 1,8,64,256] [--json FILE]
+    python -m benchmarks.runner_bench [--presets 136m,1b,3b] [--sizes 1,8,64,256] [--core both] [--json FILE]
 
 Every ratio is against a baseline measured in the same process on the same model: the
 instrumented step (``GraphRunner.step`` with an emitter: input checks, dispatch, copies
@@ -29,6 +29,11 @@ On any machine (CPU included) the host cost is also measured on the static backe
 a trivial step, where both loops run the same Python: bare loop vs ``GraphRunner.step``;
 plus ``Emitter.step`` alone and the run's progress line per step. Step times, capture and
 the overhead ratio need CUDA.
+
+``--core``: the step core(s) ``GraphRunner.step`` runs (``replayscope.runner.runner_core``); ``both``,
+the default, measures each this process has (the Python reference and the compiled core), one
+runner per core on the same model, the cores taking turns size by size in the same process; every
+row names its core.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from typing import Callable
 
 import torch
 
-from benchmarks.harness import NullSink, markdown_table, write_folder, write_json
+from benchmarks.harness import NullSink, add_core_option, markdown_table, runner_cores, write_folder, write_json
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
 from replayscope.contract.sinks import JsonlSink
 from replayscope.runner.emitter import Emitter
@@ -104,13 +109,16 @@ def mean_us(fn, calls: int, repeats: int) -> list[float]:
     return means
 
 
-def host_cost_cpu(sizes: list[int], calls: int = 5_000, repeats: int = 15) -> list[dict]:
-    """Host µs per step on the CPU static backend with a trivial step: bare loop vs GraphRunner.step.
+def host_cost_cpu(sizes: list[int], step_cores: tuple[str, ...] = ("python",), calls: int = 5_000,
+                  repeats: int = 15) -> list[dict]:
+    """Host µs per step on the CPU static backend with a trivial step: bare loop vs GraphRunner.step,
+    a row per size and step core.
 
     Both loops copy the same inputs into the same static buffers and call the same step,
     so the difference is the instrumentation: input checks, dispatch, timing, the step
-    event. Each figure is the best of ``repeats`` means of ``calls`` calls, the two loops
-    interleaved: the cost itself, without what other processes on the machine take.
+    event. Each figure is the best of ``repeats`` means of ``calls`` calls, the loops (the
+    bare one, then each core's runner in turn) interleaved: the cost itself, without what
+    other processes on the machine take.
     """
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -120,21 +128,25 @@ def host_cost_cpu(sizes: list[int], calls: int = 5_000, repeats: int = 15) -> li
         return tokens, positions
 
     emitter = Emitter(NullSink(), RUN, flush_interval_s=0.05).start()
-    runner = GraphRunner(step, decode_inputs(max_bs), CapturePlan(tuple(sorted(set(sizes)))), backend="static",
-                         device="cpu", emitter=emitter, progress=False)
-    runner.capture()
+    runners = {core: GraphRunner(step, decode_inputs(max_bs), CapturePlan(tuple(sorted(set(sizes)))),
+                                 backend="static", device="cpu", emitter=emitter, progress=False, step_core=core)
+               for core in step_cores}
+    for runner in runners.values():
+        runner.capture()
     rows = []
     try:
         for bs in sizes:
             inputs = {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
                       "slots": torch.arange(bs)}
-            bare, instrumented = bare_loop(runner, bs, inputs), lambda: runner.step(inputs)
-            bare_us, step_us = [], []
+            bare = bare_loop(runners[step_cores[0]], bs, inputs)
+            steps = {core: (lambda r=runner: r.step(inputs)) for core, runner in runners.items()}
+            bare_us, step_us = [], {core: [] for core in step_cores}
             for _ in range(repeats):
                 bare_us += mean_us(bare, calls, 1)
-                step_us += mean_us(instrumented, calls, 1)
-            rows.append({"bs": bs, "bare_host_us": min(bare_us), "instrumented_host_us": min(step_us),
-                         "added_host_us": min(step_us) - min(bare_us)})
+                for core in step_cores:
+                    step_us[core] += mean_us(steps[core], calls, 1)
+            rows += [{"bs": bs, "core": core, "bare_host_us": min(bare_us), "instrumented_host_us": min(step_us[core]),
+                      "added_host_us": min(step_us[core]) - min(bare_us)} for core in step_cores]
     finally:
         emitter.close()
         torch.set_num_threads(threads)
@@ -241,8 +253,11 @@ SPREAD_OF = ("overhead_ratio", "added_host_untimed_us", "added_host_back_to_back
              "added_host_floor_us")
 
 
-def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
-                 breakdown: bool = False, rounds: int = 1) -> tuple[list[dict], dict]:
+def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int, breakdown: bool = False,
+                 rounds: int = 1, step_cores: tuple[str, ...] = ("python",)) -> tuple[list[dict], dict]:
+    """A row per size and step core (one runner per core, on one model; within a round the cores
+    take turns size by size, their order rotating round by round); the summary (capture, padding)
+    is the first core's runner's."""
     args = ModelArgs.from_preset(preset)
     model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)
     max_bs = max(sizes)
@@ -257,20 +272,23 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
     # As `replayscope run --events` writes: a writer process converts and writes the events (here to
     # /dev/null), the emitter's thread hands them over; its default flush interval.
     emitter = Emitter(JsonlSink(os.devnull), RUN).start()
-    runner = GraphRunner(step, decode_inputs(scratch), CapturePlan(tuple(plan_sizes)), backend="cuda",
-                         device="cuda", emitter=emitter, progress=False)
+    runners = {core: GraphRunner(step, decode_inputs(scratch), CapturePlan(tuple(plan_sizes)), backend="cuda",
+                                 device="cuda", emitter=emitter, progress=False, step_core=core)
+               for core in step_cores}
+    runner = runners[step_cores[0]]                  # the summary's
     sampled = runner._clock.every                    # steps timed with CUDA events: 1 in this many
     with torch.inference_mode():
-        report = runner.capture()
+        reports = {core: r.capture() for core, r in runners.items()}
+        report = reports[step_cores[0]]
 
         def batch(bs):
             return {"tokens": torch.randint(1, args.vocab_size, (bs, 1), device="cuda"),
                     "positions": torch.randint(0, seq_len - 1, (bs, 1), device="cuda"),
                     "slots": torch.randperm(max_bs, device="cuda")[:bs]}
 
-        clock = runner._clock
-
-        def measure(bs: int, with_breakdown: bool) -> dict:
+        def measure(bs: int, core: str, with_breakdown: bool) -> dict:
+            runner = runners[core]
+            clock = runner._clock
             inputs = batch(bs)
             bare = bare_loop(runner, bs, inputs)
 
@@ -289,7 +307,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
             bare_pipelined = pipelined_ms(bare, iters)
             pipelined_ratio = pipelined_ms(instrumented, iters) / bare_pipelined
             eager_ms, _ = timed(lambda: step(**inputs), max(iters // 4, 10))
-            row = {"preset": preset, "bs": bs, "eager_ms": statistics.median(eager_ms),
+            row = {"preset": preset, "bs": bs, "core": core, "eager_ms": statistics.median(eager_ms),
                    "graph_ms": sampled_steps["baseline_ms"], "instrumented_ms": sampled_steps["candidate_ms"],
                    "overhead_ratio": sampled_steps["ratio"], "pipelined_ratio": pipelined_ratio,
                    "bare_host_us": untimed["baseline_host_us"],
@@ -303,22 +321,23 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int,
                    # the mean over a sampling cycle: every - 1 untimed steps and one timed
                    "added_host_cycle_us": ((sampled - 1) * untimed["added_host_us"]
                                            + timed_steps["added_host_us"]) / sampled,
-                   "capture_s": report.seconds[bs]}
+                   "capture_s": reports[core].seconds[bs]}
             if breakdown_row is not None:
                 row["breakdown"] = breakdown_row
             return row
 
-        per_size: dict[int, list[dict]] = {bs: [] for bs in sizes}
-        for round_ in range(rounds):                 # the sizes' order rotates round by round
-            shift = round_ % len(sizes)
+        per_size: dict[tuple[int, str], list[dict]] = {(bs, core): [] for bs in sizes for core in step_cores}
+        for round_ in range(rounds):                 # the sizes' and the cores' order rotate round by round
+            shift, turn = round_ % len(sizes), round_ % len(step_cores)
             for bs in sizes[shift:] + sizes[:shift]:
-                per_size[bs].append(measure(bs, breakdown and round_ == 0))
-        rows = [over_rounds(per_size[bs]) for bs in sizes]
+                for core in step_cores[turn:] + step_cores[:turn]:
+                    per_size[(bs, core)].append(measure(bs, core, breakdown and round_ == 0))
+        rows = [over_rounds(per_size[(bs, core)]) for bs in sizes for core in step_cores]
         five = batch(5)
         padded_ms, _ = timed(lambda: runner.step(five), iters)
         eager5_ms, _ = timed(lambda: step(**five), max(iters // 4, 10))
     emitter.close()
-    summary = {"preset": preset, "params": args.num_params(), "capture_total_s": report.total_s,
+    summary = {"preset": preset, "core": step_cores[0], "params": args.num_params(), "capture_total_s": report.total_s,
                "step_timing": runner.step_timing,
                "capture_sizes": plan_sizes, "pool_bytes": report.pool_bytes,
                "padded_5_on_8_ms": statistics.median(padded_ms), "eager_5_ms": statistics.median(eager5_ms)}
@@ -337,19 +356,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1,
                         help="measure each preset's sizes this many times, the sizes' order rotating; each "
                              "figure is the median over the rounds, with the spread of the ratio and host time added")
+    add_core_option(parser)
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     parser.add_argument("--out", help="also write runner_bench.json and runner_bench.md (the table) into this folder")
     options = parser.parse_args(argv)
     sizes = [int(s) for s in options.sizes.split(",")]
+    step_cores = runner_cores(parser, options.core)
     result = {"emitter": emitter_cost_us(), "progress_tick_us": progress_tick_us(), "torch": torch.__version__,
-              "host_cpu": host_cost_cpu(sizes)}
+              "cores": list(step_cores), "host_cpu": host_cost_cpu(sizes, step_cores)}
     print(f"emitter: {result['emitter']['emitter_step_us']:.2f} us per Emitter.step "
           f"(bare list append {result['emitter']['list_append_us']:.2f} us); "
           f"progress line: {result['progress_tick_us']:.2f} us per step")
     print("\nhost us per step on the CPU static backend, trivial step (best of 15 means of 5000 calls):")
-    print(f"{'bs':>4} {'bare':>8} {'step()':>8} {'added':>8}")
+    print(f"{'bs':>4} {'core':>8} {'bare':>8} {'step()':>8} {'added':>8}")
     for r in result["host_cpu"]:
-        print(f"{r['bs']:>4} {r['bare_host_us']:8.2f} {r['instrumented_host_us']:8.2f} {r['added_host_us']:8.2f}")
+        print(f"{r['bs']:>4} {r['core']:>8} {r['bare_host_us']:8.2f} {r['instrumented_host_us']:8.2f} "
+              f"{r['added_host_us']:8.2f}")
     if not torch.cuda.is_available():
         print("\nno CUDA device: step times, capture and the overhead ratio need a GPU")
     else:
@@ -357,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
         result["rows"], result["summaries"] = [], []
         for preset in options.presets.split(","):
             rows, summary = bench_preset(preset, sizes, options.iters, options.seq_len, options.breakdown,
-                                         options.rounds)
+                                         options.rounds, step_cores)
             torch.cuda.empty_cache()             # the preset's model and graphs are gone now
             result["rows"] += rows
             result["summaries"].append(summary)
@@ -372,11 +394,11 @@ def main(argv: list[str] | None = None) -> int:
               f"timed: every step timed; per step: the mean over a sampling cycle "
               f"({timing['every'] - 1} untimed, 1 timed); b2b: added host us per step with steps back to back "
               f"(blocks of 16, no synchronise between steps), steps timed as in a run")
-        print(f"{'preset':>6} {'bs':>4} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'pipelined':>9} "
+        print(f"{'preset':>6} {'bs':>4} {'core':>8} {'eager':>8} {'graph':>8} {'instr.':>8} {'instr/bare':>10} {'pipelined':>9} "
               f"{'host bare':>9} {'host instr':>10} {'added us':>8} {'iqr':>6} {'floor':>6} {'timed':>7} {'per step':>8} {'b2b':>6} "
               f"{'capture s':>9}")
         for r in result["rows"]:
-            print(f"{r['preset']:>6} {r['bs']:>4} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
+            print(f"{r['preset']:>6} {r['bs']:>4} {r['core']:>8} {r['eager_ms']:8.3f} {r['graph_ms']:8.3f} "
                   f"{r['instrumented_ms']:8.3f} {r['overhead_ratio']:10.4f} {r['pipelined_ratio']:9.4f} "
                   f"{r['bare_host_us']:9.1f} {r['instrumented_host_us']:10.1f} {r['added_host_untimed_us']:8.1f} "
                   f"{r['added_host_untimed_iqr_us']:6.1f} {r['added_host_floor_us']:6.1f} "
@@ -386,27 +408,30 @@ def main(argv: list[str] | None = None) -> int:
         costliest = max(result["rows"], key=lambda r: r["added_host_untimed_us"])
         cycle = max(result["rows"], key=lambda r: r["added_host_cycle_us"])
         serving = max(result["rows"], key=lambda r: r["added_host_back_to_back_us"])
-        print(f"worst instr/bare {worst['overhead_ratio']:.3f} ({worst['preset']} bs {worst['bs']}); "
+        def where(r):
+            return f"{r['preset']} bs {r['bs']}, {r['core']} core"
+        print(f"worst instr/bare {worst['overhead_ratio']:.3f} ({where(worst)}); "
               f"most host time added {costliest['added_host_untimed_us']:.1f} us per untimed step "
-              f"({costliest['preset']} bs {costliest['bs']}), {cycle['added_host_cycle_us']:.1f} us per step over "
-              f"a sampling cycle ({cycle['preset']} bs {cycle['bs']}), {serving['added_host_back_to_back_us']:.1f} us "
-              f"per step back to back ({serving['preset']} bs {serving['bs']}); targets <= 1.01 and <= 10 us")
+              f"({where(costliest)}), {cycle['added_host_cycle_us']:.1f} us per step over "
+              f"a sampling cycle ({where(cycle)}), {serving['added_host_back_to_back_us']:.1f} us "
+              f"per step back to back ({where(serving)}); targets <= 1.01 and <= 10 us")
         if options.breakdown:
             print("\nadded host us per step, each paired against the bare loop (median of per-pair differences): "
                   "floor = bare vs bare; spin = the bare loop with a plain-Python loop of the given us before "
                   "or after the launch; check = with the step's route lookup and input check before it; record = with a "
                   "timing-enabled CUDA event recorded after the launch")
-            print(f"{'preset':>6} {'bs':>4} {'bare us':>8} {'floor':>6} {'spin us':>7} {'before':>7} {'after':>7} "
+            print(f"{'preset':>6} {'bs':>4} {'core':>8} {'bare us':>8} {'floor':>6} {'spin us':>7} {'before':>7} {'after':>7} "
                   f"{'check':>7} {'record':>7} {'no emit':>7} {'step':>7}")
             for r in result["rows"]:
                 b = r["breakdown"]
-                print(f"{r['preset']:>6} {r['bs']:>4} {r['bare_host_us']:8.1f} {r['added_host_floor_us']:6.1f} "
+                print(f"{r['preset']:>6} {r['bs']:>4} {r['core']:>8} {r['bare_host_us']:8.1f} {r['added_host_floor_us']:6.1f} "
                       f"{b['spin_us']:7.1f} {b['added_spin_before_us']:7.1f} {b['added_spin_after_us']:7.1f} "
                       f"{b['added_check_before_us']:7.1f} {b['added_record_after_us']:7.1f} "
                       f"{b['added_no_emitter_us']:7.1f} {b['added_step_us']:7.1f}")
-        print(f"\n{'preset':>6} {'params':>8} {'capture':>9} {'pool MiB':>9} {'pad 5->8':>9} {'eager 5':>8} {'speedup':>8}")
+        print(f"\n{'preset':>6} {'core':>8} {'params':>8} {'capture':>9} {'pool MiB':>9} {'pad 5->8':>9} {'eager 5':>8} "
+              f"{'speedup':>8}")
         for s in result["summaries"]:
-            print(f"{s['preset']:>6} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
+            print(f"{s['preset']:>6} {s['core']:>8} {s['params'] / 1e9:7.2f}B {s['capture_total_s']:8.2f}s "
                   f"{(s['pool_bytes'] or 0) / 2**20:9.1f} {s['padded_5_on_8_ms']:9.3f} {s['eager_5_ms']:8.3f} "
                   f"{s['padding_speedup']:7.1f}x")
     result["rounds"] = options.rounds
@@ -419,8 +444,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def rounds_markdown(result: dict) -> str:
     """The host time added per step and the ratio, medians over the rounds with their spread."""
-    cpu = markdown_table(["bs", "bare host µs", "GraphRunner.step host µs", "added µs"],
-                         [[str(r["bs"]), f"{r['bare_host_us']:.2f}", f"{r['instrumented_host_us']:.2f}",
+    cpu = markdown_table(["bs", "step core", "bare host µs", "GraphRunner.step host µs", "added µs"],
+                         [[str(r["bs"]), r["core"], f"{r['bare_host_us']:.2f}", f"{r['instrumented_host_us']:.2f}",
                            f"{r['added_host_us']:.2f}"] for r in result["host_cpu"]])
     text = (f"CPU static backend, trivial step (torch {result['torch']}); Emitter.step "
             f"{result['emitter']['emitter_step_us']:.2f} µs, list append {result['emitter']['list_append_us']:.2f} µs\n\n"
@@ -432,13 +457,13 @@ def rounds_markdown(result: dict) -> str:
     def cell(row, key, digits):
         spread = row.get(f"{key}_spread")
         return f"{row[key]:.{digits}f}" + ("" if spread is None or rounds < 2 else f" (spread {spread:.{digits}f})")
-    rows = [[r["preset"], str(r["bs"]), cell(r, "overhead_ratio", 4), cell(r, "added_host_back_to_back_us", 1),
+    rows = [[r["preset"], str(r["bs"]), r["core"], cell(r, "overhead_ratio", 4), cell(r, "added_host_back_to_back_us", 1),
              cell(r, "added_host_untimed_us", 1), f"{r['added_host_timed_us']:.1f}", cell(r, "added_host_cycle_us", 1),
              cell(r, "added_host_floor_us", 1), f"{r['bare_host_us']:.1f}"] for r in result["rows"]]
     return (text + f"\n{result['device']}, {rounds} round{'s' * (rounds != 1)} (median over the rounds; spread: "
             f"largest minus smallest round); host µs added per step over the bare copy-and-replay loop; targets: back to back ≤ 2, "
             f"untimed after a synchronise ≤ 5, instr./bare ≤ 1.01\n\n"
-            + markdown_table(["preset", "bs", "instr./bare", "back to back µs", "untimed after sync µs",
+            + markdown_table(["preset", "bs", "step core", "instr./bare", "back to back µs", "untimed after sync µs",
                               "timed µs", "per step (cycle) µs", "floor µs", "bare host µs"], rows))
 
 

@@ -30,14 +30,14 @@ from typing import Any, Iterator
 from replayscope.contract import wire
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.contract.sinks import HttpSink, JsonlSink, Sink, _warn
-from replayscope.runner import compiled
+from replayscope.runner.compiled import load_compiled
 from replayscope.runner.event_records import RECORD, EventConverter, GraphSampler, resolve_timings
 from replayscope.runner.writer_link import CLOSE, ENV_IN_PROCESS, FLUSH, SinkRefused, WriterLink, WriterUnavailable
 
 _now = time.time          # an event's ts: read once per event, a module global (no attribute lookup)
 # Emitter.step / step_fields compiled (runner/_recordcore.c; these methods are the reference): None when
 # not built or REPLAYSCOPE_PURE_PYTHON=1
-RECORD_CORE = compiled.load("replayscope.runner._recordcore")
+RECORD_CORE = load_compiled("replayscope.runner._recordcore")
 FLUSH_WAIT_S = 120.0      # the longest flush() waits for the writer process to answer
 CLOSE_WAIT_S = 120.0      # ... and close() (a collector's sink keeps trying for 60 s at the end)
 

@@ -28,6 +28,7 @@ from replayscope.runner.model import LoraWeights, ModelArgs, Transformer, defaul
 from replayscope.contract.capture_sizes import MAX_CAPTURE_SIZE, default_capture_sizes
 from replayscope.runner.plan import CapturePlan
 from replayscope.runner.progress import Progress
+from replayscope.runner.runner_core import CORE
 from replayscope.runner.timing import CUDA_TIME_EVERY, step_timing
 from replayscope.contract.wire import MAX_DURATION_S
 from replayscope.runner.workload import Iteration, Request, Scheduler, workload_by_name
@@ -141,6 +142,7 @@ class DecodeEngine:
         self.backend = resolve_backend("compile" if config.compile and config.backend in ("auto", "cuda")
                                        else config.backend, self.device)
         self.spec = workload_by_name(config.workload, **config.workload_overrides)
+        self.step_core = CORE                # the core its runners' steps run (replayscope.runner.runner_core)
         self.model: Transformer | None = None
         self.stats = RunStats()
 
@@ -163,6 +165,7 @@ class DecodeEngine:
                 "lora_graph_adapters": config.lora_graph_adapters,
                 "verify_draft_len": config.verify_draft_len, "parity_every": config.parity_every,
                 "step_timing": step_timing(self.device.type == "cuda", config.time_every),
+                "step_core": self.step_core,
                 "fail_capture_sizes": list(config.fail_capture_sizes),
                 "weights": "checkpoint" if config.model_dir else "random",
                 "memory_cap_bytes": None if config.memory_cap_gib is None else int(config.memory_cap_gib * 2**30),
@@ -259,7 +262,7 @@ class DecodeEngine:
         # `replayscope run` owns its process: raising Dynamo's recompile limit for --compile is ours to do.
         common = dict(backend=self.backend, device=self.device, emitter=self.emitter,
                       parity_every=config.parity_every, progress=config.progress, time_every=config.time_every,
-                      raise_recompile_limit=self.backend == "compile",
+                      raise_recompile_limit=self.backend == "compile", step_core=self.step_core,
                       parity_tolerance=PARITY_TOLERANCE.get(self.model.tok_embeddings.weight.dtype))
         decode_step = self._with_injected_faults(self._graph_step)
         self.decode_runner = GraphRunner(decode_step, self._static_inputs(1), plan, stage="decode", **common)

@@ -24,6 +24,11 @@ fast match and the slow explanation), the static buffers (``replayscope.runner.b
 (``replayscope.runner.capture``), routes (``replayscope.runner.routes``: what a step of a stage, batch size and
 decision runs, made on its first use) and parity (``replayscope.runner.parity``). What it does itself is
 the step: find the route, check the inputs once, copy, launch, then record.
+
+That step has two cores (``replayscope.runner.runner_core``): this module's Python, the reference,
+and, where it was built, a compiled one (``_runcore*.c``) doing a plain step of a route seen
+before; a runner takes the compiled one by default (``step_core``), and it hands every other step
+to the Python before doing anything.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from replayscope.runner.inputs import InputContract, StaticInput, batch_size, fi
 from replayscope.runner.parity import divergence
 from replayscope.runner.plan import BACKENDS, CapturePlan
 from replayscope.runner.routes import Route, Routes, slice_rows
+from replayscope.runner.runner_core import COMPILED, RunnerState, chosen
 from replayscope.runner.timing import CUDA_TIME_EVERY, CudaClock, HostClock, step_timing
 
 OTHER_WIDTH_STAGES = ("verify", "prefill", "mixed")   # stages whose batches may have other row shapes
@@ -56,7 +62,7 @@ def resolve_backend(backend: str, device: torch.device) -> str:
     return backend
 
 
-class GraphRunner:
+class GraphRunner(RunnerState):
     """Captures ``step_fn`` per batch size of ``plan`` and runs each batch the best way.
 
     ``step_fn(**inputs)`` must return a tensor or a tuple of tensors whose first
@@ -65,14 +71,30 @@ class GraphRunner:
     ``raise_recompile_limit`` (``compile`` backend): raise Dynamo's recompile limit, a setting
     of the whole process, to hold one specialisation per planned size (logged when it does);
     left off, a limit below the plan's sizes is logged and left as it is.
+
+    ``step_core``: which core runs ``step`` (``replayscope.runner.runner_core``): "compiled" (the
+    default where it was built: the runner is then a ``CompiledGraphRunner``) or "python". A
+    subclass runs the Python core (or subclass ``CompiledGraphRunner``).
     """
+
+    step_core = "python"
+
+    def __new__(cls, step_fn: Callable[..., Any], inputs: Sequence[StaticInput], plan: CapturePlan, *,
+                step_core: str | None = None, **options: Any) -> "GraphRunner":
+        """A ``CompiledGraphRunner`` where the compiled core is to run the steps (``__init__`` does the rest)."""
+        if cls is GraphRunner and chosen(step_core) == "compiled":
+            cls = CompiledGraphRunner
+        return super().__new__(cls)
 
     def __init__(self, step_fn: Callable[..., Any], inputs: Sequence[StaticInput], plan: CapturePlan, *,
                  backend: str = "auto", device: torch.device | str | None = None,
                  emitter: Any = None, stage: str = "decode", max_bs: int | None = None,
                  parity_every: int = 0, parity_tolerance: float | None = None,
                  warmup_iters: int = 2, pool: Any = None, progress: bool = True,
-                 time_every: int = CUDA_TIME_EVERY, raise_recompile_limit: bool = False):
+                 time_every: int = CUDA_TIME_EVERY, raise_recompile_limit: bool = False,
+                 step_core: str | None = None):
+        if step_core is not None and chosen(step_core) != self.step_core:   # a subclass runs its class's core
+            raise ReplayscopeError(f"a {type(self).__name__} runs the {self.step_core} core, not {step_core!r}")
         if stage not in wire.RUNNER_CAPTURE_STAGES:
             raise ReplayscopeError(f"stage must be one of {', '.join(wire.RUNNER_CAPTURE_STAGES)}, got {stage!r}")
         if type(time_every) is not int or time_every < 1:
@@ -271,6 +293,8 @@ class GraphRunner:
                 self._check_parity(graph_bs, inputs, outputs, eager_fn)
         return outputs
 
+    _python_step, _python_run = step, _run      # the compiled core hands the steps it does not take to these
+
     def _check_parity(self, graph_bs: int, inputs: Mapping[str, torch.Tensor], outputs: Any,
                       eager_fn: Callable[..., Any] | None) -> None:
         """Run the same inputs eagerly and record how far the graph's outputs are (``replayscope.runner.parity``)."""
@@ -282,3 +306,16 @@ class GraphRunner:
     def _emit(self, kind: str, **fields: Any) -> None:
         if self.emitter is not None:
             self.emitter.emit(kind, **fields)
+
+
+if COMPILED is not None:
+    class CompiledGraphRunner(GraphRunner):
+        """``GraphRunner`` with ``step`` and ``_run`` compiled (``_runcore``): a plain step of a route seen
+        before, with inputs that fit and parity checks off, runs in C; any other step, before anything
+        is done, goes to ``_python_step`` / ``_python_run``, the same steps in Python."""
+
+        step_core = "compiled"
+        step = COMPILED.RunnerState.compiled_step
+        _run = COMPILED.RunnerState.compiled_run
+else:
+    CompiledGraphRunner = None    # type: ignore[assignment,misc]

@@ -16,7 +16,7 @@ import os
 from types import ModuleType
 from typing import Any, Callable, Mapping
 
-from replayscope.runner import compiled
+from replayscope.runner.compiled import load_compiled
 from replayscope.runner.trace import device, steps
 from replayscope.runner.trace.steps import StepTracking
 
@@ -26,9 +26,10 @@ COMPILED_MODULE = "replayscope.runner.trace._stepcore"
 def load(environ: Mapping[str, str] = os.environ,
          import_module: Callable[[str], ModuleType] = importlib.import_module) -> ModuleType | None:
     """The compiled core, configured; None when ``REPLAYSCOPE_PURE_PYTHON=1`` or it was not built."""
-    module = compiled.load(COMPILED_MODULE, environ, import_module)
-    if module is not None:
-        module.configure(steps, device)
+    module = load_compiled(COMPILED_MODULE, environ, import_module)
+    if module is None:
+        return None
+    module.configure(steps, device)
     return module
 
 

@@ -122,6 +122,8 @@ def test_the_wheel_installs_one_top_level_package(wheel):
     if shutil.which("gcc") and (Path(sysconfig.get_paths()["include"]) / "Python.h").is_file():
         assert any(re.match(r"replayscope/runner/trace/_stepcore\..*(so|pyd)$", n) for n in names), \
             "the compiled step core, built where a C compiler and Python's headers are"
+        assert any(re.match(r"replayscope/runner/_runcore\..*(so|pyd)$", n) for n in names), \
+            "the compiled runner core, built where a C compiler and Python's headers are"
         assert any(re.match(r"replayscope/runner/_recordcore\..*(so|pyd)$", n) for n in names), \
             "the emitter's compiled recorder, likewise"
     assert any(re.match(r"replayscope/migrations/versions/\w+\.py$", n) for n in names), "the migrations"

@@ -1,6 +1,7 @@
-"""The source distribution carries the compiled step core whole: every .c and .h file of the
-checkout is in it (the header too, which no Extension source names), and a wheel built from it
-alone — as pip builds one from PyPI's sdist — compiles a step core that loads."""
+"""The source distribution carries the compiled cores whole (the trace's step core, the runner's
+step core): every .c and .h file of the checkout is in it (the headers too, which no Extension
+source names), and a wheel built from it alone — as pip builds one from PyPI's sdist — compiles
+cores that load."""
 
 from __future__ import annotations
 
@@ -21,9 +22,11 @@ REPO = Path(__file__).resolve().parents[2]
 HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
 CORE_LOADS = """import importlib, replayscope, sys
 print(replayscope.__file__)
+from replayscope.runner import runner_core
 from replayscope.runner.trace import step_core
-importlib.import_module(step_core.COMPILED_MODULE)     # raises with the reason where it does not load
-sys.exit(0 if step_core.CORE == "compiled" else 1)
+for core in (step_core, runner_core):
+    importlib.import_module(core.COMPILED_MODULE)      # raises with the reason where it does not load
+sys.exit(0 if step_core.CORE == runner_core.CORE == "compiled" else 1)
 """
 
 
@@ -50,7 +53,7 @@ def test_the_sdist_carries_every_c_and_h_file(sdist):
     with tarfile.open(sdist) as archive:
         inside = {name.split("/", 1)[1] for name in archive.getnames() if "/" in name}
     expected = _checkout_c_files()
-    assert "runner/trace/_stepcore.h" in expected
+    assert {"runner/trace/_stepcore.h", "runner/_runcore.h"} <= expected
     assert not expected - inside, f"not in the sdist: {sorted(expected - inside)}"
 
 
@@ -66,4 +69,4 @@ def test_a_wheel_built_from_the_sdist_runs_the_compiled_core(sdist, tmp_path):
     ran = subprocess.run([sys.executable, "-c", CORE_LOADS], cwd=tmp_path, env=env, capture_output=True, text=True,
                          timeout=120)
     assert ran.stdout.startswith(str(tmp_path / "site")), ran.stdout + ran.stderr
-    assert ran.returncode == 0, f"the wheel's step core did not load: {ran.stderr[-3000:]}"
+    assert ran.returncode == 0, f"the wheel's compiled cores did not load: {ran.stderr[-3000:]}"

@@ -10,6 +10,7 @@ import torch
 
 from replayscope.app.cli import build_parser, main
 from replayscope.contract.events_file import read_events_file
+from replayscope.runner import runner_core
 
 torch.set_num_threads(1)
 
@@ -137,6 +138,7 @@ def test_a_good_run_writes_an_events_file_that_passes_the_contract(capsys, tmp_p
     assert run["config"]["capture_sizes"] == [1, 2, 4, 8] and run["config"]["seed"] == 4
     assert [e["seq"] for e in lines] == list(range(len(lines)))
     assert run["config"]["step_timing"] == {"clock": "host", "every": 1}     # CPU: every step, on the host
+    assert run["config"]["step_core"] == runner_core.CORE                    # the core its runners ran
     assert sum(e["kind"] == "step" for e in lines) == 60
     assert lines[-1]["kind"] == "run_end" and lines[-1]["status"] == "finished"
     assert "run cli-run-1 (cli test, backend static on cpu): 60 steps" in err

@@ -389,8 +389,9 @@ def test_without_a_compiler_the_package_builds_as_pure_python(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     [wheel] = (tmp_path / "dist").glob("replayscope-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
-    assert "replayscope/runner/trace/steps.py" in names
-    assert not [n for n in names if ("_stepcore" in n or "_recordcore" in n) and not n.endswith((".c", ".h"))]
+    assert "replayscope/runner/trace/steps.py" in names and "replayscope/runner/graphs.py" in names
+    assert not [n for n in names if ("_stepcore" in n or "_runcore" in n or "_recordcore" in n) and not n.endswith((".c", ".h"))], \
+        "no compiled part (the trace's core, the runner's, the emitter's recorder) is in a wheel built without a compiler"
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",
