@@ -4,17 +4,17 @@ Emitter.step_fields in Python: the same values queued for the same calls, the sa
 import gc
 import itertools
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
+from benchmarks.harness import NullSink
 from replayscope.runner import compiled, emitter as emitter_module
 from replayscope.runner.emitter import Emitter
 from replayscope.runner.event_records import RECORD
+from tests.compiled_checks import compile_each_without_warnings, exported_names, needs_gcc_and_nm
 from tests.runner.reference import python_recorder
 
 compiled_only = pytest.mark.skipif(emitter_module.RECORD_CORE is None, reason="the compiled recorder is not built here")
@@ -23,19 +23,8 @@ RUN = {"run_id": "rec", "name": "rec", "source": "library", "started_at": 0.0, "
        "model": "m", "device": "cpu"}
 
 
-class Dropping:
-    def open(self, run):
-        pass
-
-    def write(self, events):
-        pass
-
-    def close(self):
-        pass
-
-
 def python_emitter() -> Emitter:
-    return python_recorder(Emitter(Dropping(), RUN))
+    return python_recorder(Emitter(NullSink(), RUN))
 
 
 CALLS = [
@@ -57,7 +46,7 @@ def queued(emitter: Emitter) -> list[tuple]:
 
 @compiled_only
 def test_the_compiled_recorder_queues_what_the_python_methods_queue():
-    fast, reference = Emitter(Dropping(), RUN), python_emitter()
+    fast, reference = Emitter(NullSink(), RUN), python_emitter()
     assert fast.step_recorder == "compiled" and reference.step.__func__ is Emitter.step
     fields = ("decode", "graph", 8, 8, 8, 0, None, None)
     for emitter in (fast, reference):
@@ -80,7 +69,7 @@ def test_the_compiled_recorder_queues_what_the_python_methods_queue():
     (("decode", "graph", 1, 1, 1, 0, None, None, None, "extra"), {}, "at most 9 arguments"),
 ])
 def test_a_wrong_call_is_refused_as_python_refuses_it_and_queues_nothing(args, kwargs, message):
-    fast, reference = Emitter(Dropping(), RUN), python_emitter()
+    fast, reference = Emitter(NullSink(), RUN), python_emitter()
     with pytest.raises(TypeError, match=message):
         fast.step(*args, **kwargs)
     with pytest.raises(TypeError):
@@ -96,14 +85,14 @@ def test_a_subclass_with_its_own_step_keeps_it():
         def step(self, *args, **kwargs):
             self.counted = True
 
-    emitter = Counting(Dropping(), RUN)
+    emitter = Counting(NullSink(), RUN)
     emitter.step("decode", "graph", 1, 1, 1, 0, None, None)
     assert emitter.counted and emitter._queue == [] and emitter.step_recorder == "python"
 
 
 @compiled_only
 def test_the_recorder_holds_nothing_after_its_emitter_is_gone():
-    emitter = Emitter(Dropping(), RUN)
+    emitter = Emitter(NullSink(), RUN)
     queue, fields = emitter._queue, ("decode", "graph", 8, 8, 8, 0, None, None)
     held, fields_held = sys.getrefcount(queue), sys.getrefcount(fields)
     for i in range(20000):
@@ -141,20 +130,12 @@ def test_pure_python_is_one_switch_for_every_compiled_part():
                     reason="only where the build is expected to have compiled it (.ci/run)")
 def test_ci_runs_the_compiled_recorder():
     assert emitter_module.RECORD_CORE is not None, "runner/_recordcore.c was not built: pip fell back to Python"
-    assert Emitter(Dropping(), RUN).step_recorder == "compiled"
+    assert Emitter(NullSink(), RUN).step_recorder == "compiled"
 
 
-HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
-
-
-@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nm") is None or not HEADERS.is_file(),
-                    reason="no gcc, nm or Python headers here")
+@needs_gcc_and_nm
 def test_the_recorder_builds_without_a_warning_and_exports_its_init_function_alone(tmp_path):
     source = Path(emitter_module.__file__).parent / "_recordcore.c"
-    built = tmp_path / "_recordcore.so"
-    done = subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-shared", "-fPIC", f"-I{HEADERS.parent}", str(source),
-                           "-o", str(built)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True)
-    exported = {line.split()[-1] for line in symbols.stdout.splitlines() if line.split()[1:2] != ["A"]}
+    compile_each_without_warnings([source], tmp_path)
+    exported = exported_names([source], tmp_path / "_recordcore.so")
     assert exported == {"PyInit__recordcore"}, sorted(exported)

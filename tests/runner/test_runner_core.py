@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import gc
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
-import tracemalloc
 from collections import OrderedDict
 from pathlib import Path
 from types import MappingProxyType
@@ -30,6 +28,8 @@ from replayscope.runner.graphs import CompiledGraphRunner, GraphRunner, StaticIn
 from replayscope.runner.plan import CapturePlan
 from replayscope.runner.routes import Route, slice_rows
 from replayscope.runner.trace import step_core
+from tests.compiled_checks import (compile_each_without_warnings, exported_names, memory_growth, needs_gcc,
+                                   needs_gcc_and_nm)
 
 torch.set_num_threads(1)
 
@@ -40,7 +40,6 @@ MAX_BS = 16
 SCRATCH = MAX_BS          # the cache slot pad rows write into
 FEATURES = 4
 INPUTS = [StaticInput("x", (FEATURES,), torch.float32), StaticInput("slots", (), torch.long, pad_value=SCRATCH)]
-HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
 RUNNER_DIR = Path(runner_core.__file__).parent
 
 
@@ -404,14 +403,9 @@ def test_the_compiled_core_keeps_no_reference_it_should_not_and_its_memory_is_fl
         gc.collect()
         return [sys.getrefcount(obj) for obj in held]
     before, objects = refs(), len(gc.get_objects())
-    tracemalloc.start()
-    steps(10_000)
-    first, _ = tracemalloc.get_traced_memory()
-    steps(10_000)
-    second, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    growth = memory_growth(steps)
     assert refs() == before
-    assert second - first < 4096
+    assert growth < 4096
     assert len(gc.get_objects()) - objects < 50
     assert sum(r.count[0] for r in routes) == 20_300
 
@@ -507,24 +501,14 @@ def test_the_built_core_is_ignored_by_git():
     assert done.returncode == 0, f"{name} is not git-ignored"
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or not HEADERS.is_file(), reason="no gcc or Python headers here")
+@needs_gcc
 def test_the_core_compiles_without_a_warning(tmp_path):
     sources = sorted(RUNNER_DIR.glob("_runcore*.c"))
     assert len(sources) > 1, sources
-    for source in sources:
-        done = subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-fPIC", "-c", f"-I{HEADERS.parent}", str(source),
-                               "-o", str(tmp_path / f"{source.stem}.o")], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, f"{source.name}: {done.stderr}"
+    compile_each_without_warnings(sources, tmp_path)
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nm") is None or not HEADERS.is_file(),
-                    reason="no gcc, nm or Python headers here")
+@needs_gcc_and_nm
 def test_the_built_core_exports_its_init_function_alone(tmp_path):
-    sources = sorted(str(p) for p in RUNNER_DIR.glob("_runcore*.c"))
-    built = tmp_path / "_runcore.so"
-    done = subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", f"-I{HEADERS.parent}", *sources,
-                           "-o", str(built)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True)
-    exported = {line.split()[-1] for line in symbols.stdout.splitlines() if line.split()[1:2] != ["A"]}
+    exported = exported_names(sorted(RUNNER_DIR.glob("_runcore*.c")), tmp_path / "_runcore.so")
     assert exported == {"PyInit__runcore"}, sorted(exported)

@@ -8,11 +8,9 @@ import gc
 import inspect
 import json
 import os
-import shutil
 import subprocess
 import sys
 import sysconfig
-import tracemalloc
 import types
 import zipfile
 from pathlib import Path
@@ -31,6 +29,8 @@ from replayscope.runner.trace.tracer import tracer_class
 from tests.run_events import ListSink
 from tests.trace.conftest import FakeCUDAGraph, FakeGraphContext
 from tests.trace.test_tracer import FakeEvent, cuda_in_use  # noqa: F401 (a fixture)
+from tests.compiled_checks import (compile_each_without_warnings, exported_names, memory_growth, needs_gcc,
+                                   needs_gcc_and_nm)
 
 compiled_only = pytest.mark.skipif(step_core.COMPILED is None, reason="the compiled step core is not built here "
                                                                       "(python3 setup.py build_ext --inplace)")
@@ -278,14 +278,9 @@ def test_the_compiled_core_keeps_no_reference_it_should_not_and_its_memory_is_fl
         return [sys.getrefcount(obj) for obj in held] + [sys.getrefcount(v) for v in h.tracer._replayed.values()] \
             + [sys.getrefcount(v) for v in h.tracer._decisions.values()] + [sys.getrefcount(v) for v in _BATCHES.values()]
     before = refs()
-    tracemalloc.start()
-    steps(10_000)
-    first, _ = tracemalloc.get_traced_memory()
-    steps(10_000)
-    second, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
+    growth = memory_growth(steps)
     assert refs() == before
-    assert second - first < 4096
+    assert growth < 4096
     assert h.tracer.steps == 20_300 and set(h.tracer.modes) == {"graph", "padded", "eager"}
     h.finish()
 
@@ -351,31 +346,20 @@ def test_the_built_core_is_ignored_by_git():
     assert done.returncode == 0, f"{name} is not git-ignored"
 
 
-HEADERS = Path(sysconfig.get_paths()["include"]) / "Python.h"
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or not HEADERS.is_file(), reason="no gcc or Python headers here")
+@needs_gcc
 def test_the_core_compiles_without_a_warning(tmp_path):
     sources = sorted(Path(step_core.__file__).parent.glob("_stepcore*.c"))
     assert len(sources) > 1, sources
-    for source in sources:
-        done = subprocess.run(["gcc", "-O2", "-Wall", "-Werror", "-fPIC", "-c", f"-I{HEADERS.parent}", str(source),
-                               "-o", str(tmp_path / f"{source.stem}.o")], capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, f"{source.name}: {done.stderr}"
+    compile_each_without_warnings(sources, tmp_path)
 
 
-@pytest.mark.skipif(shutil.which("gcc") is None or shutil.which("nm") is None or not HEADERS.is_file(),
-                    reason="no gcc, nm or Python headers here")
+@needs_gcc_and_nm
 def test_the_built_core_exports_its_init_function_alone(tmp_path):
     """The names its files share (``zero``, ``route``, ``truth``...) are hidden: a process that loads
-    libraries RTLD_GLOBAL sees ``PyInit__stepcore`` alone. Built as docs/trace.md's gcc line does."""
-    sources = sorted(str(p) for p in Path(step_core.__file__).parent.glob("_stepcore*.c"))
-    built = tmp_path / "_stepcore.so"
-    done = subprocess.run(["gcc", "-O2", "-Wall", "-shared", "-fPIC", f"-I{HEADERS.parent}", *sources,
-                           "-o", str(built)], capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    symbols = subprocess.run(["nm", "-D", "--defined-only", str(built)], capture_output=True, text=True, check=True)
-    exported = {line.split()[-1] for line in symbols.stdout.splitlines() if line.split()[1:2] != ["A"]}
+    libraries RTLD_GLOBAL sees ``PyInit__stepcore`` alone."""
+    exported = exported_names(sorted(Path(step_core.__file__).parent.glob("_stepcore*.c")), tmp_path / "_stepcore.so")
     assert exported == {"PyInit__stepcore"}, sorted(exported)
 
 
