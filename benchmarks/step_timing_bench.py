@@ -19,7 +19,9 @@ On the step's thread (what a timed step adds before and after its launch):
   ``..., start only`` / ``..., end only``: one of the two; ``torch events, no timing``: the same
   pair made without timing;
 - ``CudaClock pair``: ``replayscope.runner.timing.CudaClock``'s ``record_start`` / ``stop`` (what
-  the runner and the trace call on a timed step), the pair back to its pool at once;
+  the runner and the trace call on a timed step), the pair back to its pool at once; ``..., pool
+  empty``: a new pair per launch, as ``record_start`` makes one while every pooled pair waits to be
+  read by the emitter's thread (CUDA makes an event at its first record);
 - ``driver records``: the same two records as direct ``cuEventRecord`` calls through ctypes
   (the driver's own cost, plus ctypes'), and ``ctypes floor``: two ctypes calls that do nothing
   on the GPU (``cuCtxGetCurrent``), to take ctypes' own cost out.
@@ -128,6 +130,13 @@ def sides(graph: torch.cuda.CUDAGraph) -> dict[str, Callable[[int], tuple[float,
     def clock_pair(launches: int) -> tuple[float, float]:
         return timed_blocks(clock_launch, launches)
 
+    def fresh_launch():
+        timing = CudaTiming([])                  # what record_start makes when its pool is empty
+        timing.stream = stream
+        timing.start.record(stream)
+        replay()
+        timing.end.record(stream)
+
     return {
         "bare replay": loop(None, None),
         "host clock": loop(perf, perf),
@@ -136,6 +145,7 @@ def sides(graph: torch.cuda.CUDAGraph) -> dict[str, Callable[[int], tuple[float,
         "torch events, timing, end only": loop(None, lambda: timed[1].record(stream)),
         "torch events, no timing": loop(lambda: untimed[0].record(stream), lambda: untimed[1].record(stream)),
         "CudaClock pair": clock_pair,
+        "CudaClock pair, pool empty": lambda launches: timed_blocks(fresh_launch, launches),
         "driver records (ctypes)": loop(lambda: lib.cuEventRecord(raw[0], raw_stream),
                                         lambda: lib.cuEventRecord(raw[1], raw_stream)),
         "ctypes floor": loop(lambda: lib.cuCtxGetCurrent(context_ref), lambda: lib.cuCtxGetCurrent(context_ref)),
