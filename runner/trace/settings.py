@@ -12,7 +12,6 @@ import os
 import re
 from dataclasses import dataclass
 
-from replayscope.runner.compiled import ENV_PURE_PYTHON  # noqa: F401 (its place is the cores' module)
 from replayscope.runner.timing import CUDA_TIME_EVERY
 
 ENV_ON = "REPLAYSCOPE_TRACE"
