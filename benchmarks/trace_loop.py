@@ -8,7 +8,12 @@ untraced, and under ``replayscope trace --events ... --step benchmarks.trace_loo
 (every step an event, its mode, cause, batch and sizes; on CUDA 1 step in ``--time-every`` timed
 with CUDA events, as the trace does by default). Once both have captured and warmed up, rounds
 alternate between them (which goes first alternating round by round): each round is ``--steps``
-steps with one synchronise per 100, timed inside the process. Per program: µs per step of each
+steps with one synchronise per 100, timed inside the process. Both loops run on one CPU
+(``loop_cpu``: they take turns; where the machine has more than two), so that neither side gets a
+faster or a shared core of its own; the tracer's thread and writer process run elsewhere. Short
+rounds (``--steps 100`` and many ``--rounds``) pair the sides closely in time: the host's speed,
+which can move 2× within a minute, then cancels out of each difference, and the mean with its
+standard error says what the trace adds to the host's time per step, flushes included. Per program: µs per step of each
 side, traced/untraced and the µs added per step, each the median over the rounds with its spread
 (max - min); the host's µs per step (the launch loop alone, each block of 100 steps timed up to
 its synchronise: what the trace costs the host, also where the GPU is the bottleneck and the
@@ -76,13 +81,26 @@ class Side:
 
 
 def spread(values: list[float]) -> dict[str, float]:
-    return {"median": statistics.median(values), "spread": max(values) - min(values)}
+    """The median and the spread (max - min) over the rounds; with them the mean (every round's
+    share of what happens now and then: a flush, a collection) and its standard error."""
+    return {"median": statistics.median(values), "spread": max(values) - min(values),
+            "mean": statistics.fmean(values),
+            "sem": statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0}
+
+
+def loop_cpu() -> int | None:
+    """The CPU both sides' loops run on (they take turns, never both at once): the last this process
+    may use, where there are more than two (the tracer's thread and writer process keep the rest);
+    None (no pinning) on a machine of two CPUs or fewer."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return cpus[-1] if len(cpus) > 2 else None
 
 
 def measure(device: str, name: str, args: list[str], rounds: int, steps: int, out: Path) -> dict[str, Any]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(), os.environ.get("PYTHONPATH")]))}
+    cpu = loop_cpu()
     program = [sys.executable, "-m", "benchmarks.trace_loop_program", "--device", device, "--warmup", str(WARMUP),
-               *args]
+               *args, *(["--cpu", str(cpu)] if cpu is not None else [])]
     events = out / f"events-{device}-{name}.jsonl"
     if events.exists():
         events.unlink()
@@ -105,7 +123,7 @@ def measure(device: str, name: str, args: list[str], rounds: int, steps: int, ou
             event = json.loads(line)
             if event["kind"] == "step":
                 modes[event["mode"]] = modes.get(event["mode"], 0) + 1
-    return {"program": name, "device": device, "args": args, "steps_per_round": steps,
+    return {"program": name, "device": device, "args": args, "steps_per_round": steps, "loop_cpu": cpu,
             "untraced_us": spread(base), "traced_us": spread(cand),
             "ratio": spread([c / b for b, c in zip(base, cand)]),
             "added_us": spread([c - b for b, c in zip(base, cand)]),
@@ -122,12 +140,14 @@ def measure(device: str, name: str, args: list[str], rounds: int, steps: int, ou
 
 
 def table(rows: list[dict[str, Any]], rounds: int) -> str:
-    lines = [f"Medians over {rounds} alternating rounds, spread = max - min over the rounds; gc = the collections "
+    lines = [f"Medians over {rounds} alternating rounds, spread = max - min over the rounds (the mean and its "
+             f"standard error beside the host's figure); gc = the collections "
              f"(generations 0/1/2) in all the rounds of each side.", "",
              "| program | steps/round | untraced µs/step | traced µs/step | traced/untraced (spread) "
              "| added µs/step (spread) | untraced host µs/step (spread) | added host µs/step (spread) "
-             "| added CPU µs/step (spread) | gc untraced | gc traced | steps run | step events (modes) |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| added host µs/step, mean ± s.e. | added CPU µs/step (spread) | gc untraced | gc traced | steps run "
+             "| step events (modes) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         modes = ", ".join(f"{k} {v}" for k, v in sorted(r["modes"].items()))
         lines.append(f"| {r['device']} {r['program']} | {r['steps_per_round']} | {r['untraced_us']['median']:.2f} "
@@ -135,6 +155,7 @@ def table(rows: list[dict[str, Any]], rounds: int) -> str:
                      f"| {r['added_us']['median']:.2f} ({r['added_us']['spread']:.2f}) "
                      f"| {r['untraced_host_us']['median']:.2f} ({r['untraced_host_us']['spread']:.2f}) "
                      f"| {r['host_added_us']['median']:.2f} ({r['host_added_us']['spread']:.2f}) "
+                     f"| {r['host_added_us']['mean']:.2f} ± {r['host_added_us']['sem']:.2f} "
                      f"| {r['cpu_added_us']['median']:.2f} ({r['cpu_added_us']['spread']:.2f}) "
                      f"| {'/'.join(map(str, r['gc_untraced']))} | {'/'.join(map(str, r['gc_traced']))} "
                      f"| {r['steps_run']} | {r['step_events']} ({modes}) |")

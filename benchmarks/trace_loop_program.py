@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import sys
 import time
 
@@ -128,7 +129,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=500)
     parser.add_argument("--requests", type=int, default=0,
                         help="requests the scheduler's pass goes over before each step (0: none)")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="run the loop's thread on this CPU alone (its other threads, and any process it "
+                             "starts, keep theirs)")
     options = parser.parse_args(argv)
+    if options.cpu is not None:
+        os.sched_setaffinity(0, {options.cpu})     # this thread only: threads started before keep theirs
     requests = [[64 + k % 7, 0] for k in range(options.requests)]      # [tokens to generate, generated]
     with torch.inference_mode():
         setup(options.device, options.width, options.layers)

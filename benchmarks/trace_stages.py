@@ -44,6 +44,7 @@ spread (the interquartile range over the rounds; the JSON also has the full rang
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import itertools
 import os
@@ -57,6 +58,7 @@ import torch
 
 from benchmarks.harness import NullSink, StandInGraph, write_json
 from benchmarks.pairing import rotated
+from benchmarks.trace_loop_program import schedule
 from replayscope.runner.emitter import Emitter
 from replayscope.contract.sinks import JsonlSink
 from replayscope.runner.timing import CudaClock
@@ -76,23 +78,112 @@ class Program:
     the smallest size that holds its batch, or runs eager above the largest."""
 
     def __init__(self, tracer: Tracer | None = None, patches: Patches | None = None):
-        graph_class = type("Graph", (StandInGraph,), {})      # its own class: its own hooks, or none
+        graph_class = type("Graph", (self.graph_base(),), {})      # its own class: its own hooks, or none
         if tracer is not None:
             install_cuda_graph_hooks(tracer, types.SimpleNamespace(CUDAGraph=graph_class), patches)
-        self.graphs: dict[int, StandInGraph] = {}
+        self.graphs: dict[int, Any] = {}
         for bs in CAPTURED:
-            graph = graph_class()
-            graph.capture_begin()       # the tracer reads the size from this frame's ``bs``
-            graph.capture_end()
-            self.graphs[bs] = graph
+            self.graphs[bs] = self.capture(graph_class, bs)     # the tracer reads the size from ``bs``
         self.graph_for = {bs: next((self.graphs[s] for s in CAPTURED if s >= bs), None) for bs in SIZES}
-        self.inputs = [torch.zeros(bs, 1, dtype=torch.long) for bs in SIZES]
+        self.inputs = self.make_inputs()
+
+    def graph_base(self) -> type:
+        return StandInGraph
+
+    def capture(self, graph_class: type, bs: int) -> Any:
+        graph = graph_class()
+        graph.capture_begin()
+        graph.capture_end()
+        return graph
+
+    def make_inputs(self) -> list[torch.Tensor]:
+        return [torch.zeros(bs, 1, dtype=torch.long) for bs in SIZES]
 
     def step(self, tokens: torch.Tensor) -> torch.Tensor:
         graph = self.graph_for[tokens.shape[0]]
         if graph is not None:
             graph.replay()
         return tokens
+
+
+class HostBoundProgram(Program):
+    """``benchmarks.trace_loop``'s host-bound program in this process: 8 layers 512 wide, graphs
+    captured per size in one pool (CUDA graphs on CUDA; on the CPU, stand-ins whose replay runs the
+    layers on the static buffers), the batch copied into the static input, eager above the largest.
+    ``between`` is the loop's own Python before each step (a scheduler's pass over 96 requests)."""
+
+    LAYERS, REQUESTS = 8, 96
+
+    def __init__(self, tracer: Tracer | None = None, patches: Patches | None = None):
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.WIDTH = 512 if self.device == "cuda" else 64        # on the CPU: the loop's shape, quickly
+        dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
+        generator = torch.Generator().manual_seed(0)
+        self.weights = [(torch.randn(self.WIDTH, self.WIDTH, generator=generator) / self.WIDTH ** 0.5)
+                        .to(self.device, dtype) for _ in range(self.LAYERS)]
+        self.static_in = torch.zeros(max(CAPTURED), self.WIDTH, device=self.device, dtype=dtype)
+        self.static_out: dict[int, torch.Tensor] = {}
+        self.pool = torch.cuda.graph_pool_handle() if self.device == "cuda" else None
+        super().__init__(tracer, patches)
+        self.size_of = {id(graph): bs for bs, graph in self.graphs.items()}
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+        requests = [[64 + k % 7, 0] for k in range(self.REQUESTS)]
+        self.between = lambda: schedule(requests)
+
+    def graph_base(self) -> type:
+        return torch.cuda.CUDAGraph if self.device == "cuda" else _CpuGraph
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        for weight in self.weights:
+            hidden = torch.nn.functional.linear(hidden, weight)
+        return hidden
+
+    def capture(self, graph_class: type, bs: int) -> Any:
+        graph = graph_class()
+        if self.device != "cuda":
+            graph.work = lambda: self.static_out[bs].copy_(self.forward(self.static_in[:bs]))
+            graph.capture_begin()
+            self.static_out[bs] = self.forward(self.static_in[:bs])
+            graph.capture_end()
+            return graph
+        side = torch.cuda.Stream()           # warmed up on a side stream, then captured, as programs do
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            self.forward(self.static_in[:bs])
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph, pool=self.pool):
+            self.static_out[bs] = self.forward(self.static_in[:bs])
+        return graph
+
+    def make_inputs(self) -> list[torch.Tensor]:
+        return [torch.randn(bs, self.WIDTH, device=self.device, dtype=self.static_in.dtype) for bs in SIZES]
+
+    def step(self, hidden: torch.Tensor) -> torch.Tensor:
+        bs = hidden.shape[0]
+        graph = self.graph_for[bs]
+        if graph is None:
+            return self.forward(hidden)
+        self.static_in[:bs].copy_(hidden)
+        graph.replay()
+        return self.static_out[self.size_of[id(graph)]][:bs]
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+
+class _CpuGraph(StandInGraph):
+    """A stand-in graph whose replay runs its size's layers (the host-bound program on the CPU)."""
+
+    def replay(self):
+        self.work()
+
+
+PROGRAMS = {"trivial": Program, "host": HostBoundProgram}
+SYNC_EVERY = 100        # the host-bound loop's synchronise: one per this many steps, left out of its time
+SPARSER = (8, 64)       # the step path also with its steps timed 1 in this many (the default: CUDA_TIME_EVERY)
+SPIN_US = 2.0           # the ``spin`` side's plain Python before each step
 
 
 class StandInNode:
@@ -114,6 +205,40 @@ def tree_manager(program: Program) -> type:
     return Manager
 
 
+def cuda_event_sides(step: Callable[[Any], Any], every: int) -> dict[str, Callable[[Any], Any]]:
+    """The untraced step with CUDA events recorded around 1 step in ``every`` and nothing else (the
+    events made once, recorded on the stream taken once, never read): what the CUDA calls of step
+    timing cost in this loop, apart from the Python that makes, records and reads them."""
+    stream = torch.cuda.current_stream()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    record_start, record_end = functools.partial(start.record, stream), functools.partial(end.record, stream)
+
+    def sampled(before: Callable[[], Any] | None, after: Callable[[], Any] | None) -> Callable[[Any], Any]:
+        counter = itertools.count()
+
+        def side(x):
+            if next(counter) % every:
+                return step(x)
+            if before is not None:
+                before()
+            result = step(x)
+            if after is not None:
+                after()
+            return result
+        return side
+    plain_end = torch.cuda.Event()
+    return {"CUDA event pair": sampled(record_start, record_end), "CUDA start event": sampled(record_start, None),
+            "CUDA end event": sampled(None, record_end),
+            "CUDA end, untimed": sampled(None, functools.partial(plain_end.record, stream))}
+
+
+class _NoEvents:
+    """An emitter whose step records nothing (a plain Python call): the step path without its event."""
+
+    def step(self, *fields):
+        pass
+
+
 def new_tracer(path: str, core: str) -> Tracer:
     return tracer_class(core)(TraceSettings(trace_id="bench", name="bench"), make_sink=lambda run_id: JsonlSink(path))
 
@@ -122,22 +247,65 @@ CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def _loop(fn: Callable[[Any], Any], inputs: list, steps: int, clock: Callable[[], float],
-          then: Callable[[], Any] | None = None, after: Callable[[], Any] | None = None) -> float:
+          then: Callable[[], Any] | None = None, after: Callable[[], Any] | None = None,
+          between: Callable[[], Any] | None = None, sync: Callable[[], Any] | None = None) -> float:
     """µs per call of ``fn`` over ``steps`` calls, the inputs taken in turn, and ``then()`` after
     them (a traced round's hand-over: the emitter thread's work for its own events is in its time,
     whenever that thread would have done it); ``after()`` runs untimed (waiting for the writer
-    process to write them, on a core of its own, so that the next round starts with it idle)."""
+    process to write them, on a core of its own, so that the next round starts with it idle).
+    A host-bound program's loop: ``between()`` before each call (the loop's own Python), and
+    ``sync()`` after every ``SYNC_EVERY`` calls, its wait left out of the time (the host's launch
+    loop alone, as ``benchmarks.trace_loop_program`` times it)."""
     n = len(inputs)
     batches = [inputs[i % n] for i in range(steps)]
-    started = clock()
-    for x in batches:
-        fn(x)
-    if then is not None:
-        then()
-    elapsed = clock() - started
+    if between is None:
+        started = clock()
+        for x in batches:
+            fn(x)
+        if then is not None:
+            then()
+        elapsed = clock() - started
+    else:
+        sync()
+        elapsed, block = 0.0, clock()
+        for i, x in enumerate(batches):
+            between()
+            fn(x)
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                elapsed += clock() - block
+                sync()
+                block = clock()
+        if then is not None:
+            then()
+        elapsed += clock() - block
+        sync()
     if after is not None:
         after()
     return elapsed / steps * 1e6
+
+
+def python_spin(target_us: float) -> tuple[Callable[[], None], float]:
+    """A plain Python loop of about ``target_us`` on this host (little memory touched); (it, its µs
+    measured alone, the best of 5)."""
+    def spin_of(n: int) -> Callable[[], None]:
+        loop = range(n)
+
+        def spin():
+            for _ in loop:
+                pass
+        return spin
+
+    def best_us(fn: Callable[[], None], calls: int) -> float:
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter() - started) / calls * 1e6)
+        return best
+    per_pass = best_us(spin_of(1000), 200) / 1000
+    spin = spin_of(max(1, round(target_us / per_pass)))
+    return spin, best_us(spin, 2000)
 
 
 class GcCount:
@@ -171,19 +339,26 @@ def process_cpu_s(pid: int) -> float:
 
 
 def summary(values: list[float]) -> dict[str, float]:
-    """The median, the spread of the middle half (interquartile range) and the full range."""
+    """The median, the spread of the middle half (interquartile range) and the full range; the
+    mean (every round's share of what happens now and then) and its standard error."""
     quartiles = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
     return {"median": statistics.median(values), "spread": quartiles[2] - quartiles[0],
-            "range": max(values) - min(values)}
+            "range": max(values) - min(values), "mean": statistics.fmean(values),
+            "sem": statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0}
 
 
-def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: str = "python") -> dict[str, Any]:
+def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: str = "python",
+            program_name: str = "trivial") -> dict[str, Any]:
     Tracer = tracer_class(core)     # noqa: N806 (the class every tracer of this measure is made of)
+    Program = PROGRAMS[program_name]       # noqa: N806 (the program every side runs, each its own instance)
     tracer, patches = new_tracer(os.path.join(workdir, f"traced-{core}.jsonl"), core), Patches()
     program = Program(tracer, patches)
     inputs = program.inputs
     traced = step_wrapper(tracer, program.step, tensor_batch, "bench")
-    plain = Program().step                     # untraced: each stage alone is measured around it
+    untraced_program = Program()
+    plain = untraced_program.step              # untraced: each stage alone is measured around it
+    between, sync = getattr(untraced_program, "between", None), getattr(untraced_program, "sync", None)
+    spin, spin_alone_us = python_spin(SPIN_US)
     closed = Tracer(TraceSettings(trace_id="closed", name="closed"), make_sink=lambda run_id: None)
     closed.closed = True                       # step_begin refuses at once: the wrapper and the batch alone
     dispatch_only = step_wrapper(closed, plain, tensor_batch, "bench")
@@ -201,6 +376,12 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
     def floor(x):
         append((next(seq), 8))                  # a record of atoms, as an event is (untracked by the gc)
         return plain(x)
+
+    def spun(x):                                # plain Python time before the step: does it add just itself?
+        spin()
+        return plain(x)
+
+    raw_events = cuda_event_sides(plain, TraceSettings.time_every) if torch.cuda.is_initialized() else {}
 
     def timing(x):
         # On CUDA the events go back to the pool at once (the emitter's thread does it once read).
@@ -236,6 +417,17 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
     # each round): the whole of the step's work on the program's thread, none of the emitter's.
     queuing = Tracer(TraceSettings(trace_id="queue", name="queue"), make_sink=lambda run_id: NullSink())
     queued = step_wrapper(queuing, Program(queuing, patches).step, tensor_batch, "bench")
+    # The step path with one part left out, each in the program's loop: what that part costs there,
+    # with everything else a step does around it (the stages alone above do not add up to it).
+    untimed_tracer = Tracer(TraceSettings(trace_id="untimed", name="untimed", time_every=10**9),
+                            make_sink=lambda run_id: NullSink())
+    untimed = step_wrapper(untimed_tracer, Program(untimed_tracer, patches).step, tensor_batch, "bench")
+    sparse_tracers = {every: Tracer(TraceSettings(trace_id=f"every-{every}", name=f"every-{every}", time_every=every),
+                                    make_sink=lambda run_id: NullSink()) for every in SPARSER}
+    sparse = {f"step path, timed 1 in {every}": step_wrapper(t, Program(t, patches).step, tensor_batch, "bench")
+              for every, t in sparse_tracers.items()}
+    silent_tracer = Tracer(TraceSettings(trace_id="silent", name="silent"), make_sink=lambda run_id: NullSink())
+    silent = step_wrapper(silent_tracer, Program(silent_tracer, patches).step, tensor_batch, "bench")
     # Zero configuration: each call of a reduce-overhead function a step (no --step), same program.
     trees_tracer = new_tracer(os.path.join(workdir, f"trees-{core}.jsonl"), core)
     traced_manager = tree_manager(Program(trees_tracer, patches))
@@ -253,16 +445,24 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
     traced(inputs[0])                           # the runs open (their emitter threads start) outside the rounds
     dropped(inputs[0])
     queued(inputs[0])
+    untimed(inputs[0])
+    silent(inputs[0])
+    for step in sparse.values():
+        step(inputs[0])
     traced_tree_call(inputs[0])
-    for opened in (tracer, dropping, queuing, trees_tracer):
+    stopped_tracers = (queuing, untimed_tracer, silent_tracer, *sparse_tracers.values())
+    for opened in (tracer, dropping, trees_tracer, *stopped_tracers):
         opened._starter.join()                 # each run's writer process started before the rounds
-    queuing.emitter._stop.set()
-    queuing.emitter._thread.join()
+    for stopped in stopped_tracers:
+        stopped.emitter._stop.set()
+        stopped.emitter._thread.join()
+    silent_emitter = silent_tracer.emitter
+    silent_tracer.emitter = _NoEvents()       # the step's event: a Python call that records nothing
     sides: dict[str, Callable[[Any], Any]] = {
-        "untraced": plain, "floor": floor, "dispatch": dispatch_only, "replay hook": replay_hook,
+        "untraced": plain, "floor": floor, "spin": spun, "dispatch": dispatch_only, "replay hook": replay_hook,
         "timing": timing, "routing": routing, "event": event, "traced step": traced, "events dropped": dropped,
-        "step path": queued,
-        "tree call": tree_call, "graph-tree step": traced_tree_call}
+        "step path": queued, "step path, untimed": untimed, **sparse, "step path, no event": silent,
+        "tree call": tree_call, "graph-tree step": traced_tree_call, **raw_events}
     gc_counts = {name: GcCount() for name in sides}
     traced_emitters = {"traced step": tracer.emitter, "events dropped": dropping.emitter,
                        "graph-tree step": trees_tracer.emitter}
@@ -271,11 +471,13 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
         def one_round(_round: int) -> float:
             queue.clear()
             events._queue.clear()
-            queuing.emitter._queue.clear()
+            for stopped in stopped_tracers:
+                if stopped is not silent_tracer:
+                    stopped.emitter._queue.clear()
             with gc_counts[name]:
                 emitter = traced_emitters.get(name)
                 return _loop(sides[name], inputs, steps, CLOCKS[clock], emitter and emitter._flush,
-                             emitter and emitter.flush)
+                             emitter and emitter.flush, between, sync)
         return one_round
 
     names = list(sides)
@@ -300,13 +502,16 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
     patches.remove()
     tracer.close()
     dropping.close()
-    queuing.emitter._queue.clear()
-    queuing.close()
+    silent_tracer.emitter = silent_emitter
+    for stopped in stopped_tracers:
+        stopped.emitter._queue.clear()
+        stopped.close()
     trees_tracer.close()
     hooks_on.in_step = False
     hooks_on.close()
     base = per_round["untraced"]
-    result: dict[str, Any] = {"core": core, "clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
+    result: dict[str, Any] = {"core": core, "program": program_name, "spin_alone_us": spin_alone_us,
+                              "clock": clock, "steps_per_round": steps, "rounds": rounds, "cuda_events": torch.cuda.is_initialized(),
                               "untraced_us": summary(base), "stages": {}}
     for name in names[1:]:
         if name == "tree call":
@@ -315,6 +520,7 @@ def measure(rounds: int, steps: int, workdir: str, clock: str = "wall", core: st
         added = [v - b for v, b in zip(per_round[name], against)]
         result["stages"][name] = {**summary(added), "gc": gc_counts[name].collections,
                                   "gc_ms": gc_counts[name].seconds * 1e3}
+
     result["stages"]["sink"] = summary(sink_us)
     result["stages"]["converted here"] = summary(converted_us)
     result["stages"]["writer cpu"] = {"median": writer_cpu_us, "spread": 0.0, "range": 0.0}
@@ -335,6 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--core", choices=("both", "compiled", "python"), default="both",
                         help="the step core traced (both: each in turn, a column per core; the compiled one "
                              "where it is built)")
+    parser.add_argument("--program", choices=tuple(PROGRAMS), default="trivial",
+                        help="trivial: a call that replays a stand-in graph (the trace's own work alone); host: "
+                             "the host-bound loop of benchmarks.trace_loop in this process (real CUDA graphs and "
+                             "layers, a scheduler's pass before each step, one synchronise per 100 steps left "
+                             "out of the time): what each stage costs among torch's own host work")
     parser.add_argument("--json", help="also write the figures as JSON to this file")
     options = parser.parse_args(argv)
     chosen = list(cores()) if options.core == "both" else [options.core]
@@ -346,18 +557,21 @@ def main(argv: list[str] | None = None) -> int:
     results = {}
     with tempfile.TemporaryDirectory() as workdir:
         for core in chosen:
-            results[core] = measure(options.rounds, options.steps, workdir, options.clock, core)
+            results[core] = measure(options.rounds, options.steps, workdir, options.clock, core, options.program)
     first = results[chosen[0]]
-    print(f"{options.clock} clock; untraced step {first['untraced_us']['median']:.2f} us; per step, added over it "
+    print(f"{options.program} program; spin alone {first['spin_alone_us']:.2f} us; "
+          f"{options.clock} clock; untraced step {first['untraced_us']['median']:.2f} us; per step, added over it "
           f"(median of {options.rounds} alternating rounds of {options.steps} steps, spread = interquartile range), "
           f"per step core:")
-    print(f"{'stage':<16}" + "".join(f" {core + ' us':>13} {'spread':>7} {'gc gen0/1/2':>12}" for core in chosen))
+    print(f"{'stage':<26}" + "".join(f" {core + ' us':>13} {'spread':>7} {'mean ± s.e.':>13} {'gc gen0/1/2':>12}"
+                                     for core in chosen))
     for name in first["stages"]:
-        row = f"{name:<16}"
+        row = f"{name:<26}"
         for core in chosen:
             figures = results[core]["stages"][name]
             gcs = "/".join(str(n) for n in figures.get("gc", ())) or "-"
-            row += f" {figures['median']:13.2f} {figures['spread']:7.2f} {gcs:>12}"
+            mean = f"{figures['mean']:.2f} ± {figures['sem']:.2f}" if "mean" in figures else "-"
+            row += f" {figures['median']:13.2f} {figures['spread']:7.2f} {mean:>13} {gcs:>12}"
         print(row)
     for core in chosen:
         result = results[core]

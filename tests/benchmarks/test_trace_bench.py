@@ -21,13 +21,27 @@ def test_each_stage_of_a_traced_step_is_measured_against_the_floor_and_every_ste
     from benchmarks import trace_stages
 
     result = trace_stages.measure(rounds=2, steps=200, workdir=str(tmp_path))
-    assert set(result["stages"]) == {"floor", "dispatch", "replay hook", "timing", "routing", "event", "traced step",
-                                     "events dropped", "step path", "graph-tree step", "sink", "converted here",
+    assert set(result["stages"]) == {"floor", "spin", "dispatch", "replay hook", "timing", "routing", "event", "traced step",
+                                     "events dropped", "step path", "step path, untimed", "step path, timed 1 in 8",
+                                     "step path, timed 1 in 64", "step path, no event",
+                                     "graph-tree step", "sink", "converted here",
                                      "writer cpu"}
     assert result["stages"]["writer cpu"]["median"] >= 0
     # graph, padded and eager steps all ran through the traced step (each round's, and the run's first)
     assert result["traced_steps"] == 2 * 200 + 1
     assert set(result["modes"]) == set(result["graph_tree_modes"]) == {"graph", "padded", "eager"}
+
+
+def test_the_stages_are_measured_in_the_host_bound_loop_with_its_scheduler_pass_and_every_step_recorded(tmp_path):
+    from benchmarks import trace_stages
+
+    result = trace_stages.measure(rounds=2, steps=120, workdir=str(tmp_path), core="python", program_name="host")
+    assert result["program"] == "host" and result["spin_alone_us"] > 0
+    assert {"spin", "traced step", "step path", "graph-tree step"} <= set(result["stages"])
+    assert result["traced_steps"] == 2 * 120 + 1
+    # batches 1, 3, 8, 12, 24 on graphs of 1..16 (stand-ins running the layers on the CPU): 2 graph, 2 padded, 1 eager
+    assert result["modes"]["eager"] == 2 * 120 // 5 and result["modes"]["graph"] + result["modes"]["padded"] == 4 * 2 * 120 // 5 + 1
+    assert result["untraced_us"]["median"] > 0
 
 
 def test_the_host_bound_loop_runs_traced_and_untraced_and_its_events_hold_every_step(tmp_path):
@@ -72,3 +86,17 @@ def test_the_step_timing_benchmark_measures_each_side_on_the_host_and_on_the_wal
         assert row["host"]["median"] <= row["wall"]["median"]     # the launch loop is part of the wall clock's time
     assert result["reading_per_timing_us"]["median"] > 0
     assert "| CudaClock pair |" in step_timing_bench.markdown(result)
+
+
+@pytest.mark.gpu
+def test_the_stages_in_the_host_bound_loop_on_cuda_include_its_cuda_events_alone(tmp_path):
+    import torch
+
+    from benchmarks import trace_stages
+
+    torch.cuda.init()
+    result = trace_stages.measure(rounds=2, steps=100, workdir=str(tmp_path), program_name="host")
+    assert {"CUDA event pair", "CUDA start event", "CUDA end event", "CUDA end, untimed",
+            "step path, untimed", "step path, timed 1 in 8"} <= set(result["stages"])
+    # batches 1, 3, 8, 12, 24 on CUDA graphs of 1..16: graph, padded and eager steps, every one recorded
+    assert set(result["modes"]) == {"graph", "padded", "eager"} and result["traced_steps"] == 2 * 100 + 1
