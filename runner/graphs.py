@@ -13,7 +13,7 @@ call ``capture()`` once, then ``step()`` per batch. Each batch goes through the 
 
 With an emitter, every step is an event. On CUDA its duration comes from CUDA events on the
 first step of each (stage, mode, batch size) and every ``time_every``-th one after it (default
-8; 1 times every step), read later without synchronising; the other steps carry no duration.
+32; 1 times every step), read later without synchronising; the other steps carry no duration.
 
 Capture never kills the process (``replayscope.runner.capture``): a failed compile falls back to
 capture without compile, a failed capture drops that size, and if nothing captures

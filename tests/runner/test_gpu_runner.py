@@ -132,7 +132,7 @@ def test_a_capture_that_fails_degrades_and_the_run_goes_on():
     assert not any(e["graph_bs"] == 8 for e in steps)
     assert any(e["mode"] == "padded" and e["graph_bs"] == 16 and 4 < e["raw_bs"] <= 8 for e in steps) \
         or not any(4 < e["raw_bs"] <= 8 for e in steps if e["stage"] == "decode")
-    # GPU-timed: the first step of each stage, mode and batch size, then every 8th of it
+    # GPU-timed: the first step of each stage, mode and batch size, then every CUDA_TIME_EVERY-th of it
     assert [e["duration_s"] is not None for e in steps] == sampled([(e["stage"], e["mode"], e["raw_bs"]) for e in steps])
     assert all(e["duration_s"] > 0 for e in steps if e["duration_s"] is not None)
 

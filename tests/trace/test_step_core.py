@@ -40,10 +40,10 @@ MUTATED = "skipping cudagraphs due to mutated inputs (6 instances). Found from :
 class Harness:
     """A tracer of one core, its hooks on a graph class of its own, its events kept."""
 
-    def __init__(self, core: str):
+    def __init__(self, core: str, time_every: int = 8):
         self.sinks: list[ListSink] = []
-        self.tracer = tracer_class(core)(TraceSettings(trace_id="t0", name="test", command=("python", "p.py")),
-                                         make_sink=self._sink)
+        self.tracer = tracer_class(core)(TraceSettings(trace_id="t0", name="test", command=("python", "p.py"),
+                                                       time_every=time_every), make_sink=self._sink)
         self.graph_class = type("Graph", (FakeCUDAGraph,), {})
         self.patches = Patches()
         assert install_cuda_graph_hooks(self.tracer, types.SimpleNamespace(CUDAGraph=self.graph_class,

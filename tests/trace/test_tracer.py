@@ -13,6 +13,7 @@ import torch
 from replayscope.runner.trace.causes import Cause
 from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
 from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
+from replayscope.runner.timing import CUDA_TIME_EVERY
 from tests.trace.conftest import FakeCUDAGraph, capture, kinds
 
 MUTATED = "skipping cudagraphs due to mutated inputs (6 instances). Found from : \n File \"model.py\", line 3"
@@ -472,16 +473,18 @@ def cuda_in_use(monkeypatch):
     return state
 
 
-def test_with_cuda_the_first_step_of_each_batch_size_and_every_eighth_after_it_is_timed(traced, cuda_in_use):
+def test_with_cuda_the_first_step_of_each_batch_size_and_every_nth_after_it_is_timed(traced, cuda_in_use):
+    every = CUDA_TIME_EVERY
     graphs = {bs: capture(bs) for bs in (2, 4)}
-    sizes = [4] * 10 + [2] * 3
+    sizes = [4] * (every + 2) + [2] * 3
     for bs in sizes:
         step(traced.tracer, bs, replay=[graphs[bs]])
     events = traced.finish()
     durations = [(s["raw_bs"], s["duration_s"]) for s in kinds(events, "step")]
-    assert durations == [(4, 0.0025)] + [(4, None)] * 7 + [(4, 0.0025), (4, None), (2, 0.0025), (2, None), (2, None)]
+    assert durations == [(4, 0.0025)] + [(4, None)] * (every - 1) + [(4, 0.0025), (4, None), (2, 0.0025), (2, None),
+                                                                      (2, None)]
     assert FakeEvent.recorded == 2 * 3                  # a start and an end event per timed step, none else
-    assert traced.sinks[0].run["config"]["trace"]["step_timing"] == {"clock": "cuda_events", "every": 8}
+    assert traced.sinks[0].run["config"]["trace"]["step_timing"] == {"clock": "cuda_events", "every": CUDA_TIME_EVERY}
 
 
 def test_a_step_while_the_stream_is_capturing_records_no_event(traced, cuda_in_use):
@@ -504,4 +507,4 @@ def test_the_sampling_reaches_every_traced_process_through_its_environment():
 
     environment = TraceSettings(trace_id="t1", name="n", time_every=3).environment()
     assert TraceSettings.from_environment(environment).time_every == 3
-    assert TraceSettings.from_environment({**environment, ENV_TIME_EVERY: "0"}).time_every == 8
+    assert TraceSettings.from_environment({**environment, ENV_TIME_EVERY: "0"}).time_every == CUDA_TIME_EVERY
