@@ -181,13 +181,14 @@ def test_step_timings_follow_the_stream_the_step_runs_on(model):
 @torch.inference_mode()
 def test_sampled_steps_carry_their_gpu_time_and_the_others_none(model):
     """Default timing: CUDA events on the first step of each (stage, mode, batch size) and every
-    8th after it; a timed step's duration is the GPU time of its copies and replay."""
+    CUDA_TIME_EVERY-th after it; a timed step's duration is the GPU time of its copies and replay."""
     sink = ListSink()
     emitter = new_emitter(sink, "sampled")
     runner, _ = decode_runner(model, (4, 8), emitter=emitter, scratch=16)
     runner.capture()
     inputs = {bs: batch(bs, seed=bs) for bs in (4, 6, 8)}
-    order = [4, 6, 8] * 20
+    per_size = CUDA_TIME_EVERY + 8             # each size's first step and its (CUDA_TIME_EVERY + 1)-th timed
+    order = [4, 6, 8] * per_size
     for bs in order:
         runner.step(inputs[bs])
     bare_ms = []                                # the same copies and replay, each timed with events
@@ -206,7 +207,7 @@ def test_sampled_steps_carry_their_gpu_time_and_the_others_none(model):
     assert [(e["raw_bs"], e["mode"]) for e in steps] == [(bs, "padded" if bs == 6 else "graph") for bs in order]
     assert [e["duration_s"] is not None for e in steps] == sampled([(e["stage"], e["mode"], e["raw_bs"]) for e in steps])
     timed = [e["duration_s"] * 1000 for e in steps if e["duration_s"] is not None]
-    assert len(timed) == 9                      # steps 1, 9, 17 of each size
+    assert len(timed) == 3 * 2                  # steps 1 and CUDA_TIME_EVERY + 1 of each size
     assert 0.5 < statistics.median(timed) / statistics.median(bare_ms) < 2.0, (timed, bare_ms)
     assert runner.step_timing == {"clock": "cuda_events", "every": CUDA_TIME_EVERY}
 
