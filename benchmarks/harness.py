@@ -1,7 +1,7 @@
 """What the benchmarks share around their measurements: sinks for a run's events (dropped,
 or kept in memory), the ``--json`` file of the figures (``--out``: a folder with the figures
 and their markdown table), client threads timed together, and the ``--core`` option of the
-graph runner's benchmarks.
+graph runner's benchmarks; a plain Python spin of a few µs (a control: host time that touches little memory).
 
 Standard library only: the GPU benchmarks import it on a host without the collector's packages.
 """
@@ -106,3 +106,27 @@ def timed_threads(work: Callable[[int], None], count: int) -> float:
     for t in threads:
         t.join()
     return time.perf_counter() - start
+
+
+def python_spin(target_us: float = 5.0) -> tuple[Callable[[], None], float]:
+    """A plain Python loop of about ``target_us`` on this host (little memory touched); (it, its µs
+    measured alone, the best of 5 means)."""
+    def spin_of(n: int) -> Callable[[], None]:
+        loop = range(n)
+
+        def spin():
+            for _ in loop:
+                pass
+        return spin
+
+    def best_us(fn: Callable[[], None], calls: int) -> float:
+        best = float("inf")
+        for _ in range(5):
+            started = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.perf_counter() - started) / calls * 1e6)
+        return best
+    per_pass = best_us(spin_of(1000), 200) / 1000
+    spin = spin_of(max(1, round(target_us / per_pass)))
+    return spin, best_us(spin, 2000)

@@ -14,7 +14,7 @@ time of the call alone (perf_counter around the call, the synchronise outside it
 overhead ratio is the median of the per-pair ratios of step times, the host time *added*
 the median of the per-pair differences. Next to it, the pipelined ratio: many steps back
 to back and one synchronise, as in serving. The runner times 1 step in ``time_every``
-(default 8) per (stage, mode, batch size) with CUDA events; the ratio is measured so, and
+(default 32) per (stage, mode, batch size) with CUDA events; the ratio is measured so, and
 the host time added is measured for the two kinds of step apart: untimed (no step timed
 after each key's first) and timed (``time_every=1``), and their mean over a sampling cycle
 (what the runner adds per step on average), with the spread of the untimed step's per-pair
@@ -46,7 +46,7 @@ from typing import Callable
 
 import torch
 
-from benchmarks.harness import NullSink, add_core_option, markdown_table, runner_cores, write_folder, write_json
+from benchmarks.harness import NullSink, add_core_option, markdown_table, python_spin, runner_cores, write_folder, write_json
 from benchmarks.pairing import paired, paired_pipelined, pipelined_ms, timed_once
 from replayscope.contract.sinks import JsonlSink
 from replayscope.runner.emitter import Emitter
@@ -162,20 +162,6 @@ def progress_tick_us(calls: int = 200_000) -> float:
     for step in range(calls):
         progress.update_to(step, str)
     return (time.perf_counter() - started) / calls * 1e6
-
-
-def python_spin(target_us: float = 5.0):
-    """A pure-Python loop calibrated on this host to take about ``target_us``; (spin, its measured µs)."""
-    def spin_of(n):
-        loop = range(n)
-
-        def spin():
-            for _ in loop:
-                pass
-        return spin
-    per_pass = min(mean_us(spin_of(1000), 200, 5)) / 1000
-    spin = spin_of(max(1, round(target_us / per_pass)))
-    return spin, min(mean_us(spin, 2000, 5))
 
 
 def host_breakdown(runner: GraphRunner, bare: Callable[[], object], step: Callable[[], object],

@@ -56,7 +56,7 @@ from typing import Any, Callable
 
 import torch
 
-from benchmarks.harness import NullSink, StandInGraph, write_json
+from benchmarks.harness import NullSink, StandInGraph, python_spin, write_json
 from benchmarks.pairing import rotated
 from benchmarks.trace_loop_program import schedule
 from replayscope.runner.emitter import Emitter
@@ -282,30 +282,6 @@ def _loop(fn: Callable[[Any], Any], inputs: list, steps: int, clock: Callable[[]
     if after is not None:
         after()
     return elapsed / steps * 1e6
-
-
-def python_spin(target_us: float) -> tuple[Callable[[], None], float]:
-    """A plain Python loop of about ``target_us`` on this host (little memory touched); (it, its µs
-    measured alone, the best of 5)."""
-    def spin_of(n: int) -> Callable[[], None]:
-        loop = range(n)
-
-        def spin():
-            for _ in loop:
-                pass
-        return spin
-
-    def best_us(fn: Callable[[], None], calls: int) -> float:
-        best = float("inf")
-        for _ in range(5):
-            started = time.perf_counter()
-            for _ in range(calls):
-                fn()
-            best = min(best, (time.perf_counter() - started) / calls * 1e6)
-        return best
-    per_pass = best_us(spin_of(1000), 200) / 1000
-    spin = spin_of(max(1, round(target_us / per_pass)))
-    return spin, best_us(spin, 2000)
 
 
 class GcCount:
