@@ -9,7 +9,9 @@ PyObject *steps_module, *device_module;
 PyObject *s_decode, *s_padded, *s_eager, *s_step, *s_mode, *s_graph_bs, *s_reason, *s_evidence,
          *s_size, *s_route, *s_start_timing, *s_stop_timing, *s_ensure_run, *s_hook_error,
          *s_capture_phase, *s_decided, *s_every, *s_record_start, *s_shape, *s_dtype, *s_step_begin,
-         *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen;
+         *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen,
+         *s_pop, *s_graph_trees, *s_batch_index, *s_inductor_recordings, *s_inductor_calls, *s_mismatch,
+         *s_inductor_call_end, *s_inductor_step, *s_inductor_call;
 PyObject *zero, *one;
 
 /* An exception raised and taken out of the error indicator (normalized), and put back. */
@@ -77,14 +79,20 @@ PyMODINIT_FUNC PyInit__stepcore(void)
     INTERN(s_step_begin, "step_begin") INTERN(s_append, "append") INTERN(s_wrapped, "__wrapped__")
     INTERN(s_replayed, "replayed") INTERN(s_cuda_clock_class, "CudaClock") INTERN(s_drop, "drop")
     INTERN(s_cuda_in_use, "cuda_in_use") INTERN(s_capturing, "capturing") INTERN(s_seen, "_seen")
+    INTERN(s_pop, "pop") INTERN(s_graph_trees, "graph_trees") INTERN(s_batch_index, "batch_index")
+    INTERN(s_inductor_recordings, "inductor_recordings") INTERN(s_inductor_calls, "inductor_calls")
+    INTERN(s_mismatch, "mismatch") INTERN(s_inductor_call_end, "inductor_call_end")
+    INTERN(s_inductor_step, "Inductor step") INTERN(s_inductor_call, "Inductor call")
     if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL) return NULL;
-    if (PyType_Ready(&StepStateType) < 0 || PyType_Ready(&StepWrapperType) < 0 || PyType_Ready(&ReplayHookType) < 0)
+    if (PyType_Ready(&StepStateType) < 0 || PyType_Ready(&StepWrapperType) < 0 || PyType_Ready(&ReplayHookType) < 0
+        || PyType_Ready(&TreeRunType) < 0)
         return NULL;
     PyObject *module = PyModule_Create(&stepcore_module);
     if (module == NULL) return NULL;
     if (PyModule_AddObjectRef(module, "StepState", (PyObject *)&StepStateType) < 0
         || PyModule_AddObjectRef(module, "StepWrapper", (PyObject *)&StepWrapperType) < 0
-        || PyModule_AddObjectRef(module, "ReplayHook", (PyObject *)&ReplayHookType) < 0) {
+        || PyModule_AddObjectRef(module, "ReplayHook", (PyObject *)&ReplayHookType) < 0
+        || PyModule_AddObjectRef(module, "TreeRun", (PyObject *)&TreeRunType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -4,6 +4,7 @@
  *   StepState.step_begin / step_end / step_abort  mirror  steps.py StepTracking (same names)
  *   StepWrapper                                   mirrors recipes.py step_wrapper (+ tensor_batch's cache)
  *   ReplayHook                                    mirrors hooks.py _replay
+ *   TreeRun                                       mirrors graph_trees.py's run (its Python run: the fallback)
  * Anything but the common case calls the tracer's own Python methods (_start_timing, _route,
  * _decided, _stop_timing, _ensure_run, hook_error, _maybe_capture_phase): one behaviour, two
  * speeds. The tracer's state lives in StepState's fields, which Python reads and writes as
@@ -13,7 +14,8 @@
  * Its files, one job each (this header: the StepState struct, the shared names and declarations):
  *   _stepcore_state.c     StepState: the tracer's step fields, timing, step_begin / step_end / step_abort
  *   _stepcore_step_end.c  step_end's body: the step's outcome routed (_route's common case), sent as an event
- *   _stepcore_wrappers.c  the replay hook and the step wrapper, with tensor_batch's cache (the batch reader)
+ *   _stepcore_wrappers.c  the replay hook, the step wrapper with tensor_batch's cache (the batch reader), and
+ *                         the graph-tree call (each call of a reduce-overhead function a step, no --step)
  *   _stepcore.c           the module: configure(), the interned names, the error helpers, PyInit__stepcore
  */
 #ifndef REPLAYSCOPE_STEPCORE_H
@@ -38,7 +40,9 @@ extern PyObject *steps_module, *device_module;
 extern PyObject *s_decode, *s_padded, *s_eager, *s_step, *s_mode, *s_graph_bs, *s_reason, *s_evidence,
                 *s_size, *s_route, *s_start_timing, *s_stop_timing, *s_ensure_run, *s_hook_error,
                 *s_capture_phase, *s_decided, *s_every, *s_record_start, *s_shape, *s_dtype, *s_step_begin,
-                *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen;
+                *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen,
+                *s_pop, *s_graph_trees, *s_batch_index, *s_inductor_recordings, *s_inductor_calls, *s_mismatch,
+                *s_inductor_call_end, *s_inductor_step, *s_inductor_call;
 extern PyObject *zero, *one;
 
 /* Read on every step: inlined where they are used, as in one file. */
@@ -83,7 +87,7 @@ typedef struct {
 #define NEED(self, field, name) if ((self)->field == NULL) { \
         PyErr_SetString(PyExc_AttributeError, "tracer has no attribute '" name "'"); goto error; }
 
-extern PyTypeObject StepStateType, StepWrapperType, ReplayHookType;
+extern PyTypeObject StepStateType, StepWrapperType, ReplayHookType, TreeRunType;
 
 /* _stepcore_state.c */
 PyObject *call_method(StepState *self, PyObject *name, PyObject *const *args, size_t n);

@@ -1,5 +1,6 @@
-/* The callables a traced program calls: the replay hook (hooks._replay) and the step wrapper
- * (recipes.step_wrapper) with its batch reader (tensor_batch's cache, else the recipe's batch_of). */
+/* The callables a traced program calls: the replay hook (hooks._replay), the step wrapper
+ * (recipes.step_wrapper) with its batch reader (tensor_batch's cache, else the recipe's batch_of),
+ * and the graph-tree call (graph_trees.install_graph_tree_hooks' run: a zero-configuration step). */
 #include "_stepcore.h"
 
 /* -- the wrappers: callables that bind as methods, with a __dict__ (functools.update_wrapper) -- */
@@ -11,13 +12,15 @@ typedef struct {
     PyObject *original;
     PyObject *batch_of, *recipe, *recipe_failed;     /* StepWrapper only */
     PyObject *batches, *tensor_type_of, *tensor_type; /* StepWrapper with tensor_batch's cache only */
+    PyObject *fallback;                               /* TreeRun only: the Python run, for the uncommon */
+    int auto_steps;                                   /* TreeRun only: each call a step (no --step) */
 } Wrapper;
 
 static int wrapper_traverse(Wrapper *self, visitproc visit, void *arg)
 {
     Py_VISIT(self->dict); Py_VISIT(self->tracer); Py_VISIT(self->original); Py_VISIT(self->batch_of);
     Py_VISIT(self->recipe); Py_VISIT(self->recipe_failed); Py_VISIT(self->batches);
-    Py_VISIT(self->tensor_type_of); Py_VISIT(self->tensor_type);
+    Py_VISIT(self->tensor_type_of); Py_VISIT(self->tensor_type); Py_VISIT(self->fallback);
     return 0;
 }
 
@@ -25,7 +28,7 @@ static int wrapper_clear(Wrapper *self)
 {
     Py_CLEAR(self->dict); Py_CLEAR(self->tracer); Py_CLEAR(self->original); Py_CLEAR(self->batch_of);
     Py_CLEAR(self->recipe); Py_CLEAR(self->recipe_failed); Py_CLEAR(self->batches);
-    Py_CLEAR(self->tensor_type_of); Py_CLEAR(self->tensor_type);
+    Py_CLEAR(self->tensor_type_of); Py_CLEAR(self->tensor_type); Py_CLEAR(self->fallback);
     return 0;
 }
 
@@ -169,6 +172,136 @@ static PyObject *step_call(Wrapper *self, PyObject *const *args, size_t nargsf, 
     return result;
 }
 
+/* -- the graph-tree call ------------------------------------------------------------------- */
+/* GraphTrees.batch's common case: the function's batch position known (tracer.graph_trees.batch_index)
+ * and an int >= 1 there. NULL (no error set): not known here; the Python run decides. */
+static PyObject *tree_batch(StepState *tracer, PyObject *inputs, PyObject *function_id)
+{
+    PyObject *trees = PyObject_GetAttr((PyObject *)tracer, s_graph_trees);
+    PyObject *index_of = trees == NULL ? NULL : PyObject_GetAttr(trees, s_batch_index);
+    Py_XDECREF(trees);
+    if (index_of == NULL || !PyDict_CheckExact(index_of)) { Py_XDECREF(index_of); PyErr_Clear(); return NULL; }
+    PyObject *where = PyDict_GetItemWithError(index_of, function_id), *value = NULL;
+    if (where != NULL && PyTuple_CheckExact(where) && PyTuple_GET_SIZE(where) == 2) {
+        Py_ssize_t index = PyLong_AsSsize_t(PyTuple_GET_ITEM(where, 0));
+        int is_size = index == -1 && PyErr_Occurred() ? -1 : truth(PyTuple_GET_ITEM(where, 1));
+        PyObject *item = is_size < 0 ? NULL : PySequence_GetItem(inputs, index);
+        if (item != NULL && !is_size) {
+            PyObject *shape = PyObject_GetAttr(item, s_shape);
+            Py_SETREF(item, shape == NULL ? NULL : PySequence_GetItem(shape, 0));
+            Py_XDECREF(shape);
+        }
+        if (item != NULL && PyLong_CheckExact(item) && PyLong_AsSsize_t(item) >= 1)
+            value = Py_NewRef(item);
+        Py_XDECREF(item);
+    }
+    Py_DECREF(index_of);
+    PyErr_Clear();           /* whatever went wrong here, the Python run does it again, and answers */
+    return value;
+}
+
+/* An Exception of the tracer's own in a graph-tree hook: a warning (hook_error), the program goes on.
+ * 0: taken; -1: not an Exception (KeyboardInterrupt, SystemExit), or hook_error raised. */
+static int tree_hook_failed(StepState *tracer, PyObject *where)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    PyObject *error = take_error();
+    PyObject *args[2] = {where, error};
+    PyObject *done = call_method(tracer, s_hook_error, args, 2);
+    Py_DECREF(error);
+    if (done == NULL) return -1;
+    Py_DECREF(done);
+    return 0;
+}
+
+/* list.append / list.pop on what is a list (through its methods on anything else) */
+static int list_append(PyObject *list, PyObject *item)
+{
+    if (PyList_CheckExact(list)) return PyList_Append(list, item);
+    PyObject *done = PyObject_CallMethodOneArg(list, s_append, item);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+static int list_pop(PyObject *list)
+{
+    Py_ssize_t n = PyList_CheckExact(list) ? PyList_GET_SIZE(list) : -1;
+    if (n > 0) return PyList_SetSlice(list, n - 1, n, NULL);
+    PyObject *done = PyObject_CallMethodNoArgs(list, s_pop);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+/* graph_trees.install_graph_tree_hooks' run: one call of a compiled function through Inductor's
+ * graph trees (without --step a step of its own); its common case here, anything else the Python run. */
+static PyObject *tree_run_call(Wrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    StepState *tracer = self->tracer;
+    if (PyVectorcall_NARGS(nargsf) != 3 || kwnames != NULL || tracer->in_step == NULL)
+        return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+    PyObject *inputs = args[1], *function_id = args[2];
+    int running = truth(tracer->in_step), started = 0;
+    if (running < 0) return NULL;
+    if (self->auto_steps && !running) {
+        PyObject *bs = tree_batch(tracer, inputs, function_id);
+        if (bs == NULL) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        started = core_begin(tracer, s_decode, bs, bs, Py_None);
+        Py_DECREF(bs);
+        if (started < 0) {
+            if (tree_hook_failed(tracer, s_inductor_step) < 0) return NULL;
+            started = 0;
+        }
+    }
+    Py_ssize_t replays = tracer->total_replays;
+    PyObject *recordings = PyObject_GetAttr((PyObject *)tracer, s_inductor_recordings);
+    PyObject *calls = recordings == NULL ? NULL : PyObject_GetAttr((PyObject *)tracer, s_inductor_calls);
+    PyObject *trees = calls == NULL ? NULL : PyObject_GetAttr((PyObject *)tracer, s_graph_trees);
+    PyObject *result = NULL;
+    if (trees == NULL || list_append(calls, function_id) < 0 || PyObject_SetAttr(trees, s_mismatch, Py_None) < 0)
+        goto done;
+    result = PyObject_Vectorcall(self->original, args, nargsf, NULL);
+    if (result == NULL) {                 /* the program's error: the call is not counted, the step not recorded */
+        PyObject *error = take_error();
+        int failed = list_pop(calls) < 0;
+        if (!failed && started) step_abort_core(tracer, &failed);
+        if (failed) {
+            PyObject *other = take_error();
+            PyException_SetContext(other, error);
+            restore_error(other);
+        } else {
+            restore_error(error);
+        }
+        goto done;
+    }
+    /* inductor_call_end's common case: outside a step, or a replay with no recording, nothing to say */
+    int fast = -1;
+    running = truth(tracer->in_step);
+    if (running == 0) {
+        fast = 1;
+    } else if (running > 0 && tracer->total_replays != replays) {
+        PyObject *now = PyObject_GetAttr((PyObject *)tracer, s_inductor_recordings);
+        fast = now == NULL ? -1 : PyObject_RichCompareBool(now, recordings, Py_EQ);
+        Py_XDECREF(now);
+    }
+    if (fast < 0) PyErr_Clear();
+    if (fast > 0) {
+        if (list_pop(calls) < 0 && tree_hook_failed(tracer, s_inductor_call) < 0) Py_CLEAR(result);
+    } else {
+        PyObject *before = PyLong_FromSsize_t(replays);
+        PyObject *end_args[3] = {function_id, before, recordings};
+        PyObject *ended = before == NULL ? NULL : call_method(tracer, s_inductor_call_end, end_args, 3);
+        Py_XDECREF(before);
+        if (ended != NULL) Py_DECREF(ended);
+        else if (tree_hook_failed(tracer, s_inductor_call) < 0) Py_CLEAR(result);
+    }
+    if (result != NULL && started && core_end(tracer) < 0) Py_CLEAR(result);
+done:
+    Py_XDECREF(recordings);
+    Py_XDECREF(calls);
+    Py_XDECREF(trees);
+    return result;
+}
+
 static PyObject *wrapper_make(PyTypeObject *type, StepState *tracer, PyObject *original, vectorcallfunc call)
 {
     Wrapper *self = PyObject_GC_New(Wrapper, type);
@@ -178,7 +311,8 @@ static PyObject *wrapper_make(PyTypeObject *type, StepState *tracer, PyObject *o
     self->tracer = (StepState *)Py_NewRef(tracer);
     self->original = Py_NewRef(original);
     self->batch_of = self->recipe = self->recipe_failed = self->batches = NULL;
-    self->tensor_type_of = self->tensor_type = NULL;
+    self->tensor_type_of = self->tensor_type = self->fallback = NULL;
+    self->auto_steps = 0;
     PyObject_GC_Track(self);
     if (self->dict == NULL || PyDict_SetItem(self->dict, s_wrapped, original) < 0) { Py_DECREF(self); return NULL; }
     return (PyObject *)self;
@@ -204,6 +338,21 @@ static PyObject *step_wrapper_new(PyTypeObject *type, PyObject *args, PyObject *
         self->batches = Py_NewRef(batches);
         self->tensor_type_of = Py_NewRef(tensor_type);
     }
+    return (PyObject *)self;
+}
+
+static PyObject *tree_run_new(PyTypeObject *type, PyObject *args, PyObject *kwargs)
+{
+    static char *names[] = {"tracer", "original", "fallback", "auto_steps", NULL};
+    PyObject *tracer, *original, *fallback;
+    int auto_steps;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O!OOp:TreeRun", names, &StepStateType, &tracer, &original,
+                                     &fallback, &auto_steps))
+        return NULL;
+    Wrapper *self = (Wrapper *)wrapper_make(type, (StepState *)tracer, original, (vectorcallfunc)tree_run_call);
+    if (self == NULL) return NULL;
+    self->fallback = Py_NewRef(fallback);
+    self->auto_steps = auto_steps;
     return (PyObject *)self;
 }
 
@@ -238,3 +387,7 @@ WRAPPER_TYPE(StepWrapperType, "StepWrapper",
              "StepWrapper(tracer, original, batch_of, recipe, recipe_failed, batches=None, tensor_type=None): "
              "recipes.step_wrapper, compiled.", step_wrapper_new)
 WRAPPER_TYPE(ReplayHookType, "ReplayHook", "ReplayHook(tracer, original): hooks._replay, compiled.", replay_hook_new)
+WRAPPER_TYPE(TreeRunType, "TreeRun",
+             "TreeRun(tracer, original, fallback, auto_steps): graph_trees' run (one call of a compiled function "
+             "through Inductor's graph trees), its common case compiled; anything else is `fallback`, the Python run.",
+             tree_run_new)

@@ -24,6 +24,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from replayscope.runner.trace.hooks import Patches, _missing, _safely
+from replayscope.runner.trace.step_core import compiled_for
 from replayscope.runner.trace.tracer import Tracer
 from replayscope.runner.trace.tree_state import cause_of, input_shapes, rerecords
 
@@ -72,6 +73,9 @@ def install_graph_tree_hooks(tracer: Tracer, trees_module: Any, patches: Patches
             if step:
                 tracer.step_end()
             return result
+        core = compiled_for(tracer)
+        if core is not None:        # the same call's common case in C; anything else is this run
+            return core.TreeRun(tracer, original, run, auto_steps)
         return run
 
     def make_record(original: Callable) -> Callable:

@@ -12,7 +12,7 @@ import torch
 from replayscope.contract import wire
 from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
 from replayscope.runner.trace.settings import TraceSettings
-from replayscope.runner.trace.tracer import Tracer
+from replayscope.runner.trace.tracer import Tracer, tracer_class
 from tests.run_events import ListSink
 
 _pools = itertools.count(1)
@@ -57,10 +57,10 @@ class FakeGraphContext:
 class Traced:
     """A tracer with its hooks on the fake graph classes; ``finish()`` ends the run."""
 
-    def __init__(self, monkeypatch):
+    def __init__(self, monkeypatch, core: str | None = None):
         self.sinks: list[ListSink] = []
         settings = TraceSettings(trace_id="t0", name="test", command=("python", "prog.py"))
-        self.tracer = Tracer(settings, make_sink=self._sink)
+        self.tracer = (tracer_class(core) if core else Tracer)(settings, make_sink=self._sink)
         self.patches = Patches()
         self.module = types.SimpleNamespace(CUDAGraph=FakeCUDAGraph, graph=FakeGraphContext)
         monkeypatch.setattr(torch.cuda, "CUDAGraph", FakeCUDAGraph)

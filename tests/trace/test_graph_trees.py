@@ -14,8 +14,18 @@ from torch._inductor import cudagraph_trees, cudagraph_utils
 from replayscope.runner.trace.graph_trees import install_graph_tree_hooks
 from replayscope.runner.trace.hooks import install_inductor_skip_hook
 from replayscope.runner.trace.tree_state import GraphTrees
-from tests.trace.conftest import capture, kinds
+from replayscope.runner.trace.step_core import cores
+from tests.trace.conftest import Traced, capture, kinds
 from tests.trace.graph_trees_stand_in import Status, StandInManager, module
+
+
+@pytest.fixture(params=cores())
+def traced(request, monkeypatch):
+    """Each test with each step core this process has: the compiled graph-tree call (TreeRun) and
+    its Python reference make the same events."""
+    t = Traced(monkeypatch, request.param)
+    yield t
+    t.patches.remove()
 
 
 @pytest.fixture()
@@ -148,3 +158,86 @@ def test_a_function_that_mutates_an_input_runs_eager_with_inductors_words(traced
     events = traced.finish()
     assert modes(kinds(events, "step")) == [(2, "eager", "mutated_inputs")] * 3
     assert kinds(events, "recording") == []
+
+
+def test_a_call_that_raises_is_no_step_and_the_next_call_is_one_again(traced, manager, monkeypatch):
+    forward = manager.add(static_input_idxs=(0,))
+    weight = torch.zeros(8, 8)
+    for _ in range(3):                                  # warm-up, recording, replay
+        manager.call(forward, weight, x(4))
+
+    def broken(self, new_inputs, function_id):
+        raise RuntimeError("the compiled function failed")
+    with monkeypatch.context() as patched:
+        patched.setattr(StandInManager, "_run", broken)
+        with pytest.raises(RuntimeError, match="the compiled function failed"):
+            manager.call(forward, weight, x(4))
+    assert traced.tracer.inductor_calls == [] and not traced.tracer.in_step
+    assert manager.call(forward, weight, x(4)) == ["replayed"]
+    assert modes(kinds(traced.finish(), "step"))[3:] == [(4, "graph", None)]
+
+
+@pytest.mark.skipif("compiled" not in cores(), reason="the compiled step core is not built here")
+def test_the_compiled_call_reads_a_known_batch_position_itself(monkeypatch):
+    traced = Traced(monkeypatch, "compiled")
+    assert install_graph_tree_hooks(traced.tracer, module(), traced.patches)
+    manager = StandInManager()
+    assert type(vars(StandInManager)["run"]).__name__ == "TreeRun"
+    forward = manager.add(static_input_idxs=(0,))
+    weight = torch.zeros(8, 8)
+    for _ in range(2):                                  # the first call finds the batch's position
+        manager.call(forward, weight, x(4))
+    asked = []
+    monkeypatch.setattr(traced.tracer.graph_trees, "batch", lambda *args: asked.append(args))
+    for bs in (4, 4, 2):
+        manager.call(forward, weight, x(bs))
+    assert asked == []                                  # read in C, as the Python would read it
+    steps = kinds(traced.finish(), "step")
+    assert [s["raw_bs"] for s in steps] == [4, 4, 4, 4, 2]
+    assert [s["mode"] for s in steps[2:4]] == ["graph", "graph"]
+
+
+@pytest.mark.skipif("compiled" not in cores(), reason="the compiled step core is not built here")
+def test_the_compiled_call_holds_no_reference_and_no_memory_it_should_not(monkeypatch):
+    import gc
+    import sys
+
+    from tests.compiled_checks import memory_growth
+
+    traced = Traced(monkeypatch, "compiled")
+    assert install_graph_tree_hooks(traced.tracer, module(), traced.patches)
+    manager = StandInManager()
+    forward = manager.add(static_input_idxs=(0,))
+    weight, inputs = torch.zeros(8, 8), [x(4), x(2)]
+    tracer = traced.tracer
+
+    def calls(n):
+        for i in range(n):
+            manager.call(forward, weight, inputs[i % 2])
+            tracer.emitter._queue.clear()
+    calls(300)                                          # warm-up, recordings, replays of both shapes
+    tracer._starter.join()
+    tracer.emitter._stop.set()                          # no other thread holds anything while counting
+    tracer.emitter._thread.join()
+    held = (manager, weight, *inputs, forward, tracer, tracer.inductor_calls, tracer.graph_trees, tracer._modes)
+
+    def refs():
+        gc.collect()
+        return [sys.getrefcount(obj) for obj in held]
+    before = refs()
+    growth = memory_growth(calls, count=5_000)
+    assert refs() == before and growth < 4096
+    assert tracer.inductor_calls == [] and tracer.steps == 10_300
+    traced.finish()
+
+
+def test_a_tracer_failing_to_start_the_step_warns_and_the_call_runs_as_a_non_step(traced, manager):
+    forward = manager.add(static_input_idxs=(0,))
+    weight = torch.zeros(8, 8)
+    manager.call(forward, weight, x(4))                 # the batch's position found, the run open
+    del traced.tracer.closed                            # the tracer's own state broken: step_begin raises
+    assert manager.call(forward, weight, x(4)) == ["recorded"]
+    traced.tracer.closed = False
+    events = traced.finish()
+    assert len(kinds(events, "step")) == 1
+    assert any(w["code"] == "hook_failed" and "Inductor step" in w["message"] for w in kinds(events, "warning"))
