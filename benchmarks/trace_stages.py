@@ -1,14 +1,21 @@
 """Where a traced step's host time goes: each stage of a ``--step`` step, on any machine.
 
     python -m benchmarks.trace_stages [--rounds 21] [--steps 4000] [--core both] [--json FILE]
+    python -m benchmarks.trace_stages --program host --rounds 300 --steps 100    # inside a host-bound loop
 
-One process, a trivial step (a Python call that replays a stand-in CUDA graph, so the replay
-hook and the graph path of the routing run as on a GPU; with CUDA in use the timing stage is
-CUDA events on 1 step in N, else the host clock on every step). Batch sizes cycle over
-``SIZES`` against graphs captured for ``CAPTURED``: graph, padded and eager (above the largest)
-steps, as the host-bound loop of ``benchmarks.trace_loop`` runs. Every figure is µs per step, the
-median over alternating rounds (the order of the sides rotating round by round) with its
-spread (the interquartile range over the rounds; the JSON also has the full range):
+One process, ``--program trivial`` (the default): a trivial step (a Python call that replays a
+stand-in CUDA graph, so the replay hook and the graph path of the routing run as on a GPU; with
+CUDA in use the timing stage is CUDA events on 1 step in N, else the host clock on every step);
+``--program host``: the host-bound loop of ``benchmarks.trace_loop`` itself (``HostBoundProgram``:
+real CUDA graphs and layers, a scheduler's pass before each step, one synchronise per 100 steps
+left out of the time), where each stage costs what it costs among torch's own host work. Batch
+sizes cycle over ``SIZES`` against graphs captured for ``CAPTURED``: graph, padded and eager (above
+the largest) steps. Every figure is µs per step, the median over alternating rounds (the order of
+the sides rotating round by round) with its spread (the interquartile range over the rounds; the
+JSON also has the full range) and the mean with its standard error. Rounds of 100 steps and a few
+hundred of them pair the sides closely in time, which a host whose speed moves needs; each side
+runs its own copy of the program, which leaves offsets of about ±1 µs between sides in the host
+loop:
 
 - ``floor``: what recording a step cannot go below: a bare Python call and a list append;
 - the stages of a traced step, each alone around the untraced step: ``dispatch`` (the step wrapper
@@ -20,8 +27,16 @@ spread (the interquartile range over the rounds; the JSON also has the full rang
   and handing them to the writer process, ``replayscope.runner.event_writer``, as one marshal frame),
   ``converted here`` (what that thread did per event before the writer process, and still does
   where no writer is used: the wire dict and its line in the events file);
+- ``spin``: a plain Python loop of ~2 µs before the untraced step (a control: time that touches
+  little memory adds just itself);
 - ``step path``: the same, its emitter's thread stopped and its queue cleared: the whole step's
   work on the program's thread (dispatch, timing, routing, the event and the step's bookkeeping);
+  ``step path, untimed`` / ``timed 1 in 8`` / ``timed 1 in 64`` / ``no event``: the same with its
+  steps never timed (but each key's first), timed at another rate, or its event a Python no-op:
+  what timing and the event cost among the rest of the step;
+- ``CUDA event pair`` (and its start, end, untimed end alone), with CUDA in use: the untraced
+  step with two CUDA events recorded around 1 step in the default N and no Python around them:
+  what step timing's driver calls cost in this loop;
 - ``events dropped``: the same, its events handed to a writer process that writes them to
   /dev/null (the emitter's thread hands them over; the writer converts them on its own core);
 - ``traced step``: the whole step traced (the emitter's thread running, its events written to a
@@ -116,12 +131,12 @@ class HostBoundProgram(Program):
 
     def __init__(self, tracer: Tracer | None = None, patches: Patches | None = None):
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.WIDTH = 512 if self.device == "cuda" else 64        # on the CPU: the loop's shape, quickly
+        self.width = 512 if self.device == "cuda" else 64        # on the CPU: the loop's shape, quickly
         dtype = torch.bfloat16 if self.device == "cuda" else torch.float32
         generator = torch.Generator().manual_seed(0)
-        self.weights = [(torch.randn(self.WIDTH, self.WIDTH, generator=generator) / self.WIDTH ** 0.5)
+        self.weights = [(torch.randn(self.width, self.width, generator=generator) / self.width ** 0.5)
                         .to(self.device, dtype) for _ in range(self.LAYERS)]
-        self.static_in = torch.zeros(max(CAPTURED), self.WIDTH, device=self.device, dtype=dtype)
+        self.static_in = torch.zeros(max(CAPTURED), self.width, device=self.device, dtype=dtype)
         self.static_out: dict[int, torch.Tensor] = {}
         self.pool = torch.cuda.graph_pool_handle() if self.device == "cuda" else None
         super().__init__(tracer, patches)
@@ -157,7 +172,7 @@ class HostBoundProgram(Program):
         return graph
 
     def make_inputs(self) -> list[torch.Tensor]:
-        return [torch.randn(bs, self.WIDTH, device=self.device, dtype=self.static_in.dtype) for bs in SIZES]
+        return [torch.randn(bs, self.width, device=self.device, dtype=self.static_in.dtype) for bs in SIZES]
 
     def step(self, hidden: torch.Tensor) -> torch.Tensor:
         bs = hidden.shape[0]
@@ -227,9 +242,10 @@ def cuda_event_sides(step: Callable[[Any], Any], every: int) -> dict[str, Callab
             return result
         return side
     plain_end = torch.cuda.Event()
-    return {"CUDA event pair": sampled(record_start, record_end), "CUDA start event": sampled(record_start, None),
-            "CUDA end event": sampled(None, record_end),
-            "CUDA end, untimed": sampled(None, functools.partial(plain_end.record, stream))}
+    return {f"CUDA event pair, 1 in {every}": sampled(record_start, record_end),
+            f"CUDA start event, 1 in {every}": sampled(record_start, None),
+            f"CUDA end event, 1 in {every}": sampled(None, record_end),
+            f"CUDA end untimed, 1 in {every}": sampled(None, functools.partial(plain_end.record, stream))}
 
 
 class _NoEvents:

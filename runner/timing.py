@@ -19,10 +19,10 @@ from __future__ import annotations
 import time
 from typing import Any, Hashable
 
-# Default: on CUDA, time 1 step in 32 of each key (the first one included). Measured on an H200's
-# host in a host-bound loop (docs/gpu-results.md, seventh session): a sampled step's two events cost
-# the host ~23 µs (their driver path is cold when it runs 1 step in N), ~3.6 µs a step in all at
-# 1 in 8, ~0.65 at 1 in 32.
+# Default: on CUDA, time 1 step in 32 of each key (the first one included). In a host-bound loop on
+# an H200's host (docs/gpu-results.md, seventh session) a timed step's two events cost the host far
+# more than the same pair recorded on every launch (19-24 µs at 1 in 8: their driver path is cold
+# when they run 1 step in N), and the traced step timed 1 in 32 cost 0.8-3.0 µs less than at 1 in 8.
 CUDA_TIME_EVERY = 32
 
 _TORCH: Any = None

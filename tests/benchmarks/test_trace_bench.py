@@ -96,7 +96,8 @@ def test_the_stages_in_the_host_bound_loop_on_cuda_include_its_cuda_events_alone
 
     torch.cuda.init()
     result = trace_stages.measure(rounds=2, steps=100, workdir=str(tmp_path), program_name="host")
-    assert {"CUDA event pair", "CUDA start event", "CUDA end event", "CUDA end, untimed",
-            "step path, untimed", "step path, timed 1 in 8"} <= set(result["stages"])
+    every = trace_stages.TraceSettings.time_every
+    assert {f"CUDA event pair, 1 in {every}", f"CUDA start event, 1 in {every}", f"CUDA end event, 1 in {every}",
+            f"CUDA end untimed, 1 in {every}", "step path, untimed", "step path, timed 1 in 8"} <= set(result["stages"])
     # batches 1, 3, 8, 12, 24 on CUDA graphs of 1..16: graph, padded and eager steps, every one recorded
     assert set(result["modes"]) == {"graph", "padded", "eager"} and result["traced_steps"] == 2 * 100 + 1
