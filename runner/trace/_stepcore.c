@@ -11,7 +11,8 @@ PyObject *s_decode, *s_padded, *s_eager, *s_step, *s_mode, *s_graph_bs, *s_reaso
          *s_capture_phase, *s_decided, *s_every, *s_record_start, *s_shape, *s_dtype, *s_step_begin,
          *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen,
          *s_pop, *s_graph_trees, *s_batch_index, *s_inductor_recordings, *s_inductor_calls, *s_mismatch,
-         *s_inductor_call_end, *s_inductor_step, *s_inductor_call;
+         *s_inductor_call_end, *s_inductor_step, *s_inductor_call, *s_captured_by_stage, *s_captured_sizes,
+         *s_compile_skip, *s_decisions;
 PyObject *zero, *one;
 
 /* An exception raised and taken out of the error indicator (normalized), and put back. */
@@ -83,6 +84,8 @@ PyMODINIT_FUNC PyInit__stepcore(void)
     INTERN(s_inductor_recordings, "inductor_recordings") INTERN(s_inductor_calls, "inductor_calls")
     INTERN(s_mismatch, "mismatch") INTERN(s_inductor_call_end, "inductor_call_end")
     INTERN(s_inductor_step, "Inductor step") INTERN(s_inductor_call, "Inductor call")
+    INTERN(s_captured_by_stage, "captured_by_stage") INTERN(s_captured_sizes, "captured_sizes")
+    INTERN(s_compile_skip, "compile_skip") INTERN(s_decisions, "_decisions")
     if ((zero = PyLong_FromLong(0)) == NULL || (one = PyLong_FromLong(1)) == NULL) return NULL;
     if (PyType_Ready(&StepStateType) < 0 || PyType_Ready(&StepWrapperType) < 0 || PyType_Ready(&ReplayHookType) < 0
         || PyType_Ready(&TreeRunType) < 0)

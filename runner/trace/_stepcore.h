@@ -42,7 +42,8 @@ extern PyObject *s_decode, *s_padded, *s_eager, *s_step, *s_mode, *s_graph_bs, *
                 *s_capture_phase, *s_decided, *s_every, *s_record_start, *s_shape, *s_dtype, *s_step_begin,
                 *s_append, *s_wrapped, *s_replayed, *s_cuda_clock_class, *s_drop, *s_cuda_in_use, *s_capturing, *s_seen,
                 *s_pop, *s_graph_trees, *s_batch_index, *s_inductor_recordings, *s_inductor_calls, *s_mismatch,
-                *s_inductor_call_end, *s_inductor_step, *s_inductor_call;
+                *s_inductor_call_end, *s_inductor_step, *s_inductor_call, *s_captured_by_stage, *s_captured_sizes,
+                *s_compile_skip, *s_decisions;
 extern PyObject *zero, *one;
 
 /* Read on every step: inlined where they are used, as in one file. */

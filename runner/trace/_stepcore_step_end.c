@@ -2,6 +2,42 @@
  * Python) and sent as a `step` event. */
 #include "_stepcore.h"
 
+/* StepTracking._decided's common case: the outcome kept for this step's facts (_decisions), found
+ * with the key the Python builds; anything else (a miss, a process with no graph captured yet, whose
+ * key also holds what the no-graph cause reads) is _decided itself. New reference, or NULL. */
+static PyObject *decided(StepState *self, PyObject *raw_bs, Py_ssize_t replays, PyObject *largest)
+{
+    PyObject *by_stage = NULL, *captured = NULL, *sizes = NULL, *skip = NULL, *kept = NULL, *key = NULL,
+             *count = NULL, *outcome = NULL;
+    if (self->step_stage == NULL || self->step_inductor == NULL || self->step_hint == NULL) goto python;
+    by_stage = PyObject_GetAttr((PyObject *)self, s_captured_by_stage);
+    sizes = by_stage == NULL ? NULL : PyObject_GetAttr((PyObject *)self, s_captured_sizes);
+    skip = sizes == NULL ? NULL : PyObject_GetAttr((PyObject *)self, s_compile_skip);
+    kept = skip == NULL ? NULL : PyObject_GetAttr((PyObject *)self, s_decisions);
+    if (kept == NULL || !PyDict_CheckExact(by_stage) || !PyDict_CheckExact(kept)) goto python;
+    captured = PyDict_GetItemWithError(by_stage, self->step_stage);      /* .get(stage) or captured_sizes */
+    if (captured == NULL && PyErr_Occurred()) goto python;
+    int some = captured == NULL ? 0 : truth(captured);
+    if (some < 0) goto python;
+    captured = some ? captured : sizes;
+    int any_graph = truth(captured);
+    if (any_graph <= 0) goto python;        /* the key would hold the no-graph state: the Python's case */
+    count = PyLong_FromSsize_t(replays);
+    key = count == NULL ? NULL : PyTuple_Pack(9, self->step_stage, raw_bs, count, largest, self->step_inductor,
+                                              self->step_hint, skip, captured, Py_None);
+    outcome = key == NULL ? NULL : Py_XNewRef(PyDict_GetItemWithError(kept, key));
+python:
+    if (outcome == NULL) {                  /* not kept (or something above failed): the Python decides */
+        PyErr_Clear();
+        if (count == NULL) count = PyLong_FromSsize_t(replays);
+        PyObject *args[3] = {raw_bs, count, largest};
+        outcome = count == NULL ? NULL : call_method(self, s_decided, args, 3);
+    }
+    Py_XDECREF(by_stage); Py_XDECREF(sizes); Py_XDECREF(skip); Py_XDECREF(kept); Py_XDECREF(key);
+    Py_XDECREF(count);
+    return outcome;
+}
+
 /* StepTracking._route's common case: every graph replayed has a size, no Inductor word; the
  * outcome per (batch, graph size) from _replayed, made by causes.replayed on a miss; a step that
  * replayed nothing asks _decided at once, as _route does. Anything else is _route itself.
@@ -12,8 +48,7 @@ static int route_held(StepState *self, PyObject *raw_bs, PyObject *graphs, PyObj
     Py_ssize_t replays = PyList_GET_SIZE(graphs), max_bs = 0;
     if (replays == 0 && PyLong_CheckExact(raw_bs)) {
         /* no replay: _route would only ask _decided, and so does this */
-        PyObject *args[3] = {raw_bs, zero, zero};
-        outcome = call_method(self, s_decided, args, 3);
+        outcome = decided(self, raw_bs, 0, zero);
         if (outcome == NULL) return -1;
         largest = NULL;
         goto decided;
@@ -62,11 +97,7 @@ static int route_held(StepState *self, PyObject *raw_bs, PyObject *graphs, PyObj
     }
     if (outcome == Py_None) {            /* a graph smaller than the batch: decide reads it */
         Py_DECREF(outcome);
-        PyObject *count = PyLong_FromSsize_t(replays);
-        if (count == NULL) { outcome = NULL; goto error; }
-        PyObject *args[3] = {raw_bs, count, largest};
-        outcome = call_method(self, s_decided, args, 3);
-        Py_DECREF(count);
+        outcome = decided(self, raw_bs, replays, largest);
         if (outcome == NULL) goto error;
     }
     Py_CLEAR(key);

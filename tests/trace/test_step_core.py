@@ -395,3 +395,24 @@ def test_a_step_state_made_before_configure_is_refused_by_name_not_a_crash():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert "refused: _stepcore.configure(steps, device) must be called before a StepState is made" in done.stdout
+
+
+@compiled_only
+def test_the_compiled_core_reads_a_kept_decision_itself_and_asks_the_python_when_the_facts_change():
+    h = Harness("compiled")
+    for size in (2, 4):
+        h.capture(size)
+    eager = step_wrapper(h.tracer, lambda tokens: tokens, tensor_batch, "--step")   # replays nothing
+    eager(torch.zeros(8, 1, dtype=torch.long))          # decided by the Python, and kept
+    asked = []
+    decide = h.tracer._decided
+    h.tracer._decided = lambda *args: asked.append(args) or decide(*args)
+    for _ in range(3):
+        eager(torch.zeros(8, 1, dtype=torch.long))
+    assert asked == []                                  # found with the Python's own key
+    h.capture(16)                                       # a fact the outcome depends on changed
+    eager(torch.zeros(8, 1, dtype=torch.long))
+    assert asked == [(8, 0, 0)]
+    steps = [e for e in h.finish() if e["kind"] == "step"]
+    assert [s["mode"] for s in steps] == ["eager"] * 5
+    assert len({s["reason"] for s in steps[:4]}) == 1 and steps[4]["reason"] != steps[0]["reason"]
