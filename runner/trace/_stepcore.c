@@ -40,6 +40,19 @@ void restore_error(PyObject *error)
 #endif
 }
 
+/* The program's error (taken) put back; or, when handling it failed (`failed`, that error set), the
+ * failure, with the program's error as its context (as Python chains an error raised in an except). */
+void restore_program_error(PyObject *error, int failed)
+{
+    if (failed) {
+        PyObject *other = take_error();
+        PyException_SetContext(other, error);
+        restore_error(other);
+    } else {
+        restore_error(error);
+    }
+}
+
 /* -- the module --------------------------------------------------------------------------- */
 static PyObject *configure(PyObject *module, PyObject *args)
 {

@@ -68,6 +68,7 @@ static inline int truth(PyObject *value)
 /* An exception raised and taken out of the error indicator (normalized), and put back (_stepcore.c). */
 PyObject *take_error(void);
 void restore_error(PyObject *error);
+void restore_program_error(PyObject *error, int failed);
 
 /* -- StepState: the tracer's step fields (StepTracking._reset_steps and friends set them) --- */
 typedef struct {
@@ -92,6 +93,7 @@ extern PyTypeObject StepStateType, StepWrapperType, ReplayHookType, TreeRunType;
 
 /* _stepcore_state.c */
 PyObject *call_method(StepState *self, PyObject *name, PyObject *const *args, size_t n);
+int hook_failed(StepState *self, PyObject *where);
 int core_begin(StepState *self, PyObject *stage, PyObject *raw_bs, PyObject *num_tokens, PyObject *hint);
 int core_end(StepState *self);
 void step_abort_core(StepState *self, int *failed);

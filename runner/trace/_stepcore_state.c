@@ -32,19 +32,27 @@ PyObject *call_method(StepState *self, PyObject *name, PyObject *const *args, si
     return PyObject_VectorcallMethod(name, stack, (n + 1) | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
 }
 
-/* An Exception in the tracer's own work: the step ends, the run gets a warning (hook_error);
- * anything else (KeyboardInterrupt, SystemExit) goes on to the program. 0: taken; -1: not. */
-static int step_failed(StepState *self)
+/* An Exception of the tracer's own (the error set) in the hook `where`: the run gets a warning
+ * (hook_error), the program goes on. 0: taken; -1: not an Exception (KeyboardInterrupt, SystemExit:
+ * they go on to the program), or hook_error raised. */
+int hook_failed(StepState *self, PyObject *where)
 {
     if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
     PyObject *error = take_error();
-    SET(self, in_step, Py_False);
-    PyObject *args[2] = {s_step, error};
+    PyObject *args[2] = {where, error};
     PyObject *done = call_method(self, s_hook_error, args, 2);
     Py_DECREF(error);
     if (done == NULL) return -1;
     Py_DECREF(done);
     return 0;
+}
+
+/* An Exception in the tracer's own work on a step: the step ends, the run gets a warning. */
+static int step_failed(StepState *self)
+{
+    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
+    SET(self, in_step, Py_False);
+    return hook_failed(self, s_step);
 }
 
 /* StepTracking._start_timing: the host clock before CUDA is in use; then CUDA events on a sample

@@ -159,13 +159,7 @@ static PyObject *step_call(Wrapper *self, PyObject *const *args, size_t nargsf, 
         PyObject *error = take_error();
         int failed;
         step_abort_core(tracer, &failed);
-        if (failed) {                     /* raised while handling the program's error */
-            PyObject *other = take_error();
-            PyException_SetContext(other, error);
-            restore_error(other);
-        } else {
-            restore_error(error);
-        }
+        restore_program_error(error, failed);
         return NULL;
     }
     if (core_end(tracer) < 0) { Py_DECREF(result); return NULL; }
@@ -198,20 +192,6 @@ static PyObject *tree_batch(StepState *tracer, PyObject *inputs, PyObject *funct
     Py_DECREF(index_of);
     PyErr_Clear();           /* whatever went wrong here, the Python run does it again, and answers */
     return value;
-}
-
-/* An Exception of the tracer's own in a graph-tree hook: a warning (hook_error), the program goes on.
- * 0: taken; -1: not an Exception (KeyboardInterrupt, SystemExit), or hook_error raised. */
-static int tree_hook_failed(StepState *tracer, PyObject *where)
-{
-    if (!PyErr_ExceptionMatches(PyExc_Exception)) return -1;
-    PyObject *error = take_error();
-    PyObject *args[2] = {where, error};
-    PyObject *done = call_method(tracer, s_hook_error, args, 2);
-    Py_DECREF(error);
-    if (done == NULL) return -1;
-    Py_DECREF(done);
-    return 0;
 }
 
 /* list.append / list.pop on what is a list (through its methods on anything else) */
@@ -248,7 +228,7 @@ static PyObject *tree_run_call(Wrapper *self, PyObject *const *args, size_t narg
         started = core_begin(tracer, s_decode, bs, bs, Py_None);
         Py_DECREF(bs);
         if (started < 0) {
-            if (tree_hook_failed(tracer, s_inductor_step) < 0) return NULL;
+            if (hook_failed(tracer, s_inductor_step) < 0) return NULL;
             started = 0;
         }
     }
@@ -264,13 +244,7 @@ static PyObject *tree_run_call(Wrapper *self, PyObject *const *args, size_t narg
         PyObject *error = take_error();
         int failed = list_pop(calls) < 0;
         if (!failed && started) step_abort_core(tracer, &failed);
-        if (failed) {
-            PyObject *other = take_error();
-            PyException_SetContext(other, error);
-            restore_error(other);
-        } else {
-            restore_error(error);
-        }
+        restore_program_error(error, failed);
         goto done;
     }
     /* inductor_call_end's common case: outside a step, or a replay with no recording, nothing to say */
@@ -285,14 +259,14 @@ static PyObject *tree_run_call(Wrapper *self, PyObject *const *args, size_t narg
     }
     if (fast < 0) PyErr_Clear();
     if (fast > 0) {
-        if (list_pop(calls) < 0 && tree_hook_failed(tracer, s_inductor_call) < 0) Py_CLEAR(result);
+        if (list_pop(calls) < 0 && hook_failed(tracer, s_inductor_call) < 0) Py_CLEAR(result);
     } else {
         PyObject *before = PyLong_FromSsize_t(replays);
         PyObject *end_args[3] = {function_id, before, recordings};
         PyObject *ended = before == NULL ? NULL : call_method(tracer, s_inductor_call_end, end_args, 3);
         Py_XDECREF(before);
         if (ended != NULL) Py_DECREF(ended);
-        else if (tree_hook_failed(tracer, s_inductor_call) < 0) Py_CLEAR(result);
+        else if (hook_failed(tracer, s_inductor_call) < 0) Py_CLEAR(result);
     }
     if (result != NULL && started && core_end(tracer) < 0) Py_CLEAR(result);
 done:
