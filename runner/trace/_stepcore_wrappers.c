@@ -167,13 +167,11 @@ static PyObject *step_call(Wrapper *self, PyObject *const *args, size_t nargsf, 
 }
 
 /* -- the graph-tree call ------------------------------------------------------------------- */
-/* GraphTrees.batch's common case: the function's batch position known (tracer.graph_trees.batch_index)
- * and an int >= 1 there. NULL (no error set): not known here; the Python run decides. */
-static PyObject *tree_batch(StepState *tracer, PyObject *inputs, PyObject *function_id)
+/* GraphTrees.batch's common case: the function's batch position known (trees.batch_index) and an
+ * int >= 1 there. NULL (no error set): not known here; the Python run decides. */
+static PyObject *tree_batch(PyObject *trees, PyObject *inputs, PyObject *function_id)
 {
-    PyObject *trees = PyObject_GetAttr((PyObject *)tracer, s_graph_trees);
-    PyObject *index_of = trees == NULL ? NULL : PyObject_GetAttr(trees, s_batch_index);
-    Py_XDECREF(trees);
+    PyObject *index_of = PyObject_GetAttr(trees, s_batch_index);
     if (index_of == NULL || !PyDict_CheckExact(index_of)) { Py_XDECREF(index_of); PyErr_Clear(); return NULL; }
     PyObject *where = PyDict_GetItemWithError(index_of, function_id), *value = NULL;
     if (where != NULL && PyTuple_CheckExact(where) && PyTuple_GET_SIZE(where) == 2) {
@@ -222,22 +220,26 @@ static PyObject *tree_run_call(Wrapper *self, PyObject *const *args, size_t narg
     PyObject *inputs = args[1], *function_id = args[2];
     int running = truth(tracer->in_step), started = 0;
     if (running < 0) return NULL;
+    PyObject *trees = PyObject_GetAttr((PyObject *)tracer, s_graph_trees);     /* read once, as the Python run */
+    if (trees == NULL) return NULL;
     if (self->auto_steps && !running) {
-        PyObject *bs = tree_batch(tracer, inputs, function_id);
-        if (bs == NULL) return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        PyObject *bs = tree_batch(trees, inputs, function_id);
+        if (bs == NULL) {
+            Py_DECREF(trees);
+            return PyObject_Vectorcall(self->fallback, args, nargsf, kwnames);
+        }
         started = core_begin(tracer, s_decode, bs, bs, Py_None);
         Py_DECREF(bs);
         if (started < 0) {
-            if (hook_failed(tracer, s_inductor_step) < 0) return NULL;
+            if (hook_failed(tracer, s_inductor_step) < 0) { Py_DECREF(trees); return NULL; }
             started = 0;
         }
     }
     Py_ssize_t replays = tracer->total_replays;
     PyObject *recordings = PyObject_GetAttr((PyObject *)tracer, s_inductor_recordings);
     PyObject *calls = recordings == NULL ? NULL : PyObject_GetAttr((PyObject *)tracer, s_inductor_calls);
-    PyObject *trees = calls == NULL ? NULL : PyObject_GetAttr((PyObject *)tracer, s_graph_trees);
     PyObject *result = NULL;
-    if (trees == NULL || list_append(calls, function_id) < 0 || PyObject_SetAttr(trees, s_mismatch, Py_None) < 0)
+    if (calls == NULL || list_append(calls, function_id) < 0 || PyObject_SetAttr(trees, s_mismatch, Py_None) < 0)
         goto done;
     result = PyObject_Vectorcall(self->original, args, nargsf, NULL);
     if (result == NULL) {                 /* the program's error: the call is not counted, the step not recorded */
