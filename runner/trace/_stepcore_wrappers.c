@@ -50,6 +50,24 @@ static PyObject *call_original(Wrapper *self, PyObject *const *args, size_t narg
     return PyObject_Vectorcall(self->original, args, nargsf, kwnames);
 }
 
+/* list.append / list.pop on what is a list (through its methods on anything else) */
+static int list_append(PyObject *list, PyObject *item)
+{
+    if (PyList_CheckExact(list)) return PyList_Append(list, item);
+    PyObject *done = PyObject_CallMethodOneArg(list, s_append, item);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
+static int list_pop(PyObject *list)
+{
+    Py_ssize_t n = PyList_CheckExact(list) ? PyList_GET_SIZE(list) : -1;
+    if (n > 0) return PyList_SetSlice(list, n - 1, n, NULL);
+    PyObject *done = PyObject_CallMethodNoArgs(list, s_pop);
+    Py_XDECREF(done);
+    return done == NULL ? -1 : 0;
+}
+
 /* hooks._replay: the replay counted, and inside a step the graph kept for the step's end. */
 static PyObject *replay_call(Wrapper *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -61,15 +79,9 @@ static PyObject *replay_call(Wrapper *self, PyObject *const *args, size_t nargsf
         if (running) {
             if (PyVectorcall_NARGS(nargsf) < 1)
                 return PyErr_Format(PyExc_TypeError, "replay() missing 1 required positional argument: 'self'");
-            PyObject *graphs = tracer->step_graphs;
-            if (graphs != NULL && PyList_CheckExact(graphs)) {
-                if (PyList_Append(graphs, args[0]) < 0) return NULL;
-            } else {
-                if (graphs == NULL) return PyErr_Format(PyExc_AttributeError, "tracer has no attribute 'step_graphs'");
-                PyObject *done = PyObject_CallMethodOneArg(graphs, s_append, args[0]);
-                if (done == NULL) return NULL;
-                Py_DECREF(done);
-            }
+            if (tracer->step_graphs == NULL)
+                return PyErr_Format(PyExc_AttributeError, "tracer has no attribute 'step_graphs'");
+            if (list_append(tracer->step_graphs, args[0]) < 0) return NULL;
         }
     }
     return call_original(self, args, nargsf, kwnames);
@@ -190,24 +202,6 @@ static PyObject *tree_batch(PyObject *trees, PyObject *inputs, PyObject *functio
     Py_DECREF(index_of);
     PyErr_Clear();           /* whatever went wrong here, the Python run does it again, and answers */
     return value;
-}
-
-/* list.append / list.pop on what is a list (through its methods on anything else) */
-static int list_append(PyObject *list, PyObject *item)
-{
-    if (PyList_CheckExact(list)) return PyList_Append(list, item);
-    PyObject *done = PyObject_CallMethodOneArg(list, s_append, item);
-    Py_XDECREF(done);
-    return done == NULL ? -1 : 0;
-}
-
-static int list_pop(PyObject *list)
-{
-    Py_ssize_t n = PyList_CheckExact(list) ? PyList_GET_SIZE(list) : -1;
-    if (n > 0) return PyList_SetSlice(list, n - 1, n, NULL);
-    PyObject *done = PyObject_CallMethodNoArgs(list, s_pop);
-    Py_XDECREF(done);
-    return done == NULL ? -1 : 0;
 }
 
 /* graph_trees.install_graph_tree_hooks' run: one call of a compiled function through Inductor's
