@@ -30,6 +30,7 @@ from typing import Any, Iterator
 from replayscope.contract import wire
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.contract.sinks import HttpSink, JsonlSink, Sink, _warn
+from replayscope.runner.affinity import keep_off_program_cpus
 from replayscope.runner.compiled import load_compiled
 from replayscope.runner.event_records import RECORD, EventConverter, GraphSampler, resolve_timings
 from replayscope.runner.writer_link import CLOSE, ENV_IN_PROCESS, FLUSH, SinkRefused, WriterLink, WriterUnavailable
@@ -258,6 +259,7 @@ class Emitter:
             self.sink.written_elsewhere(spooled, spool_path)
 
     def _loop(self) -> None:
+        keep_off_program_cpus()          # started from the program's thread: not on a CPU it pinned itself to
         while not self._stop.wait(self.flush_interval_s):
             self._flush()
             if time.monotonic() - self._last_write > self.heartbeat_s:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import replayscope
+from replayscope.runner.affinity import keep_off_program_cpus
 from replayscope.runner.event_writer import CLOSE, EVENTS, FLUSH, OPEN, FrameReader, frame
 from replayscope.runner.trace.settings import ENV_DIR, ENV_ON, ENV_TOKEN
 
@@ -85,6 +86,7 @@ class WriterLink:
             raise WriterUnavailable(f"cannot start {sys.executable}: {error}") from None
         finally:
             theirs.close()
+        keep_off_program_cpus(process.pid)     # spawned from the program's thread: off a CPU it pinned itself to
         ours.shutdown(socket.SHUT_RD)        # nothing comes back this way (answers come on its stdout)
         link = cls(process, ours)
         try:

@@ -16,6 +16,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from replayscope.runner.affinity import keep_off_program_cpus
 from replayscope.runner.emitter import Emitter
 from replayscope.contract.errors import describe_error
 from replayscope.contract.sinks import HttpSink, JsonlSink
@@ -117,6 +118,7 @@ class RunLifecycle:
         self._pending_warnings.clear()
 
     def _start_emitter(self) -> None:
+        keep_off_program_cpus()      # the writer it starts and the emitter's thread inherit this thread's CPUs
         try:
             self.emitter.start()
         except Exception as error:  # noqa: BLE001 (telemetry never takes the program down)

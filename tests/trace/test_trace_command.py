@@ -4,6 +4,7 @@ On CPU every step runs eager, and the run says why."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -211,3 +212,21 @@ def test_with_timings_asked_each_traced_process_says_what_the_tracers_start_and_
 
     quiet = trace("--events", str(tmp_path / "q.jsonl"), "--", sys.executable, str(script))
     assert quiet.returncode == 0 and "replayscope trace timings" not in quiet.stderr
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin a loop to one")
+def test_a_loop_that_pins_its_thread_keeps_its_cpu_the_trace_threads_and_writer_go_elsewhere(tmp_path):
+    """The program pins its thread to one CPU before its first step (when the run opens, and the
+    trace's thread and writer process start from it): they run on the other CPUs, the loop's own
+    pinning is kept, and every step is written."""
+    events = tmp_path / "trace.jsonl"
+    result = trace("--events", str(events), "--step", "__main__:step", "--",
+                   sys.executable, str(PROGRAMS / "pinned_loop.py"))
+    assert result.returncode == 0, result.stderr
+    seen = json.loads(result.stdout)
+    others = ",".join(str(cpu) for cpu in sorted(os.sched_getaffinity(0) - {seen["loop_cpu"]}))
+    threads, writers = seen["place"]["threads"], seen["place"]["children"]
+    assert threads.pop(str(seen["pid"])) == str(seen["loop_cpu"])
+    [writer] = writers.values()
+    assert set(threads.values()) == {others} and set(writer["threads"].values()) == {others}
+    assert len(steps_of(read_run(events)[1])) == 50
