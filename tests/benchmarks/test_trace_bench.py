@@ -101,3 +101,23 @@ def test_the_stages_in_the_host_bound_loop_on_cuda_include_its_cuda_events_alone
             f"CUDA end untimed, 1 in {every}", "step path, untimed", "step path, timed 1 in 8"} <= set(result["stages"])
     # batches 1, 3, 8, 12, 24 on CUDA graphs of 1..16: graph, padded and eager steps, every one recorded
     assert set(result["modes"]) == {"graph", "padded", "eager"} and result["traced_steps"] == 2 * 100 + 1
+
+
+def test_a_traced_steps_own_host_time_is_read_step_by_step_in_the_host_bound_loop(tmp_path):
+    from benchmarks import step_overhead
+
+    result = step_overhead.measure(rounds=2, steps=60, workdir=str(tmp_path), core="python")
+    assert {"step path, untimed", "step path", "traced step"} <= set(result["sides"])
+    assert result["sides"]["traced step"]["steps"] == 2 * 60
+    assert result["floor_us"]["median"] > 0
+    assert result["traced_steps"] == 2 * 60 + 1          # every step of the rounds recorded, and the run's first
+    assert result["records"] == {}                        # CUDA event records: on CUDA only
+
+
+def test_what_a_record_costs_the_steps_after_it_is_read_against_the_same_places_without_records():
+    from benchmarks import step_overhead
+
+    base = [{"steps": [10_000.0] * 8}, {"steps": [12_000.0] * 8}]
+    # a record after steps 0 and 4 (1 in 4): the steps after them (1, 5) take 3 µs more, the others 1 µs
+    side = [{"steps": [v + (3000.0 if i in (1, 5) else 1000.0) for i, v in enumerate(r["steps"])]} for r in base]
+    assert step_overhead.after_records(side, base, 4, 8) == pytest.approx((3.0, 1.0))
