@@ -71,12 +71,23 @@ void restore_error(PyObject *error);
 void restore_program_error(PyObject *error, int failed);
 
 /* -- StepState: the tracer's step fields (StepTracking._reset_steps and friends set them) --- */
+/* The fields of _replayed's outcome for one (batch, graph size), kept where a step finds them without
+ * building the dictionary's key or reading the outcome's attributes (_stepcore_step_end.c). */
+#define KEPT_ROUTES 32
+typedef struct {
+    Py_ssize_t raw_bs, graph_size;
+    PyObject *mode, *graph_bs, *reason, *evidence;      /* NULL: an empty slot */
+    int eager;
+} KeptRoute;
+
 typedef struct {
     PyObject_HEAD
     PyObject *in_step, *closed, *step_stage, *step_bs, *step_tokens, *step_hint, *step_note, *step_timing,
              *step_graphs, *step_inductor, *step_captures, *emitter, *capture_phase_sent, *cuda_clock,
              *timing_counts, *replayed, *modes, *reasons;
     Py_ssize_t total_replays, step_replays_total, steps;
+    PyObject *kept_routes_of;               /* the _replayed the table mirrors: another one empties it */
+    KeptRoute kept_routes[KEPT_ROUTES];
 } StepState;
 
 #define FOR_EACH_FIELD(X) X(in_step) X(closed) X(step_stage) X(step_bs) X(step_tokens) X(step_hint) \
@@ -97,6 +108,7 @@ int hook_failed(StepState *self, PyObject *where);
 int core_begin(StepState *self, PyObject *stage, PyObject *raw_bs, PyObject *num_tokens, PyObject *hint);
 int core_end(StepState *self);
 void step_abort_core(StepState *self, int *failed);
+void forget_routes(StepState *self);
 /* _stepcore_step_end.c */
 int end_body(StepState *self);
 

@@ -7,13 +7,25 @@ static int step_state_traverse(StepState *self, visitproc visit, void *arg)
 {
 #define VISIT(f) Py_VISIT(self->f);
     FOR_EACH_FIELD(VISIT)
+    Py_VISIT(self->kept_routes_of);
     return 0;
+}
+
+/* The kept routes emptied (their outcome's fields let go). */
+void forget_routes(StepState *self)
+{
+    for (int i = 0; i < KEPT_ROUTES; i++) {
+        KeptRoute *kept = &self->kept_routes[i];
+        Py_CLEAR(kept->mode); Py_CLEAR(kept->graph_bs); Py_CLEAR(kept->reason); Py_CLEAR(kept->evidence);
+    }
+    Py_CLEAR(self->kept_routes_of);
 }
 
 static int step_state_clear(StepState *self)
 {
 #define CLEAR(f) Py_CLEAR(self->f);
     FOR_EACH_FIELD(CLEAR)
+    forget_routes(self);
     return 0;
 }
 

@@ -38,6 +38,27 @@ python:
     return outcome;
 }
 
+/* The table slot for (batch, graph size), the table emptied first when _replayed is another dict. */
+static KeptRoute *kept_route(StepState *self, PyObject *replayed, Py_ssize_t raw_bs, Py_ssize_t size)
+{
+    if (self->kept_routes_of != replayed) {
+        forget_routes(self);
+        self->kept_routes_of = Py_NewRef(replayed);
+    }
+    return &self->kept_routes[(size_t)(raw_bs * 31 + size) % KEPT_ROUTES];
+}
+
+/* route_out from the kept fields (the evidence of a step that is not eager: the step's note when
+ * the outcome has none, as _route says). */
+static void route_from(StepState *self, KeptRoute *kept, PyObject *raw_bs, PyObject *route_out[5])
+{
+    PyObject *evidence = kept->evidence == Py_None && !kept->eager && self->step_note ? self->step_note
+                                                                                     : kept->evidence;
+    route_out[0] = Py_NewRef(raw_bs);
+    route_out[1] = Py_NewRef(kept->mode); route_out[2] = Py_NewRef(kept->graph_bs);
+    route_out[3] = Py_NewRef(kept->reason); route_out[4] = Py_NewRef(evidence);
+}
+
 /* StepTracking._route's common case: every graph replayed has a size, no Inductor word; the
  * outcome per (batch, graph size) from _replayed, made by causes.replayed on a miss; a step that
  * replayed nothing asks _decided at once, as _route does. Anything else is _route itself.
@@ -45,7 +66,8 @@ python:
 static int route_held(StepState *self, PyObject *raw_bs, PyObject *graphs, PyObject *replayed, PyObject *route_out[5])
 {
     PyObject *outcome = NULL, *key = NULL, *largest = NULL;
-    Py_ssize_t replays = PyList_GET_SIZE(graphs), max_bs = 0;
+    KeptRoute *kept = NULL;          /* where this step's outcome from _replayed is kept, when it is one */
+    Py_ssize_t replays = PyList_GET_SIZE(graphs), max_bs = 0, bs = 0;
     if (replays == 0 && PyLong_CheckExact(raw_bs)) {
         /* no replay: _route would only ask _decided, and so does this */
         outcome = decided(self, raw_bs, 0, zero);
@@ -84,6 +106,15 @@ static int route_held(StepState *self, PyObject *raw_bs, PyObject *graphs, PyObj
     }
     self->step_replays_total += replays;
     if (PyList_SetSlice(graphs, 0, PY_SSIZE_T_MAX, NULL) < 0) return -1;
+    /* _replayed's outcome for (batch, graph size) never changes (causes.replayed reads nothing else):
+     * its fields are kept in a table of the core's own, read here at once. */
+    bs = PyLong_AsSsize_t(raw_bs);
+    if (bs == -1 && PyErr_Occurred()) PyErr_Clear();        /* beyond a C size: not kept */
+    else kept = kept_route(self, replayed, bs, max_bs);
+    if (kept != NULL && kept->mode != NULL && kept->raw_bs == bs && kept->graph_size == max_bs) {
+        route_from(self, kept, raw_bs, route_out);
+        return 0;
+    }
     largest = PyLong_FromSsize_t(max_bs);
     if (largest == NULL) return -1;
     key = PyTuple_Pack(2, raw_bs, largest);
@@ -96,6 +127,7 @@ static int route_held(StepState *self, PyObject *raw_bs, PyObject *graphs, PyObj
         if (outcome == NULL || PyDict_SetItem(replayed, key, outcome) < 0) goto error;
     }
     if (outcome == Py_None) {            /* a graph smaller than the batch: decide reads it */
+        kept = NULL;                     /* (not kept: what decides it may change) */
         Py_DECREF(outcome);
         outcome = decided(self, raw_bs, replays, largest);
         if (outcome == NULL) goto error;
@@ -110,6 +142,13 @@ decided:;
     Py_CLEAR(outcome);
     int eager = evidence == NULL ? -1 : PyObject_RichCompareBool(mode, s_eager, Py_EQ);
     if (eager < 0) { Py_XDECREF(mode); Py_XDECREF(graph_bs); Py_XDECREF(reason); Py_XDECREF(evidence); return -1; }
+    if (kept != NULL) {                  /* the table's slot takes this outcome's fields */
+        Py_XSETREF(kept->mode, Py_NewRef(mode)); Py_XSETREF(kept->graph_bs, Py_NewRef(graph_bs));
+        Py_XSETREF(kept->reason, Py_NewRef(reason)); Py_XSETREF(kept->evidence, Py_NewRef(evidence));
+        kept->raw_bs = bs;
+        kept->graph_size = max_bs;
+        kept->eager = eager;
+    }
     if (evidence == Py_None && !eager)
         Py_SETREF(evidence, Py_NewRef(self->step_note ? self->step_note : Py_None));
     route_out[0] = Py_NewRef(raw_bs);

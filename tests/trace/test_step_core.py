@@ -20,6 +20,7 @@ import torch
 
 from replayscope.contract import wire
 from replayscope.runner.trace import step_core
+from replayscope.runner.trace import causes
 from replayscope.runner.trace.causes import Cause
 from replayscope.runner.trace.hooks import Patches, install_cuda_graph_hooks
 from replayscope.runner.trace.recipes import _BATCHES, step_wrapper, tensor_batch
@@ -416,3 +417,32 @@ def test_the_compiled_core_reads_a_kept_decision_itself_and_asks_the_python_when
     steps = [e for e in h.finish() if e["kind"] == "step"]
     assert [s["mode"] for s in steps] == ["eager"] * 5
     assert len({s["reason"] for s in steps[:4]}) == 1 and steps[4]["reason"] != steps[0]["reason"]
+
+
+@compiled_only
+def test_the_compiled_core_keeps_a_graph_steps_route_per_batch_and_size_and_follows_a_new_replayed_table():
+    """A graph or padded step's outcome per (batch, graph size) is kept in the core's own table
+    (read without building _replayed's key); the step's note is still its evidence; a new _replayed
+    (another dict) is what the core reads from then on."""
+    h = Harness("compiled")
+    graphs = {size: h.capture(size) for size in (4, 8)}
+
+    def program(tokens, graph):
+        graph.replay()
+        return tokens
+    traced = step_wrapper(h.tracer, program, tensor_batch, "--step")
+    rows = lambda n: torch.zeros(n, 1, dtype=torch.long)     # noqa: E731
+    for _ in range(2):                                       # the second time each from the kept table
+        traced(rows(8), graph=graphs[8])
+        traced(rows(3), graph=graphs[4])
+    assert h.tracer.step_begin("decode", 3, 3)
+    h.tracer.step_note = "vLLM padded the batch to its captured size"
+    graphs[4].replay()
+    h.tracer.step_end()
+    h.tracer._replayed = {(8, 8): causes.StepOutcome("padded", 16, None)}   # not what causes.replayed says
+    traced(rows(8), graph=graphs[8])
+    steps = [e for e in h.finish() if e["kind"] == "step"]
+    assert [(s["mode"], s["raw_bs"], s["graph_bs"]) for s in steps] == [
+        ("graph", 8, 8), ("padded", 3, 4), ("graph", 8, 8), ("padded", 3, 4), ("padded", 3, 4), ("padded", 8, 16)]
+    assert [s.get("evidence") for s in steps[:4]] == [None] * 4
+    assert steps[4]["evidence"] == "vLLM padded the batch to its captured size"
