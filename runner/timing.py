@@ -20,9 +20,9 @@ import time
 from typing import Any, Hashable
 
 # Default: on CUDA, time 1 step in 32 of each key (the first one included). In a host-bound loop on
-# an H200's host (docs/gpu-results.md, seventh session) a timed step's two events cost the host far
-# more than the same pair recorded on every launch (19-24 µs at 1 in 8: their driver path is cold
-# when they run 1 step in N), and the traced step timed 1 in 32 cost 0.8-3.0 µs less than at 1 in 8.
+# an H200's host (docs/gpu-results.md, seventh and eighth sessions) a timed step costs the host 8-10 µs
+# more than an untimed one, its two event records 3.0-3.7 µs each (a record is dearer when it runs
+# 1 step in N than on every step: its driver path is cold): ~0.25-0.3 µs a step at 1 in 32.
 CUDA_TIME_EVERY = 32
 
 _TORCH: Any = None
