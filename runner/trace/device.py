@@ -9,6 +9,7 @@ with the process (before the program imports torch, if it ever does).
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 
 _TORCH = None
