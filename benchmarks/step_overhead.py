@@ -19,14 +19,19 @@ graphs and bf16 layers on CUDA, a scheduler's Python pass before each step, one 
 - ``step path, untimed``: ``--step`` traced, its steps never timed (but each key's first), its
   emitter's thread stopped (the queue cleared each round): the step's work on the program's thread;
 - ``step path``: the same at the default rate, each step's figure put with the ``timed`` or
-  ``untimed`` steps (a step is timed when its key's count is a multiple of the rate);
+  ``untimed`` steps (a step is timed when its key's count is a multiple of the rate), and the
+  program's own step on its timed steps against its untimed ones (what timing does to the launches
+  between its two CUDA events);
 - ``traced step``: the whole trace, its emitter's thread handing the events to its writer
   process, which writes them to a file (the thread's hand-overs hold the GIL: they land on the
   steps they interrupt);
 - with CUDA: each CUDA event record on its own (``perf_counter_ns`` around the one call), in the
   loop, on 1 step in N for N of ``EVENT_RATES``: torch's ``Event.record`` for an event with
   timing and one without, and the driver's ``cuEventRecord`` through ctypes on the same event:
-  what one record costs when it runs every step, and when it runs 1 step in N.
+  what one record costs when it runs every step, and when it runs 1 step in N; and a pair of
+  timing events recorded around the step as step timing records them, 1 in 8 and 1 in 32: the
+  two calls' own time, and the program's step between them against the same places in the round
+  without a pair.
 
 Every figure is µs per step: the median and mean over all the steps of the rounds, and the 90th
 percentile (each step's own time, so the spread between steps, not a standard error, is what
@@ -86,11 +91,13 @@ def wrapper_side(program: TimedProgram, call: Callable[[Any], Any], steps: int,
                  timed_of: Callable[[Any], bool] | None = None) -> Callable[[int], dict[str, list[float]]]:
     """One round of ``steps`` steps through ``call``: each step's wrapper time minus its program's
     time, in ns, as ``{"all": [...]}`` (and ``timed``/``untimed`` when ``timed_of(x)`` tells,
-    before the step, whether it will be timed)."""
+    before the step, whether it will be timed, with the program's own step time of each kind in
+    ``program timed``/``program untimed``: what timing does to the step's own launches)."""
     inputs, marks, between = program.inputs, program.marks, program.between
 
     def one_round(_round: int) -> dict[str, list[float]]:
-        found: dict[str, list[float]] = {"all": [], "timed": [], "untimed": []}
+        found: dict[str, list[float]] = {"all": [], "timed": [], "untimed": [], "program timed": [],
+                                         "program untimed": []}
         for i in range(steps):
             x = inputs[i % len(inputs)]
             between()
@@ -98,14 +105,48 @@ def wrapper_side(program: TimedProgram, call: Callable[[Any], Any], steps: int,
             started = clock()
             call(x)
             ended = clock()
-            extra = (ended - started) - (marks[1] - marks[0])
+            inside = marks[1] - marks[0]
+            extra = (ended - started) - inside
             found["all"].append(extra)
             if kind is not None:
                 found[kind].append(extra)
+                found["program " + kind].append(inside)
             if i % SYNC_EVERY == SYNC_EVERY - 1:
                 program.sync()
         program.sync()
         return found
+    return one_round
+
+
+def pair_side(program: TimedProgram, start: Callable[[], Any] | None, end: Callable[[], Any] | None, every: int,
+              steps: int) -> Callable[[int], dict[str, list[float]]]:
+    """One round of the untraced loop with a pair of records around 1 step in ``every`` (``start()``
+    right before the step's launches, ``end()`` right after, as step timing records them; none when
+    they are None), in ns: both records' own time (``all``), and the program's step alone (no loop
+    Python, between the records where there are) by its place in the round (``steps``)."""
+    inputs, step, between = program.inputs, program.step, program.between
+
+    def one_round(_round: int) -> dict[str, list[float]]:
+        own: list[float] = []
+        times: list[float] = []
+        for i in range(steps):
+            between()
+            x = inputs[i % len(inputs)]
+            paired = start is not None and i % every == 0
+            started = clock()
+            if paired:
+                start()
+            launched = clock()
+            step(x)
+            stepped = clock()
+            if paired:
+                end()
+                own.append((launched - started) + (clock() - stepped))
+            times.append(stepped - launched)
+            if i % SYNC_EVERY == SYNC_EVERY - 1:
+                program.sync()
+        program.sync()
+        return {"all": own, "steps": times}
     return one_round
 
 
@@ -136,15 +177,21 @@ def record_side(program: TimedProgram, record: Callable[[], Any] | None, every: 
     return one_round
 
 
+def extra_at(per_round: list[dict[str, list[float]]], base: list[dict[str, list[float]]],
+             places: list[int]) -> float:
+    """µs a side's step takes more than the base's at the same places of the round, their mean (each
+    place's mean over the rounds, less the base's there)."""
+    return statistics.fmean((statistics.fmean(r["steps"][i] for r in per_round)
+                             - statistics.fmean(r["steps"][i] for r in base)) / 1000.0 for i in places)
+
+
 def after_records(per_round: list[dict[str, list[float]]], base: list[dict[str, list[float]]], every: int,
                   steps: int) -> tuple[float, float]:
     """(µs the step right after a record takes more, µs every other step takes more), each the
     mean over its places in the round of the side's mean time there less the no-record side's."""
-    extra = [(statistics.fmean(r["steps"][i] for r in per_round) - statistics.fmean(r["steps"][i] for r in base))
-             / 1000.0 for i in range(steps)]
     follows = [i for i in range(1, steps) if (i - 1) % every == 0 and (i - 1) % SYNC_EVERY != SYNC_EVERY - 1]
     rest = [i for i in range(steps) if i not in set(follows)]
-    return statistics.fmean(extra[i] for i in follows), statistics.fmean(extra[i] for i in rest) if rest else 0.0
+    return extra_at(per_round, base, follows), extra_at(per_round, base, rest) if rest else 0.0
 
 
 def driver_record() -> Callable[[Any, Any], Any] | None:
@@ -162,7 +209,7 @@ def event_sides(steps: int) -> dict[str, Callable[[int], dict[str, list[float]]]
     """Each CUDA event record alone in the loop, 1 step in N, three ways (see the module docstring)."""
     program = TimedProgram()
     stream = torch.cuda.current_stream()
-    sides = {"no record": record_side(program, None, 1, steps)}
+    sides = {"no record": record_side(program, None, 1, steps), "no pair": pair_side(program, None, None, 1, steps)}
     cu_record = driver_record()
     for every in EVENT_RATES:
         timed, plain = torch.cuda.Event(enable_timing=True), torch.cuda.Event()
@@ -171,6 +218,12 @@ def event_sides(steps: int) -> dict[str, Callable[[int], dict[str, list[float]]]
         sides[f"Event.record, timing, 1 in {every}"] = record_side(program, lambda e=timed: e.record(stream), every, steps)
         sides[f"Event.record, no timing, 1 in {every}"] = record_side(program, lambda e=plain: e.record(stream), every,
                                                                       steps)
+        if every > 1:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record(stream)
+            end.record(stream)
+            sides[f"pair around the step, 1 in {every}"] = pair_side(
+                program, lambda e=start: e.record(stream), lambda e=end: e.record(stream), every, steps)
         if cu_record is not None:
             handles = (timed.cuda_event, stream.cuda_stream)
             sides[f"cuEventRecord, timing, 1 in {every}"] = record_side(
@@ -235,7 +288,8 @@ def measure(rounds: int, steps: int, workdir: str, core: str) -> dict[str, Any]:
     full_tracer.emitter.flush()
     wrappers = [name for name in names if name in WRAPPED]
     samples = {name: {kind: [v / 1000.0 for found in per_round[name] for v in found.get(kind, [])]
-                      for kind in ("all", "timed", "untimed")} for name in names}
+                      for kind in ("all", "timed", "untimed", "program timed", "program untimed")}
+               for name in names}
     floor = stats(samples["floor"]["all"])
     result: dict[str, Any] = {"core": core, "rounds": rounds, "steps_per_round": steps, "cuda_events": cuda,
                               "time_every": every, "floor_us": floor, "sides": {}, "records": {}}
@@ -247,11 +301,21 @@ def measure(rounds: int, steps: int, workdir: str, core: str) -> dict[str, Any]:
                 result["sides"][name if kind == "all" else f"{name}, {kind} steps"] = {
                     **figures, "median": figures["median"] - floor["median"],
                     "mean": figures["mean"] - floor["mean"], "p90": figures["p90"] - floor["median"]}
+    timed_inside, untimed_inside = samples["step path"]["program timed"], samples["step path"]["program untimed"]
+    if timed_inside and untimed_inside:
+        result["program_on_timed_steps_us"] = statistics.fmean(timed_inside) - statistics.fmean(untimed_inside)
+    pairs = {}
+    for name in names:
+        if name.startswith("pair around"):
+            rate = int(name.rsplit(" ", 1)[1])
+            pairs[name] = {"own": stats(samples[name]["all"]), "program_on_timed_steps_us": extra_at(
+                per_round[name], per_round["no pair"], [i for i in range(steps) if i % rate == 0])}
+    result["pairs"] = pairs
     if cuda:
         base = per_round["no record"]
         result["step_without_records_us"] = statistics.fmean(v for r in base for v in r["steps"]) / 1000.0
         for name in names:
-            if name in WRAPPED or name == "no record":
+            if name in WRAPPED or name in ("no record", "no pair") or name in pairs:
                 continue
             rate = int(name.rsplit(" ", 1)[1])
             next_extra, rest_extra = after_records(per_round[name], base, rate, steps)
@@ -286,6 +350,13 @@ def main(argv: list[str] | None = None) -> int:
     for name, figures in result["sides"].items():
         print(f"{name:<44} {figures['median']:>8.2f} {figures['mean']:>8.2f} {figures['p90']:>8.2f} "
               f"{figures['steps']:>7}")
+    if "program_on_timed_steps_us" in result:
+        print(f"the program's own step on a timed step of the step path: {result['program_on_timed_steps_us']:+.2f} us "
+              f"(mean, against its untimed steps)")
+    for name, figures in result["pairs"].items():
+        print(f"{name}: the two records {figures['own']['median']:.2f} / {figures['own']['mean']:.2f} us (median / "
+              f"mean); the program's step between them {figures['program_on_timed_steps_us']:+.2f} us (mean, "
+              f"against the same places without)")
     if result["records"]:
         print(f"CUDA event records alone (the step with its loop's Python: {result['step_without_records_us']:.2f} us "
               f"without any); a record's own time, and what the step after it and the others take more, us:")
