@@ -27,5 +27,13 @@ if __name__ == "__main__":
     os.sched_setaffinity(0, {loop_cpu})
     for _ in range(50):
         step([0] * 4)
-    time.sleep(1.0)            # the run opened at the first step: its writer and emitter thread are up
+    # The run opened at the first step; its writer process and emitter thread start on their own thread.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with open(f"/proc/{os.getpid()}/task/{os.getpid()}/children") as children:
+            started = children.read().split()
+        if started and len(os.listdir(f"/proc/{os.getpid()}/task")) >= 2:
+            break
+        time.sleep(0.05)
+    time.sleep(0.5)
     json.dump({"pid": os.getpid(), "loop_cpu": loop_cpu, "place": place(os.getpid())}, sys.stdout)
