@@ -206,7 +206,9 @@ def driver_record() -> Callable[[Any, Any], Any] | None:
 
 
 def event_sides(steps: int) -> dict[str, Callable[[int], dict[str, list[float]]]]:
-    """Each CUDA event record alone in the loop, 1 step in N, three ways (see the module docstring)."""
+    """Each CUDA event record alone in the loop, 1 step in N, three ways, and a timing pair around the
+    step, all on one copy of the program, with the sides without records they are read against (see
+    the module docstring)."""
     program = TimedProgram()
     stream = torch.cuda.current_stream()
     sides = {"no record": record_side(program, None, 1, steps), "no pair": pair_side(program, None, None, 1, steps)}
