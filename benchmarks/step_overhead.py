@@ -62,7 +62,6 @@ from replayscope.runner.trace.settings import TraceSettings
 from replayscope.runner.trace.tracer import Tracer, tracer_class
 
 EVENT_RATES = (1, 8, CUDA_TIME_EVERY)
-WRAPPED = ("floor", "step path, untimed", "step path", "traced step")      # sides read as a wrapper's time
 clock = time.perf_counter_ns
 
 
@@ -205,33 +204,39 @@ def driver_record() -> Callable[[Any, Any], Any] | None:
     return record
 
 
-def event_sides(steps: int) -> dict[str, Callable[[int], dict[str, list[float]]]]:
-    """Each CUDA event record alone in the loop, 1 step in N, three ways, and a timing pair around the
-    step, all on one copy of the program, with the sides without records they are read against (see
-    the module docstring)."""
+Side = Callable[[int], dict[str, list[float]]]
+
+
+def event_sides(steps: int) -> tuple[dict[str, Side], dict[str, tuple[int, Side]], dict[str, tuple[int, Side]]]:
+    """With CUDA, on one copy of the program: the sides without records that the others are read
+    against (``no record``, ``no pair``); each CUDA event record alone, 1 step in N, three ways; and a
+    timing pair around the step (see the module docstring). The last two as ``{name: (N, side)}``."""
     program = TimedProgram()
     stream = torch.cuda.current_stream()
-    sides = {"no record": record_side(program, None, 1, steps), "no pair": pair_side(program, None, None, 1, steps)}
+    bases = {"no record": record_side(program, None, 1, steps), "no pair": pair_side(program, None, None, 1, steps)}
+    records: dict[str, tuple[int, Side]] = {}
+    pairs: dict[str, tuple[int, Side]] = {}
     cu_record = driver_record()
     for every in EVENT_RATES:
         timed, plain = torch.cuda.Event(enable_timing=True), torch.cuda.Event()
         timed.record(stream)
         plain.record(stream)
-        sides[f"Event.record, timing, 1 in {every}"] = record_side(program, lambda e=timed: e.record(stream), every, steps)
-        sides[f"Event.record, no timing, 1 in {every}"] = record_side(program, lambda e=plain: e.record(stream), every,
-                                                                      steps)
+        records[f"Event.record, timing, 1 in {every}"] = (every, record_side(
+            program, lambda e=timed: e.record(stream), every, steps))
+        records[f"Event.record, no timing, 1 in {every}"] = (every, record_side(
+            program, lambda e=plain: e.record(stream), every, steps))
         if every > 1:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record(stream)
             end.record(stream)
-            sides[f"pair around the step, 1 in {every}"] = pair_side(
-                program, lambda e=start: e.record(stream), lambda e=end: e.record(stream), every, steps)
+            pairs[f"pair around the step, 1 in {every}"] = (every, pair_side(
+                program, lambda e=start: e.record(stream), lambda e=end: e.record(stream), every, steps))
         if cu_record is not None:
             handles = (timed.cuda_event, stream.cuda_stream)
-            sides[f"cuEventRecord, timing, 1 in {every}"] = record_side(
-                program, lambda h=handles: cu_record(*h), every, steps)
+            records[f"cuEventRecord, timing, 1 in {every}"] = (every, record_side(
+                program, lambda h=handles: cu_record(*h), every, steps))
     torch.cuda.synchronize()
-    return sides
+    return bases, records, pairs
 
 
 def measure(rounds: int, steps: int, workdir: str, core: str) -> dict[str, Any]:
@@ -265,12 +270,12 @@ def measure(rounds: int, steps: int, workdir: str, core: str) -> dict[str, Any]:
 
     for x in path_program.inputs:
         path(x)                                   # each key's first step (always timed) outside the rounds
-    sides = {"floor": wrapper_side(floor_program, lambda x: floor_program.timed_step(x), steps),
-             "step path, untimed": wrapper_side(untimed_program, untimed, steps),
-             "step path": wrapper_side(path_program, path, steps, due),
-             "traced step": wrapper_side(full_program, full, steps)}
-    if cuda:
-        sides.update(event_sides(steps))
+    wrapped = {"floor": wrapper_side(floor_program, lambda x: floor_program.timed_step(x), steps),
+               "step path, untimed": wrapper_side(untimed_program, untimed, steps),
+               "step path": wrapper_side(path_program, path, steps, due),
+               "traced step": wrapper_side(full_program, full, steps)}
+    bases, records, pairs = event_sides(steps) if cuda else ({}, {}, {})
+    sides = {**wrapped, **bases, **{name: side for name, (_, side) in {**records, **pairs}.items()}}
     names = list(sides)
 
     def clearing(name: str) -> Callable[[int], dict[str, list[float]]]:
@@ -288,14 +293,13 @@ def measure(rounds: int, steps: int, workdir: str, core: str) -> dict[str, Any]:
     gc.collect()
     per_round = dict(zip(names, rotated([clearing(n) for n in names], range(rounds))))
     full_tracer.emitter.flush()
-    wrappers = [name for name in names if name in WRAPPED]
     samples = {name: {kind: [v / 1000.0 for found in per_round[name] for v in found.get(kind, [])]
                       for kind in ("all", "timed", "untimed", "program timed", "program untimed")}
                for name in names}
     floor = stats(samples["floor"]["all"])
     result: dict[str, Any] = {"core": core, "rounds": rounds, "steps_per_round": steps, "cuda_events": cuda,
                               "time_every": every, "floor_us": floor, "sides": {}, "records": {}}
-    for name in wrappers[1:]:
+    for name in list(wrapped)[1:]:
         for kind in ("all", "timed", "untimed"):
             values = samples[name][kind]
             if values:
@@ -306,20 +310,13 @@ def measure(rounds: int, steps: int, workdir: str, core: str) -> dict[str, Any]:
     timed_inside, untimed_inside = samples["step path"]["program timed"], samples["step path"]["program untimed"]
     if timed_inside and untimed_inside:
         result["program_on_timed_steps_us"] = statistics.fmean(timed_inside) - statistics.fmean(untimed_inside)
-    pairs = {}
-    for name in names:
-        if name.startswith("pair around"):
-            rate = int(name.rsplit(" ", 1)[1])
-            pairs[name] = {"own": stats(samples[name]["all"]), "program_on_timed_steps_us": extra_at(
-                per_round[name], per_round["no pair"], [i for i in range(steps) if i % rate == 0])}
-    result["pairs"] = pairs
+    result["pairs"] = {name: {"own": stats(samples[name]["all"]), "program_on_timed_steps_us": extra_at(
+        per_round[name], per_round["no pair"], [i for i in range(steps) if i % rate == 0])}
+        for name, (rate, _) in pairs.items()}
     if cuda:
         base = per_round["no record"]
         result["step_without_records_us"] = statistics.fmean(v for r in base for v in r["steps"]) / 1000.0
-        for name in names:
-            if name in WRAPPED or name in ("no record", "no pair") or name in pairs:
-                continue
-            rate = int(name.rsplit(" ", 1)[1])
+        for name, (rate, _) in records.items():
             next_extra, rest_extra = after_records(per_round[name], base, rate, steps)
             own = samples[name]["all"]
             result["records"][name] = {
