@@ -3,11 +3,11 @@
 #include "_runcore.h"
 #include "structmember.h"
 
-PyObject *slice_rows_function;
+PyObject *slice_rows_function, *make_fit_check;
 PyObject *s_shape, *s_dtype, *s_is_cpu, *s_is_cuda, *s_get_device, *s_expected, *s_cuda_index, *s_count,
          *s_raw_bs, *s_graph_bs, *s_call, *s_copies, *s_outputs, *s_slice_rows, *s_event, *s_event_with,
          *s_every, *s_record_start, *s_stop, *s_copy, *s_fill_pad_rows, *s_stage, *s_reason, *s_num_tokens,
-         *s_adapters, *s_grammar_switched, *s_python_step, *s_python_run;
+         *s_adapters, *s_grammar_switched, *s_python_step, *s_python_run, *s_fit_check;
 PyObject *non_blocking_kwnames, *empty_tuple, *zero, *one;
 PyTypeObject *route_type;
 unsigned int route_version;
@@ -39,7 +39,7 @@ static void runner_state_dealloc(RunnerState *self)
 static PyObject *runner_state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     if (slice_rows_function == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_runcore.configure(slice_rows, Route) must be called before a RunnerState "
+        PyErr_SetString(PyExc_RuntimeError, "_runcore.configure(slice_rows, Route, make_fit_check) must be called before a RunnerState "
                                             "is made (replayscope.runner.runner_core.load does)");
         return NULL;
     }
@@ -101,21 +101,25 @@ static int find_route_slots(PyObject *route_class)
 
 static PyObject *configure(PyObject *module, PyObject *args)
 {
-    PyObject *slice_rows, *route_class;
-    if (!PyArg_ParseTuple(args, "OO!:configure", &slice_rows, &PyType_Type, &route_class)) return NULL;
-    if (!PyCallable_Check(slice_rows)) {
-        PyErr_SetString(PyExc_TypeError, "configure(slice_rows, Route): slice_rows must be callable");
+    PyObject *slice_rows, *route_class, *fit_check_maker;
+    if (!PyArg_ParseTuple(args, "OO!O:configure", &slice_rows, &PyType_Type, &route_class, &fit_check_maker))
+        return NULL;
+    if (!PyCallable_Check(slice_rows) || (fit_check_maker != Py_None && !PyCallable_Check(fit_check_maker))) {
+        PyErr_SetString(PyExc_TypeError, "configure(slice_rows, Route, make_fit_check): slice_rows must be callable, "
+                                         "make_fit_check callable or None");
         return NULL;
     }
     if (find_route_slots(route_class) < 0) return NULL;
     Py_XSETREF(slice_rows_function, Py_NewRef(slice_rows));
+    Py_XSETREF(make_fit_check, Py_NewRef(fit_check_maker));
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
-     "configure(slice_rows, Route): the function that cuts a stand-in's outputs to the batch's rows, and the "
-     "class of the routes a step reads (routes.slice_rows, routes.Route)."},
+     "configure(slice_rows, Route, make_fit_check): the function that cuts a stand-in's outputs to the batch's "
+     "rows, the class of the routes a step reads (routes.slice_rows, routes.Route), and what makes a route's fit "
+     "check from a tuple of inputs that fit, or None: every step matched in full (fit_checks.fit_check_maker)."},
     {NULL}
 };
 
@@ -135,11 +139,11 @@ PyMODINIT_FUNC PyInit__runcore(void)
     INTERN(s_record_start, "record_start") INTERN(s_stop, "stop") INTERN(s_copy, "copy_")
     INTERN(s_fill_pad_rows, "fill_pad_rows") INTERN(s_stage, "stage") INTERN(s_reason, "reason")
     INTERN(s_num_tokens, "num_tokens") INTERN(s_adapters, "adapters") INTERN(s_grammar_switched, "grammar_switched")
-    INTERN(s_python_step, "_python_step") INTERN(s_python_run, "_python_run")
+    INTERN(s_python_step, "_python_step") INTERN(s_python_run, "_python_run") INTERN(s_fit_check, "fit_check")
     PyObject *names[ROUTE_FIELDS] = {[F_EXPECTED] = s_expected, [F_CUDA_INDEX] = s_cuda_index, [F_RAW_BS] = s_raw_bs,
                                      [F_COUNT] = s_count, [F_CALL] = s_call, [F_EVENT] = s_event,
                                      [F_GRAPH_BS] = s_graph_bs, [F_COPIES] = s_copies, [F_OUTPUTS] = s_outputs,
-                                     [F_SLICE_ROWS] = s_slice_rows};
+                                     [F_SLICE_ROWS] = s_slice_rows, [F_FIT_CHECK] = s_fit_check};
     for (int i = 0; i < ROUTE_FIELDS; i++) route_slots[i].name = names[i];
     PyObject *non_blocking;
     INTERN(non_blocking, "non_blocking")

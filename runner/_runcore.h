@@ -2,7 +2,8 @@
  *
  * The reference implementation, and the fallback for everything uncommon, is Python (graphs.py):
  *   RunnerState.compiled_step  mirrors  GraphRunner.step's plain case: the plain route looked up, the
- *                                       fast match (inputs.py fits), then the route run
+ *                                       fast match (inputs.py fits: the route's fit check first, the
+ *                                       full match on a miss, fit_checks.py), then the route run
  *   RunnerState.compiled_run   mirrors  GraphRunner._run: the timing decision and the clock's
  *                                       record_start / stop, the copies into the static rows, the pad
  *                                       rows, the launch, the outputs, the route's count, the step event
@@ -35,13 +36,14 @@
 
 /* -- what configure() gives, and the names used ------------------------------------------- */
 extern PyObject *slice_rows_function;     /* routes.slice_rows: a stand-in's fresh outputs cut to the batch */
+extern PyObject *make_fit_check;          /* fit_checks: a route's check made from inputs that fit; or None */
 extern PyObject *s_shape, *s_dtype, *s_is_cpu, *s_is_cuda, *s_get_device, *s_expected, *s_cuda_index,
                 *s_count, *s_raw_bs, *s_graph_bs, *s_call, *s_copies, *s_outputs, *s_slice_rows, *s_event,
                 *s_event_with, *s_every, *s_record_start, *s_stop, *s_copy, *s_fill_pad_rows, *s_stage,
-                *s_reason, *s_num_tokens, *s_adapters, *s_grammar_switched, *s_python_step, *s_python_run;
+                *s_reason, *s_num_tokens, *s_adapters, *s_grammar_switched, *s_python_step, *s_python_run, *s_fit_check;
 /* The fields of routes.Route a step reads, and where configure() found their slots. */
 enum { F_EXPECTED, F_CUDA_INDEX, F_RAW_BS, F_COUNT, F_CALL, F_EVENT, F_GRAPH_BS, F_COPIES, F_OUTPUTS, F_SLICE_ROWS,
-       ROUTE_FIELDS };
+       F_FIT_CHECK, ROUTE_FIELDS };
 typedef struct { PyObject *name; Py_ssize_t offset; } RouteSlot;
 extern PyTypeObject *route_type;          /* NULL: every field read by name */
 extern unsigned int route_version;        /* route_type's version tag when its slots were found */

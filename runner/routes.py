@@ -36,6 +36,8 @@ class Route:
     outputs: Any = None                             # what a graph's replay returns (its static rows)
     slice_rows: bool = False                        # a stand-in's fresh outputs are cut to raw_bs rows
     event: tuple = ()                               # the step event's fields (Emitter.step_fields), made once
+    fit_check: Any = None                           # the compiled core's check of inputs like the last that fitted
+                                                    # (replayscope.runner.fit_checks); the Python core matches in full
 
     def event_with(self, num_tokens: int) -> tuple:
         """The step event's fields when the caller gives the batch's tokens."""

@@ -19,6 +19,7 @@ from typing import Callable, Mapping
 
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.runner.compiled import load_compiled
+from replayscope.runner.fit_checks import fit_check_maker
 from replayscope.runner.routes import Route, slice_rows
 
 COMPILED_MODULE = "replayscope.runner._runcore"
@@ -29,8 +30,14 @@ def load(environ: Mapping[str, str] = os.environ,
     """The compiled core, configured; None when ``REPLAYSCOPE_PURE_PYTHON=1`` or it was not built."""
     module = load_compiled(COMPILED_MODULE, environ, import_module)
     if module is not None:
-        module.configure(slice_rows, Route)
+        configure(module)
     return module
+
+
+def configure(module: ModuleType) -> None:
+    """What the compiled core calls: the stand-in's row cut, the routes' class (its fields read at
+    their slots while it is unchanged) and what makes a route's fit check (``fit_checks``)."""
+    module.configure(slice_rows, Route, fit_check_maker())
 
 
 COMPILED = load()

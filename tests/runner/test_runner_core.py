@@ -24,6 +24,7 @@ from replayscope.runner import runner_core
 from replayscope.runner.capture import Captured, as_tuple, capturing_size
 from replayscope.runner.compiled import ENV_PURE_PYTHON
 from replayscope.runner.dispatch import BatchShape, Decision
+from replayscope.runner.fit_checks import fit_check_maker
 from replayscope.runner.graphs import CompiledGraphRunner, GraphRunner, StaticInput
 from replayscope.runner.plan import CapturePlan
 from replayscope.runner.routes import Route, slice_rows
@@ -244,7 +245,7 @@ def test_routes_whose_class_changed_since_configure_are_read_by_name_with_the_sa
             results[core] = (script(runner, step), runner.emitter.events)
     finally:
         monkeypatch.undo()
-        runner_core.COMPILED.configure(slice_rows, Route)      # the slots read again for the tests after
+        runner_core.configure(runner_core.COMPILED)      # the slots read again for the tests after
     assert results["compiled"] == results["python"]
 
 
@@ -311,6 +312,75 @@ def test_inputs_that_do_not_fit_are_refused_with_the_pythons_error_and_change_no
         assert runner.emitter.events == events
         errors[core] = str(error.value)
     assert errors["compiled"] == errors["python"]
+
+
+# --- a route's fit check (fit_checks.py) ---------------------------------------------------------
+
+class CountingMaker:
+    """A fit check maker (the real one, or checks that raise) counting the checks it makes and their answers."""
+
+    def __init__(self, make, raises: bool = False):
+        self.make, self.raises, self.made, self.answers = make, raises, 0, []
+
+    def __call__(self, tensors):
+        check = self.make(tensors)
+        self.made += 1
+
+        def counted(*given):
+            if self.raises:
+                raise RuntimeError("a check that fails")
+            self.answers.append(check(*given))
+            return self.answers[-1]
+        return counted
+
+
+@pytest.fixture
+def configured():
+    """The compiled core configured with another maker for one test, configured as loaded after."""
+    yield lambda maker: runner_core.COMPILED.configure(slice_rows, Route, maker)
+    runner_core.configure(runner_core.COMPILED)
+
+
+def inference_batch(bs: int, seed: int) -> dict[str, torch.Tensor]:
+    with torch.inference_mode():
+        return batch(bs, seed)
+
+
+needs_fit_checks = pytest.mark.skipif(fit_check_maker() is None, reason="this torch has no usable tensor guards")
+
+
+@compiled_only
+@needs_fit_checks
+def test_a_route_takes_its_fit_check_alone_once_made_and_a_miss_that_fits_makes_it_anew(configured):
+    counting = CountingMaker(fit_check_maker())
+    configured(counting)
+    kinds = ["plain"] * 6 + ["inference"] * 3 + ["plain"] * 2
+    results = {}
+    for core in ("python", "compiled"):
+        runner, step = make_runner(core, FieldsEmitter())
+        calls = handed_off(runner) if core == "compiled" else []
+        outcomes = [outcome(lambda: runner.step((batch if kind == "plain" else inference_batch)(4, seed=i)))
+                    for i, kind in enumerate(kinds)]
+        results[core] = (outcomes, runner.emitter.events, snapshot(runner, step))
+    assert results["compiled"] == results["python"]
+    assert len(calls) == 1, "the first step of the size made its route in the Python; the core took the rest"
+    # made from the second step's inputs, then from the first inference inputs, then from plain ones again
+    assert counting.made == 3
+    assert counting.answers == [True] * 4 + [False, True, True] + [False, True]
+
+
+@compiled_only
+@pytest.mark.parametrize("maker", ["none", "raising checks"])
+def test_without_fit_checks_or_with_checks_that_fail_the_full_match_gives_the_same_steps(configured, maker):
+    counting = CountingMaker(fit_check_maker(), raises=True) if maker == "raising checks" else None
+    configured(counting)
+    results = {}
+    for core in ("python", "compiled"):
+        runner, step = make_runner(core, FieldsEmitter(), graph_like=True)
+        results[core] = (script(runner, step), runner.emitter.events)
+    assert results["compiled"] == results["python"]
+    if counting is not None:
+        assert counting.made > 10
 
 
 class FakeCudaTensor(torch.Tensor):
@@ -484,7 +554,7 @@ def test_a_runner_state_made_before_configure_is_refused_by_name_not_a_crash():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    assert "refused: _runcore.configure(slice_rows, Route) must be called before a RunnerState is made" in done.stdout
+    assert "refused: _runcore.configure(slice_rows, Route, make_fit_check) must be called before a RunnerState is made" in done.stdout
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",
