@@ -82,6 +82,26 @@ def bare_loop(runner: GraphRunner, bs: int, inputs: dict[str, torch.Tensor]):
     return bare
 
 
+def decode_model(preset: str, max_bs: int, seq_len: int) -> tuple[ModelArgs, Callable[..., object]]:
+    """The preset's model on CUDA (bf16, random weights) with a KV cache of ``max_bs + 1`` slots (the
+    last one the pad rows' scratch slot), and its decode step: (tokens, positions, slots) -> (argmax, logits)."""
+    args = ModelArgs.from_preset(preset)
+    model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)
+    model.setup_caches(num_slots=max_bs + 1, max_seq_len=seq_len)
+
+    def step(tokens, positions, slots):
+        logits = model(tokens, positions, slots)
+        return logits.argmax(-1), logits
+    return args, step
+
+
+def decode_batch(args: ModelArgs, bs: int, max_bs: int, seq_len: int) -> dict[str, torch.Tensor]:
+    """A decode batch of ``bs`` requests on CUDA: a token and a position each, distinct cache slots."""
+    return {"tokens": torch.randint(1, args.vocab_size, (bs, 1), device="cuda"),
+            "positions": torch.randint(0, seq_len - 1, (bs, 1), device="cuda"),
+            "slots": torch.randperm(max_bs, device="cuda")[:bs]}
+
+
 def emitter_cost_us(calls: int = 200_000) -> dict[str, float]:
     """Host time of one Emitter.step call (flush thread running), and of a bare list append."""
     emitter = Emitter(NullSink(), RUN, flush_interval_s=0.05).start()
@@ -244,16 +264,9 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int, breakd
     """A row per size and step core (one runner per core, on one model; within a round the cores
     take turns size by size, their order rotating round by round); the summary (capture, padding)
     is the first core's runner's."""
-    args = ModelArgs.from_preset(preset)
-    model = Transformer.random(args, seed=0, device="cuda", dtype=torch.bfloat16)
     max_bs = max(sizes)
     scratch = max_bs
-    model.setup_caches(num_slots=max_bs + 1, max_seq_len=seq_len)
-
-    def step(tokens, positions, slots):
-        logits = model(tokens, positions, slots)
-        return logits.argmax(-1), logits
-
+    args, step = decode_model(preset, max_bs, seq_len)
     plan_sizes = sorted(set(sizes) | {8})
     # As `replayscope run --events` writes: a writer process converts and writes the events (here to
     # /dev/null), the emitter's thread hands them over; its default flush interval.
@@ -268,9 +281,7 @@ def bench_preset(preset: str, sizes: list[int], iters: int, seq_len: int, breakd
         report = reports[step_cores[0]]
 
         def batch(bs):
-            return {"tokens": torch.randint(1, args.vocab_size, (bs, 1), device="cuda"),
-                    "positions": torch.randint(0, seq_len - 1, (bs, 1), device="cuda"),
-                    "slots": torch.randperm(max_bs, device="cuda")[:bs]}
+            return decode_batch(args, bs, max_bs, seq_len)
 
         def measure(bs: int, core: str, with_breakdown: bool) -> dict:
             runner = runners[core]

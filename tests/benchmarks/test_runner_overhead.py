@@ -1,0 +1,47 @@
+"""The runner's per-step reading (benchmarks/runner_overhead.py) runs on the CPU: each side's
+steps read and put with the right kind, the runner's routes left with their fit checks. Figures
+are not judged here (benchmarks/, never timed tests)."""
+
+import math
+
+import torch
+
+from benchmarks import runner_overhead
+from benchmarks.harness import NullSink
+from benchmarks.runner_bench import RUN, decode_inputs
+from replayscope.runner import runner_core
+from replayscope.runner.emitter import Emitter
+from replayscope.runner.graphs import GraphRunner
+from replayscope.runner.plan import CapturePlan
+
+
+def test_every_side_is_read_per_step_and_the_runner_is_left_with_its_fit_checks():
+    rows = runner_overhead.cpu_rows([1, 4], blocks=6, block_steps=20)
+    assert [(r["bs"], r["side"]) for r in rows] == [(bs, side) for bs in (1, 4) for side in runner_overhead.SIDES]
+    for row in rows:
+        assert row["steps"] == 2 * 19, "two blocks per side, every call after a block's first"
+        if row["side"] == "floor":                       # the bare loop against itself: no runner steps timed
+            assert row["timed_steps"] == 0 and row["added_cycle_us"] == row["added_untimed_us"]
+        else:                                            # on the CPU every step is timed, on the host
+            assert row["timed_steps"] == row["steps"] and row["added_cycle_us"] == row["added_timed_us"]
+            assert math.isnan(row["added_untimed_us"])
+        assert row["bare_us"] > 0 and not math.isnan(row["added_after_sync_us"])
+
+
+def test_the_full_match_side_takes_the_fit_checks_away_and_gives_them_back():
+    runner = GraphRunner(lambda tokens, positions, slots: tokens, decode_inputs(4), CapturePlan((4,)),
+                         backend="static", device="cpu", emitter=Emitter(NullSink(), RUN), progress=False)
+    runner.capture()
+    inputs = {"tokens": torch.ones(4, 1, dtype=torch.long), "positions": torch.ones(4, 1, dtype=torch.long),
+              "slots": torch.arange(4)}
+    for _ in range(3):
+        runner.step(inputs)
+    route = runner._routes.plain[(runner.stage, 4)]
+    runner_overhead.use_fit_checks(runner, False)
+    assert route.fit_check is None
+    runner.step(inputs)
+    assert route.fit_check is None, "without a maker no check is made"
+    runner_overhead.use_fit_checks(runner, True)
+    runner.step(inputs)
+    assert (route.fit_check is not None) == (runner_core.COMPILED is not None and
+                                             runner_overhead.fit_check_maker() is not None)
