@@ -1,13 +1,16 @@
 """The graph runner's own host time per step, read step by step against the bare loop.
 
-    python -m benchmarks.runner_overhead [--presets 136m,1b] [--sizes 1,8,64] [--blocks 120] [--json FILE]
+    python -m benchmarks.runner_overhead [--presets 136m,1b] [--sizes 1,8,64] [--blocks 300] [--block-steps 12] [--json FILE]
 
 ``benchmarks.runner_bench`` pairs whole calls, a few hundred of them, and reads the host time a
 step adds to about ±1–2 µs on a host whose speed moves between calls. This reads it in one loop,
 step by step: in each block the bare copy-and-replay loop (``runner_bench.bare_loop``) and
 ``GraphRunner.step`` take turns call by call (``perf_counter_ns`` around each call; which of the
 two goes first alternates block by block), then one synchronise, left out of the time. Both sides
-see the same host speed, the same GPU queue and the same caches. Each side's figures:
+see the same host speed, the same GPU queue and the same caches. A block is short (12 calls of
+each by default): the host runs ahead of the GPU without filling its queue, else each launch would
+wait for room and the reading be the GPU's step time (blocks of 100 read 1.4–3.7 ms a call on the
+H200). Each side's figures:
 
 - ``after a synchronise``: the first call of a block (from the blocks where that side went first);
 - ``back to back``: every later call, the runner's ``untimed`` and ``timed`` steps apart (a step is
@@ -183,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--presets", default="136m,1b")
     parser.add_argument("--sizes", default="1,8,64")
-    parser.add_argument("--blocks", type=int, default=120, help="blocks per size, the three sides taking turns")
-    parser.add_argument("--block-steps", type=int, default=100, help="calls of each side per block")
+    parser.add_argument("--blocks", type=int, default=300, help="blocks per size, the three sides taking turns")
+    parser.add_argument("--block-steps", type=int, default=12,
+                        help="calls of each side per block: few enough that the GPU's queue never fills (the host "
+                             "would wait on it in each launch, and read the GPU's time)")
     parser.add_argument("--seq-len", type=int, default=512)
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     options = parser.parse_args(argv)
