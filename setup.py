@@ -16,7 +16,7 @@ STEP_CORE_SOURCES = ["runner/trace/_stepcore.c", "runner/trace/_stepcore_state.c
                      "runner/trace/_stepcore_step_end.c", "runner/trace/_stepcore_wrappers.c"]
 STEP_CORE = Extension("replayscope.runner.trace._stepcore", STEP_CORE_SOURCES,
                       depends=["runner/trace/_stepcore.h"], optional=True)
-RUNNER_CORE_SOURCES = ["runner/_runcore.c", "runner/_runcore_step.c"]
+RUNNER_CORE_SOURCES = ["runner/_runcore.c", "runner/_runcore_step.c", "runner/_runcore_match.c"]
 RUNNER_CORE = Extension("replayscope.runner._runcore", RUNNER_CORE_SOURCES, depends=["runner/_runcore.h"],
                         optional=True)
 RECORD_CORE = Extension("replayscope.runner._recordcore", ["runner/_recordcore.c"], optional=True)

@@ -18,7 +18,8 @@
  * Built optionally (setup.py); REPLAYSCOPE_PURE_PYTHON=1 or no compiler: the Python core.
  *
  * Its files, one job each (this header: the RunnerState struct, the shared names and declarations):
- *   _runcore_step.c   the step: the plain route, the fast match, the route run, the hand-off to Python
+ *   _runcore_step.c   the step: the plain route, the route run, the hand-off to Python
+ *   _runcore_match.c  the fast match: the route's fit check, the full match on a miss
  *   _runcore.c        the module: configure(), the interned names, RunnerState's type, PyInit__runcore
  */
 #ifndef REPLAYSCOPE_RUNCORE_H
@@ -68,6 +69,19 @@ typedef struct {
     X(parity_every)
 
 extern PyTypeObject RunnerStateType;
+
+/* The first input and its shape, read once: for the route's lookup, then for its own match. */
+typedef struct {
+    PyObject *tensor, *shape;
+} FirstInput;
+
+/* _runcore_step.c: an Exception of a check before anything is done is the Python's to judge (0,
+ * cleared); anything else goes on (-1); no error: 0. A Route's field (a new reference or NULL). */
+int judged_by_python(void);
+PyObject *route_field(PyObject *route, int field);
+
+/* _runcore_match.c: the fast match. 1: the inputs fit the route; 0: the Python's to judge; -1. */
+int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first);
 
 /* _runcore_step.c: GraphRunner.step and GraphRunner._run, compiled */
 PyObject *compiled_step(RunnerState *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);
