@@ -6,6 +6,7 @@
  * Exception, hands the whole step to the Python, which does it again and raises its own clear
  * error. From the route run on, an error is the program's, raised where the Python raises it. */
 #include "_runcore.h"
+#include <limits.h>
 
 /* A check before anything is done raised: an Exception is the Python's to judge (0: hand off);
  * anything else (KeyboardInterrupt) goes on to the program (-1). No error: 0. */
@@ -143,10 +144,17 @@ static PyObject *need(PyObject *field, const char *name)
     return field;
 }
 
+/* route.count[0]: read from the list itself when it is one (a new reference or NULL). */
+static PyObject *seen_of(PyObject *count)
+{
+    if (PyList_CheckExact(count) && PyList_GET_SIZE(count) > 0) return Py_NewRef(PyList_GET_ITEM(count, 0));
+    return PyObject_GetItem(count, zero);
+}
+
 /* route.count[0] % clock.every == 0: a step to time. 1, 0, or -1. */
 static int due(PyObject *count, PyObject *clock)
 {
-    PyObject *seen = PyObject_GetItem(count, zero);
+    PyObject *seen = seen_of(count);
     PyObject *every = seen == NULL ? NULL : PyObject_GetAttr(clock, s_every);
     int timed = -1, seen_over, every_over;
     if (every != NULL && PyLong_CheckExact(seen) && PyLong_CheckExact(every)) {
@@ -163,11 +171,19 @@ static int due(PyObject *count, PyObject *clock)
     return timed;
 }
 
-/* route.count[0] += 1 */
+/* route.count[0] += 1: in the list itself when it is one holding an int short of overflow; else as
+ * Python does it. */
 static int count_step(PyObject *count)
 {
-    PyObject *seen = PyObject_GetItem(count, zero);
-    PyObject *next = seen == NULL ? NULL : PyNumber_InPlaceAdd(seen, one);
+    PyObject *seen = seen_of(count), *next = NULL;
+    int overflow = 1;
+    long long value = seen != NULL && PyLong_CheckExact(seen) ? PyLong_AsLongLongAndOverflow(seen, &overflow) : 0;
+    if (seen != NULL && !overflow && value < LLONG_MAX && PyList_CheckExact(count)) {
+        Py_DECREF(seen);
+        next = PyLong_FromLongLong(value + 1);
+        return next == NULL ? -1 : PyList_SetItem(count, 0, next);          /* the list takes the reference */
+    }
+    next = seen == NULL ? NULL : PyNumber_InPlaceAdd(seen, one);
     Py_XDECREF(seen);
     int done = next == NULL ? -1 : PyObject_SetItem(count, zero, next);
     Py_XDECREF(next);

@@ -275,6 +275,36 @@ def test_the_compiled_core_takes_plain_steps_of_routes_seen_before_and_hands_off
     assert [e[0] for e in runner.emitter.events[-2:]] == ["step", "parity"]
 
 
+class CountCell:
+    """A route's count kept in a cell of another kind than a list: counted through its item methods."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __getitem__(self, index):
+        return [self.value][index]
+
+    def __setitem__(self, index, value):
+        self.value = [value][index]
+
+
+@compiled_only
+@pytest.mark.parametrize("cell", ["a list at the edge of a machine word", "another kind of cell"])
+def test_a_routes_count_is_counted_as_python_counts_it_whatever_holds_it(cell):
+    counts = {}
+    for core in ("python", "compiled"):
+        runner, _step = make_runner(core, FieldsEmitter())
+        runner.step(batch(4))
+        route = runner._routes.plain[(runner.stage, 4)]
+        start = 2**63 - 2
+        route.count = [start] if cell.startswith("a list") else CountCell(start)
+        for seed in range(3):
+            runner.step(batch(4, seed=seed))
+        counts[core] = (route.count[0], type(route.count[0]), runner.emitter.events)
+    assert counts["compiled"] == counts["python"]
+    assert counts["python"][0] == 2**63 + 1
+
+
 @compiled_only
 def test_a_runner_shares_its_row_mark_between_the_cores_pad_rows_hold_pad_values_whichever_ran():
     """Rows a larger batch left are marked by whichever core ran it, and refilled by the other on the
