@@ -11,6 +11,9 @@ that last passed the full fast match: inputs it accepts have that route's dtypes
 shapes, so they fit too. Inputs it refuses are matched in full, as before, and a check is made
 anew from them when they fit. Nothing is accepted that the full match would refuse.
 
+No check is made for tensor subclasses (their Python may say other things than their tensor) or
+for one tensor given under two names (torch's guards refuse it): such steps are matched in full.
+
 ``TensorGuards`` is torch's private API (torch._C._dynamo.guards): ``fit_check_maker`` tries it
 once on probe tensors and gives None where it is missing or does not behave as expected; the
 core then matches every step in full.
@@ -66,6 +69,8 @@ def fit_check_maker(tensor_guards: Callable[[], type] = torch_tensor_guards
     def make(tensors: tuple[torch.Tensor, ...]) -> FitCheck | None:
         if any(type(tensor) is not torch.Tensor for tensor in tensors):
             return None                    # a subclass may say other things than its C++ tensor: matched in full
+        if len({id(tensor) for tensor in tensors}) != len(tensors):
+            return None                    # one tensor under two names: torch's guards refuse it, matched in full
         return make_fit_check(guards, tensors)
 
     try:

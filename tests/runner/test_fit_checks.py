@@ -52,6 +52,13 @@ def test_no_check_is_made_from_a_subclass_whose_python_may_say_other_things_than
 
 
 @needs_guards
+def test_no_check_is_made_from_one_tensor_under_two_names_which_torchs_guards_refuse():
+    a, b, c = fitted()
+    assert MAKE((a, b, a.clone().flatten())) is not None
+    assert MAKE((a, b, b)) is None
+
+
+@needs_guards
 def test_a_check_keeps_no_reference_to_the_inputs_it_was_made_from():
     import weakref
     tensors = fitted()
