@@ -102,6 +102,12 @@ def decode_batch(args: ModelArgs, bs: int, max_bs: int, seq_len: int) -> dict[st
             "slots": torch.randperm(max_bs, device="cuda")[:bs]}
 
 
+def cpu_batch(bs: int) -> dict[str, torch.Tensor]:
+    """A decode batch of ``bs`` on the CPU, for the static backend's trivial step."""
+    return {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
+            "slots": torch.arange(bs)}
+
+
 def emitter_cost_us(calls: int = 200_000) -> dict[str, float]:
     """Host time of one Emitter.step call (flush thread running), and of a bare list append."""
     emitter = Emitter(NullSink(), RUN, flush_interval_s=0.05).start()
@@ -156,8 +162,7 @@ def host_cost_cpu(sizes: list[int], step_cores: tuple[str, ...] = ("python",), c
     rows = []
     try:
         for bs in sizes:
-            inputs = {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
-                      "slots": torch.arange(bs)}
+            inputs = cpu_batch(bs)
             bare = bare_loop(runners[step_cores[0]], bs, inputs)
             steps = {core: (lambda r=runner: r.step(inputs)) for core, runner in runners.items()}
             bare_us, step_us = [], {core: [] for core in step_cores}

@@ -37,7 +37,7 @@ from typing import Callable
 import torch
 
 from benchmarks.harness import NullSink, write_json
-from benchmarks.runner_bench import RUN, bare_loop, decode_batch, decode_inputs, decode_model
+from benchmarks.runner_bench import RUN, bare_loop, cpu_batch, decode_batch, decode_inputs, decode_model
 from replayscope.contract.sinks import JsonlSink
 from replayscope.runner import runner_core
 from replayscope.runner.emitter import Emitter
@@ -162,8 +162,7 @@ def cpu_rows(sizes: list[int], blocks: int, block_steps: int) -> list[dict]:
     rows = []
     try:
         for bs in sizes:
-            inputs = {"tokens": torch.ones(bs, 1, dtype=torch.long), "positions": torch.ones(bs, 1, dtype=torch.long),
-                      "slots": torch.arange(bs)}
+            inputs = cpu_batch(bs)
             sides = measure(runner, bare_loop(runner, bs, inputs), inputs, runner.stage, blocks, block_steps,
                             lambda: None)
             rows += [{"preset": "static", "bs": bs, "side": side, **figures} for side, figures in sides.items()]

@@ -4,11 +4,10 @@ are not judged here (benchmarks/, never timed tests)."""
 
 import math
 
-import torch
 
 from benchmarks import runner_overhead
 from benchmarks.harness import NullSink
-from benchmarks.runner_bench import RUN, decode_inputs
+from benchmarks.runner_bench import RUN, cpu_batch, decode_inputs
 from replayscope.runner import runner_core
 from replayscope.runner.emitter import Emitter
 from replayscope.runner.graphs import GraphRunner
@@ -32,8 +31,7 @@ def test_the_full_match_side_takes_the_fit_checks_away_and_gives_them_back():
     runner = GraphRunner(lambda tokens, positions, slots: tokens, decode_inputs(4), CapturePlan((4,)),
                          backend="static", device="cpu", emitter=Emitter(NullSink(), RUN), progress=False)
     runner.capture()
-    inputs = {"tokens": torch.ones(4, 1, dtype=torch.long), "positions": torch.ones(4, 1, dtype=torch.long),
-              "slots": torch.arange(4)}
+    inputs = cpu_batch(4)
     for _ in range(3):
         runner.step(inputs)
     route = runner._routes.plain[(runner.stage, 4)]
