@@ -1,7 +1,8 @@
 /* The fast match of a plain step's inputs (inputs.py fits): the route's fit check first
  * (fit_checks.py: torch's tensor guards made from the last inputs that fitted), the full match
- * when it refuses them, and a check made anew from inputs that fitted in full. Reads only: a check
- * that cannot decide, or raises an Exception, leaves the step to the Python (the overview: _runcore.h). */
+ * when it refuses them, and a check made anew from inputs that fitted in full. It changes nothing
+ * but the route's fit check: a check that cannot decide, or raises an Exception, leaves the step to
+ * the Python (the overview: _runcore.h). */
 #include "_runcore.h"
 
 /* inputs.py fits, for one (name, shape, dtype) expected and its input: of that dtype (the same

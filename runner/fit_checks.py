@@ -1,8 +1,8 @@
 """A route's fit check: whether a step's inputs are like those that last fitted it, in one call.
 
 The graph runner's fast match (``replayscope.runner.inputs.fits``) reads each input's dtype,
-device and shape through torch's Python getters: a few hundred instructions per getter, most
-of a plain step's host time in the compiled core. Torch's own tensor guards (``TensorGuards``,
+device and shape through torch's Python getters: a few hundred instructions per getter, the
+largest share of a plain step's host time in the compiled core. Torch's own tensor guards (``TensorGuards``,
 the checks ``torch.compile`` runs before each call of a compiled function) compare the same
 facts in C++ in one call: the tensor's exact type, its dispatch keys (which include the device
 type), dtype, device index, ``requires_grad`` and sizes (strides left unchecked here, as the

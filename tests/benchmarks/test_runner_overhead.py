@@ -4,7 +4,6 @@ are not judged here (benchmarks/, never timed tests)."""
 
 import math
 
-
 from benchmarks import runner_overhead
 from benchmarks.harness import NullSink
 from benchmarks.runner_bench import RUN, cpu_batch, decode_inputs
