@@ -44,7 +44,6 @@ from replayscope.runner.emitter import Emitter
 from replayscope.runner.fit_checks import fit_check_maker
 from replayscope.runner.graphs import GraphRunner
 from replayscope.runner.plan import CapturePlan
-from replayscope.runner.routes import Route, slice_rows
 
 SIDES = ("fit checks", "full match", "floor")
 clock = time.perf_counter_ns
@@ -54,7 +53,7 @@ def use_fit_checks(runner: GraphRunner, on: bool) -> None:
     """The compiled core with its fit checks (as loaded) or without (every step matched in full)."""
     if runner_core.COMPILED is None:
         return
-    runner_core.COMPILED.configure(slice_rows, Route, fit_check_maker() if on else None)
+    runner_core.configure(runner_core.COMPILED, fit_checks=on)
     if not on:
         for route in runner._routes.plain.values():
             route.fit_check = None

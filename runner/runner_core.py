@@ -34,10 +34,11 @@ def load(environ: Mapping[str, str] = os.environ,
     return module
 
 
-def configure(module: ModuleType) -> None:
+def configure(module: ModuleType, fit_checks: bool = True) -> None:
     """What the compiled core calls: the stand-in's row cut, the routes' class (its fields read at
-    their slots while it is unchanged) and what makes a route's fit check (``fit_checks``)."""
-    module.configure(slice_rows, Route, fit_check_maker())
+    their slots while it is unchanged) and what makes a route's fit check (``fit_checks``; with
+    ``fit_checks=False`` none: every step's inputs matched in full, as a benchmark compares)."""
+    module.configure(slice_rows, Route, fit_check_maker() if fit_checks else None)
 
 
 COMPILED = load()
