@@ -48,22 +48,16 @@ static PyObject *add_event(Recorder *self, PyObject *const *fields)
     }
     PyObject *now = wall_time();
     if (now == NULL) { Py_DECREF(seq); return NULL; }
-    Py_ssize_t size = PyList_GET_SIZE(self->queue);
-    PyObject *head[2] = {seq, now};
-    for (int i = 0; i < RECORD; i++) {
-        PyObject *value = i < 2 ? head[i] : fields[i - 2];
-        if (PyList_Append(self->queue, value) < 0) {      /* out of memory: take back what was added */
-            PyList_SetSlice(self->queue, size, PyList_GET_SIZE(self->queue), NULL);
-            goto error;
-        }
-    }
-    Py_DECREF(seq);
-    Py_DECREF(now);
+    PyObject *values = PyTuple_New(RECORD);      /* added by one extend: the list grows once */
+    if (values == NULL) { Py_DECREF(seq); Py_DECREF(now); return NULL; }
+    PyTuple_SET_ITEM(values, 0, seq);
+    PyTuple_SET_ITEM(values, 1, now);
+    for (int i = 2; i < RECORD; i++) PyTuple_SET_ITEM(values, i, Py_NewRef(fields[i - 2]));
+    PyObject *queue = PySequence_InPlaceConcat(self->queue, values);     /* list.extend: all or nothing */
+    Py_DECREF(values);
+    if (queue == NULL) return NULL;
+    Py_DECREF(queue);
     Py_RETURN_NONE;
-error:
-    Py_DECREF(seq);
-    Py_DECREF(now);
-    return NULL;
 }
 
 /* Emitter.step(stage, mode, raw_bs, graph_bs, num_tokens, padded_tokens, reason, timing, evidence=None) */
