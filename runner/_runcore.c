@@ -3,7 +3,9 @@
 #include "_runcore.h"
 #include "structmember.h"
 
-PyObject *slice_rows_function, *make_fit_check;
+PyObject *slice_rows_function, *make_fit_check, *tensor_copy;
+PyTypeObject *tensor_type;
+lenfunc tensor_length;
 PyObject *s_shape, *s_dtype, *s_is_cpu, *s_is_cuda, *s_get_device, *s_expected, *s_cuda_index, *s_count,
          *s_raw_bs, *s_graph_bs, *s_call, *s_copies, *s_outputs, *s_slice_rows, *s_event, *s_event_with,
          *s_every, *s_record_start, *s_stop, *s_copy, *s_fill_pad_rows, *s_stage, *s_reason, *s_num_tokens,
@@ -39,7 +41,7 @@ static void runner_state_dealloc(RunnerState *self)
 static PyObject *runner_state_new(PyTypeObject *type, PyObject *args, PyObject *kwds)
 {
     if (slice_rows_function == NULL) {
-        PyErr_SetString(PyExc_RuntimeError, "_runcore.configure(slice_rows, Route, make_fit_check) must be called before a RunnerState "
+        PyErr_SetString(PyExc_RuntimeError, "_runcore.configure(slice_rows, Route, make_fit_check, Tensor) must be called before a RunnerState "
                                             "is made (replayscope.runner.runner_core.load does)");
         return NULL;
     }
@@ -99,27 +101,41 @@ static int find_route_slots(PyObject *route_class)
     return 0;
 }
 
+/* torch.Tensor's C length, where its base type (torch._C.TensorBase) has one: the size at
+ * dimension 0 (0 for a 0-d tensor), what Tensor.__len__ returns after its Python checks. */
+static lenfunc base_length(PyTypeObject *tensor_class)
+{
+    PyTypeObject *base = tensor_class->tp_base;
+    return base != NULL && base->tp_as_mapping != NULL ? base->tp_as_mapping->mp_length : NULL;
+}
+
 static PyObject *configure(PyObject *module, PyObject *args)
 {
-    PyObject *slice_rows, *route_class, *fit_check_maker;
-    if (!PyArg_ParseTuple(args, "OO!O:configure", &slice_rows, &PyType_Type, &route_class, &fit_check_maker))
+    PyObject *slice_rows, *route_class, *fit_check_maker, *tensor_class, *copy = NULL;
+    if (!PyArg_ParseTuple(args, "OO!OO!:configure", &slice_rows, &PyType_Type, &route_class, &fit_check_maker,
+                          &PyType_Type, &tensor_class))
         return NULL;
     if (!PyCallable_Check(slice_rows) || (fit_check_maker != Py_None && !PyCallable_Check(fit_check_maker))) {
-        PyErr_SetString(PyExc_TypeError, "configure(slice_rows, Route, make_fit_check): slice_rows must be callable, "
-                                         "make_fit_check callable or None");
+        PyErr_SetString(PyExc_TypeError, "configure(slice_rows, Route, make_fit_check, Tensor): slice_rows must be "
+                                         "callable, make_fit_check callable or None");
         return NULL;
     }
-    if (find_route_slots(route_class) < 0) return NULL;
+    if (find_route_slots(route_class) < 0 || (copy = PyObject_GetAttr(tensor_class, s_copy)) == NULL) return NULL;
     Py_XSETREF(slice_rows_function, Py_NewRef(slice_rows));
     Py_XSETREF(make_fit_check, Py_NewRef(fit_check_maker));
+    Py_XSETREF(tensor_copy, copy);
+    Py_XSETREF(tensor_type, (PyTypeObject *)Py_NewRef(tensor_class));
+    tensor_length = base_length(tensor_type);
     Py_RETURN_NONE;
 }
 
 static PyMethodDef module_methods[] = {
     {"configure", configure, METH_VARARGS,
-     "configure(slice_rows, Route, make_fit_check): the function that cuts a stand-in's outputs to the batch's "
-     "rows, the class of the routes a step reads (routes.slice_rows, routes.Route), and what makes a route's fit "
-     "check from a tuple of inputs that fit, or None: every step matched in full (fit_checks.fit_check_maker)."},
+     "configure(slice_rows, Route, make_fit_check, Tensor): the function that cuts a stand-in's outputs to the "
+     "batch's rows, the class of the routes a step reads (routes.slice_rows, routes.Route), what makes a route's "
+     "fit check from a tuple of inputs that fit, or None: every step matched in full (fit_checks.fit_check_maker), "
+     "and torch.Tensor (an input of exactly that type has its batch size read by torch's C length, a buffer of it "
+     "is copied into through torch.Tensor.copy_)."},
     {NULL}
 };
 

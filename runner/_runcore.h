@@ -38,6 +38,11 @@
 /* -- what configure() gives, and the names used ------------------------------------------- */
 extern PyObject *slice_rows_function;     /* routes.slice_rows: a stand-in's fresh outputs cut to the batch */
 extern PyObject *make_fit_check;          /* fit_checks: a route's check made from inputs that fit; or None */
+extern PyTypeObject *tensor_type;         /* torch.Tensor: an input of exactly this type has ... */
+extern lenfunc tensor_length;             /* ... its batch size at dimension 0 read by its base's C length
+                                           * (NULL: read from .shape), and a buffer of it is copied into
+                                           * through ... */
+extern PyObject *tensor_copy;             /* ... torch.Tensor.copy_ itself, not looked up by name */
 extern PyObject *s_shape, *s_dtype, *s_is_cpu, *s_is_cuda, *s_get_device, *s_expected, *s_cuda_index,
                 *s_count, *s_raw_bs, *s_graph_bs, *s_call, *s_copies, *s_outputs, *s_slice_rows, *s_event,
                 *s_event_with, *s_every, *s_record_start, *s_stop, *s_copy, *s_fill_pad_rows, *s_stage,
@@ -70,9 +75,13 @@ typedef struct {
 
 extern PyTypeObject RunnerStateType;
 
-/* The first input and its shape, read once: for the route's lookup, then for its own match. */
+/* What the fast match read of a step's inputs: the first input and its shape (read once: for the
+ * route's lookup, then for its own match; shape NULL where the lookup read the size alone), and
+ * the inputs as the route expects them (route.expected and a tuple of the inputs in its order),
+ * kept for the copies when the route's fit check accepted them (no Python ran between the reads). */
 typedef struct {
     PyObject *tensor, *shape;
+    PyObject *expected, *given;
 } FirstInput;
 
 /* _runcore_step.c: an Exception of a check before anything is done is the Python's to judge (0,

@@ -22,7 +22,7 @@ static int input_fits(PyObject *tensor, PyObject *spec, PyObject *cuda_index, Fi
     fits = value == NULL ? -1 : truth(value);
     Py_XDECREF(value);
     if (fits <= 0) goto done;
-    value = tensor == first->tensor ? Py_NewRef(first->shape) : PyObject_GetAttr(tensor, s_shape);
+    value = tensor == first->tensor && first->shape != NULL ? Py_NewRef(first->shape) : PyObject_GetAttr(tensor, s_shape);
     differs = value == NULL ? -1 : PyObject_RichCompareBool(value, shape, Py_NE);
     Py_XDECREF(value);
     fits = differs < 0 ? -1 : !differs;
@@ -76,7 +76,8 @@ static int remake_fit_check(PyObject *route, PyObject *given)
 
 /* inputs.py fits(inputs, route.expected, route.cuda_index): exactly the expected inputs, each
  * fitting. The route's fit check decides first (fit_checks.py: it accepts only inputs like those
- * that last fitted); the full match when it refuses them, and then a check made from them. */
+ * that last fitted); the full match when it refuses them, and then a check made from them. Inputs a
+ * check accepted are kept in *first (its expected and given, new references) for the copies. */
 int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first)
 {
     PyObject *expected = route_field(route, F_EXPECTED), *given = NULL;
@@ -93,9 +94,14 @@ int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first)
             fits = input_fits(PyTuple_GET_ITEM(given, i), PyTuple_GET_ITEM(expected, i), cuda_index, first);
         if (fits > 0 && make_fit_check != Py_None && remake_fit_check(route, given) < 0) fits = -1;
     }
-    Py_XDECREF(expected);
+    if (fits > 0 && checked > 0) {          /* kept for the copies: no Python ran since they were read */
+        first->expected = expected;
+        first->given = given;
+    } else {
+        Py_XDECREF(expected);
+        Py_XDECREF(given);
+    }
     Py_XDECREF(cuda_index);
     Py_XDECREF(check);
-    Py_XDECREF(given);
     return fits;
 }

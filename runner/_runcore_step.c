@@ -55,6 +55,21 @@ static int runnable(RunnerState *self)
     return parity < 0 ? judged_by_python() : !parity;
 }
 
+/* first->tensor.shape[dim] (a new reference or NULL). An input of exactly torch.Tensor has its
+ * size at dimension 0 read by torch's C length (what Tensor.__len__ returns after its checks; a
+ * torch function mode sees __len__ asked where .shape would be); else, and for a 0-d tensor, its
+ * shape is read (kept in first->shape for its own match). */
+static PyObject *batch_size(FirstInput *first, Py_ssize_t dim)
+{
+    if (dim == 0 && tensor_length != NULL && Py_TYPE(first->tensor) == tensor_type) {
+        Py_ssize_t rows = tensor_length(first->tensor);
+        if (rows > 0) return PyLong_FromSsize_t(rows);
+        if (rows < 0 && judged_by_python() < 0) return NULL;    /* an Exception: read the shape as Python does */
+    }
+    first->shape = PyObject_GetAttr(first->tensor, s_shape);
+    return first->shape == NULL ? NULL : PySequence_GetItem(first->shape, dim);
+}
+
 /* GraphRunner.step's lookup: the plain route of `stage` and the first input's batch size.
  * 1: found (*route and *first, new references); 0: none, or nothing the Python would find one
  * for; -1. */
@@ -65,8 +80,7 @@ static int plain_route(RunnerState *self, PyObject *inputs, PyObject *stage, PyO
         return 0;
     PyObject *routes = Py_NewRef(self->plain_routes);     /* held: reading a shape may run Python code */
     first->tensor = Py_XNewRef(PyDict_GetItemWithError(inputs, self->first_input));
-    first->shape = first->tensor == NULL ? NULL : PyObject_GetAttr(first->tensor, s_shape);
-    PyObject *size = first->shape == NULL ? NULL : PySequence_GetItem(first->shape, self->first_dim);
+    PyObject *size = first->tensor == NULL ? NULL : batch_size(first, self->first_dim);
     PyObject *key = size == NULL ? NULL : PyTuple_Pack(2, stage, size);
     Py_XDECREF(size);
     if (key != NULL) {
@@ -190,15 +204,27 @@ static int count_step(PyObject *count)
     return done;
 }
 
-/* for name, rows in route.copies: rows.copy_(inputs[name], non_blocking=True) */
-static int copy_inputs(PyObject *copies, PyObject *inputs)
+/* inputs[name], the copies' i-th: the fast match's own read of it when it kept one for that name
+ * (the route's expected inputs and its copies list the same names in the same order). */
+static PyObject *input_of(PyObject *inputs, PyObject *name, Py_ssize_t i, FirstInput *matched)
+{
+    if (matched != NULL && matched->given != NULL && i < PyTuple_GET_SIZE(matched->given)
+        && PyTuple_GET_ITEM(PyTuple_GET_ITEM(matched->expected, i), 0) == name)
+        return Py_NewRef(PyTuple_GET_ITEM(matched->given, i));
+    return PyObject_GetItem(inputs, name);
+}
+
+/* for name, rows in route.copies: rows.copy_(inputs[name], non_blocking=True) (torch.Tensor.copy_
+ * called as it is when rows are exactly a torch.Tensor, else looked up on them by name) */
+static int copy_inputs(PyObject *copies, PyObject *inputs, FirstInput *matched)
 {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(copies); i++) {
-        PyObject *pair = PyTuple_GET_ITEM(copies, i);
-        PyObject *value = PyObject_GetItem(inputs, PyTuple_GET_ITEM(pair, 0));
+        PyObject *pair = PyTuple_GET_ITEM(copies, i), *rows = PyTuple_GET_ITEM(pair, 1);
+        PyObject *value = input_of(inputs, PyTuple_GET_ITEM(pair, 0), i, matched);
         if (value == NULL) return -1;
-        PyObject *stack[3] = {PyTuple_GET_ITEM(pair, 1), value, Py_True};
-        PyObject *done = PyObject_VectorcallMethod(s_copy, stack, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
+        PyObject *stack[3] = {rows, value, Py_True};
+        PyObject *done = Py_TYPE(rows) == tensor_type ? PyObject_Vectorcall(tensor_copy, stack, 2, non_blocking_kwnames)
+                       : PyObject_VectorcallMethod(s_copy, stack, 2 | PY_VECTORCALL_ARGUMENTS_OFFSET,
                                                    non_blocking_kwnames);
         Py_DECREF(value);
         if (done == NULL) return -1;
@@ -209,10 +235,10 @@ static int copy_inputs(PyObject *copies, PyObject *inputs)
 
 /* The launch of a route with a call: copies, pad rows a larger batch left, the call, the row mark,
  * the outputs (the graph's static rows, or a stand-in's cut to the batch). A new reference or NULL. */
-static PyObject *launch(RunnerState *self, RouteView *view, PyObject *inputs)
+static PyObject *launch(RunnerState *self, RouteView *view, PyObject *inputs, FirstInput *matched)
 {
     Py_ssize_t raw = view->rows, graph = view->graph_rows;
-    if (copy_inputs(view->copies, inputs) < 0) return NULL;
+    if (copy_inputs(view->copies, inputs, matched) < 0) return NULL;
     if (graph > raw && self->dirty_until > raw) {           /* rows a larger batch left behind */
         PyObject *end = PyLong_FromSsize_t(self->dirty_until < graph ? self->dirty_until : graph);
         PyObject *buffers = Py_XNewRef(need(self->buffers, "_buffers"));
@@ -264,7 +290,7 @@ static int record_step(PyObject *record, PyObject *route, RouteView *view, PyObj
 
 /* GraphRunner._run on a route read: timed or not, eager or launched, then recorded. Outputs or NULL. */
 static PyObject *run_view(RunnerState *self, PyObject *route, RouteView *view, PyObject *inputs,
-                          PyObject *num_tokens, PyObject *eager_fn)
+                          FirstInput *matched, PyObject *num_tokens, PyObject *eager_fn)
 {
     PyObject *record = Py_XNewRef(need(self->record, "_record")), *clock = NULL, *timing = NULL, *outputs = NULL;
     if (record == NULL) return NULL;
@@ -282,7 +308,7 @@ static PyObject *run_view(RunnerState *self, PyObject *route, RouteView *view, P
         outputs = fn == NULL ? NULL : PyObject_Call(fn, empty_tuple, inputs);
         Py_XDECREF(fn);
     } else {
-        outputs = launch(self, view, inputs);
+        outputs = launch(self, view, inputs, matched);
     }
     if (outputs == NULL) goto error;
     if (record != Py_None && record_step(record, route, view, num_tokens, clock, timing) < 0) goto error;
@@ -299,7 +325,8 @@ error:
 }
 
 /* The route run, or the hand-off to `fallback` (the runner's Python) when it cannot be done here. */
-static PyObject *run_or_hand_off(RunnerState *self, PyObject *route, PyObject *inputs, PyObject *num_tokens,
+static PyObject *run_or_hand_off(RunnerState *self, PyObject *route, PyObject *inputs, FirstInput *matched,
+                                 PyObject *num_tokens,
                                  PyObject *eager_fn, PyObject *fallback, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
 {
@@ -307,7 +334,7 @@ static PyObject *run_or_hand_off(RunnerState *self, PyObject *route, PyObject *i
     int read = read_route(route, &view);
     if (read < 0) return NULL;
     if (read == 0) return python(self, fallback, args, nargs, kwnames);
-    PyObject *outputs = run_view(self, route, &view, inputs, num_tokens, eager_fn);
+    PyObject *outputs = run_view(self, route, &view, inputs, matched, num_tokens, eager_fn);
     release_view(&view);
     return outputs;
 }
@@ -342,16 +369,18 @@ PyObject *compiled_step(RunnerState *self, PyObject *const *args, Py_ssize_t nar
     else if (!PyUnicode_CheckExact(stage) || PyUnicode_GET_LENGTH(stage) == 0)
         plain = 0;
     if (plain > 0) plain = stage == NULL ? 0 : runnable(self);
-    FirstInput first = {NULL, NULL};
+    FirstInput first = {NULL};
     Py_XINCREF(stage);                      /* held: the checks may run Python code */
     if (plain > 0) plain = plain_route(self, args[0], stage, &route, &first);
     if (plain > 0) plain = inputs_fit(args[0], route, &first);
     Py_XDECREF(stage);
+    PyObject *outputs = plain > 0 ? run_or_hand_off(self, route, args[0], &first, num_tokens, Py_None, s_python_step,
+                                                    args, nargs, kwnames)
+                      : plain == 0 ? python(self, s_python_step, args, nargs, kwnames) : NULL;
     Py_XDECREF(first.tensor);
     Py_XDECREF(first.shape);
-    PyObject *outputs = plain > 0 ? run_or_hand_off(self, route, args[0], num_tokens, Py_None, s_python_step, args,
-                                                    nargs, kwnames)
-                      : plain == 0 ? python(self, s_python_step, args, nargs, kwnames) : NULL;
+    Py_XDECREF(first.expected);
+    Py_XDECREF(first.given);
     Py_XDECREF(route);
     return outputs;
 }
@@ -364,5 +393,5 @@ PyObject *compiled_run(RunnerState *self, PyObject *const *args, Py_ssize_t narg
     if (here) here = runnable(self);
     if (here < 0) return NULL;
     if (!here) return python(self, s_python_run, args, nargs, kwnames);
-    return run_or_hand_off(self, args[0], args[1], args[2], args[3], s_python_run, args, nargs, kwnames);
+    return run_or_hand_off(self, args[0], args[1], NULL, args[2], args[3], s_python_run, args, nargs, kwnames);
 }

@@ -17,6 +17,8 @@ import os
 from types import ModuleType
 from typing import Callable, Mapping
 
+import torch
+
 from replayscope.contract.errors import ReplayscopeError
 from replayscope.runner.compiled import load_compiled
 from replayscope.runner.fit_checks import fit_check_maker
@@ -36,9 +38,10 @@ def load(environ: Mapping[str, str] = os.environ,
 
 def configure(module: ModuleType, fit_checks: bool = True) -> None:
     """What the compiled core calls: the stand-in's row cut, the routes' class (its fields read at
-    their slots while it is unchanged) and what makes a route's fit check (``fit_checks``; with
-    ``fit_checks=False`` none: every step's inputs matched in full, as a benchmark compares)."""
-    module.configure(slice_rows, Route, fit_check_maker() if fit_checks else None)
+    their slots while it is unchanged), what makes a route's fit check (``fit_checks``; with
+    ``fit_checks=False`` none: every step's inputs matched in full, as a benchmark compares) and
+    the tensor type whose batch size and copies it reads through torch's C functions."""
+    module.configure(slice_rows, Route, fit_check_maker() if fit_checks else None, torch.Tensor)
 
 
 COMPILED = load()

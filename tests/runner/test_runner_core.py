@@ -275,6 +275,86 @@ def test_the_compiled_core_takes_plain_steps_of_routes_seen_before_and_hands_off
     assert [e[0] for e in runner.emitter.events[-2:]] == ["step", "parity"]
 
 
+class ClaimsARowMore(torch.Tensor):
+    """A tensor whose shape claims a row more than it holds: a batch's size is its .shape's, as the
+    Python reads it (its copy into that many static rows then fails, in both cores alike)."""
+
+    @property
+    def shape(self):
+        real = super().shape
+        return torch.Size((real[0] + 1, *real[1:]))
+
+
+class CountedCopies(torch.Tensor):
+    """Static buffers of a tensor subclass whose copy_ counts its calls: the core calls it, not torch's own."""
+
+    copies = 0
+
+    def copy_(self, source, non_blocking=False):
+        CountedCopies.copies += 1
+        return super().copy_(source, non_blocking=non_blocking)
+
+
+class CallLog(torch.overrides.TorchFunctionMode):
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        self.calls += 1
+        return func(*args, **(kwargs or {}))
+
+
+def both_cores(steps, prepare=lambda runner: None) -> dict[str, tuple]:
+    """``steps(runner)``'s outcomes, events and state through each core, and how many steps the
+    compiled runner handed to its Python."""
+    results = {}
+    for core in ("python", "compiled"):
+        runner, step = make_runner(core, FieldsEmitter(), graph_like=True)
+        prepare(runner)
+        calls = handed_off(runner)
+        results[core] = ([outcome(lambda: call(runner)) for call in steps], runner.emitter.events,
+                         snapshot(runner, step), len(calls))
+    return results
+
+
+@compiled_only
+def test_a_batch_size_is_read_as_the_python_reads_it_whatever_the_first_input_is():
+    """Exactly torch.Tensor: its size read by torch's C length; a subclass (its own .shape), a 0-d
+    tensor or a torch function mode: read or seen as .shape is, with the same steps."""
+    claims = lambda bs: {name: t.as_subclass(ClaimsARowMore) for name, t in batch(bs).items()}   # noqa: E731
+    steps = [lambda r, bs=bs: r.step(batch(bs)) for bs in (4, 3, 4, 3)]
+    steps += [lambda r, bs=bs: r.step(claims(bs)) for bs in (3, 7)]
+    steps += [lambda r: r.step({**batch(3), "x": torch.tensor(1.0)})]
+    results = both_cores(steps)
+    assert results["compiled"][:3] == results["python"][:3]
+    modes = [e[1][1] for e in results["python"][1] if e[0] == "step"]
+    assert modes == ["graph", "padded", "graph", "padded"]
+    assert [o[0] for o in results["python"][0][4:]] == ["raised"] * 3
+    assert results["compiled"][3] == 2 + 1 + 1, ("the routes' first steps, the route of 8 a claimed 7 rows first "
+                                                 "takes, and the 0-d input's: the Python's; the claimed 4 rows here")
+    with CallLog() as log:
+        under_mode = both_cores([lambda r, bs=bs: r.step(batch(bs)) for bs in (4, 3, 4, 3)])
+    assert under_mode["compiled"][:3] == under_mode["python"][:3]
+    assert log.calls > 0
+
+
+@compiled_only
+def test_static_rows_of_a_tensor_subclass_are_copied_into_through_their_own_copy():
+    def subclass_buffers(runner):
+        for name, tensor in list(runner._buffers.tensors.items()):
+            runner._buffers.tensors[name] = tensor.as_subclass(CountedCopies)
+        runner._routes.forget()
+    counts = {}
+    for core in ("python", "compiled"):
+        CountedCopies.copies = 0
+        results = both_cores([lambda r, bs=bs: r.step(batch(bs, seed=bs)) for bs in (4, 3, 4, 3)], subclass_buffers)
+        counts[core] = CountedCopies.copies
+    assert results["compiled"][:3] == results["python"][:3]
+    assert results["compiled"][3] == 2
+    assert CountedCopies.copies == 2 * 4 * len(INPUTS), "every copy of both cores through the subclass's copy_"
+
+
 class CountCell:
     """A route's count kept in a cell of another kind than a list: counted through its item methods."""
 
@@ -367,7 +447,7 @@ class CountingMaker:
 @pytest.fixture
 def configured():
     """The compiled core configured with another maker for one test, configured as loaded after."""
-    yield lambda maker: runner_core.COMPILED.configure(slice_rows, Route, maker)
+    yield lambda maker: runner_core.COMPILED.configure(slice_rows, Route, maker, torch.Tensor)
     runner_core.configure(runner_core.COMPILED)
 
 
@@ -584,7 +664,7 @@ def test_a_runner_state_made_before_configure_is_refused_by_name_not_a_crash():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           cwd=Path(__file__).resolve().parents[2])
     assert done.returncode == 0, done.stderr
-    assert "refused: _runcore.configure(slice_rows, Route, make_fit_check) must be called before a RunnerState is made" in done.stdout
+    assert "refused: _runcore.configure(slice_rows, Route, make_fit_check, Tensor) must be called before a RunnerState is made" in done.stdout
 
 
 @pytest.mark.skipif(os.environ.get("REPLAYSCOPE_EXPECT_COMPILED_CORE") != "1",
