@@ -18,7 +18,14 @@ H200). Each side's figures:
   on the CPU every step is timed, on the host), and over a timing ``cycle`` (``every - 1`` untimed
   steps and a timed one: what a step adds on average).
 
-``added`` is the runner's median less the bare loop's median, each kind of step apart. Three sides take turns block by block: the runner as it runs (a route's fit
+``added`` is the runner's median less the bare loop's median, each kind of step apart; ``paired``
+reads the same back-to-back untimed steps (on the CPU, where every step is timed, the timed ones)
+call by call: each of the runner's calls less the bare
+call beside it in its pair, the median of those differences in the blocks where the runner went
+first and in those where it went second, averaged (which of the two goes first costs or saves
+something of its own; the average cancels it), with ``paired spread`` the half-distance between
+the 25th and 75th percentiles of the differences. A drift of the host's speed between calls far
+apart moves both sides' medians; the pair's two calls are a few µs apart. Three sides take turns block by block: the runner as it runs (a route's fit
 check decides whether inputs fit: ``replayscope.runner.fit_checks``), the same runner matching
 every step's inputs in full (no fit checks: what the fit check saves), and the bare loop against
 itself (``floor``: what the reading gives for no difference). On CUDA the preset's model, as
@@ -76,11 +83,24 @@ def read_block(first: Callable[[], object], second: Callable[[], object], steps:
     return a, b, timed
 
 
-def summary(bare: dict[str, list[int]], runner: dict[str, list[int]], every: int) -> dict[str, float]:
+def paired(differences: dict[bool, list[int]]) -> tuple[float, float]:
+    """µs: the mean of the two orders' medians of the runner's call less the bare call beside it,
+    and half the interquartile range of all the differences (nan without both orders)."""
+    if not differences[True] or not differences[False]:
+        return float("nan"), float("nan")
+    quartiles = statistics.quantiles(differences[True] + differences[False], n=4)
+    middle = (statistics.median(differences[True]) + statistics.median(differences[False])) / 2
+    return middle / 1000, (quartiles[2] - quartiles[0]) / 2000
+
+
+def summary(bare: dict[str, list[int]], runner: dict[str, list[int]], every: int,
+            differences: dict[bool, list[int]]) -> dict[str, float]:
     """µs added per step (median less median), each kind of step apart, and over a timing cycle
-    (``every - 1`` untimed steps and a timed one); the sides' medians."""
+    (``every - 1`` untimed steps and a timed one); the untimed steps read in pairs; the sides' medians."""
     def med(values):
         return statistics.median(values) / 1000 if values else float("nan")
+
+    paired_us, spread_us = paired(differences)
 
     untimed = med(runner["untimed"]) - med(bare["back_to_back"])
     timed = med(runner["timed"]) - med(bare["back_to_back"])
@@ -88,6 +108,7 @@ def summary(bare: dict[str, list[int]], runner: dict[str, list[int]], every: int
             "added_untimed_us": untimed, "added_timed_us": timed,
             "added_cycle_us": (untimed if not runner["timed"] else timed if not runner["untimed"]
                                else ((every - 1) * untimed + timed) / every),
+            "added_untimed_paired_us": paired_us, "paired_spread_us": spread_us,
             "bare_us": med(bare["back_to_back"]), "runner_untimed_us": med(runner["untimed"]),
             "timed_steps": len(runner["timed"]), "steps": len(runner["untimed"]) + len(runner["timed"])}
 
@@ -103,6 +124,8 @@ def measure(runner: GraphRunner, bare: Callable[[], object], inputs: dict[str, t
 
     kinds = ("after_sync", "back_to_back", "untimed", "timed")
     readings = {side: ({k: [] for k in kinds}, {k: [] for k in kinds}) for side in SIDES}
+    # the runner's call less the bare call beside it, by kind of step and whether the runner went first
+    differences = {side: {kind: {True: [], False: []} for kind in ("untimed", "timed")} for side in SIDES}
     try:
         for block in range(blocks):
             side = SIDES[block % len(SIDES)]
@@ -120,12 +143,16 @@ def measure(runner: GraphRunner, bare: Callable[[], object], inputs: dict[str, t
             bare_side, runner_side = readings[side]
             (runner_side if runner_first else bare_side)["after_sync"].append(a[0])
             bare_side["back_to_back"] += base[1:]
-            for value, was_timed in zip(cand[1:], timed[1:]):
-                runner_side["timed" if was_timed else "untimed"].append(value)
+            for value, beside, was_timed in zip(cand[1:], base[1:], timed[1:]):
+                kind = "timed" if was_timed else "untimed"
+                runner_side[kind].append(value)
+                differences[side][kind][runner_first].append(value - beside)
             sync()
     finally:
         use_fit_checks(runner, True)
-    return {side: summary(*readings[side], runner._clock.every) for side in SIDES}
+    return {side: summary(*readings[side], runner._clock.every,
+                          differences[side]["untimed" if readings[side][1]["untimed"] else "timed"])
+            for side in SIDES}
 
 
 def cuda_rows(presets: list[str], sizes: list[int], blocks: int, block_steps: int, seq_len: int) -> list[dict]:
@@ -171,10 +198,12 @@ def cpu_rows(sizes: list[int], blocks: int, block_steps: int) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| preset | bs | side | added untimed µs | added timed µs | added per step (cycle) µs | added after a sync µs | "
-             "bare µs | steps (timed) |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| preset | bs | side | added untimed µs | paired (± spread) µs, untimed (CPU: timed) | added timed µs | added per step (cycle) µs | "
+             "added after a sync µs | bare µs | steps (timed) |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         lines.append(f"| {r['preset']} | {r['bs']} | {r['side']} | {r['added_untimed_us']:.2f} | "
+                     f"{r['added_untimed_paired_us']:.2f} (± {r['paired_spread_us']:.2f}) | "
                      f"{r['added_timed_us']:.2f} | {r['added_cycle_us']:.2f} | {r['added_after_sync_us']:.2f} | "
                      f"{r['bare_us']:.2f} | {r['steps']} ({r['timed_steps']}) |")
     return "\n".join(lines)

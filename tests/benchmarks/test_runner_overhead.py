@@ -42,3 +42,21 @@ def test_the_full_match_side_takes_the_fit_checks_away_and_gives_them_back():
     runner.step(inputs)
     assert (route.fit_check is not None) == (runner_core.COMPILED is not None and
                                              runner_overhead.fit_check_maker() is not None)
+
+
+def test_the_paired_reading_averages_the_two_orders_medians_and_gives_the_differences_spread():
+    differences = {True: [1000, 2000, 3000], False: [-1000, 0, 1000, 9000]}     # ns: runner first, bare first
+    middle, spread = runner_overhead.paired(differences)
+    assert middle == (2000 + 500) / 2 / 1000
+    values = sorted(differences[True] + differences[False])
+    quartiles = runner_overhead.statistics.quantiles(values, n=4)
+    assert spread == (quartiles[2] - quartiles[0]) / 2000
+    assert all(math.isnan(v) for v in runner_overhead.paired({True: [1], False: []}))
+
+
+def test_the_paired_reading_is_of_every_side_untimed_steps_and_of_the_timed_ones_on_the_cpu():
+    rows = runner_overhead.cpu_rows([2], blocks=6, block_steps=10)
+    for row in rows:
+        assert not math.isnan(row["added_untimed_paired_us"]) and row["paired_spread_us"] >= 0
+    table = runner_overhead.table(rows)
+    assert "paired (± spread) µs" in table and table.count("\n") == 1 + len(rows)
