@@ -1,6 +1,7 @@
 """The graph runner's own host time per step, read step by step against the bare loop.
 
-    python -m benchmarks.runner_overhead [--presets 136m,1b] [--sizes 1,8,64] [--blocks 300] [--block-steps 12] [--json FILE]
+    python -m benchmarks.runner_overhead [--presets 136m,1b] [--sizes 1,8,64] [--blocks 300] [--block-steps 12]
+                                         [--evict-mib N] [--json FILE]
 
 ``benchmarks.runner_bench`` pairs whole calls, a few hundred of them, and reads the host time a
 step adds to about ±1–2 µs on a host whose speed moves between calls. This reads it in one loop,
@@ -13,6 +14,9 @@ wait for room and the reading be the GPU's step time (blocks of 100 read 1.4–3
 H200). Each side's figures:
 
 - ``after a synchronise``: the first call of a block (from the blocks where that side went first);
+  with ``--evict-mib N``, N MiB of host memory are written between the synchronise and that call, so
+  that it finds the host's caches cold (what a step after a long wait, or after other work of the
+  program, finds: the runner's code and objects read from memory);
 - ``back to back``: every later call, the runner's ``untimed`` and ``timed`` steps apart (a step is
   timed when its route's count is a multiple of the clock's ``every``: 1 in 32 by default on CUDA;
   on the CPU every step is timed, on the host), and over a timing ``cycle`` (``every - 1`` untimed
@@ -113,9 +117,19 @@ def summary(bare: dict[str, list[int]], runner: dict[str, list[int]], every: int
             "timed_steps": len(runner["timed"]), "steps": len(runner["untimed"]) + len(runner["timed"])}
 
 
+def evictor(mib: int) -> Callable[[], None] | None:
+    """Writes ``mib`` MiB of host memory (the caches then hold that, not the loops' code and data); None for 0."""
+    if mib <= 0:
+        return None
+    junk = torch.zeros(mib * 2**20 // 4, dtype=torch.float32)
+    return lambda: junk.add_(1.0)
+
+
 def measure(runner: GraphRunner, bare: Callable[[], object], inputs: dict[str, torch.Tensor], stage: str,
-            blocks: int, block_steps: int, sync: Callable[[], None]) -> dict[str, dict[str, float]]:
-    """The three sides, block by block, for one runner and batch: a summary per side."""
+            blocks: int, block_steps: int, sync: Callable[[], None],
+            evict: Callable[[], object] | None = None) -> dict[str, dict[str, float]]:
+    """The three sides, block by block, for one runner and batch: a summary per side (``evict``:
+    called after each block's synchronise, before its first call)."""
     step = (lambda: runner.step(inputs))
     route_count = None
 
@@ -136,6 +150,8 @@ def measure(runner: GraphRunner, bare: Callable[[], object], inputs: dict[str, t
             if route_count is None and side != "floor":
                 route_count = runner._routes.plain[(stage, len(inputs["slots"]))].count
             sync()
+            if evict is not None:
+                evict()
             runner_first = (block // len(SIDES)) % 2 == 1
             first, second = (candidate, bare) if runner_first else (bare, candidate)
             a, b, timed = read_block(first, second, block_steps, timed_next if side != "floor" else (lambda: False))
@@ -155,7 +171,8 @@ def measure(runner: GraphRunner, bare: Callable[[], object], inputs: dict[str, t
             for side in SIDES}
 
 
-def cuda_rows(presets: list[str], sizes: list[int], blocks: int, block_steps: int, seq_len: int) -> list[dict]:
+def cuda_rows(presets: list[str], sizes: list[int], blocks: int, block_steps: int, seq_len: int,
+              evict_mib: int = 0) -> list[dict]:
     rows = []
     for preset in presets:
         max_bs = max(sizes)
@@ -168,7 +185,7 @@ def cuda_rows(presets: list[str], sizes: list[int], blocks: int, block_steps: in
             for bs in sizes:
                 inputs = decode_batch(args, bs, max_bs, seq_len)
                 sides = measure(runner, bare_loop(runner, bs, inputs), inputs, runner.stage, blocks, block_steps,
-                                torch.cuda.synchronize)
+                                torch.cuda.synchronize, evictor(evict_mib))
                 rows += [{"preset": preset, "bs": bs, "side": side, **figures} for side, figures in sides.items()]
         emitter.close()
         del runner, step
@@ -176,7 +193,7 @@ def cuda_rows(presets: list[str], sizes: list[int], blocks: int, block_steps: in
     return rows
 
 
-def cpu_rows(sizes: list[int], blocks: int, block_steps: int) -> list[dict]:
+def cpu_rows(sizes: list[int], blocks: int, block_steps: int, evict_mib: int = 0) -> list[dict]:
     """The static backend with a trivial step: both loops copy into the same buffers and call it."""
     def step(tokens, positions, slots):
         return tokens, positions
@@ -190,7 +207,7 @@ def cpu_rows(sizes: list[int], blocks: int, block_steps: int) -> list[dict]:
         for bs in sizes:
             inputs = cpu_batch(bs)
             sides = measure(runner, bare_loop(runner, bs, inputs), inputs, runner.stage, blocks, block_steps,
-                            lambda: None)
+                            lambda: None, evictor(evict_mib))
             rows += [{"preset": "static", "bs": bs, "side": side, **figures} for side, figures in sides.items()]
     finally:
         emitter.close()
@@ -218,15 +235,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="calls of each side per block: few enough that the GPU's queue never fills (the host "
                              "would wait on it in each launch, and read the GPU's time)")
     parser.add_argument("--seq-len", type=int, default=512)
+    parser.add_argument("--evict-mib", type=int, default=0,
+                        help="MiB of host memory written after each block's synchronise: its first calls find the "
+                             "caches cold")
     parser.add_argument("--json", help="also write the rows as JSON to this file")
     options = parser.parse_args(argv)
     sizes = [int(s) for s in options.sizes.split(",")]
     if torch.cuda.is_available():
-        rows = cuda_rows(options.presets.split(","), sizes, options.blocks, options.block_steps, options.seq_len)
+        rows = cuda_rows(options.presets.split(","), sizes, options.blocks, options.block_steps, options.seq_len,
+                         options.evict_mib)
         where = f"{torch.cuda.get_device_name()}, torch {torch.__version__}"
     else:
-        rows = cpu_rows(sizes, options.blocks, options.block_steps)
+        rows = cpu_rows(sizes, options.blocks, options.block_steps, options.evict_mib)
         where = f"CPU (static backend, trivial step), torch {torch.__version__}"
+    if options.evict_mib:
+        where += f"; {options.evict_mib} MiB written before each block's first call"
     print(f"{where}; step core {runner_core.CORE}; fit checks: {'on' if fit_check_maker() else 'not available'}")
     print(table(rows))
     if options.json:

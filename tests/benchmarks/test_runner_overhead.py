@@ -60,3 +60,25 @@ def test_the_paired_reading_is_of_every_side_untimed_steps_and_of_the_timed_ones
         assert not math.isnan(row["added_untimed_paired_us"]) and row["paired_spread_us"] >= 0
     table = runner_overhead.table(rows)
     assert "paired (± spread) µs" in table and table.count("\n") == 1 + len(rows)
+
+
+def test_with_eviction_each_block_writes_the_memory_once_after_its_synchronise_before_its_first_call(monkeypatch):
+    order = []
+    written = runner_overhead.evictor(1)
+    assert runner_overhead.evictor(0) is None and written is not None
+
+    def sync():
+        order.append("sync")
+
+    def evict():
+        order.append("evict")
+        written()
+    runner = GraphRunner(lambda tokens, positions, slots: tokens, decode_inputs(4), CapturePlan((4,)),
+                         backend="static", device="cpu", emitter=Emitter(NullSink(), RUN), progress=False)
+    runner.capture()
+    inputs = cpu_batch(4)
+    sides = runner_overhead.measure(runner, lambda: order.append("call"), inputs, runner.stage, blocks=3,
+                                    block_steps=2, sync=sync, evict=evict)
+    assert set(sides) == set(runner_overhead.SIDES)
+    blocks = "".join("s" if o == "sync" else "e" if o == "evict" else "" for o in order)
+    assert blocks == "ses" * 3, "each block: a synchronise, the memory written, its calls, a synchronise"
