@@ -78,11 +78,12 @@ extern PyTypeObject RunnerStateType;
 /* What the fast match read of a step's inputs: the first input and its shape (read once: for the
  * route's lookup, then for its own match; shape NULL where the lookup read the size alone), and
  * the inputs as the route expects them (route.expected and a tuple of the inputs in its order),
- * kept for the copies when the route's fit check accepted them (no Python ran between the reads). */
+ * kept for the copies when the route's fit check accepted them (a C++ check: no Python of the
+ * program's runs between that read and the copies, only the runner's own clock on a timed step). */
 typedef struct {
     PyObject *tensor, *shape;
     PyObject *expected, *given;
-} FirstInput;
+} StepInputs;
 
 /* _runcore_step.c: an Exception of a check before anything is done is the Python's to judge (0,
  * cleared); anything else goes on (-1); no error: 0. A Route's field (a new reference or NULL). */
@@ -90,7 +91,7 @@ int judged_by_python(void);
 PyObject *route_field(PyObject *route, int field);
 
 /* _runcore_match.c: the fast match. 1: the inputs fit the route; 0: the Python's to judge; -1. */
-int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first);
+int inputs_fit(PyObject *inputs, PyObject *route, StepInputs *first);
 
 /* _runcore_step.c: GraphRunner.step and GraphRunner._run, compiled */
 PyObject *compiled_step(RunnerState *self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames);

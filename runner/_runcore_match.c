@@ -9,7 +9,7 @@
  * object), on the CPU (cuda_index None) or CUDA, of that shape (the first input's as the lookup
  * read it), and on CUDA device cuda_index; in the Python's order. 1: it fits; 0: the Python's to
  * judge; -1. */
-static int input_fits(PyObject *tensor, PyObject *spec, PyObject *cuda_index, FirstInput *first)
+static int input_fits(PyObject *tensor, PyObject *spec, PyObject *cuda_index, StepInputs *first)
 {
     PyObject *shape = PyTuple_GET_ITEM(spec, 1), *dtype = PyTuple_GET_ITEM(spec, 2);
     int fits = -1, differs;                 /* -1 while an error is set */
@@ -78,7 +78,7 @@ static int remake_fit_check(PyObject *route, PyObject *given)
  * fitting. The route's fit check decides first (fit_checks.py: it accepts only inputs like those
  * that last fitted); the full match when it refuses them, and then a check made from them. Inputs a
  * check accepted are kept in *first (its expected and given, new references) for the copies. */
-int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first)
+int inputs_fit(PyObject *inputs, PyObject *route, StepInputs *first)
 {
     PyObject *expected = route_field(route, F_EXPECTED), *given = NULL;
     PyObject *cuda_index = expected == NULL ? NULL : route_field(route, F_CUDA_INDEX);
@@ -94,7 +94,7 @@ int inputs_fit(PyObject *inputs, PyObject *route, FirstInput *first)
             fits = input_fits(PyTuple_GET_ITEM(given, i), PyTuple_GET_ITEM(expected, i), cuda_index, first);
         if (fits > 0 && make_fit_check != Py_None && remake_fit_check(route, given) < 0) fits = -1;
     }
-    if (fits > 0 && checked > 0) {          /* kept for the copies: no Python ran since they were read */
+    if (fits > 0 && checked > 0) {          /* kept for the copies: the check ran no Python of the program's */
         first->expected = expected;
         first->given = given;
     } else {

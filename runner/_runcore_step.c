@@ -59,7 +59,7 @@ static int runnable(RunnerState *self)
  * size at dimension 0 read by torch's C length (what Tensor.__len__ returns after its checks; a
  * torch function mode sees __len__ asked where .shape would be); else, and for a 0-d tensor, its
  * shape is read (kept in first->shape for its own match). */
-static PyObject *batch_size(FirstInput *first, Py_ssize_t dim)
+static PyObject *batch_size(StepInputs *first, Py_ssize_t dim)
 {
     if (dim == 0 && tensor_length != NULL && Py_TYPE(first->tensor) == tensor_type) {
         Py_ssize_t rows = tensor_length(first->tensor);
@@ -73,7 +73,7 @@ static PyObject *batch_size(FirstInput *first, Py_ssize_t dim)
 /* GraphRunner.step's lookup: the plain route of `stage` and the first input's batch size.
  * 1: found (*route and *first, new references); 0: none, or nothing the Python would find one
  * for; -1. */
-static int plain_route(RunnerState *self, PyObject *inputs, PyObject *stage, PyObject **route, FirstInput *first)
+static int plain_route(RunnerState *self, PyObject *inputs, PyObject *stage, PyObject **route, StepInputs *first)
 {
     *route = NULL;
     if (self->plain_routes == NULL || !PyDict_CheckExact(self->plain_routes) || self->first_input == NULL)
@@ -206,7 +206,7 @@ static int count_step(PyObject *count)
 
 /* inputs[name], the copies' i-th: the fast match's own read of it when it kept one for that name
  * (the route's expected inputs and its copies list the same names in the same order). */
-static PyObject *input_of(PyObject *inputs, PyObject *name, Py_ssize_t i, FirstInput *matched)
+static PyObject *input_of(PyObject *inputs, PyObject *name, Py_ssize_t i, StepInputs *matched)
 {
     if (matched != NULL && matched->given != NULL && i < PyTuple_GET_SIZE(matched->given)
         && PyTuple_GET_ITEM(PyTuple_GET_ITEM(matched->expected, i), 0) == name)
@@ -216,7 +216,7 @@ static PyObject *input_of(PyObject *inputs, PyObject *name, Py_ssize_t i, FirstI
 
 /* for name, rows in route.copies: rows.copy_(inputs[name], non_blocking=True) (torch.Tensor.copy_
  * called as it is when rows are exactly a torch.Tensor, else looked up on them by name) */
-static int copy_inputs(PyObject *copies, PyObject *inputs, FirstInput *matched)
+static int copy_inputs(PyObject *copies, PyObject *inputs, StepInputs *matched)
 {
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(copies); i++) {
         PyObject *pair = PyTuple_GET_ITEM(copies, i), *rows = PyTuple_GET_ITEM(pair, 1);
@@ -235,7 +235,7 @@ static int copy_inputs(PyObject *copies, PyObject *inputs, FirstInput *matched)
 
 /* The launch of a route with a call: copies, pad rows a larger batch left, the call, the row mark,
  * the outputs (the graph's static rows, or a stand-in's cut to the batch). A new reference or NULL. */
-static PyObject *launch(RunnerState *self, RouteView *view, PyObject *inputs, FirstInput *matched)
+static PyObject *launch(RunnerState *self, RouteView *view, PyObject *inputs, StepInputs *matched)
 {
     Py_ssize_t raw = view->rows, graph = view->graph_rows;
     if (copy_inputs(view->copies, inputs, matched) < 0) return NULL;
@@ -290,7 +290,7 @@ static int record_step(PyObject *record, PyObject *route, RouteView *view, PyObj
 
 /* GraphRunner._run on a route read: timed or not, eager or launched, then recorded. Outputs or NULL. */
 static PyObject *run_view(RunnerState *self, PyObject *route, RouteView *view, PyObject *inputs,
-                          FirstInput *matched, PyObject *num_tokens, PyObject *eager_fn)
+                          StepInputs *matched, PyObject *num_tokens, PyObject *eager_fn)
 {
     PyObject *record = Py_XNewRef(need(self->record, "_record")), *clock = NULL, *timing = NULL, *outputs = NULL;
     if (record == NULL) return NULL;
@@ -325,7 +325,7 @@ error:
 }
 
 /* The route run, or the hand-off to `fallback` (the runner's Python) when it cannot be done here. */
-static PyObject *run_or_hand_off(RunnerState *self, PyObject *route, PyObject *inputs, FirstInput *matched,
+static PyObject *run_or_hand_off(RunnerState *self, PyObject *route, PyObject *inputs, StepInputs *matched,
                                  PyObject *num_tokens,
                                  PyObject *eager_fn, PyObject *fallback, PyObject *const *args, Py_ssize_t nargs,
                                  PyObject *kwnames)
@@ -369,7 +369,7 @@ PyObject *compiled_step(RunnerState *self, PyObject *const *args, Py_ssize_t nar
     else if (!PyUnicode_CheckExact(stage) || PyUnicode_GET_LENGTH(stage) == 0)
         plain = 0;
     if (plain > 0) plain = stage == NULL ? 0 : runnable(self);
-    FirstInput first = {NULL};
+    StepInputs first = {NULL};
     Py_XINCREF(stage);                      /* held: the checks may run Python code */
     if (plain > 0) plain = plain_route(self, args[0], stage, &route, &first);
     if (plain > 0) plain = inputs_fit(args[0], route, &first);
