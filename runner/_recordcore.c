@@ -7,9 +7,9 @@
  * Built optionally (setup.py); REPLAYSCOPE_PURE_PYTHON=1 or no compiler: the Python methods.
  *
  * Recorder(queue, counter) holds the emitter's queue (a list) and counter (itertools.count): both
- * made once by the emitter and never replaced. The values of one event are all made before the
- * first is added, and nothing between the additions can run Python code or release the GIL: the
- * emitter's thread, which takes whole events with one slice, never sees half of one.
+ * made once by the emitter and never replaced. The values of one event are all made first, then
+ * added by one extend of the list, which runs no Python code and keeps the GIL: the emitter's
+ * thread, which takes whole events with one slice, never sees half of one.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>

@@ -40,7 +40,7 @@ def configure(module: ModuleType, fit_checks: bool = True) -> None:
     """What the compiled core calls: the stand-in's row cut, the routes' class (its fields read at
     their slots while it is unchanged), what makes a route's fit check (``fit_checks``; with
     ``fit_checks=False`` none: every step's inputs matched in full, as a benchmark compares) and
-    the tensor type whose batch size and copies it reads through torch's C functions."""
+    the tensor type whose batch size it reads, and into which it copies, through torch's own C functions."""
     module.configure(slice_rows, Route, fit_check_maker() if fit_checks else None, torch.Tensor)
 
 
