@@ -1,9 +1,13 @@
 """What timing a step with CUDA events costs, on the host and on the GPU, part by part (CUDA only).
 
     python -m benchmarks.step_timing_bench [--rounds 9] [--launches 5000] [--out DIR]
+    python -m benchmarks.step_timing_bench --width 2048 --layers 128 --sync-every 12    # the GPU behind
 
 A graph of 8 bf16 1024-wide layers (batch 8, the step of a host-bound decode loop) is replayed
-back to back, one synchronise per 100 launches, as a serving loop runs it. Each side below is
+back to back, one synchronise per 100 launches, as a serving loop runs it. With a larger graph
+(``--width``, ``--layers``: 128 layers of 2048 take the GPU ~0.3 ms a launch on an H200) and a
+synchronise every few launches (``--sync-every``), the GPU runs behind the host within each block,
+as in a serving loop whose step the GPU sets the pace of: what a record costs the host then. Each side below is
 that loop with one more thing per launch; every side runs once per round, the order rotating
 round by round (``benchmarks.pairing.rotated``). Two figures per side, each the median over the
 rounds with its spread (largest minus smallest round) and what it adds to the bare loop:
@@ -45,7 +49,7 @@ from benchmarks.harness import markdown_table, write_folder
 from benchmarks.pairing import rotated
 from replayscope.runner.timing import CudaClock, CudaTiming
 
-SYNC_EVERY = 100
+SYNC_EVERY = 100        # launches between two synchronises, by default
 
 
 def make_graph(width: int = 1024, layers: int = 8, batch: int = 8) -> torch.cuda.CUDAGraph:
@@ -78,8 +82,9 @@ def driver() -> ctypes.CDLL:
     return lib
 
 
-def sides(graph: torch.cuda.CUDAGraph) -> dict[str, Callable[[int], tuple[float, float]]]:
-    """Each side: ``launches`` launches back to back with its extra work; (host, wall) µs per launch."""
+def sides(graph: torch.cuda.CUDAGraph, sync_every: int = SYNC_EVERY) -> dict[str, Callable[[int], tuple[float, float]]]:
+    """Each side: ``launches`` launches back to back with its extra work, a synchronise every
+    ``sync_every``; (host, wall) µs per launch."""
     replay = graph.replay
     stream = torch.cuda.current_stream()
     timed = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
@@ -104,7 +109,7 @@ def sides(graph: torch.cuda.CUDAGraph) -> dict[str, Callable[[int], tuple[float,
         host = 0.0
         for i in range(launches):
             launch()
-            if i % SYNC_EVERY == SYNC_EVERY - 1:
+            if i % sync_every == sync_every - 1:
                 host += perf() - block
                 sync()
                 block = perf()
@@ -176,9 +181,9 @@ def summary(values: list[float]) -> dict[str, float]:
     return {"median": statistics.median(values), "spread": max(values) - min(values), "rounds": values}
 
 
-def measure(rounds: int, launches: int) -> dict:
-    graph = make_graph()
-    named = sides(graph)
+def measure(rounds: int, launches: int, width: int = 1024, layers: int = 8, sync_every: int = SYNC_EVERY) -> dict:
+    graph = make_graph(width, layers)
+    named = sides(graph, sync_every)
     for run in named.values():                   # warm every path once
         run(200)
     samples = rotated(list(named.values()), [launches] * rounds)
@@ -190,12 +195,14 @@ def measure(rounds: int, launches: int) -> dict:
             row[clock]["added"] = row[clock]["median"] - base
     reading = summary(reading_cost_us())
     return {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rounds": rounds,
-            "launches": launches, "sides": rows, "reading_per_timing_us": reading}
+            "launches": launches, "width": width, "layers": layers, "sync_every": sync_every,
+            "sides": rows, "reading_per_timing_us": reading}
 
 
 def markdown(result: dict) -> str:
-    caption = (f"{result['device']}, torch {result['torch']}: µs per launch, {result['launches']} launches back to "
-               f"back per round (a synchronise per {SYNC_EVERY}); host: the launch loop alone, wall: with the "
+    caption = (f"{result['device']}, torch {result['torch']}: a graph of {result['layers']} layers "
+               f"{result['width']} wide; µs per launch, {result['launches']} launches back to "
+               f"back per round (a synchronise per {result['sync_every']}); host: the launch loop alone, wall: with the "
                f"synchronises; median of {result['rounds']} rounds, order rotating; spread: largest minus smallest "
                f"round; added: less the bare replay\n\n")
 
@@ -213,11 +220,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--launches", type=int, default=5000)
+    parser.add_argument("--width", type=int, default=1024, help="the graph's layers' width")
+    parser.add_argument("--layers", type=int, default=8, help="the graph's layers (one GEMM each)")
+    parser.add_argument("--sync-every", type=int, default=SYNC_EVERY,
+                        help="launches between two synchronises (a few, with a large graph: the GPU behind the host)")
     parser.add_argument("--out", default=None, help="folder for step_timing_bench.json and .md")
     options = parser.parse_args(argv)
+    if min(options.width, options.layers, options.sync_every, options.rounds, options.launches) < 1:
+        parser.error("--width, --layers, --sync-every, --rounds and --launches must be at least 1")
     if not torch.cuda.is_available():
         parser.error("needs CUDA: it measures CUDA events")
-    result = measure(options.rounds, options.launches)
+    result = measure(options.rounds, options.launches, options.width, options.layers, options.sync_every)
     text = markdown(result)
     print(text)
     write_folder(options.out, "step_timing_bench", result, text)
